@@ -1,0 +1,43 @@
+//! Errors of the analysis layer. Every variant names the file, node or input at fault, so the
+//! CLI can print one line and exit with status 2.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a valid ONNX model: {reason}", path.display())]
+    NotOnnx { path: PathBuf, reason: String },
+    #[error("external data for tensor `{tensor}` ({}): {reason}", path.display())]
+    ExternalData {
+        tensor: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("invalid graph: {reason}")]
+    InvalidGraph { reason: String },
+    #[error("{what} has an absurd shape {shape} (element count overflows or exceeds 2^48)")]
+    AbsurdShape { what: String, shape: String },
+    #[error(
+        "input `{input}` has unbound symbolic dim `{dim}` (shape {shape}); bind it with --input {input}=... or --batch N"
+    )]
+    UnboundDim {
+        input: String,
+        dim: String,
+        shape: String,
+    },
+    #[error("--input {spec}: {reason}")]
+    BadInputSpec { spec: String, reason: String },
+    #[error("node `{node}` ({op_type}): {reason}")]
+    Node {
+        node: String,
+        op_type: String,
+        reason: String,
+    },
+    #[error("unknown built-in model `{name}` (available: {available})")]
+    UnknownBuiltin { name: String, available: String },
+}

@@ -1,0 +1,489 @@
+//! ONNX import: memory-map the file, decode it with prost (tensor payloads stay borrowed from the
+//! map), resolve external data, and build the `Graph`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+
+use super::error::AnalysisError;
+use super::graph::{Attr, Attributes, Graph, Node};
+use super::onnx_proto::{
+    self as pb, attribute_type, type_proto, GraphProto, ModelProto, TensorProto, ValueInfoProto,
+};
+use super::tensor::{DType, Dim, Tensor, TensorData, TensorFact};
+
+/// Reads and decodes a model file. Tensor payloads borrow the memory map.
+pub fn read_model(path: &Path) -> Result<ModelProto, AnalysisError> {
+    let file = File::open(path).map_err(|source| AnalysisError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let len = file
+        .metadata()
+        .map_err(|source| AnalysisError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    if len == 0 {
+        return Err(AnalysisError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: "the file is empty".into(),
+        });
+    }
+    // SAFETY: the map is read-only; a concurrent truncation of the file by another process would
+    // fault, which is the accepted trade-off of every mmap-based model loader.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| AnalysisError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    decode_model(Bytes::from_owner(map), path)
+}
+
+/// Decodes a model from bytes (a memory map or a buffer built in memory).
+pub fn decode_model(bytes: Bytes, path: &Path) -> Result<ModelProto, AnalysisError> {
+    let model = ModelProto::decode(bytes).map_err(|err| AnalysisError::NotOnnx {
+        path: path.to_path_buf(),
+        reason: format!("protobuf decoding failed ({err}); the file is truncated or not ONNX"),
+    })?;
+    if model.graph.is_none() {
+        return Err(AnalysisError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: "no graph in the model (is this an ONNX file?)".into(),
+        });
+    }
+    if model.ir_version <= 0 || model.ir_version > 64 {
+        return Err(AnalysisError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: format!("implausible ir_version {}", model.ir_version),
+        });
+    }
+    Ok(model)
+}
+
+/// Loads `path` into a graph.
+pub fn load_graph(path: &Path) -> Result<Graph, AnalysisError> {
+    let model = read_model(path)?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    import_model(&model, &base_dir, path)
+}
+
+/// Builds the IR from a decoded model. `base_dir` resolves external-data locations.
+pub fn import_model(
+    model: &ModelProto,
+    base_dir: &Path,
+    path: &Path,
+) -> Result<Graph, AnalysisError> {
+    let graph_proto = model.graph.as_ref().ok_or_else(|| AnalysisError::NotOnnx {
+        path: path.to_path_buf(),
+        reason: "no graph".into(),
+    })?;
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .unwrap_or(1);
+    let mut external = ExternalData::new(base_dir);
+    let mut graph = Graph {
+        name: graph_proto.name.clone(),
+        opset,
+        ir_version: model.ir_version,
+        producer: model.producer_name.clone(),
+        ..Graph::default()
+    };
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+
+    for init in &graph_proto.initializer {
+        let tensor = tensor_from_proto(init, &mut external)?;
+        let id = graph.add_value(init.name.clone(), TensorFact::constant(tensor));
+        by_name.insert(init.name.clone(), id);
+    }
+    for sparse in &graph_proto.sparse_initializer {
+        // Sparse weights are costed at their dense size: that is what a dense kernel reads.
+        if let Some(values) = &sparse.values {
+            let dims: Vec<u64> = sparse.dims.iter().map(|&d| d.max(0) as u64).collect();
+            let dtype = DType::from_onnx(values.data_type).unwrap_or(DType::F32);
+            let tensor = Tensor {
+                dtype,
+                shape: dims,
+                data: TensorData::Splat(0.0),
+            };
+            let id = graph.add_value(values.name.clone(), TensorFact::constant(tensor));
+            by_name.insert(values.name.clone(), id);
+        }
+    }
+    for input in &graph_proto.input {
+        if by_name.contains_key(&input.name) {
+            // IR < 4 lists initializers among the inputs; the initializer is the value.
+            continue;
+        }
+        let fact = fact_from_value_info(input).unwrap_or(TensorFact::unknown(DType::F32));
+        let id = graph.add_value(input.name.clone(), fact);
+        by_name.insert(input.name.clone(), id);
+        graph.inputs.push(id);
+    }
+
+    for proto in &graph_proto.node {
+        let attrs = attributes_from_proto(proto, &mut external)?;
+        let mut inputs = Vec::with_capacity(proto.input.len());
+        for name in &proto.input {
+            if name.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let id = match by_name.get(name) {
+                Some(&id) => id,
+                None => {
+                    // Either an outer-scope value (impossible at top level) or a forward
+                    // reference in an unsorted graph: create it now, the producer fills it in.
+                    let id = graph.add_value(name.clone(), TensorFact::unknown(DType::F32));
+                    by_name.insert(name.clone(), id);
+                    id
+                }
+            };
+            inputs.push(Some(id));
+        }
+        let mut outputs = Vec::with_capacity(proto.output.len());
+        for name in &proto.output {
+            let id = match by_name.get(name) {
+                Some(&id) if graph.values[id].producer.is_none() && !graph.inputs.contains(&id) => {
+                    id
+                }
+                _ => {
+                    let id = graph.add_value(name.clone(), TensorFact::unknown(DType::F32));
+                    by_name.insert(name.clone(), id);
+                    id
+                }
+            };
+            outputs.push(id);
+        }
+        let node_name = if proto.name.is_empty() {
+            format!(
+                "{}_{}",
+                proto.op_type,
+                proto.output.first().cloned().unwrap_or_default()
+            )
+        } else {
+            proto.name.clone()
+        };
+        graph.add_node(Node {
+            name: node_name,
+            op_type: proto.op_type.clone(),
+            domain: proto.domain.clone(),
+            attrs,
+            inputs,
+            outputs,
+        });
+    }
+    // Forward references: add the edges that could not be added while the producer was unknown.
+    let ids: Vec<_> = graph.dag.node_indices().collect();
+    for id in ids {
+        let inputs = graph.dag[id].inputs.clone();
+        for value in inputs.into_iter().flatten() {
+            if let Some(producer) = graph.values[value].producer {
+                if !graph.dag.contains_edge(producer, id)
+                    || !graph
+                        .dag
+                        .edges_connecting(producer, id)
+                        .any(|e| *e.weight() == value)
+                {
+                    graph.dag.add_edge(producer, id, value);
+                }
+            }
+        }
+    }
+
+    for info in graph_proto.value_info.iter().chain(&graph_proto.output) {
+        if let (Some(&id), Some(fact)) = (by_name.get(&info.name), fact_from_value_info(info)) {
+            graph.values[id].declared = Some(fact);
+        }
+    }
+    for output in &graph_proto.output {
+        match by_name.get(&output.name) {
+            Some(&id) => graph.outputs.push(id),
+            None => {
+                return Err(AnalysisError::InvalidGraph {
+                    reason: format!("graph output `{}` is produced by no node", output.name),
+                })
+            }
+        }
+    }
+    Ok(graph)
+}
+
+/// Shape and type from a `ValueInfoProto`; `None` when it carries no tensor type.
+pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
+    let type_proto = info.r#type.as_ref()?;
+    let Some(type_proto::Value::TensorType(tensor)) = &type_proto.value else {
+        return None;
+    };
+    let dtype = DType::from_onnx(tensor.elem_type).unwrap_or(DType::F32);
+    let shape = tensor.shape.as_ref().map(|shape| {
+        shape
+            .dim
+            .iter()
+            .enumerate()
+            .map(|(axis, dim)| match &dim.value {
+                Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
+                    Dim::Known(*v as u64)
+                }
+                Some(pb::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                    Dim::Sym(p.clone())
+                }
+                // An anonymous dim: give it a name so the user can see and bind it.
+                _ => Dim::Sym(format!("{}_dim{}", info.name, axis)),
+            })
+            .collect()
+    });
+    Some(TensorFact {
+        dtype,
+        shape,
+        konst: None,
+    })
+}
+
+/// Opens external-data files once each and hands out zero-copy slices.
+struct ExternalData {
+    base_dir: PathBuf,
+    maps: HashMap<PathBuf, Bytes>,
+}
+
+impl ExternalData {
+    fn new(base_dir: &Path) -> ExternalData {
+        ExternalData {
+            base_dir: base_dir.to_path_buf(),
+            maps: HashMap::new(),
+        }
+    }
+
+    fn slice(&mut self, tensor: &TensorProto) -> Result<Bytes, AnalysisError> {
+        let mut location = None;
+        let mut offset = 0u64;
+        let mut length: Option<u64> = None;
+        for entry in &tensor.external_data {
+            match entry.key.as_str() {
+                "location" => location = Some(entry.value.clone()),
+                "offset" => offset = entry.value.parse().unwrap_or(0),
+                "length" => length = entry.value.parse().ok(),
+                _ => {}
+            }
+        }
+        let location = location.ok_or_else(|| AnalysisError::ExternalData {
+            tensor: tensor.name.clone(),
+            path: self.base_dir.clone(),
+            reason: "no `location` key".into(),
+        })?;
+        let path = self.base_dir.join(&location);
+        if Path::new(&location).is_absolute() || location.split(['/', '\\']).any(|p| p == "..") {
+            return Err(AnalysisError::ExternalData {
+                tensor: tensor.name.clone(),
+                path,
+                reason: "location must be a relative path inside the model's directory".into(),
+            });
+        }
+        if !self.maps.contains_key(&path) {
+            let file = File::open(&path).map_err(|err| AnalysisError::ExternalData {
+                tensor: tensor.name.clone(),
+                path: path.clone(),
+                reason: err.to_string(),
+            })?;
+            // SAFETY: read-only map, see `read_model`.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|err| {
+                AnalysisError::ExternalData {
+                    tensor: tensor.name.clone(),
+                    path: path.clone(),
+                    reason: err.to_string(),
+                }
+            })?;
+            self.maps.insert(path.clone(), Bytes::from_owner(map));
+        }
+        let whole = &self.maps[&path];
+        let start = offset as usize;
+        let end = match length {
+            Some(len) => start.saturating_add(len as usize),
+            None => whole.len(),
+        };
+        if start > whole.len() || end > whole.len() {
+            return Err(AnalysisError::ExternalData {
+                tensor: tensor.name.clone(),
+                path,
+                reason: format!(
+                    "bytes {start}..{end} requested but the file holds {}",
+                    whole.len()
+                ),
+            });
+        }
+        Ok(whole.slice(start..end))
+    }
+}
+
+fn tensor_from_proto(
+    proto: &TensorProto,
+    external: &mut ExternalData,
+) -> Result<Tensor, AnalysisError> {
+    let dtype = DType::from_onnx(proto.data_type).ok_or_else(|| AnalysisError::InvalidGraph {
+        reason: format!(
+            "tensor `{}` has unknown data type {}",
+            proto.name, proto.data_type
+        ),
+    })?;
+    let mut shape = Vec::with_capacity(proto.dims.len());
+    for &d in &proto.dims {
+        if d < 0 {
+            return Err(AnalysisError::InvalidGraph {
+                reason: format!("tensor `{}` has a negative dim {d}", proto.name),
+            });
+        }
+        shape.push(d as u64);
+    }
+    let count = shape
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| AnalysisError::AbsurdShape {
+            what: format!("tensor `{}`", proto.name),
+            shape: format!("{:?}", proto.dims),
+        })?;
+    let data = if proto.data_location == pb::DATA_LOCATION_EXTERNAL {
+        TensorData::Raw(external.slice(proto)?)
+    } else if !proto.raw_data.is_empty() {
+        TensorData::Raw(proto.raw_data.clone())
+    } else if !proto.float_data.is_empty() {
+        TensorData::F32(proto.float_data.clone())
+    } else if !proto.int64_data.is_empty() {
+        TensorData::I64(proto.int64_data.clone())
+    } else if !proto.double_data.is_empty() {
+        TensorData::F64(proto.double_data.clone())
+    } else if !proto.int32_data.is_empty() {
+        // int32_data also carries int8/16, uint8/16, bool and (as bit patterns) fp16/bf16.
+        match dtype {
+            DType::F16 => TensorData::F32(
+                proto
+                    .int32_data
+                    .iter()
+                    .map(|&v| super::tensor::f16_to_f32(v as u16))
+                    .collect(),
+            ),
+            DType::Bf16 => TensorData::F32(
+                proto
+                    .int32_data
+                    .iter()
+                    .map(|&v| f32::from_bits((v as u32) << 16))
+                    .collect(),
+            ),
+            _ => TensorData::I64(proto.int32_data.iter().map(|&v| v as i64).collect()),
+        }
+    } else if !proto.uint64_data.is_empty() {
+        TensorData::I64(proto.uint64_data.iter().map(|&v| v as i64).collect())
+    } else if !proto.string_data.is_empty() {
+        TensorData::Strings(proto.string_data.len())
+    } else if count == 0 {
+        TensorData::I64(Vec::new())
+    } else {
+        return Err(AnalysisError::InvalidGraph {
+            reason: format!(
+                "tensor `{}` declares {count} elements but carries no data",
+                proto.name
+            ),
+        });
+    };
+    if let TensorData::Raw(bytes) = &data {
+        let needed = count.saturating_mul(dtype.size_bytes());
+        if dtype != DType::Other && (bytes.len() as u64) < needed {
+            return Err(AnalysisError::InvalidGraph {
+                reason: format!(
+                    "tensor `{}` needs {needed} bytes but holds {} (truncated file?)",
+                    proto.name,
+                    bytes.len()
+                ),
+            });
+        }
+    }
+    Ok(Tensor { dtype, shape, data })
+}
+
+fn attributes_from_proto(
+    node: &pb::NodeProto,
+    external: &mut ExternalData,
+) -> Result<Attributes, AnalysisError> {
+    let mut attrs = Attributes::default();
+    for attr in &node.attribute {
+        let kind = if attr.r#type != 0 {
+            attr.r#type
+        } else {
+            infer_attribute_type(attr)
+        };
+        let value = match kind {
+            attribute_type::FLOAT => Attr::Float(attr.f),
+            attribute_type::INT => Attr::Int(attr.i),
+            attribute_type::STRING => Attr::String(String::from_utf8_lossy(&attr.s).into_owned()),
+            attribute_type::TENSOR => match &attr.t {
+                Some(t) => Attr::Tensor(Arc::new(tensor_from_proto(t, external)?)),
+                None => continue,
+            },
+            attribute_type::GRAPH => match &attr.g {
+                Some(g) => Attr::Graph(Arc::new(g.clone())),
+                None => continue,
+            },
+            attribute_type::FLOATS => Attr::Floats(attr.floats.clone()),
+            attribute_type::INTS => Attr::Ints(attr.ints.clone()),
+            attribute_type::STRINGS => Attr::Strings(
+                attr.strings
+                    .iter()
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect(),
+            ),
+            attribute_type::TENSORS => Attr::Tensors(attr.tensors.len()),
+            attribute_type::GRAPHS => {
+                Attr::Graphs(attr.graphs.iter().cloned().map(Arc::new).collect())
+            }
+            // Sparse tensors and type protos are not used by any op the tool costs.
+            _ => continue,
+        };
+        attrs.0.insert(attr.name.clone(), value);
+    }
+    Ok(attrs)
+}
+
+/// Very old exporters leave `type` unset; guess it from which field is populated.
+fn infer_attribute_type(attr: &pb::AttributeProto) -> i32 {
+    if attr.t.is_some() {
+        attribute_type::TENSOR
+    } else if attr.g.is_some() {
+        attribute_type::GRAPH
+    } else if !attr.ints.is_empty() {
+        attribute_type::INTS
+    } else if !attr.floats.is_empty() {
+        attribute_type::FLOATS
+    } else if !attr.strings.is_empty() {
+        attribute_type::STRINGS
+    } else if !attr.s.is_empty() {
+        attribute_type::STRING
+    } else if attr.f != 0.0 {
+        attribute_type::FLOAT
+    } else {
+        attribute_type::INT
+    }
+}
+
+/// Number of nodes inside subgraph attributes, reported so users know what was not costed.
+pub fn subgraph_node_count(graph: &GraphProto) -> usize {
+    graph
+        .node
+        .iter()
+        .map(|n| {
+            1 + n
+                .attribute
+                .iter()
+                .map(|a| {
+                    a.g.as_ref().map(subgraph_node_count).unwrap_or(0)
+                        + a.graphs.iter().map(subgraph_node_count).sum::<usize>()
+                })
+                .sum::<usize>()
+        })
+        .sum()
+}

@@ -1,0 +1,334 @@
+//! Analysis: ONNX import, the graph IR, shape inference with constant folding, per-op cost and
+//! the roofline estimate. Pure and fast: no timing, no I/O beyond the model file it is handed.
+
+pub mod error;
+pub mod graph;
+pub mod import;
+pub mod infer;
+pub mod model;
+pub mod onnx_proto;
+pub mod ops;
+pub mod roofline;
+pub mod tensor;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+pub use error::AnalysisError;
+pub use graph::Graph;
+pub use infer::{Bindings, Diagnostic, Severity};
+pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
+pub use roofline::{estimate, Bound, Estimate, Roof};
+
+use crate::device::{DeviceProfile, MemoryLevel, Precision};
+use infer::NodeState;
+use model::{DeviceInfo, IoInfo, ModelInfo, OpTypeShare};
+use ops::{CostCtx, OpNode};
+use tensor::TensorFact;
+
+/// Options of one analysis run.
+#[derive(Clone, Debug)]
+pub struct AnalyzeOptions {
+    pub bindings: Bindings,
+    pub precision: Precision,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions {
+            bindings: Bindings::default(),
+            precision: Precision::Fp32,
+        }
+    }
+}
+
+/// Loads, infers and analyses a model file.
+pub fn analyze_file(
+    path: &Path,
+    device: &DeviceProfile,
+    options: &AnalyzeOptions,
+) -> Result<Analysis, AnalysisError> {
+    let graph = import::load_graph(path)?;
+    analyze_graph(graph, &path.display().to_string(), device, options)
+}
+
+/// Binds inputs, infers shapes and folds constants in place; returns the per-node states.
+pub fn prepare_graph(
+    graph: &mut Graph,
+    bindings: &Bindings,
+) -> Result<(Vec<graph::NodeId>, std::collections::HashMap<graph::NodeId, NodeState>, Vec<Diagnostic>), AnalysisError>
+{
+    infer::bind_inputs(graph, bindings)?;
+    infer::infer_graph(graph)
+}
+
+/// Analyses an imported graph against a device.
+pub fn analyze_graph(
+    mut graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    options: &AnalyzeOptions,
+) -> Result<Analysis, AnalysisError> {
+    let roof = Roof::of(device, options.precision).map_err(|reason| AnalysisError::InvalidGraph {
+        reason,
+    })?;
+    let (order, states, mut diagnostics) = prepare_graph(&mut graph, &options.bindings)?;
+    let mut nodes = Vec::with_capacity(order.len());
+    let mut param_values: HashSet<usize> = HashSet::new();
+    for (index, &id) in order.iter().enumerate() {
+        let node = &graph.dag[id];
+        let input_facts: Vec<Option<&TensorFact>> = node
+            .inputs
+            .iter()
+            .map(|slot| slot.map(|v| &graph.values[v].fact))
+            .collect();
+        let output_facts: Vec<&TensorFact> =
+            node.outputs.iter().map(|&v| &graph.values[v].fact).collect();
+        let input_shapes = input_facts
+            .iter()
+            .map(|f| f.map(TensorFact::shape_string).unwrap_or_else(|| "-".into()))
+            .collect();
+        let output_shapes = output_facts.iter().map(|f| f.shape_string()).collect();
+        let state = states.get(&id).cloned().unwrap_or(NodeState::Inferred);
+        let costed = match state {
+            NodeState::Folded => Err((NodeStatus::Folded, None)),
+            NodeState::Failed(reason) => Err((NodeStatus::NotCosted, Some(reason))),
+            NodeState::Inferred => match ops::lookup(&node.domain, &node.op_type) {
+                None => Err((NodeStatus::NotCosted, Some("unknown op".to_string()))),
+                Some(op) => {
+                    let ctx = CostCtx {
+                        node: OpNode {
+                            name: &node.name,
+                            op_type: &node.op_type,
+                            attrs: &node.attrs,
+                            opset: graph.opset,
+                        },
+                        inputs: input_facts.clone(),
+                        outputs: output_facts.clone(),
+                        precision: options.precision,
+                    };
+                    op.cost(&ctx).map_err(|reason| (NodeStatus::NotCosted, Some(reason)))
+                }
+            },
+        };
+        let mut record = NodeAnalysis {
+            index,
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            status: NodeStatus::Costed,
+            reason: None,
+            input_shapes,
+            output_shapes,
+            flops: 0,
+            macs: 0,
+            transcendental: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            weights_bytes: 0,
+            activation_bytes_read: 0,
+            intensity: None,
+            bound: Bound::None,
+            attainable_flops: 0.0,
+            compute_s: 0.0,
+            memory_s: 0.0,
+            predicted_s: 0.0,
+            time_share: 0.0,
+        };
+        match costed {
+            Ok(cost) => {
+                let est = estimate(&cost, &roof);
+                record.status = if cost.is_view {
+                    NodeStatus::View
+                } else {
+                    NodeStatus::Costed
+                };
+                record.flops = cost.flops;
+                record.macs = cost.macs;
+                record.transcendental = cost.transcendental;
+                record.weights_bytes = cost.bytes.weights_read;
+                record.activation_bytes_read = cost.bytes.act_read;
+                record.bytes_read = cost.bytes.weights_read + cost.bytes.act_read;
+                record.bytes_written = cost.bytes.act_written;
+                record.intensity = est.intensity;
+                record.bound = est.bound;
+                record.attainable_flops = est.attainable_flops;
+                record.compute_s = est.compute_s;
+                record.memory_s = est.memory_s;
+                record.predicted_s = est.predicted_s;
+                if !cost.is_view {
+                    for slot in node.inputs.iter().flatten() {
+                        let fact = &graph.values[*slot].fact;
+                        if fact.is_constant() && fact.dtype.is_float() {
+                            param_values.insert(*slot);
+                        }
+                    }
+                }
+            }
+            Err((status, reason)) => {
+                if status == NodeStatus::NotCosted {
+                    let reason_text = reason.clone().unwrap_or_default();
+                    let already = diagnostics
+                        .iter()
+                        .any(|d| d.node.as_deref() == Some(node.name.as_str()));
+                    if !already {
+                        diagnostics.push(Diagnostic {
+                            severity: infer::Severity::Warning,
+                            node: Some(node.name.clone()),
+                            op_type: Some(node.op_type.clone()),
+                            message: format!("not costed: {reason_text}"),
+                        });
+                    }
+                }
+                record.status = status;
+                record.reason = reason;
+            }
+        }
+        nodes.push(record);
+    }
+    let params = param_values
+        .iter()
+        .filter_map(|&v| graph.values[v].fact.element_count())
+        .sum();
+    let summary = summarize(&mut nodes, params);
+    let info = model_info(&graph, source);
+    let device_info = device_info(device, options.precision, roof);
+    Ok(Analysis {
+        schema: model::ANALYSIS_SCHEMA.to_string(),
+        schema_version: model::ANALYSIS_SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: info,
+        device: device_info,
+        precision: options.precision,
+        nodes,
+        summary,
+        diagnostics,
+    })
+}
+
+fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
+    let total_time: f64 = nodes.iter().map(|n| n.predicted_s).sum();
+    for node in nodes.iter_mut() {
+        node.time_share = if total_time > 0.0 {
+            node.predicted_s / total_time
+        } else {
+            0.0
+        };
+    }
+    let share = |bound: Bound| -> f64 {
+        if total_time <= 0.0 {
+            return 0.0;
+        }
+        nodes
+            .iter()
+            .filter(|n| n.bound == bound)
+            .map(|n| n.predicted_s)
+            .sum::<f64>()
+            / total_time
+    };
+    let count = |status: NodeStatus| nodes.iter().filter(|n| n.status == status).count();
+    let mut not_costed_ops: BTreeMap<String, usize> = BTreeMap::new();
+    for n in nodes.iter().filter(|n| n.status == NodeStatus::NotCosted) {
+        *not_costed_ops.entry(n.op_type.clone()).or_default() += 1;
+    }
+    let mut ranked: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].predicted_s > 0.0)
+        .collect();
+    ranked.sort_by(|&a, &b| nodes[b].predicted_s.total_cmp(&nodes[a].predicted_s));
+    ranked.truncate(10);
+    let mut by_type: BTreeMap<String, OpTypeShare> = BTreeMap::new();
+    for n in nodes.iter().filter(|n| n.status == NodeStatus::Costed) {
+        let entry = by_type.entry(n.op_type.clone()).or_insert(OpTypeShare {
+            op_type: n.op_type.clone(),
+            count: 0,
+            flops: 0,
+            bytes: 0,
+            predicted_s: 0.0,
+            time_share: 0.0,
+        });
+        entry.count += 1;
+        entry.flops += n.flops;
+        entry.bytes += n.bytes_read + n.bytes_written;
+        entry.predicted_s += n.predicted_s;
+        entry.time_share += n.time_share;
+    }
+    let mut by_op_type: Vec<OpTypeShare> = by_type.into_values().collect();
+    by_op_type.sort_by(|a, b| b.predicted_s.total_cmp(&a.predicted_s));
+    let flops: u64 = nodes.iter().map(|n| n.flops).sum();
+    let transcendental: u64 = nodes.iter().map(|n| n.transcendental).sum();
+    let bytes_read: u64 = nodes.iter().map(|n| n.bytes_read).sum();
+    let bytes_written: u64 = nodes.iter().map(|n| n.bytes_written).sum();
+    let total_bytes = bytes_read + bytes_written;
+    Summary {
+        flops,
+        macs: nodes.iter().map(|n| n.macs).sum(),
+        transcendental,
+        params,
+        bytes_read,
+        bytes_written,
+        weights_bytes: nodes.iter().map(|n| n.weights_bytes).sum(),
+        intensity: if total_bytes > 0 {
+            (flops + transcendental) as f64 / total_bytes as f64
+        } else {
+            0.0
+        },
+        predicted_latency_s: total_time,
+        memory_bound_share: share(Bound::Memory),
+        compute_bound_share: share(Bound::Compute),
+        overhead_bound_share: share(Bound::Overhead),
+        costed_nodes: count(NodeStatus::Costed),
+        view_nodes: count(NodeStatus::View),
+        folded_nodes: count(NodeStatus::Folded),
+        not_costed: count(NodeStatus::NotCosted),
+        not_costed_ops: not_costed_ops.into_iter().collect(),
+        hot_spots: ranked,
+        by_op_type,
+    }
+}
+
+fn io_info(graph: &Graph, values: &[usize]) -> Vec<IoInfo> {
+    values
+        .iter()
+        .map(|&v| {
+            let value = &graph.values[v];
+            IoInfo {
+                name: value.name.clone(),
+                dtype: value.fact.dtype.to_string(),
+                shape: value.fact.shape_string(),
+            }
+        })
+        .collect()
+}
+
+fn model_info(graph: &Graph, source: &str) -> ModelInfo {
+    ModelInfo {
+        source: source.to_string(),
+        graph_name: graph.name.clone(),
+        producer: graph.producer.clone(),
+        ir_version: graph.ir_version,
+        opset: graph.opset,
+        node_count: graph.node_count(),
+        inputs: io_info(graph, &graph.inputs),
+        outputs: io_info(graph, &graph.outputs),
+    }
+}
+
+fn device_info(device: &DeviceProfile, precision: Precision, roof: Roof) -> DeviceInfo {
+    DeviceInfo {
+        id: device.id.clone(),
+        name: device.name.clone(),
+        kind: device.kind,
+        source: device.source,
+        precision,
+        roof,
+        ridge_point: roof.ridge_point(),
+        compute_source: device
+            .ceiling(precision)
+            .map(|c| c.source.clone())
+            .unwrap_or_default(),
+        bandwidth_source: device
+            .memory_ceiling(MemoryLevel::Dram)
+            .map(|m| m.source.clone())
+            .unwrap_or_default(),
+        launch_overhead_source: device.launch_overhead_source.clone(),
+    }
+}

@@ -1,0 +1,143 @@
+//! The analysis result: per-node costs and estimates, totals and diagnostics. This is the serde
+//! model every report format renders (schema documented in README.md; bump
+//! `ANALYSIS_SCHEMA_VERSION` when a field changes meaning or disappears).
+
+use serde::{Deserialize, Serialize};
+
+use super::infer::Diagnostic;
+use super::roofline::{Bound, Roof};
+use crate::device::{DeviceKind, Precision, ProfileSource};
+
+pub const ANALYSIS_SCHEMA: &str = "roofline-analysis";
+pub const ANALYSIS_SCHEMA_VERSION: u32 = 1;
+
+/// What happened to one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    /// Costed and estimated.
+    Costed,
+    /// Relabels a buffer; no kernel runs.
+    View,
+    /// Evaluated ahead of time from constants (weights generators, shape arithmetic).
+    Folded,
+    /// Could not be costed; `reason` says why. Counted in `summary.not_costed`.
+    NotCosted,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeAnalysis {
+    /// Position in the topological order.
+    pub index: usize,
+    pub name: String,
+    pub op_type: String,
+    pub status: NodeStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub input_shapes: Vec<String>,
+    pub output_shapes: Vec<String>,
+    pub flops: u64,
+    pub macs: u64,
+    pub transcendental: u64,
+    /// Weights + activations read.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub weights_bytes: u64,
+    pub activation_bytes_read: u64,
+    /// FLOP per byte; `null` when the op moves no bytes.
+    pub intensity: Option<f64>,
+    pub bound: Bound,
+    pub attainable_flops: f64,
+    pub compute_s: f64,
+    pub memory_s: f64,
+    pub predicted_s: f64,
+    /// Share of the model's predicted latency.
+    pub time_share: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IoInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// File path or `builtin:NAME`.
+    pub source: String,
+    pub graph_name: String,
+    pub producer: String,
+    pub ir_version: i64,
+    pub opset: i64,
+    pub node_count: usize,
+    pub inputs: Vec<IoInfo>,
+    pub outputs: Vec<IoInfo>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub id: String,
+    pub name: String,
+    pub kind: DeviceKind,
+    pub source: ProfileSource,
+    pub precision: Precision,
+    pub roof: Roof,
+    pub ridge_point: f64,
+    /// Where the compute and bandwidth figures come from.
+    pub compute_source: String,
+    pub bandwidth_source: String,
+    pub launch_overhead_source: String,
+}
+
+/// One op type's aggregate, for the time breakdown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpTypeShare {
+    pub op_type: String,
+    pub count: usize,
+    pub flops: u64,
+    pub bytes: u64,
+    pub predicted_s: f64,
+    pub time_share: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub flops: u64,
+    pub macs: u64,
+    pub transcendental: u64,
+    /// Elements of the float constants read by the ops that run (weights and biases).
+    pub params: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub weights_bytes: u64,
+    /// Model FLOPs / model bytes.
+    pub intensity: f64,
+    pub predicted_latency_s: f64,
+    /// Shares of predicted time by bound.
+    pub memory_bound_share: f64,
+    pub compute_bound_share: f64,
+    pub overhead_bound_share: f64,
+    pub costed_nodes: usize,
+    pub view_nodes: usize,
+    pub folded_nodes: usize,
+    pub not_costed: usize,
+    /// Op types that could not be costed, with counts.
+    pub not_costed_ops: Vec<(String, usize)>,
+    /// Indices (into `nodes`) of the ten ops with the largest predicted time.
+    pub hot_spots: Vec<usize>,
+    pub by_op_type: Vec<OpTypeShare>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    pub schema: String,
+    pub schema_version: u32,
+    pub tool_version: String,
+    pub model: ModelInfo,
+    pub device: DeviceInfo,
+    pub precision: Precision,
+    pub nodes: Vec<NodeAnalysis>,
+    pub summary: Summary,
+    pub diagnostics: Vec<Diagnostic>,
+}

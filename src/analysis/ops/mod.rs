@@ -1,0 +1,300 @@
+//! Operators: for each ONNX op, shape inference (with constant evaluation where the op computes
+//! shapes) and the cost formula, together in one file per op or family.
+//!
+//! # Counting conventions (stated once, used everywhere)
+//! - One multiply-add is one MAC and two FLOPs. `flops` counts adds, multiplies, divisions,
+//!   comparisons and max/min at one FLOP each.
+//! - Transcendental evaluations (exp, log, tanh, erf, sqrt, reciprocal sqrt, pow, sin, cos) are
+//!   counted in `transcendental`, not in `flops`. The roofline charges each as one operation at
+//!   the device's peak rate (an optimistic lower bound; GPUs run them on slower special-function
+//!   units, CPUs with ~10-20 instruction polynomials).
+//! - Bytes assume each input tensor is read once and each output written once from the memory
+//!   level being modelled (DRAM): no cache reuse across ops, no re-reads inside an op.
+//! - Float tensors are counted at the analysis precision (`--precision`); integer and boolean
+//!   tensors at their own width. Inputs that are constants (initializers, `Constant` nodes and
+//!   whatever folds from them) are `weights_read`; other inputs are `act_read`.
+//! - View ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference-mode Dropout) move no
+//!   data: they cost nothing and say so (`OpCost::view`).
+
+mod conv;
+mod einsum;
+mod elementwise;
+pub(crate) mod fold;
+mod gemm;
+mod misc;
+mod movement;
+mod norm;
+mod pool;
+mod quant;
+mod reduce;
+mod shape;
+pub(crate) mod spatial;
+
+use serde::{Deserialize, Serialize};
+
+use super::graph::Attributes;
+use super::tensor::{DType, Dim, TensorFact};
+use crate::device::Precision;
+
+/// Memory traffic of one op, by category.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    pub weights_read: u64,
+    pub act_read: u64,
+    pub act_written: u64,
+}
+
+impl Traffic {
+    pub fn total(&self) -> u64 {
+        self.weights_read + self.act_read + self.act_written
+    }
+
+    pub fn add(&mut self, other: &Traffic) {
+        self.weights_read += other.weights_read;
+        self.act_read += other.act_read;
+        self.act_written += other.act_written;
+    }
+}
+
+/// Work and traffic of one op at one precision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCost {
+    pub flops: u64,
+    pub macs: u64,
+    pub transcendental: u64,
+    pub bytes: Traffic,
+    /// True for ops that only relabel a buffer (no kernel runs).
+    #[serde(default)]
+    pub is_view: bool,
+}
+
+impl OpCost {
+    pub fn view() -> OpCost {
+        OpCost {
+            is_view: true,
+            ..OpCost::default()
+        }
+    }
+}
+
+/// The node being inferred or costed, as the op sees it.
+pub struct OpNode<'a> {
+    pub name: &'a str,
+    pub op_type: &'a str,
+    pub attrs: &'a Attributes,
+    /// Version of the default opset the model imports.
+    pub opset: i64,
+}
+
+/// Inputs to shape inference. `inputs[i]` is `None` for an omitted optional input.
+pub struct InferCtx<'a> {
+    pub node: OpNode<'a>,
+    pub inputs: Vec<Option<&'a TensorFact>>,
+    pub output_count: usize,
+}
+
+/// Inputs to costing: the facts inference produced.
+pub struct CostCtx<'a> {
+    pub node: OpNode<'a>,
+    pub inputs: Vec<Option<&'a TensorFact>>,
+    pub outputs: Vec<&'a TensorFact>,
+    pub precision: Precision,
+}
+
+/// Why an op could not be inferred or costed; wrapped with the node's name by the caller.
+pub type OpResult<T> = Result<T, String>;
+
+/// Shape inference and cost of one ONNX operator (or family).
+pub trait OpDef: Sync {
+    /// Output facts. Ops that compute shapes return constant facts when their inputs are
+    /// constant, which is how shape subgraphs fold.
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>>;
+
+    /// Work and traffic.
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost>;
+}
+
+impl<'a> InferCtx<'a> {
+    pub fn input(&self, index: usize) -> OpResult<&'a TensorFact> {
+        self.inputs
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("missing input #{index}"))
+    }
+
+    pub fn opt_input(&self, index: usize) -> Option<&'a TensorFact> {
+        self.inputs.get(index).copied().flatten()
+    }
+
+    pub fn input_shape(&self, index: usize) -> OpResult<&'a [Dim]> {
+        self.input(index)?
+            .shape
+            .as_deref()
+            .ok_or_else(|| format!("rank of input #{index} is unknown"))
+    }
+
+    /// A constant integer input (shape, axes, pads...).
+    pub fn const_ints(&self, index: usize) -> OpResult<Option<Vec<i64>>> {
+        match self.opt_input(index) {
+            None => Ok(None),
+            Some(fact) => match &fact.konst {
+                Some(tensor) => tensor
+                    .to_i64_vec()
+                    .map(Some)
+                    .ok_or_else(|| format!("input #{index} is constant but not readable")),
+                None => Err(format!(
+                    "input #{index} is computed at run time; its value is needed to infer the output shape"
+                )),
+            },
+        }
+    }
+
+    pub fn attrs(&self) -> &'a Attributes {
+        self.node.attrs
+    }
+}
+
+impl CostCtx<'_> {
+    /// Bytes of a tensor at the analysis precision.
+    pub fn bytes_of(&self, fact: &TensorFact) -> OpResult<u64> {
+        let count = fact
+            .element_count()
+            .ok_or_else(|| format!("shape {} is not fully known", fact.shape_string()))?;
+        Ok(count.saturating_mul(self.element_bytes(fact.dtype)))
+    }
+
+    pub fn element_bytes(&self, dtype: DType) -> u64 {
+        if dtype.is_float() {
+            self.precision.bytes_per_element()
+        } else {
+            dtype.size_bytes()
+        }
+    }
+
+    /// Every input read once (constants as weights), every output written once.
+    pub fn default_traffic(&self) -> OpResult<Traffic> {
+        let mut traffic = Traffic::default();
+        for fact in self.inputs.iter().flatten() {
+            let bytes = self.bytes_of(fact)?;
+            if fact.is_constant() {
+                traffic.weights_read += bytes;
+            } else {
+                traffic.act_read += bytes;
+            }
+        }
+        for fact in &self.outputs {
+            traffic.act_written += self.bytes_of(fact)?;
+        }
+        Ok(traffic)
+    }
+
+    pub fn input(&self, index: usize) -> OpResult<&TensorFact> {
+        self.inputs
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("missing input #{index}"))
+    }
+
+    pub fn input_dims(&self, index: usize) -> OpResult<Vec<u64>> {
+        let fact = self.input(index)?;
+        fact.concrete_shape()
+            .ok_or_else(|| format!("input #{index} shape {} is not fully known", fact.shape_string()))
+    }
+
+    pub fn output_dims(&self, index: usize) -> OpResult<Vec<u64>> {
+        let fact = self
+            .outputs
+            .get(index)
+            .ok_or_else(|| format!("missing output #{index}"))?;
+        fact.concrete_shape().ok_or_else(|| {
+            format!("output #{index} shape {} is not fully known", fact.shape_string())
+        })
+    }
+
+    pub fn output_elements(&self, index: usize) -> OpResult<u64> {
+        Ok(self.output_dims(index)?.iter().product())
+    }
+
+    pub fn attrs(&self) -> &Attributes {
+        self.node.attrs
+    }
+}
+
+/// The op definition for an ONNX op type in the default domain, or `None` if unsupported.
+pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
+    if !(domain.is_empty() || domain == "ai.onnx") {
+        return None;
+    }
+    elementwise::lookup(op_type)
+        .or_else(|| conv::lookup(op_type))
+        .or_else(|| gemm::lookup(op_type))
+        .or_else(|| einsum::lookup(op_type))
+        .or_else(|| norm::lookup(op_type))
+        .or_else(|| pool::lookup(op_type))
+        .or_else(|| reduce::lookup(op_type))
+        .or_else(|| shape::lookup(op_type))
+        .or_else(|| movement::lookup(op_type))
+        .or_else(|| quant::lookup(op_type))
+        .or_else(|| misc::lookup(op_type))
+}
+
+/// Ops whose outputs are random even with constant inputs: never folded.
+pub fn is_nondeterministic(op_type: &str) -> bool {
+    matches!(
+        op_type,
+        "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Multinomial" | "Bernoulli"
+    )
+}
+
+/// Normalises a possibly negative axis against a rank.
+pub fn normalize_axis(axis: i64, rank: usize) -> OpResult<usize> {
+    let rank_i = rank as i64;
+    let adjusted = if axis < 0 { axis + rank_i } else { axis };
+    if adjusted < 0 || adjusted >= rank_i.max(1) {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(adjusted as usize)
+}
+
+/// Numpy-style broadcast of several shapes.
+pub fn broadcast_shapes(shapes: &[&[Dim]]) -> OpResult<Vec<Dim>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(rank);
+    for axis in 0..rank {
+        let mut result: Option<Dim> = None;
+        for shape in shapes {
+            let offset = rank - shape.len();
+            if axis < offset {
+                continue;
+            }
+            let dim = &shape[axis - offset];
+            result = Some(match (result, dim) {
+                (None, d) => d.clone(),
+                (Some(Dim::Known(1)), d) => d.clone(),
+                (Some(r), Dim::Known(1)) => r,
+                (Some(Dim::Known(a)), Dim::Known(b)) if a == *b => Dim::Known(a),
+                (Some(Dim::Known(a)), Dim::Known(b)) => {
+                    return Err(format!("cannot broadcast dims {a} and {b}"))
+                }
+                // A symbol against a number > 1: the number must be what the symbol stands for.
+                (Some(Dim::Known(a)), Dim::Sym(_)) => Dim::Known(a),
+                (Some(Dim::Sym(_)), Dim::Known(b)) => Dim::Known(*b),
+                (Some(Dim::Sym(a)), Dim::Sym(_)) => Dim::Sym(a),
+            });
+        }
+        out.push(result.unwrap_or(Dim::Known(1)));
+    }
+    Ok(out)
+}
+
+/// Product of known dims, with overflow detection.
+pub fn checked_volume(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Converts known dims to a fact shape.
+pub fn known_dims(dims: &[u64]) -> Vec<Dim> {
+    dims.iter().map(|&d| Dim::Known(d)).collect()
+}

@@ -1,0 +1,500 @@
+//! Shape-computing and view ops: Shape (opset 15 start/end), Size, Constant, ConstantOfShape,
+//! Range, Reshape (allowzero), Flatten, Squeeze/Unsqueeze (axes as attribute before 13, input
+//! from 13), Identity, Dropout (inference), Cast/CastLike, NonZero.
+//!
+//! These ops evaluate on constant inputs, which is how Shape → Gather → Concat → Reshape chains
+//! fold into known shapes. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) cost
+//! nothing: no data moves. Cast reads and writes every element (1 FLOP each for the convert);
+//! Range and ConstantOfShape write their output; NonZero reads its input once.
+
+use super::fold::{reshape, tensor_from_f64};
+use super::{normalize_axis, CostCtx, InferCtx, OpCost, OpDef, OpResult};
+use crate::analysis::graph::Attr;
+use crate::analysis::tensor::{DType, Dim, Tensor, TensorData, TensorFact};
+
+struct ShapeOp;
+struct Size;
+struct Constant;
+struct ConstantOfShape;
+struct Range;
+struct Reshape;
+struct Flatten;
+struct Squeeze;
+struct Unsqueeze;
+struct Passthrough;
+struct Cast;
+struct NonZero;
+
+pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
+    Some(match op_type {
+        "Shape" => &ShapeOp,
+        "Size" => &Size,
+        "Constant" => &Constant,
+        "ConstantOfShape" => &ConstantOfShape,
+        "Range" => &Range,
+        "Reshape" => &Reshape,
+        "Flatten" => &Flatten,
+        "Squeeze" => &Squeeze,
+        "Unsqueeze" => &Unsqueeze,
+        "Identity" | "Dropout" => &Passthrough,
+        "Cast" | "CastLike" => &Cast,
+        "NonZero" => &NonZero,
+        _ => return None,
+    })
+}
+
+/// Writes-only cost (the op produces its output from nothing but small parameters).
+fn write_only(ctx: &CostCtx) -> OpResult<OpCost> {
+    let mut cost = OpCost::default();
+    for fact in &ctx.outputs {
+        cost.bytes.act_written += ctx.bytes_of(fact)?;
+    }
+    Ok(cost)
+}
+
+impl OpDef for ShapeOp {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let shape = ctx.input_shape(0)?;
+        let rank = shape.len() as i64;
+        let clamp = |v: i64| -> usize { (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize };
+        let start = clamp(ctx.attrs().int_or("start", 0));
+        let end = clamp(ctx.attrs().int_or("end", rank));
+        let dims = &shape[start..end.max(start)];
+        let values: Option<Vec<i64>> = dims.iter().map(|d| d.known().map(|v| v as i64)).collect();
+        Ok(vec![match values {
+            Some(values) => TensorFact::constant(Tensor::from_i64(vec![dims.len() as u64], values)),
+            None => TensorFact::known(DType::I64, &[dims.len() as u64]),
+        }])
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Size {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        Ok(vec![match ctx.input(0)?.element_count() {
+            Some(count) => TensorFact::constant(Tensor::scalar_i64(count as i64)),
+            None => TensorFact::known(DType::I64, &[]),
+        }])
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Constant {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let attrs = ctx.attrs();
+        let tensor = if let Some(t) = attrs.tensor("value") {
+            (**t).clone()
+        } else if let Some(Attr::Float(v)) = attrs.get("value_float") {
+            tensor_from_f64(DType::F32, vec![], vec![*v as f64])
+        } else if let Some(v) = attrs.floats("value_floats") {
+            tensor_from_f64(
+                DType::F32,
+                vec![v.len() as u64],
+                v.iter().map(|&x| x as f64).collect(),
+            )
+        } else if let Some(Attr::Int(v)) = attrs.get("value_int") {
+            Tensor::scalar_i64(*v)
+        } else if let Some(v) = attrs.ints("value_ints") {
+            Tensor::from_i64(vec![v.len() as u64], v.to_vec())
+        } else if let Some(Attr::String(_)) = attrs.get("value_string") {
+            Tensor {
+                dtype: DType::String,
+                shape: vec![],
+                data: TensorData::Strings(1),
+            }
+        } else if let Some(Attr::Strings(v)) = attrs.get("value_strings") {
+            Tensor {
+                dtype: DType::String,
+                shape: vec![v.len() as u64],
+                data: TensorData::Strings(v.len()),
+            }
+        } else {
+            return Err("Constant without a supported value attribute".into());
+        };
+        Ok(vec![TensorFact::constant(tensor)])
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for ConstantOfShape {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let (dtype, value) = match ctx.attrs().tensor("value") {
+            Some(t) => (
+                t.dtype,
+                t.to_f64_vec().and_then(|v| v.first().copied()).unwrap_or(0.0),
+            ),
+            None => (DType::F32, 0.0),
+        };
+        match ctx.const_ints(0) {
+            Ok(Some(dims)) => {
+                if dims.iter().any(|&d| d < 0) {
+                    return Err(format!("negative dim in shape {dims:?}"));
+                }
+                let shape: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+                Ok(vec![TensorFact::constant(Tensor {
+                    dtype,
+                    shape,
+                    data: TensorData::Splat(value),
+                })])
+            }
+            _ => {
+                // Shape computed at run time: rank is the length of the shape vector.
+                let rank = ctx
+                    .input_shape(0)?
+                    .first()
+                    .and_then(Dim::known)
+                    .ok_or("rank of the shape input is unknown")?;
+                let shape = (0..rank)
+                    .map(|i| Dim::Sym(format!("{}_d{i}", ctx.node.name)))
+                    .collect();
+                Ok(vec![TensorFact::new(dtype, shape)])
+            }
+        }
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        write_only(ctx)
+    }
+}
+
+impl OpDef for Range {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let dtype = ctx.input(0)?.dtype;
+        let scalar = |i: usize| -> Option<f64> {
+            ctx.opt_input(i)?
+                .konst
+                .as_ref()?
+                .to_f64_vec()?
+                .first()
+                .copied()
+        };
+        match (scalar(0), scalar(1), scalar(2)) {
+            (Some(start), Some(limit), Some(delta)) => {
+                if delta == 0.0 {
+                    return Err("Range delta is zero".into());
+                }
+                let count = ((limit - start) / delta).ceil().max(0.0) as u64;
+                if count > crate::analysis::tensor::MAX_MATERIALISED_ELEMENTS {
+                    return Ok(vec![TensorFact::known(dtype, &[count])]);
+                }
+                let values = (0..count).map(|i| start + i as f64 * delta).collect();
+                Ok(vec![TensorFact::constant(tensor_from_f64(
+                    dtype,
+                    vec![count],
+                    values,
+                ))])
+            }
+            _ => Ok(vec![TensorFact::new(
+                dtype,
+                vec![Dim::Sym(format!("{}_len", ctx.node.name))],
+            )]),
+        }
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let mut cost = write_only(ctx)?;
+        cost.flops = ctx.output_elements(0)?;
+        Ok(cost)
+    }
+}
+
+/// Applies a Reshape target to an input shape (0 = copy unless `allowzero`, -1 = infer).
+pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResult<Vec<Dim>> {
+    let mut out: Vec<Dim> = Vec::with_capacity(target.len());
+    let mut infer_at = None;
+    for (axis, &t) in target.iter().enumerate() {
+        match t {
+            -1 => {
+                if infer_at.replace(axis).is_some() {
+                    return Err(format!("more than one -1 in reshape target {target:?}"));
+                }
+                out.push(Dim::Known(1));
+            }
+            0 if !allow_zero => out.push(
+                input
+                    .get(axis)
+                    .cloned()
+                    .ok_or_else(|| format!("target {target:?} copies dim {axis} past the input rank"))?,
+            ),
+            t if t >= 0 => out.push(Dim::Known(t as u64)),
+            t => return Err(format!("invalid dim {t} in reshape target")),
+        }
+    }
+    let input_known: Option<Vec<u64>> = input.iter().map(Dim::known).collect();
+    if let Some(axis) = infer_at {
+        let Some(input_known) = input_known else {
+            // Symbolic input: the inferred dim is the one symbol left over, if exactly one.
+            let syms: Vec<&Dim> = input.iter().filter(|d| d.known().is_none()).collect();
+            out[axis] = match syms.as_slice() {
+                [single] => (*single).clone(),
+                _ => return Err("cannot infer -1 from a symbolic input shape".into()),
+            };
+            return Ok(out);
+        };
+        let total: u64 = input_known.iter().product();
+        let rest: u64 = out
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != axis)
+            .map(|(_, d)| d.known().unwrap_or(1))
+            .product();
+        if rest == 0 || total % rest != 0 {
+            return Err(format!(
+                "cannot reshape {} elements into {target:?}",
+                total
+            ));
+        }
+        out[axis] = Dim::Known(total / rest);
+    } else if let Some(input_known) = input_known {
+        let total: u64 = input_known.iter().product();
+        let target_total: Option<u64> = out.iter().map(Dim::known).product();
+        if target_total.is_some_and(|t| t != total) {
+            return Err(format!(
+                "cannot reshape {total} elements into {}",
+                super::super::tensor::shape_to_string(&out)
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn view_of(ctx: &InferCtx, shape: Vec<Dim>) -> OpResult<Vec<TensorFact>> {
+    let x = ctx.input(0)?;
+    if let (Some(konst), Some(dims)) = (&x.konst, shape.iter().map(Dim::known).collect::<Option<Vec<u64>>>()) {
+        return Ok(vec![TensorFact::constant(reshape(konst, dims))]);
+    }
+    Ok(vec![TensorFact::new(x.dtype, shape)])
+}
+
+impl OpDef for Reshape {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let input = ctx.input_shape(0)?;
+        let target = match ctx.const_ints(1)? {
+            Some(target) => target,
+            None => ctx
+                .attrs()
+                .ints("shape")
+                .map(<[i64]>::to_vec)
+                .ok_or("no target shape")?,
+        };
+        let allow_zero = ctx.attrs().int_or("allowzero", 0) != 0;
+        let shape = reshape_target(input, &target, allow_zero)?;
+        view_of(ctx, shape)
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Flatten {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let input = ctx.input_shape(0)?;
+        let rank = input.len();
+        let axis = ctx.attrs().int_or("axis", 1);
+        let axis = if axis < 0 { axis + rank as i64 } else { axis };
+        if axis < 0 || axis > rank as i64 {
+            return Err(format!("axis {axis} out of range for rank {rank}"));
+        }
+        let product = |dims: &[Dim]| -> Dim {
+            dims.iter()
+                .map(Dim::known)
+                .product::<Option<u64>>()
+                .map(Dim::Known)
+                .unwrap_or_else(|| Dim::Sym(format!("{}_flat", ctx.node.name)))
+        };
+        let axis = axis as usize;
+        view_of(ctx, vec![product(&input[..axis]), product(&input[axis..])])
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+fn axes_input_or_attr(ctx: &InferCtx) -> OpResult<Option<Vec<i64>>> {
+    if ctx.node.opset >= 13 && ctx.opt_input(1).is_some() {
+        return ctx.const_ints(1);
+    }
+    Ok(ctx.attrs().ints("axes").map(<[i64]>::to_vec))
+}
+
+impl OpDef for Squeeze {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let input = ctx.input_shape(0)?;
+        let shape = match axes_input_or_attr(ctx)? {
+            Some(axes) if !axes.is_empty() => {
+                let axes: Vec<usize> = axes
+                    .iter()
+                    .map(|&a| normalize_axis(a, input.len()))
+                    .collect::<OpResult<_>>()?;
+                for &axis in &axes {
+                    if let Dim::Known(d) = input[axis] {
+                        if d != 1 {
+                            return Err(format!("cannot squeeze axis {axis} of size {d}"));
+                        }
+                    }
+                }
+                input
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, d)| d.clone())
+                    .collect()
+            }
+            _ => input
+                .iter()
+                .filter(|d| **d != Dim::Known(1))
+                .cloned()
+                .collect(),
+        };
+        view_of(ctx, shape)
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Unsqueeze {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let input = ctx.input_shape(0)?;
+        let axes = axes_input_or_attr(ctx)?.ok_or("no axes")?;
+        let rank = input.len() + axes.len();
+        let mut axes: Vec<usize> = axes
+            .iter()
+            .map(|&a| normalize_axis(a, rank))
+            .collect::<OpResult<_>>()?;
+        axes.sort_unstable();
+        let mut rest = input.iter();
+        let shape = (0..rank)
+            .map(|i| {
+                if axes.contains(&i) {
+                    Ok(Dim::Known(1))
+                } else {
+                    rest.next().cloned().ok_or("too many axes".to_string())
+                }
+            })
+            .collect::<OpResult<Vec<_>>>()?;
+        view_of(ctx, shape)
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Passthrough {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let mut outputs = vec![x.clone()];
+        if ctx.output_count > 1 {
+            // Dropout's mask.
+            outputs.push(TensorFact {
+                dtype: DType::Bool,
+                shape: x.shape.clone(),
+                konst: None,
+            });
+        }
+        Ok(outputs)
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for Cast {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let to = if ctx.node.op_type == "CastLike" {
+            ctx.input(1)?.dtype
+        } else {
+            let code = ctx.attrs().int("to").ok_or("missing `to` attribute")?;
+            DType::from_onnx(code as i32).ok_or_else(|| format!("unknown target type {code}"))?
+        };
+        if let (Some(konst), Some(dims)) = (&x.konst, x.concrete_shape()) {
+            if let Some(values) = konst.to_f64_vec() {
+                let converted = values
+                    .iter()
+                    .map(|&v| if to.is_float() { v } else { v.trunc() })
+                    .collect();
+                return Ok(vec![TensorFact::constant(tensor_from_f64(to, dims, converted))]);
+            }
+            if let crate::analysis::tensor::TensorData::Splat(v) = konst.data {
+                return Ok(vec![TensorFact::constant(Tensor {
+                    dtype: to,
+                    shape: dims,
+                    data: TensorData::Splat(v),
+                })]);
+            }
+        }
+        Ok(vec![TensorFact {
+            dtype: to,
+            shape: x.shape.clone(),
+            konst: None,
+        }])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost {
+            flops: ctx.output_elements(0)?,
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
+impl OpDef for NonZero {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let rank = ctx.input_shape(0)?.len() as u64;
+        Ok(vec![TensorFact::new(
+            DType::I64,
+            vec![
+                Dim::Known(rank),
+                Dim::Sym(format!("{}_count", ctx.node.name)),
+            ],
+        )])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        // The output size depends on the data: only the read is costed, and the op says so
+        // through its symbolic output (its consumers are reported as not costed).
+        let mut cost = OpCost::default();
+        cost.bytes.act_read = ctx.bytes_of(ctx.input(0)?)?;
+        cost.flops = ctx.input(0)?.element_count().unwrap_or(0);
+        Ok(cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::known_dims;
+    use super::*;
+
+    fn k(dims: &[u64]) -> Vec<Dim> {
+        known_dims(dims)
+    }
+
+    #[test]
+    fn reshape_handles_zero_and_minus_one() {
+        assert_eq!(
+            reshape_target(&k(&[2, 3, 4]), &[0, -1], false).unwrap(),
+            k(&[2, 12])
+        );
+        assert!(reshape_target(&k(&[2, 3, 4]), &[5, -1], false).is_err());
+        assert_eq!(
+            reshape_target(&k(&[2, 3, 4]), &[0, 0, 2, 2], false).unwrap(),
+            k(&[2, 3, 2, 2])
+        );
+    }
+}

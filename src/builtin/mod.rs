@@ -1,0 +1,321 @@
+//! Built-in models: standard architectures built in code (shapes exact, weights random), so the
+//! first README command needs no download and tests need no binary fixtures.
+//!
+//! - `mobilenetv2`: torchvision MobileNetV2 (width 1.0, 224², 1000 classes), BN unfused.
+//! - `resnet50`: torchvision ResNet-50 v1.5 (stride on the 3×3 conv), BN unfused.
+//! - `vgg16`: torchvision VGG-16 without BN.
+//! - `bert-base`: BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072, erf-GELU),
+//!   word and position embeddings, no attention mask, symbolic batch and sequence length.
+//! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
+
+mod builder;
+
+pub use builder::{ConvSpec, GraphBuilder, SigDim, WeightFill, BUILTIN_OPSET};
+
+use crate::analysis::infer::Bindings;
+use crate::analysis::onnx_proto::ModelProto;
+use crate::analysis::AnalysisError;
+
+/// One built-in model.
+pub struct BuiltinModel {
+    pub name: &'static str,
+    pub description: &'static str,
+    build: fn(WeightFill) -> ModelProto,
+    /// Dims bound when the user gives none.
+    pub default_bindings: fn() -> Bindings,
+}
+
+impl BuiltinModel {
+    pub fn build(&self, fill: WeightFill) -> ModelProto {
+        (self.build)(fill)
+    }
+}
+
+fn batch_one() -> Bindings {
+    Bindings {
+        inputs: Vec::new(),
+        batch: Some(1),
+    }
+}
+
+fn bert_defaults() -> Bindings {
+    Bindings {
+        inputs: vec![("input_ids".to_string(), vec![1, 128])],
+        batch: None,
+    }
+}
+
+pub const MODELS: &[BuiltinModel] = &[
+    BuiltinModel {
+        name: "mobilenetv2",
+        description: "MobileNetV2 1.0, 224x224 (torchvision architecture)",
+        build: mobilenetv2,
+        default_bindings: batch_one,
+    },
+    BuiltinModel {
+        name: "resnet50",
+        description: "ResNet-50 v1.5, 224x224 (torchvision architecture)",
+        build: resnet50,
+        default_bindings: batch_one,
+    },
+    BuiltinModel {
+        name: "vgg16",
+        description: "VGG-16, 224x224 (torchvision architecture, no BN)",
+        build: vgg16,
+        default_bindings: batch_one,
+    },
+    BuiltinModel {
+        name: "bert-base",
+        description: "BERT-base encoder, 12 layers, hidden 768, sequence 128 by default",
+        build: bert_base,
+        default_bindings: bert_defaults,
+    },
+    BuiltinModel {
+        name: "tinycnn",
+        description: "Five-layer CNN on 1x3x32x32 for tests",
+        build: tinycnn,
+        default_bindings: batch_one,
+    },
+];
+
+/// Finds a built-in by name (`builtin:` prefix optional, case-insensitive).
+pub fn find(name: &str) -> Result<&'static BuiltinModel, AnalysisError> {
+    let wanted = name.strip_prefix("builtin:").unwrap_or(name).to_ascii_lowercase();
+    let wanted = wanted.replace('_', "-");
+    MODELS
+        .iter()
+        .find(|m| m.name == wanted || m.name.replace('-', "") == wanted.replace('-', ""))
+        .ok_or_else(|| AnalysisError::UnknownBuiltin {
+            name: name.to_string(),
+            available: MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", "),
+        })
+}
+
+const FLOAT: i32 = 1;
+const INT64: i32 = 7;
+
+fn image_input(b: &mut GraphBuilder, size: i64) -> String {
+    b.input(
+        "input",
+        FLOAT,
+        &[SigDim::Named("batch"), SigDim::Fixed(3), SigDim::Fixed(size), SigDim::Fixed(size)],
+    )
+}
+
+fn classifier_output(b: &mut GraphBuilder, logits: &str) {
+    b.output(logits, FLOAT, &[SigDim::Named("batch"), SigDim::Fixed(1000)]);
+}
+
+fn conv_bn(b: &mut GraphBuilder, x: &str, in_c: i64, spec: ConvSpec) -> String {
+    let y = b.conv(x, in_c, spec);
+    b.batch_norm(&y, spec.out_channels)
+}
+
+fn mobilenetv2(fill: WeightFill) -> ModelProto {
+    let mut b = GraphBuilder::new(fill);
+    let x = image_input(&mut b, 224);
+    let y = conv_bn(&mut b, &x, 3, ConvSpec::new(32, 3, 2));
+    let mut y = b.relu6(&y);
+    let mut channels = 32;
+    // (expansion t, output channels c, repeats n, first stride s), from the MobileNetV2 paper.
+    let settings = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ];
+    for (t, c, n, s) in settings {
+        for i in 0..n {
+            let stride = if i == 0 { s } else { 1 };
+            let hidden = channels * t;
+            let mut h = y.clone();
+            if t != 1 {
+                h = conv_bn(&mut b, &h, channels, ConvSpec::new(hidden, 1, 1));
+                h = b.relu6(&h);
+            }
+            let dw = ConvSpec {
+                group: hidden,
+                ..ConvSpec::new(hidden, 3, stride)
+            };
+            h = conv_bn(&mut b, &h, hidden, dw);
+            h = b.relu6(&h);
+            h = conv_bn(&mut b, &h, hidden, ConvSpec::new(c, 1, 1));
+            y = if stride == 1 && channels == c {
+                b.add(&y, &h)
+            } else {
+                h
+            };
+            channels = c;
+        }
+    }
+    let y = conv_bn(&mut b, &y, channels, ConvSpec::new(1280, 1, 1));
+    let y = b.relu6(&y);
+    let y = b.global_avg_pool(&y);
+    let y = b.flatten(&y);
+    let logits = b.gemm(&y, 1280, 1000);
+    classifier_output(&mut b, &logits);
+    b.finish("mobilenetv2")
+}
+
+fn resnet50(fill: WeightFill) -> ModelProto {
+    let mut b = GraphBuilder::new(fill);
+    let x = image_input(&mut b, 224);
+    let y = conv_bn(&mut b, &x, 3, ConvSpec::new(64, 7, 2));
+    let y = b.relu(&y);
+    let mut y = b.max_pool(&y, 3, 2, 1);
+    let mut channels = 64;
+    for (stage, (width, blocks)) in [(64, 3), (128, 4), (256, 6), (512, 3)].into_iter().enumerate() {
+        for block in 0..blocks {
+            let stride = if block == 0 && stage > 0 { 2 } else { 1 };
+            let out = width * 4;
+            let h = conv_bn(&mut b, &y, channels, ConvSpec::new(width, 1, 1));
+            let h = b.relu(&h);
+            let h = conv_bn(&mut b, &h, width, ConvSpec::new(width, 3, stride));
+            let h = b.relu(&h);
+            let h = conv_bn(&mut b, &h, width, ConvSpec::new(out, 1, 1));
+            let shortcut = if block == 0 {
+                conv_bn(&mut b, &y, channels, ConvSpec::new(out, 1, stride))
+            } else {
+                y.clone()
+            };
+            let sum = b.add(&h, &shortcut);
+            y = b.relu(&sum);
+            channels = out;
+        }
+    }
+    let y = b.global_avg_pool(&y);
+    let y = b.flatten(&y);
+    let logits = b.gemm(&y, 2048, 1000);
+    classifier_output(&mut b, &logits);
+    b.finish("resnet50")
+}
+
+fn vgg16(fill: WeightFill) -> ModelProto {
+    let mut b = GraphBuilder::new(fill);
+    let x = image_input(&mut b, 224);
+    let mut y = x;
+    let mut channels = 3;
+    let cfg: [i64; 18] = [
+        64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0,
+    ];
+    for c in cfg {
+        if c == 0 {
+            y = b.max_pool(&y, 2, 2, 0);
+        } else {
+            let conv = b.conv(
+                &y,
+                channels,
+                ConvSpec {
+                    bias: true,
+                    ..ConvSpec::new(c, 3, 1)
+                },
+            );
+            y = b.relu(&conv);
+            channels = c;
+        }
+    }
+    let y = b.flatten(&y);
+    let y = b.gemm(&y, 512 * 7 * 7, 4096);
+    let y = b.relu(&y);
+    let y = b.gemm(&y, 4096, 4096);
+    let y = b.relu(&y);
+    let logits = b.gemm(&y, 4096, 1000);
+    classifier_output(&mut b, &logits);
+    b.finish("vgg16")
+}
+
+fn bert_base(fill: WeightFill) -> ModelProto {
+    const HIDDEN: i64 = 768;
+    const HEADS: i64 = 12;
+    const HEAD_DIM: i64 = HIDDEN / HEADS;
+    const FFN: i64 = 3072;
+    const LAYERS: usize = 12;
+    const VOCAB: i64 = 30522;
+    const MAX_POSITIONS: i64 = 512;
+    let mut b = GraphBuilder::new(fill);
+    let ids = b.input(
+        "input_ids",
+        INT64,
+        &[SigDim::Named("batch"), SigDim::Named("sequence")],
+    );
+    let word_table = b.weight("word_embeddings", &[VOCAB, HIDDEN], HIDDEN);
+    let words = b.node("Gather", &[&word_table, &ids], vec![]);
+    // Position embeddings for the first `sequence` positions: a shape-computing subgraph
+    // (Shape → Gather → Unsqueeze → Slice) that constant folding resolves once dims are bound.
+    let position_table = b.weight("position_embeddings", &[MAX_POSITIONS, HIDDEN], HIDDEN);
+    let shape = b.node("Shape", &[&ids], vec![]);
+    let one = b.int64_const("one", &[1]);
+    let zero = b.int64_const("zero", &[0]);
+    let seq_len = b.node("Gather", &[&shape, &one], vec![]);
+    let positions = b.node("Slice", &[&position_table, &zero, &seq_len, &zero], vec![]);
+    let type_row = b.jitter("token_type_embedding", &[HIDDEN], 0.0, 0.02);
+    let x = b.add(&words, &positions);
+    let x = b.add(&x, &type_row);
+    let mut x = b.layer_norm(&x, HIDDEN);
+    let scale = b.scalar_const("attention_scale", 1.0 / (HEAD_DIM as f32).sqrt());
+    let half = b.scalar_const("half", 0.5);
+    let one_f = b.scalar_const("one_f", 1.0);
+    let sqrt2 = b.scalar_const("sqrt2", std::f32::consts::SQRT_2);
+    for _ in 0..LAYERS {
+        let heads = |b: &mut GraphBuilder, t: &str, perm: &[i64]| {
+            let r = b.reshape(t, &[0, 0, HEADS, HEAD_DIM]);
+            b.transpose(&r, perm)
+        };
+        let q = b.linear(&x, HIDDEN, HIDDEN);
+        let k = b.linear(&x, HIDDEN, HIDDEN);
+        let v = b.linear(&x, HIDDEN, HIDDEN);
+        let q = heads(&mut b, &q, &[0, 2, 1, 3]);
+        let k = heads(&mut b, &k, &[0, 2, 3, 1]);
+        let v = heads(&mut b, &v, &[0, 2, 1, 3]);
+        let scores = b.node("MatMul", &[&q, &k], vec![]);
+        let scores = b.node("Mul", &[&scores, &scale], vec![]);
+        let probs = b.softmax(&scores, -1);
+        let context = b.node("MatMul", &[&probs, &v], vec![]);
+        let context = b.transpose(&context, &[0, 2, 1, 3]);
+        let context = b.reshape(&context, &[0, 0, HIDDEN]);
+        let attn = b.linear(&context, HIDDEN, HIDDEN);
+        let sum = b.add(&attn, &x);
+        let h = b.layer_norm(&sum, HIDDEN);
+        let up = b.linear(&h, HIDDEN, FFN);
+        // GELU, erf form: 0.5 · x · (1 + erf(x / √2)).
+        let scaled = b.node("Div", &[&up, &sqrt2], vec![]);
+        let erf = b.node("Erf", &[&scaled], vec![]);
+        let shifted = b.add(&erf, &one_f);
+        let gated = b.node("Mul", &[&up, &shifted], vec![]);
+        let gelu = b.node("Mul", &[&gated, &half], vec![]);
+        let down = b.linear(&gelu, FFN, HIDDEN);
+        let sum = b.add(&down, &h);
+        x = b.layer_norm(&sum, HIDDEN);
+    }
+    b.output(
+        &x,
+        FLOAT,
+        &[SigDim::Named("batch"), SigDim::Named("sequence"), SigDim::Fixed(HIDDEN)],
+    );
+    b.finish("bert_base")
+}
+
+fn tinycnn(fill: WeightFill) -> ModelProto {
+    let mut b = GraphBuilder::new(fill);
+    let x = image_input(&mut b, 32);
+    let y = b.conv(
+        &x,
+        3,
+        ConvSpec {
+            bias: true,
+            ..ConvSpec::new(16, 3, 1)
+        },
+    );
+    let y = b.relu(&y);
+    let y = b.max_pool(&y, 2, 2, 0);
+    let y = conv_bn(&mut b, &y, 16, ConvSpec::new(32, 3, 1));
+    let y = b.relu(&y);
+    let y = b.global_avg_pool(&y);
+    let y = b.flatten(&y);
+    let logits = b.gemm(&y, 32, 1000);
+    classifier_output(&mut b, &logits);
+    b.finish("tinycnn")
+}

@@ -1,0 +1,232 @@
+//! `DeviceProfile`: the ceilings of one device. Catalogue entries, probed profiles and
+//! user-supplied JSON files all use this one format (schema documented in README.md).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::Precision;
+
+/// Bumped when a field changes meaning or disappears; additions keep the version.
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Gpu,
+    Cpu,
+    Soc,
+}
+
+/// Where a profile's numbers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileSource {
+    /// Datasheet figures from the built-in catalogue.
+    Catalog,
+    /// Measured on this machine by `roofline probe`.
+    Probed,
+    /// Written by hand or by another tool.
+    File,
+}
+
+/// A compute roof at one precision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputeCeiling {
+    pub precision: Precision,
+    /// Peak rate in FLOP/s (OP/s for integer precisions) used by the roofline.
+    pub flops_per_s: f64,
+    /// Threads the figure was measured with; `None` for a whole-device datasheet figure.
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Theoretical peak, when the figure is a measurement.
+    #[serde(default)]
+    pub theoretical_flops_per_s: Option<f64>,
+    /// Datasheet, derivation or measurement method.
+    #[serde(default)]
+    pub source: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryLevel {
+    L1,
+    L2,
+    L3,
+    /// Main memory: DRAM, GDDR or HBM.
+    Dram,
+}
+
+impl MemoryLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryLevel::L1 => "L1",
+            MemoryLevel::L2 => "L2",
+            MemoryLevel::L3 => "L3",
+            MemoryLevel::Dram => "DRAM",
+        }
+    }
+}
+
+/// A memory roof.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCeiling {
+    pub level: MemoryLevel,
+    pub bytes_per_s: f64,
+    /// Capacity in bytes (total for DRAM, per device for L2, per core for L1 on CPUs).
+    #[serde(default)]
+    pub capacity_bytes: Option<u64>,
+    #[serde(default)]
+    pub threads: Option<u32>,
+    #[serde(default)]
+    pub source: String,
+}
+
+/// The ceilings of one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProfile {
+    #[serde(default = "default_schema")]
+    pub schema_version: u32,
+    /// Short identifier (`rtx2080ti`, `local`).
+    pub id: String,
+    /// Marketing name.
+    pub name: String,
+    pub kind: DeviceKind,
+    pub source: ProfileSource,
+    pub compute: Vec<ComputeCeiling>,
+    pub memory: Vec<MemoryCeiling>,
+    /// Fixed cost charged to every executed op (kernel launch on GPUs, dispatch on CPUs), in s.
+    #[serde(default)]
+    pub launch_overhead_s: f64,
+    /// Last-level on-chip cache capacity (L2 on GPUs), when known; informs which ops could run
+    /// from cache rather than DRAM.
+    #[serde(default)]
+    pub l2_bytes: Option<u64>,
+    #[serde(default)]
+    pub launch_overhead_source: String,
+    /// Sources of the figures and caveats, free text.
+    #[serde(default)]
+    pub sources: Vec<String>,
+    #[serde(default)]
+    pub notes: String,
+    /// Everything a probe measured (CPU description, clocks, sweeps); absent for catalogue entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeRecord>,
+}
+
+fn default_schema() -> u32 {
+    PROFILE_SCHEMA_VERSION
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a device profile: {source}", path.display())]
+    Parse {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+impl DeviceProfile {
+    /// Peak compute at `precision`. Where several thread counts were measured, the largest one
+    /// is the device's roof.
+    pub fn peak_flops(&self, precision: Precision) -> Option<f64> {
+        self.ceiling(precision).map(|c| c.flops_per_s)
+    }
+
+    pub fn ceiling(&self, precision: Precision) -> Option<&ComputeCeiling> {
+        self.compute
+            .iter()
+            .filter(|c| c.precision == precision && c.flops_per_s > 0.0)
+            .max_by_key(|c| c.threads.unwrap_or(u32::MAX))
+    }
+
+    /// Bandwidth of a memory level, at the largest measured thread count.
+    pub fn memory_ceiling(&self, level: MemoryLevel) -> Option<&MemoryCeiling> {
+        self.memory
+            .iter()
+            .filter(|m| m.level == level && m.bytes_per_s > 0.0)
+            .max_by_key(|m| m.threads.unwrap_or(u32::MAX))
+    }
+
+    /// Main-memory bandwidth: the roof the analysis uses, since each op is modelled as streaming
+    /// its tensors from the outermost level.
+    pub fn dram_bandwidth(&self) -> Option<f64> {
+        self.memory_ceiling(MemoryLevel::Dram).map(|m| m.bytes_per_s)
+    }
+
+    /// Checks that the profile can drive a roofline: a DRAM roof and at least one compute roof,
+    /// every figure finite and positive.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.dram_bandwidth().is_none() {
+            return Err("no DRAM bandwidth (memory entry with level \"dram\")".into());
+        }
+        if self.compute.is_empty() {
+            return Err("no compute ceiling".into());
+        }
+        for c in &self.compute {
+            if !c.flops_per_s.is_finite() || c.flops_per_s < 0.0 {
+                return Err(format!("compute ceiling {} is {}", c.precision, c.flops_per_s));
+            }
+        }
+        for m in &self.memory {
+            if !m.bytes_per_s.is_finite() || m.bytes_per_s < 0.0 {
+                return Err(format!(
+                    "memory ceiling {} is {}",
+                    m.level.name(),
+                    m.bytes_per_s
+                ));
+            }
+        }
+        if !self.launch_overhead_s.is_finite() || self.launch_overhead_s < 0.0 {
+            return Err("launch_overhead_s must be a non-negative number".into());
+        }
+        Ok(())
+    }
+
+    pub fn load(path: &Path) -> Result<DeviceProfile, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let profile: DeviceProfile =
+            serde_json::from_str(&text).map_err(|source| ProfileError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        profile.validate().map_err(|reason| ProfileError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        Ok(profile)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let text = serde_json::to_string_pretty(self).map_err(|source| ProfileError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent).map_err(|source| ProfileError::Io {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+            }
+        }
+        std::fs::write(path, text).map_err(|source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

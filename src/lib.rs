@@ -1,0 +1,8 @@
+//! `roofline`: why a neural network is slow on a given piece of hardware, what to change, and
+//! proof by running it. See ARCHITECTURE.md for the layers and their invariants.
+
+pub mod analysis;
+pub mod builtin;
+pub mod device;
+pub mod probe;
+pub mod report;

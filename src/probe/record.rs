@@ -1,0 +1,420 @@
+//! What a probe run measured, kept verbatim in the device profile (`DeviceProfile::probe`).
+//!
+//! Plain serde data only: every figure names its precision or memory level and its thread
+//! count, and carries its spread and flags, so a saved profile can be audited without re-running
+//! the probe. Fields are added, never repurposed (see `PROFILE_SCHEMA_VERSION`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{MemoryLevel, Precision};
+
+/// Details of a probe run (CPU description, clocks, sweeps). Plain data.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRecord {
+    /// Version of the tool that measured.
+    pub tool_version: String,
+    /// RFC 3339 date of the measurement (UTC).
+    pub measured_at: String,
+    /// `quick` or `full`.
+    #[serde(default)]
+    pub mode: String,
+    /// Wall time of the whole probe, in seconds.
+    #[serde(default)]
+    pub wall_time_s: f64,
+    #[serde(default)]
+    pub cpu: CpuDescription,
+    #[serde(default)]
+    pub cores: UsableCores,
+    #[serde(default)]
+    pub clock: ClockRecord,
+    /// The per-microarchitecture throughput table entry the theoretical peaks come from.
+    #[serde(default)]
+    pub core_model: CoreModelRecord,
+    #[serde(default)]
+    pub theoretical: Vec<TheoreticalPeak>,
+    #[serde(default)]
+    pub compute: Vec<ComputeMeasurement>,
+    /// Working-set sweeps, one per bandwidth kernel and thread count.
+    #[serde(default)]
+    pub sweeps: Vec<BandwidthSweep>,
+    /// Bandwidth per memory level, kernel and thread count, read off the sweeps' plateaus.
+    #[serde(default)]
+    pub memory_levels: Vec<LevelBandwidth>,
+    #[serde(default)]
+    pub dispatch: DispatchRecord,
+    #[serde(default)]
+    pub counters: CounterReport,
+    #[serde(default)]
+    pub gpus: GpuReport,
+    /// Problems found while measuring (noisy figures, figures above theory, missing data).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// What the CPU says it is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuDescription {
+    /// `x86_64`, `aarch64`, ...
+    pub arch: String,
+    pub vendor: String,
+    pub model_name: String,
+    /// Display family / model / stepping (x86), or implementer / part (aarch64).
+    pub family: Option<u32>,
+    pub model: Option<u32>,
+    pub stepping: Option<u32>,
+    /// Microarchitecture the throughput table matched (`AMD Zen 4`, ...).
+    pub microarchitecture: String,
+    /// Hypervisor named by CPUID, when running in a virtual machine.
+    pub hypervisor: Option<String>,
+    /// ISA extensions present and enabled by the OS, by their usual names.
+    pub isa: Vec<String>,
+    pub caches: Vec<CacheInfo>,
+    /// Main memory size in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Nominal base clock, where the CPU or the OS exposes it.
+    pub base_clock_hz: Option<f64>,
+    /// Time-stamp counter rate (CPUID, else measured against the monotonic clock).
+    pub tsc_hz: Option<f64>,
+    /// Which layers answered: `cpuid`, `sysfs`, `default` (per field in `caches`).
+    pub identification: Vec<String>,
+}
+
+/// One data or unified cache level.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheInfo {
+    pub level: u8,
+    /// `data` or `unified`.
+    pub kind: String,
+    /// Size of one instance, in bytes.
+    pub size_bytes: u64,
+    /// Logical CPUs sharing one instance.
+    pub shared_by_cpus: u32,
+    pub line_bytes: u32,
+    /// `cpuid`, `sysfs` or `default`.
+    pub source: String,
+}
+
+/// How many cores this process may use, and why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsableCores {
+    /// Logical CPUs the OS reports online.
+    pub online_cpus: usize,
+    /// CPUs in this process's affinity mask.
+    pub affinity_cpus: Vec<usize>,
+    /// CPU quota of the cgroup (`cpu.max` or `cpu.cfs_quota_us`), in CPUs; `None` = unlimited.
+    pub cgroup_quota_cpus: Option<f64>,
+    /// min(affinity, ceil(quota)).
+    pub usable: usize,
+    /// Threads used for the all-threads figures (`--threads` or `usable`).
+    pub threads_used: usize,
+    /// CPUs the measuring threads were pinned to, in order.
+    pub pinned_cpus: Vec<usize>,
+    /// Whether pinning succeeded for every measuring thread.
+    pub pinned: bool,
+}
+
+/// Sustained core clock from a chain of dependent integer adds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockRecord {
+    pub method: String,
+    /// One thread alone.
+    pub single_thread: Option<ClockStats>,
+    /// Every measuring thread at once, one entry per thread.
+    pub all_threads: Vec<ClockStats>,
+    pub base_clock_hz: Option<f64>,
+    pub tsc_hz: Option<f64>,
+}
+
+/// Clock samples of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockStats {
+    pub cpu: usize,
+    pub min_hz: f64,
+    pub median_hz: f64,
+    pub max_hz: f64,
+    pub samples: u32,
+}
+
+/// The throughput assumptions behind the theoretical peaks, as printed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CoreModelRecord {
+    pub name: String,
+    /// Instructions per cycle per core at 128/256/512-bit width, by operation class.
+    pub fma_per_cycle: [f64; 3],
+    pub fadd_per_cycle: [f64; 3],
+    pub bf16_dot_per_cycle: [f64; 3],
+    pub int8_dot_per_cycle: [f64; 3],
+    pub fp16_fma_per_cycle: [f64; 3],
+    pub fma_latency_cycles: f64,
+    pub assumption: String,
+    pub source: String,
+}
+
+/// Whether a compute figure uses FMA (or dot) instructions only, or FMAs mixed with the
+/// separate FP adders.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ComputeMix {
+    /// FMA (or dot-product) instructions only: what GEMM and convolutions can use.
+    #[default]
+    Fma,
+    /// FMAs on the FMA pipes plus additions on the separate adder pipes.
+    FmaAdd,
+}
+
+impl ComputeMix {
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeMix::Fma => "FMA",
+            ComputeMix::FmaAdd => "FMA+ADD",
+        }
+    }
+}
+
+/// Theoretical peak: instructions per cycle × FLOP per instruction × clock × threads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoreticalPeak {
+    pub precision: Precision,
+    pub mix: ComputeMix,
+    pub threads: u32,
+    /// Vector width the peak is reached at.
+    pub vector_bits: u32,
+    /// FLOP (OP for int8) per cycle per core.
+    pub flops_per_cycle: f64,
+    /// Sum over threads of each thread's sustained clock.
+    pub clock_hz_sum: f64,
+    pub flops_per_s: f64,
+    /// How the figure was derived, in words.
+    pub derivation: String,
+}
+
+/// Best of N and the scatter of the samples.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampleStats {
+    pub best: f64,
+    pub median: f64,
+    pub worst: f64,
+    /// (best − median) / best.
+    pub spread: f64,
+    pub samples: u32,
+    /// Extra sample rounds taken because the first round was noisy.
+    pub reruns: u32,
+}
+
+/// Problems attached to a figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasurementFlag {
+    /// Spread stayed above the threshold after re-running.
+    Noisy,
+    /// Measured above its theoretical peak: a bug in the kernel's count or the model.
+    AboveTheoretical,
+    /// A memory level whose figure comes from the cache-size guide, not a detected plateau.
+    NotDetected,
+    /// The largest working set may be too small for a main-memory figure.
+    SweepTooShort,
+    /// Portable fallback kernel: far below the hardware's peak by construction.
+    Fallback,
+}
+
+/// One compute kernel at one thread count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComputeMeasurement {
+    pub precision: Precision,
+    pub mix: ComputeMix,
+    pub threads: u32,
+    /// Kernel id and what it executes.
+    pub kernel: String,
+    pub isa: String,
+    pub vector_bits: u32,
+    pub independent_chains: u32,
+    /// FLOP/s (OP/s for int8): all threads together, best sample.
+    pub flops_per_s: f64,
+    pub stats: SampleStats,
+    /// Each thread's best rate on its own clock, for scaling and its spread.
+    pub per_thread_flops_per_s: Vec<f64>,
+    pub theoretical_flops_per_s: Option<f64>,
+    pub fraction_of_theoretical: Option<f64>,
+    pub flags: Vec<MeasurementFlag>,
+}
+
+/// Bandwidth kernels; bytes counted are the explicit loads and stores (no write-allocate).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BandwidthKernel {
+    /// Sum of a buffer (loads only).
+    #[default]
+    Read,
+    /// Fill a buffer (stores only).
+    Write,
+    /// a[i] = b[i].
+    Copy,
+    /// a[i] = b[i] + s·c[i].
+    Triad,
+    /// Write with non-temporal stores.
+    WriteNt,
+    /// Copy with non-temporal stores.
+    CopyNt,
+    /// Triad with non-temporal stores.
+    TriadNt,
+}
+
+impl BandwidthKernel {
+    pub const ALL: [BandwidthKernel; 7] = [
+        BandwidthKernel::Read,
+        BandwidthKernel::Write,
+        BandwidthKernel::Copy,
+        BandwidthKernel::Triad,
+        BandwidthKernel::WriteNt,
+        BandwidthKernel::CopyNt,
+        BandwidthKernel::TriadNt,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BandwidthKernel::Read => "read",
+            BandwidthKernel::Write => "write",
+            BandwidthKernel::Copy => "copy",
+            BandwidthKernel::Triad => "triad",
+            BandwidthKernel::WriteNt => "write-nt",
+            BandwidthKernel::CopyNt => "copy-nt",
+            BandwidthKernel::TriadNt => "triad-nt",
+        }
+    }
+
+    /// Arrays the kernel touches; the working set is split evenly between them.
+    pub fn arrays(self) -> usize {
+        match self {
+            BandwidthKernel::Read | BandwidthKernel::Write | BandwidthKernel::WriteNt => 1,
+            BandwidthKernel::Copy | BandwidthKernel::CopyNt => 2,
+            BandwidthKernel::Triad | BandwidthKernel::TriadNt => 3,
+        }
+    }
+
+    /// Non-temporal stores bypass the caches, so these kernels only mean something for DRAM.
+    pub fn non_temporal(self) -> bool {
+        matches!(
+            self,
+            BandwidthKernel::WriteNt | BandwidthKernel::CopyNt | BandwidthKernel::TriadNt
+        )
+    }
+}
+
+/// One point of a working-set sweep.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// All threads' arrays together, in bytes.
+    pub working_set_bytes: u64,
+    /// Loads + stores per second, all threads, best sample.
+    pub bytes_per_s: f64,
+    pub spread: f64,
+    pub noisy: bool,
+}
+
+/// A flat stretch of a bandwidth curve.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plateau {
+    /// Index of the first and last sweep point in the plateau.
+    pub first_point: usize,
+    pub last_point: usize,
+    pub working_set_lo_bytes: u64,
+    pub working_set_hi_bytes: u64,
+    /// Median of the plateau's points.
+    pub bytes_per_s: f64,
+    /// Best point of the plateau.
+    pub max_bytes_per_s: f64,
+    /// Level assigned with the cache sizes as a guide; `None` when it matched none.
+    pub level: Option<MemoryLevel>,
+}
+
+/// A working-set sweep of one kernel at one thread count.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthSweep {
+    pub kernel: BandwidthKernel,
+    pub threads: u32,
+    pub isa: String,
+    pub points: Vec<SweepPoint>,
+    pub plateaus: Vec<Plateau>,
+}
+
+/// Bandwidth of one memory level for one kernel and thread count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LevelBandwidth {
+    pub level: MemoryLevel,
+    pub kernel: BandwidthKernel,
+    pub threads: u32,
+    pub bytes_per_s: f64,
+    /// Working sets the figure was taken at (the plateau's extent, or one point).
+    pub working_set_lo_bytes: u64,
+    pub working_set_hi_bytes: u64,
+    pub spread: f64,
+    pub flags: Vec<MeasurementFlag>,
+}
+
+/// Per-op dispatch cost on this CPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DispatchRecord {
+    /// Handing an empty job to the pinned worker threads and waiting for all of them, with
+    /// spinning workers (a runtime's thread pool between ops), in seconds (median).
+    pub spin_fork_join_s: Option<f64>,
+    /// The same with sleeping workers woken by the OS (futex), in seconds (median).
+    pub parked_fork_join_s: Option<f64>,
+    /// One indirect call to an empty op on one thread, in seconds.
+    pub call_s: f64,
+    pub threads: u32,
+    /// Which figure became `launch_overhead_s`, and why.
+    pub chosen: String,
+}
+
+/// Hardware performance counters during the compute kernels.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CounterReport {
+    pub available: bool,
+    /// Why the counters could not be used, when they could not.
+    pub unavailable_reason: Option<String>,
+    pub checks: Vec<CounterCheck>,
+}
+
+/// Counted events of one single-thread compute kernel run next to the expected counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CounterCheck {
+    pub kernel: String,
+    pub instructions: u64,
+    pub expected_instructions: u64,
+    /// Retired floating-point operations where the PMU exposes such an event.
+    pub fp_ops: Option<u64>,
+    pub expected_fp_ops: Option<u64>,
+    /// The event used for `fp_ops`, or why none was.
+    pub fp_event: String,
+}
+
+/// NVIDIA GPUs seen through NVML.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    pub driver_found: bool,
+    /// One line: the driver version, or why no driver was found.
+    pub message: String,
+    pub devices: Vec<GpuInfo>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub sm_clock_mhz: Option<u32>,
+    pub max_sm_clock_mhz: Option<u32>,
+    pub memory_clock_mhz: Option<u32>,
+    pub memory_bus_width_bits: Option<u32>,
+    pub memory_bytes: Option<u64>,
+    /// 2 (double data rate) × memory clock × bus width / 8.
+    pub theoretical_bandwidth_bytes_per_s: Option<f64>,
+    /// Catalogue entry matched by name, and its datasheet peaks.
+    pub catalog_id: Option<String>,
+    pub catalog_peaks: Vec<CatalogPeak>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CatalogPeak {
+    pub precision: Precision,
+    pub flops_per_s: f64,
+}

@@ -1,0 +1,65 @@
+//! Human-readable numbers with SI prefixes (1 GB = 1e9 B, as bandwidth datasheets count).
+
+fn scaled(value: f64) -> (f64, &'static str) {
+    let magnitude = value.abs();
+    for (factor, prefix) in [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")] {
+        if magnitude >= factor {
+            return (value / factor, prefix);
+        }
+    }
+    (value, "")
+}
+
+/// `1.23 G`
+pub fn fmt_count(value: f64) -> String {
+    let (v, p) = scaled(value);
+    if p.is_empty() {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2} {p}")
+    }
+}
+
+/// `12.3 MB`
+pub fn fmt_bytes(value: f64) -> String {
+    let (v, p) = scaled(value);
+    if p.is_empty() {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {p}B")
+    }
+}
+
+/// `13.4 TFLOP/s`
+pub fn fmt_rate(value: f64, unit: &str) -> String {
+    let (v, p) = scaled(value);
+    format!("{v:.1} {p}{unit}")
+}
+
+/// `1.23 ms`, `45.6 µs`
+pub fn fmt_seconds(value: f64) -> String {
+    if value == 0.0 {
+        "0".to_string()
+    } else if value >= 1.0 {
+        format!("{value:.3} s")
+    } else if value >= 1e-3 {
+        format!("{:.3} ms", value * 1e3)
+    } else if value >= 1e-6 {
+        format!("{:.2} µs", value * 1e6)
+    } else {
+        format!("{:.0} ns", value * 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(fmt_count(4.1e9), "4.10 G");
+        assert_eq!(fmt_bytes(616e9), "616.0 GB");
+        assert_eq!(fmt_seconds(0.0015), "1.500 ms");
+        assert_eq!(fmt_seconds(2.5e-6), "2.50 µs");
+    }
+}
