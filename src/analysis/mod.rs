@@ -330,5 +330,13 @@ fn device_info(device: &DeviceProfile, precision: Precision, roof: Roof) -> Devi
             .map(|m| m.source.clone())
             .unwrap_or_default(),
         launch_overhead_source: device.launch_overhead_source.clone(),
+        compute_ceilings: crate::device::Precision::ALL
+            .iter()
+            .filter_map(|&p| device.ceiling(p).cloned())
+            .collect(),
+        memory_ceilings: [MemoryLevel::L1, MemoryLevel::L2, MemoryLevel::L3, MemoryLevel::Dram]
+            .iter()
+            .filter_map(|&level| device.memory_ceiling(level).cloned())
+            .collect(),
     }
 }

@@ -88,6 +88,10 @@ pub struct DeviceInfo {
     pub compute_source: String,
     pub bandwidth_source: String,
     pub launch_overhead_source: String,
+    /// Every compute ceiling of the device (all precisions, largest thread count), for charts.
+    pub compute_ceilings: Vec<crate::device::ComputeCeiling>,
+    /// Every memory ceiling (DRAM always; L1-L3 for probed CPUs), for charts.
+    pub memory_ceilings: Vec<crate::device::MemoryCeiling>,
 }
 
 /// One op type's aggregate, for the time breakdown.

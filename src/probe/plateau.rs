@@ -1,0 +1,334 @@
+//! Plateau detection on a bandwidth-versus-working-set curve, and labelling of the plateaus
+//! with memory levels.
+//!
+//! Detection looks only at the data: a plateau is a run of consecutive sweep points whose
+//! bandwidths stay inside a relative band. The cache sizes from CPU identification are used
+//! afterwards, as a guide to *name* each plateau (L1, L2, L3, DRAM); they never create one. A
+//! plateau is named DRAM only when it lies beyond the last-level cache, so a sweep that stops
+//! too early reports no DRAM plateau instead of calling the L3 plateau "DRAM".
+
+use crate::device::MemoryLevel;
+
+use super::record::Plateau;
+
+/// One measured point: working set (all threads) and bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CurvePoint {
+    pub working_set_bytes: u64,
+    pub bytes_per_s: f64,
+}
+
+/// How flat "flat" is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlateauSettings {
+    /// Largest max/min ratio inside a plateau, minus one (0.2 = points within ±10%).
+    pub band: f64,
+    /// Fewest points a plateau may have.
+    pub min_points: usize,
+}
+
+impl Default for PlateauSettings {
+    fn default() -> Self {
+        // ±10%: transitions between cache levels are steps of 1.5× or more, while the noise
+        // of a best-of-N figure on a shared machine stays within a few percent.
+        PlateauSettings {
+            band: 0.2,
+            min_points: 3,
+        }
+    }
+}
+
+/// Finds the flat runs of `points` (sorted by working set). A single point that leaves the
+/// band while the next one comes back is treated as an outlier: it stays inside the run's
+/// extent but not in its statistics, so one noisy sample cannot split a plateau.
+pub fn detect_plateaus(points: &[CurvePoint], settings: &PlateauSettings) -> Vec<Plateau> {
+    let valid = |p: &CurvePoint| p.bytes_per_s.is_finite() && p.bytes_per_s > 0.0;
+    let mut plateaus = Vec::new();
+    let mut start = 0;
+    while start < points.len() {
+        if !valid(&points[start]) {
+            start += 1;
+            continue;
+        }
+        let mut members = vec![start];
+        let (mut low, mut high) = (points[start].bytes_per_s, points[start].bytes_per_s);
+        let mut end = start;
+        let mut next = start + 1;
+        while next < points.len() {
+            let value = points[next].bytes_per_s;
+            if valid(&points[next]) && fits(low, high, value, settings.band) {
+                members.push(next);
+                low = low.min(value);
+                high = high.max(value);
+                end = next;
+                next += 1;
+                continue;
+            }
+            // Outlier tolerance: skip one point if the following one is back inside the band.
+            let after = next + 1;
+            if after < points.len()
+                && valid(&points[after])
+                && fits(low, high, points[after].bytes_per_s, settings.band)
+                && members.len() >= 2
+            {
+                next = after;
+                continue;
+            }
+            break;
+        }
+        if members.len() >= settings.min_points {
+            plateaus.push(summarise(points, &members, start, end));
+            start = end + 1;
+        } else {
+            start += 1;
+        }
+    }
+    plateaus
+}
+
+fn fits(low: f64, high: f64, value: f64, band: f64) -> bool {
+    let new_low = low.min(value);
+    let new_high = high.max(value);
+    new_high <= new_low * (1.0 + band)
+}
+
+fn summarise(points: &[CurvePoint], members: &[usize], first: usize, last: usize) -> Plateau {
+    let mut values: Vec<f64> = members.iter().map(|&i| points[i].bytes_per_s).collect();
+    values.sort_by(f64::total_cmp);
+    Plateau {
+        first_point: first,
+        last_point: last,
+        working_set_lo_bytes: points[first].working_set_bytes,
+        working_set_hi_bytes: points[last].working_set_bytes,
+        bytes_per_s: median_sorted(&values),
+        max_bytes_per_s: values.last().copied().unwrap_or(0.0),
+        level: None,
+    }
+}
+
+pub(crate) fn median_sorted(values: &[f64]) -> f64 {
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => 0.5 * (values[n / 2 - 1] + values[n / 2]),
+    }
+}
+
+/// Cache capacities reachable by the measuring threads together (per-core levels multiplied
+/// by the thread count, shared levels counted once), innermost first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CacheGuide {
+    pub capacities: Vec<(MemoryLevel, u64)>,
+}
+
+/// Names each plateau after the cache level its geometric centre fits in, or DRAM beyond the
+/// last cache. Where two plateaus claim one level, the one with more points keeps it. Without
+/// cache sizes the plateaus are named in order (first L1, last DRAM).
+pub fn label_plateaus(plateaus: &mut [Plateau], guide: &CacheGuide) {
+    for plateau in plateaus.iter_mut() {
+        plateau.level = None;
+    }
+    if guide.capacities.is_empty() {
+        label_by_order(plateaus);
+        return;
+    }
+    let last_cache = guide.capacities.last().map(|&(_, bytes)| bytes).unwrap_or(0);
+    let mut claims: Vec<(MemoryLevel, usize)> = Vec::new();
+    for (index, plateau) in plateaus.iter().enumerate() {
+        let centre =
+            ((plateau.working_set_lo_bytes as f64) * (plateau.working_set_hi_bytes as f64)).sqrt();
+        let level = guide
+            .capacities
+            .iter()
+            .find(|&&(_, capacity)| centre <= capacity as f64)
+            .map(|&(level, _)| level)
+            .or_else(|| {
+                // Main memory only where the whole plateau lies past the last-level cache:
+                // a plateau straddling it is a mix of both.
+                (plateau.working_set_lo_bytes > last_cache).then_some(MemoryLevel::Dram)
+            });
+        if let Some(level) = level {
+            claims.push((level, index));
+        }
+    }
+    for (level, index) in &claims {
+        let points = |i: usize| plateaus[i].last_point - plateaus[i].first_point;
+        let best = claims
+            .iter()
+            .filter(|(other, _)| other == level)
+            .map(|&(_, i)| i)
+            .max_by_key(|&i| (points(i), std::cmp::Reverse(i)));
+        if best == Some(*index) {
+            plateaus[*index].level = Some(*level);
+        }
+    }
+}
+
+fn label_by_order(plateaus: &mut [Plateau]) {
+    let count = plateaus.len();
+    let inner = [MemoryLevel::L1, MemoryLevel::L2, MemoryLevel::L3];
+    for (index, plateau) in plateaus.iter_mut().enumerate() {
+        plateau.level = if count >= 2 && index == count - 1 {
+            Some(MemoryLevel::Dram)
+        } else {
+            inner.get(index).copied()
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+
+    /// Working sets from 4 KiB, `per_octave` points per doubling, up to `max`.
+    fn sizes(per_octave: u32, max: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut step = 0;
+        loop {
+            let bytes = (4.0 * KIB as f64 * 2f64.powf(step as f64 / per_octave as f64)) as u64;
+            if bytes > max {
+                return out;
+            }
+            out.push(bytes);
+            step += 1;
+        }
+    }
+
+    /// A four-level staircase with smooth (logistic in log size) transitions at the capacities.
+    fn staircase(ws: u64, capacities: &[(u64, f64)], dram: f64) -> f64 {
+        let mut value = dram;
+        for &(capacity, level) in capacities.iter().rev() {
+            // Fraction of the working set that still fits the level.
+            let x = (ws as f64 / capacity as f64).log2();
+            let inside = 1.0 / (1.0 + (4.0 * x).exp());
+            value = inside * level + (1.0 - inside) * value;
+        }
+        value
+    }
+
+    fn zen4_like(max: u64, noise: f64) -> Vec<CurvePoint> {
+        let capacities = [(32 * KIB, 200e9), (MIB, 100e9), (32 * MIB, 60e9)];
+        sizes(3, max)
+            .into_iter()
+            .enumerate()
+            .map(|(i, ws)| {
+                // Deterministic ±noise so the test is repeatable.
+                let wobble = 1.0 + noise * (((i * 7919) % 13) as f64 / 6.0 - 1.0);
+                CurvePoint {
+                    working_set_bytes: ws,
+                    bytes_per_s: staircase(ws, &capacities, 20e9) * wobble,
+                }
+            })
+            .collect()
+    }
+
+    fn guide() -> CacheGuide {
+        CacheGuide {
+            capacities: vec![
+                (MemoryLevel::L1, 32 * KIB),
+                (MemoryLevel::L2, MIB),
+                (MemoryLevel::L3, 32 * MIB),
+            ],
+        }
+    }
+
+    fn level_figure(plateaus: &[Plateau], level: MemoryLevel) -> Option<f64> {
+        plateaus
+            .iter()
+            .find(|p| p.level == Some(level))
+            .map(|p| p.bytes_per_s)
+    }
+
+    fn assert_near(actual: Option<f64>, expected: f64) {
+        let value = actual.expect("level missing");
+        assert!(
+            (value / expected - 1.0).abs() < 0.06,
+            "{value:e} vs {expected:e}"
+        );
+    }
+
+    #[test]
+    fn clean_staircase_gives_four_levels() {
+        let curve = zen4_like(512 * MIB, 0.0);
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut plateaus, &guide());
+        assert_near(level_figure(&plateaus, MemoryLevel::L1), 200e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::L2), 100e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20e9);
+    }
+
+    #[test]
+    fn noise_and_one_outlier_do_not_split_plateaus() {
+        let mut curve = zen4_like(512 * MIB, 0.03);
+        // A sample hit by another process: 40% low in the middle of the L2 plateau.
+        let l2_middle = curve
+            .iter()
+            .position(|p| p.working_set_bytes >= 256 * KIB)
+            .expect("sweep reaches L2");
+        curve[l2_middle].bytes_per_s *= 0.6;
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut plateaus, &guide());
+        let labelled: Vec<_> = plateaus.iter().filter_map(|p| p.level).collect();
+        assert_eq!(
+            labelled,
+            vec![
+                MemoryLevel::L1,
+                MemoryLevel::L2,
+                MemoryLevel::L3,
+                MemoryLevel::Dram
+            ]
+        );
+        assert_near(level_figure(&plateaus, MemoryLevel::L2), 100e9);
+    }
+
+    #[test]
+    fn short_sweep_does_not_call_l3_dram() {
+        // Stops at 1.5× the last-level cache: no plateau lies wholly past it.
+        let curve = zen4_like(48 * MIB, 0.0);
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut plateaus, &guide());
+        assert!(level_figure(&plateaus, MemoryLevel::Dram).is_none());
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+    }
+
+    #[test]
+    fn without_cache_sizes_plateaus_are_named_in_order() {
+        let curve = zen4_like(512 * MIB, 0.0);
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut plateaus, &CacheGuide::default());
+        assert_near(level_figure(&plateaus, MemoryLevel::L1), 200e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20e9);
+    }
+
+    #[test]
+    fn steady_slope_is_not_a_plateau() {
+        // Falls 30% per point: no three points within ±10%.
+        let curve: Vec<CurvePoint> = (0..12)
+            .map(|i| CurvePoint {
+                working_set_bytes: 4096 << i,
+                bytes_per_s: 100e9 * 0.7f64.powi(i),
+            })
+            .collect();
+        assert!(detect_plateaus(&curve, &PlateauSettings::default()).is_empty());
+    }
+
+    #[test]
+    fn invalid_points_break_runs_and_are_never_members() {
+        let curve: Vec<CurvePoint> = [50e9, 50e9, f64::NAN, 0.0, 10e9, 10e9, 10e9]
+            .iter()
+            .enumerate()
+            .map(|(i, &bw)| CurvePoint {
+                working_set_bytes: 4096 << i,
+                bytes_per_s: bw,
+            })
+            .collect();
+        let plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        assert_eq!(plateaus.len(), 1);
+        assert_eq!(plateaus[0].first_point, 4);
+        assert_eq!(plateaus[0].bytes_per_s, 10e9);
+    }
+}
