@@ -68,6 +68,9 @@ pub struct Diagnostic {
 pub enum Severity {
     Info,
     Warning,
+    /// Bad input that still lets the rest of the model be analysed (an unknown op): the report
+    /// is produced and the command exits with status 2.
+    Error,
 }
 
 /// Binds the symbolic dims of the graph inputs; every input must end up fully known.
@@ -309,8 +312,13 @@ pub fn infer_graph(
                         None => recovered = false,
                     }
                 }
+                let unknown_op = reason.starts_with("unknown op");
                 diagnostics.push(Diagnostic {
-                    severity: Severity::Warning,
+                    severity: if unknown_op {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    },
                     node: Some(name),
                     op_type: Some(op_type),
                     message: if recovered {

@@ -92,6 +92,24 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
         None => print!("{text}"),
     }
+    // Unknown ops are bad input: the report above lists them, and the exit status says so.
+    if let Some(first) = analyses
+        .first()
+        .and_then(|a| a.diagnostics.iter().find(|d| d.severity == Severity::Error))
+    {
+        let count = analyses[0]
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .count();
+        eprintln!(
+            "error: {}: node `{}`: {} ({count} node(s) with unknown ops; they are NOT in the totals)",
+            args.model,
+            first.node.as_deref().unwrap_or("?"),
+            first.message
+        );
+        return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
+    }
     let warnings = analyses
         .iter()
         .flat_map(|a| &a.diagnostics)

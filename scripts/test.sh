@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs the Python reference tools into .venv,
+# fetches the real-model corpus into .cache/models, then runs every Rust test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-python.sh
+bash scripts/fetch-models.sh
+cargo test --all-targets "$@"

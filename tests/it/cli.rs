@@ -1,0 +1,111 @@
+//! The binary end to end: formats, exit codes, export.
+
+use super::common::{roofline, stderr, stdout, venv_python};
+
+#[test]
+fn analyze_table_has_rows_and_summary() {
+    let out = roofline(&["analyze", "builtin:mobilenetv2", "--device", "rtx2080ti"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("Conv"));
+    assert!(text.contains("predicted"));
+    assert!(text.contains("hot spots"));
+}
+
+#[test]
+fn analyze_json_follows_the_schema() {
+    let out = roofline(&["analyze", "builtin:tinycnn", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["schema"], "roofline-analysis");
+    assert_eq!(json["schema_version"], 1);
+    for key in [
+        "name", "op_type", "output_shapes", "flops", "macs", "bytes_read", "bytes_written",
+        "weights_bytes", "intensity", "bound", "attainable_flops", "predicted_s",
+    ] {
+        assert!(json["nodes"][0].get(key).is_some(), "missing per-op key {key}");
+    }
+    assert!(json["summary"]["predicted_latency_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(json["device"]["id"], "rtx2080ti");
+}
+
+#[test]
+fn analyze_csv_and_several_devices() {
+    let out = roofline(&[
+        "analyze", "builtin:tinycnn", "--format", "csv", "--device", "t4", "--device", "h100",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("device,precision,index,name,op_type"));
+    assert!(lines.iter().any(|l| l.starts_with("t4,")));
+    assert!(lines.iter().any(|l| l.starts_with("h100-sxm,")));
+}
+
+#[test]
+fn devices_lists_the_catalogue() {
+    let out = roofline(&["devices"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for id in ["rtx2080ti", "a100-sxm4-80gb", "h100-sxm", "jetson-agx-orin-64gb", "l40s"] {
+        assert!(text.contains(id), "{id} missing");
+    }
+}
+
+#[test]
+fn profile_file_round_trips_through_device_flag() {
+    let dir = tempdir();
+    let path = dir.join("dev.json");
+    let out = roofline(&["devices", "--json"]);
+    let profiles: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let t4 = profiles.iter().find(|p| p["id"] == "t4").unwrap();
+    std::fs::write(&path, serde_json::to_string(t4).unwrap()).unwrap();
+    let by_name = roofline(&["analyze", "builtin:tinycnn", "--device", "t4", "--format", "json"]);
+    let by_file = roofline(&[
+        "analyze", "builtin:tinycnn", "--device", path.to_str().unwrap(), "--format", "json",
+    ]);
+    let a: serde_json::Value = serde_json::from_str(&stdout(&by_name)).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&stdout(&by_file)).unwrap();
+    assert_eq!(a["summary"], b["summary"]);
+}
+
+#[test]
+fn missing_precision_on_device_is_a_clear_error() {
+    let out = roofline(&["analyze", "builtin:tinycnn", "--device", "rtx2080ti", "--precision", "bf16"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no bf16 compute ceiling"), "{}", stderr(&out));
+}
+
+#[test]
+fn exported_builtins_run_in_onnxruntime() {
+    let Some(python) = venv_python() else { return };
+    let dir = tempdir();
+    for model in ["tinycnn", "mobilenetv2", "resnet50", "bert-base"] {
+        let path = dir.join(format!("{model}.onnx"));
+        let out = roofline(&["export", &format!("builtin:{model}"), "-o", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let check = std::process::Command::new(&python)
+            .arg(super::common::repo_root().join("scripts/ort_check.py"))
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{model}: onnxruntime rejected the export:\n{}{}",
+            String::from_utf8_lossy(&check.stdout),
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+}
+
+pub fn tempdir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "roofline-test-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

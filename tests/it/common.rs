@@ -1,0 +1,80 @@
+//! Shared helpers: running the binary, locating the fetched model corpus.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use roofline::analysis::{self, import, Analysis, AnalyzeOptions, Bindings};
+use roofline::builtin::{self, WeightFill};
+use roofline::device::{find_device, Precision};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn roofline(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roofline"))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .expect("the roofline binary runs")
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The fetched corpus (`scripts/fetch-models.sh`). Returns `None` with a message when it is
+/// missing; on CI (env `CI` set) a missing corpus is a failure, never a skip.
+pub fn corpus_dir() -> Option<PathBuf> {
+    let dir = repo_root().join(".cache/models");
+    if dir.join("light/light_resnet50.onnx").exists() {
+        return Some(dir);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("model corpus missing under {}: CI must run scripts/fetch-models.sh", dir.display());
+    }
+    eprintln!(
+        "SKIP: model corpus not found under {} (offline?). Run scripts/fetch-models.sh.",
+        dir.display()
+    );
+    None
+}
+
+/// The project's Python venv with onnxruntime (`scripts/setup-python.sh`), same skip rules.
+pub fn venv_python() -> Option<PathBuf> {
+    let python = repo_root().join(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{} missing: CI must run scripts/setup-python.sh", python.display());
+    }
+    eprintln!("SKIP: {} not found; run scripts/setup-python.sh", python.display());
+    None
+}
+
+pub fn analyze_builtin(name: &str, device: &str, precision: Precision) -> Analysis {
+    let model = builtin::find(name).unwrap();
+    let proto = model.build(WeightFill::Zeros);
+    let graph = import::import_model(&proto, Path::new("."), Path::new(name)).unwrap();
+    let options = AnalyzeOptions {
+        bindings: (model.default_bindings)(),
+        precision,
+    };
+    let device = find_device(device).unwrap().to_profile();
+    analysis::analyze_graph(graph, name, &device, &options).unwrap()
+}
+
+pub fn analyze_file(path: &Path, bindings: Bindings) -> Analysis {
+    let device = find_device("rtx2080ti").unwrap().to_profile();
+    let options = AnalyzeOptions {
+        bindings,
+        precision: Precision::Fp32,
+    };
+    analysis::analyze_file(path, &device, &options)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
