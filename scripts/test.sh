@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-python.sh
 bash scripts/fetch-models.sh
+.venv/bin/python scripts/materialise_light.py
 cargo test --all-targets "$@"

@@ -2,7 +2,10 @@
 //! proof by running it. See ARCHITECTURE.md for the layers and their invariants.
 
 pub mod analysis;
+pub mod bench;
 pub mod builtin;
 pub mod device;
+pub mod exec;
+pub mod kernels;
 pub mod probe;
 pub mod report;

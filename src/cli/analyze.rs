@@ -16,6 +16,10 @@ pub enum OutputFormat {
     Table,
     Json,
     Csv,
+    /// Self-contained HTML report (several devices: side by side).
+    Html,
+    /// The roofline chart alone (first device).
+    Svg,
 }
 
 #[derive(Args, Debug)]
@@ -82,6 +86,8 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     let text = match args.format {
         OutputFormat::Json => report::render_json(&analyses)?,
         OutputFormat::Csv => report::render_csv(&analyses),
+        OutputFormat::Html => report::html::render_html(&analyses)?,
+        OutputFormat::Svg => report::svg::render_roofline_svg(&analyses[0], &report::svg::SvgOptions::default())?,
         OutputFormat::Table => analyses
             .iter()
             .map(|a| report::render_table(a, TableOptions { all_ops: args.all_ops }))

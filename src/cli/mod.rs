@@ -2,6 +2,8 @@
 //! context naming what the user passed.
 
 mod analyze;
+mod bench;
+mod probe;
 
 use std::process::ExitCode;
 
@@ -31,6 +33,12 @@ pub struct Cli {
 enum Command {
     /// Per-op roofline of a model (ONNX file or builtin:NAME) on one or more devices.
     Analyze(analyze::AnalyzeArgs),
+    /// Measure this machine's compute and bandwidth ceilings and save them as a device profile.
+    Probe(probe::ProbeArgs),
+    /// Run a model with the tool's own CPU kernels; time every op against its prediction.
+    Bench(bench::BenchArgs),
+    /// Run a model once and write every graph output as .npy.
+    Run(bench::RunArgs),
     /// List the built-in device catalogue.
     Devices {
         /// Print the catalogue as JSON device profiles.
@@ -54,6 +62,9 @@ enum Command {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Analyze(args) => analyze::run(&args),
+        Command::Probe(args) => probe::run(&args),
+        Command::Bench(args) => bench::run_bench(&args),
+        Command::Run(args) => bench::run_model(&args),
         Command::Devices { json } => {
             devices(json)?;
             Ok(ExitCode::SUCCESS)
@@ -129,7 +140,12 @@ fn devices(json: bool) -> Result<()> {
 /// Resolves `--device`: a catalogue name, `local` (the saved probe profile), or a JSON file.
 pub fn resolve_device(spec: &str) -> Result<DeviceProfile> {
     if spec == "local" {
-        bail!("`--device local` needs a probed profile: run `roofline probe` first");
+        if let Some(path) = roofline::probe::default_profile_path() {
+            if !path.exists() {
+                eprintln!("no saved profile of this machine: running a quick probe first (`roofline probe` for a full one)");
+            }
+        }
+        return Ok(roofline::probe::load_or_probe_local()?);
     }
     if let Some(entry) = device::find_device(spec) {
         return Ok(entry.to_profile());
@@ -143,4 +159,64 @@ pub fn resolve_device(spec: &str) -> Result<DeviceProfile> {
         "unknown device `{spec}`: not in the catalogue ({}), not `local`, not a profile file",
         known.join(", ")
     )
+}
+
+/// The bench report as HTML: the analysis report with measured rates drawn next to the
+/// predicted ones, and a measured-vs-predicted table.
+pub fn bench_html(report: &roofline::bench::BenchReport) -> Result<String> {
+    use roofline::report::html::{render_html_with, HtmlOptions, HtmlSection};
+    use roofline::report::svg::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
+    use roofline::report::units::fmt_seconds;
+    let analysis = &report.analysis;
+    let points = report
+        .ops
+        .iter()
+        .filter_map(|op| {
+            let node = &analysis.nodes[op.node_index];
+            let intensity = node.intensity?;
+            (op.flops > 0 && intensity > 0.0).then(|| SeriesPoint {
+                op_index: Some(op.node_index),
+                intensity,
+                flops_per_s: op.flops as f64 / op.measured_s,
+                label: Some(format!("{} measured {} ({:.0}% of its roof)", op.name, fmt_seconds(op.measured_s), op.roofline_fraction * 100.0)),
+            })
+        })
+        .collect();
+    let series = ChartSeries {
+        name: format!("measured ({} thread(s))", report.threads),
+        colour: Rgb(20, 20, 20),
+        marker: SeriesMarker::Diamond,
+        points,
+        connect_to_predicted: true,
+    };
+    let mut rows = String::new();
+    let mut ops: Vec<_> = report.ops.iter().collect();
+    ops.sort_by(|a, b| b.measured_s.total_cmp(&a.measured_s));
+    for op in ops {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
+            roofline::report::markup::escape(&op.name),
+            roofline::report::markup::escape(&op.op_type),
+            fmt_seconds(op.measured_s),
+            fmt_seconds(op.predicted_s),
+            op.measured_gflops,
+            op.measured_gbs,
+            op.roofline_fraction * 100.0,
+            op.prediction_error * 100.0
+        ));
+    }
+    let body = format!(
+        "<p>End-to-end latency over {} runs with {} thread(s): median {:.3} ms (min {:.3}, max {:.3}); predicted {:.3} ms ({:+.0}%). Per-op |error|: median {:.0}%, 90th percentile {:.0}%. Kernels: {}.</p>\n<table><thead><tr><th>op</th><th>type</th><th>measured</th><th>predicted</th><th>GFLOP/s</th><th>GB/s</th><th>of roof</th><th>error</th></tr></thead><tbody>\n{rows}</tbody></table>",
+        report.runs, report.threads, report.latency_ms.median, report.latency_ms.min, report.latency_ms.max,
+        report.predicted_latency_ms, report.errors.end_to_end_error * 100.0,
+        report.errors.median_abs_error * 100.0, report.errors.p90_abs_error * 100.0,
+        roofline::report::markup::escape(&report.kernel_isa)
+    );
+    let options = HtmlOptions {
+        title: Some(format!("{} measured on {}", analysis.model.source, analysis.device.name)),
+        overlays: vec![(0, series)],
+        extra_sections: vec![HtmlSection { id: "measured".into(), title: "Measured against predicted".into(), body_html: body }],
+        ..HtmlOptions::default()
+    };
+    Ok(render_html_with(std::slice::from_ref(analysis), &options)?)
 }

@@ -121,9 +121,12 @@ pub struct CacheGuide {
     pub capacities: Vec<(MemoryLevel, u64)>,
 }
 
-/// Names each plateau after the cache level its geometric centre fits in, or DRAM beyond the
-/// last cache. Where two plateaus claim one level, the one with more points keeps it. Without
-/// cache sizes the plateaus are named in order (first L1, last DRAM).
+/// Names each plateau after the cache level its geometric centre fits in; where two plateaus
+/// claim one cache level, the one with more points keeps it. Main memory is the outermost
+/// level, so DRAM is the *last* plateau lying wholly past the last-level cache: a plateau
+/// between that cache and DRAM (cache the CPU does not report, as in virtual machines whose
+/// vCPUs sit on different dies) stays unnamed. Without cache sizes the plateaus are named in
+/// order (first L1, last DRAM).
 pub fn label_plateaus(plateaus: &mut [Plateau], guide: &CacheGuide) {
     for plateau in plateaus.iter_mut() {
         plateau.level = None;
@@ -132,7 +135,11 @@ pub fn label_plateaus(plateaus: &mut [Plateau], guide: &CacheGuide) {
         label_by_order(plateaus);
         return;
     }
-    let last_cache = guide.capacities.last().map(|&(_, bytes)| bytes).unwrap_or(0);
+    let last_cache = guide
+        .capacities
+        .last()
+        .map(|&(_, bytes)| bytes)
+        .unwrap_or(0);
     let mut claims: Vec<(MemoryLevel, usize)> = Vec::new();
     for (index, plateau) in plateaus.iter().enumerate() {
         let centre =
@@ -143,25 +150,65 @@ pub fn label_plateaus(plateaus: &mut [Plateau], guide: &CacheGuide) {
             .find(|&&(_, capacity)| centre <= capacity as f64)
             .map(|&(level, _)| level)
             .or_else(|| {
-                // Main memory only where the whole plateau lies past the last-level cache:
-                // a plateau straddling it is a mix of both.
-                (plateau.working_set_lo_bytes > last_cache).then_some(MemoryLevel::Dram)
+                // A plateau straddling the last-level cache is a mix of both.
+                (plateau.working_set_lo_bytes >= last_cache).then_some(MemoryLevel::Dram)
             });
         if let Some(level) = level {
             claims.push((level, index));
         }
     }
-    for (level, index) in &claims {
-        let points = |i: usize| plateaus[i].last_point - plateaus[i].first_point;
-        let best = claims
-            .iter()
-            .filter(|(other, _)| other == level)
-            .map(|&(_, i)| i)
-            .max_by_key(|&i| (points(i), std::cmp::Reverse(i)));
-        if best == Some(*index) {
-            plateaus[*index].level = Some(*level);
+    let points = |i: usize| plateaus[i].last_point - plateaus[i].first_point;
+    let mut winners: Vec<(MemoryLevel, usize)> = Vec::new();
+    for &(level, _) in &claims {
+        if winners.iter().any(|&(l, _)| l == level) {
+            continue;
+        }
+        let candidates = claims.iter().filter(|(l, _)| *l == level).map(|&(_, i)| i);
+        let winner = if level == MemoryLevel::Dram {
+            candidates.max()
+        } else {
+            candidates.max_by_key(|&i| (points(i), std::cmp::Reverse(i)))
+        };
+        if let Some(index) = winner {
+            winners.push((level, index));
         }
     }
+    for (level, index) in winners {
+        plateaus[index].level = Some(level);
+    }
+}
+
+/// Whether the curve ends on its DRAM plateau: the outermost level has been reached and the
+/// sweep may stop growing.
+pub fn ends_on_dram_plateau(plateaus: &[Plateau], points: usize) -> bool {
+    plateaus
+        .iter()
+        .any(|p| p.level == Some(MemoryLevel::Dram) && p.last_point + 1 == points)
+}
+
+/// Plateaus past the last-level cache that are not main memory: cache the threads reach
+/// beyond what the CPU reports.
+pub fn unreported_cache_plateaus<'a>(
+    plateaus: &'a [Plateau],
+    guide: &CacheGuide,
+) -> Vec<&'a Plateau> {
+    let last_cache = guide
+        .capacities
+        .last()
+        .map(|&(_, bytes)| bytes)
+        .unwrap_or(u64::MAX);
+    let dram_start = plateaus
+        .iter()
+        .find(|p| p.level == Some(MemoryLevel::Dram))
+        .map(|p| p.first_point);
+    plateaus
+        .iter()
+        .filter(|p| {
+            p.level.is_none()
+                && p.working_set_lo_bytes >= last_cache
+                && dram_start.is_some_and(|start| p.last_point < start)
+        })
+        .collect()
 }
 
 fn label_by_order(plateaus: &mut [Plateau]) {
@@ -293,6 +340,27 @@ mod tests {
         label_plateaus(&mut plateaus, &guide());
         assert!(level_figure(&plateaus, MemoryLevel::Dram).is_none());
         assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+    }
+
+    #[test]
+    fn unreported_cache_is_not_called_dram() {
+        // Two threads on two dies: 64 MiB of L3 in all while the guide says 32 MiB. The sweep
+        // shows a 60 GB/s plateau at 40-100 MiB before DRAM at 20 GB/s.
+        let capacities = [(32 * KIB, 200e9), (MIB, 100e9), (64 * MIB, 60e9)];
+        let curve: Vec<CurvePoint> = sizes(3, 1024 * MIB)
+            .into_iter()
+            .map(|ws| CurvePoint {
+                working_set_bytes: ws,
+                bytes_per_s: staircase(ws, &capacities, 20e9),
+            })
+            .collect();
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut plateaus, &guide());
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20e9);
+        assert!(ends_on_dram_plateau(&plateaus, curve.len()));
+        let hidden = unreported_cache_plateaus(&plateaus, &guide());
+        assert_eq!(hidden.len(), 1);
+        assert!((hidden[0].bytes_per_s / 60e9 - 1.0).abs() < 0.1);
     }
 
     #[test]

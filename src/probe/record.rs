@@ -21,6 +21,9 @@ pub struct ProbeRecord {
     /// Wall time of the whole probe, in seconds.
     #[serde(default)]
     pub wall_time_s: f64,
+    /// Where the wall time went.
+    #[serde(default)]
+    pub phases: Vec<PhaseTime>,
     #[serde(default)]
     pub cpu: CpuDescription,
     #[serde(default)]
@@ -49,6 +52,13 @@ pub struct ProbeRecord {
     /// Problems found while measuring (noisy figures, figures above theory, missing data).
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// Wall time of one step of the probe.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTime {
+    pub phase: String,
+    pub seconds: f64,
 }
 
 /// What the CPU says it is.
@@ -233,6 +243,10 @@ pub struct ComputeMeasurement {
     pub stats: SampleStats,
     /// Each thread's best rate on its own clock, for scaling and its spread.
     pub per_thread_flops_per_s: Vec<f64>,
+    /// Each thread's sustained clock, measured right before and after this kernel's samples
+    /// (fastest sample); the theoretical peak below uses these clocks.
+    #[serde(default)]
+    pub clock_hz_per_thread: Vec<f64>,
     pub theoretical_flops_per_s: Option<f64>,
     pub fraction_of_theoretical: Option<f64>,
     pub flags: Vec<MeasurementFlag>,

@@ -1,7 +1,13 @@
 //! Reports: renderers over the serde `Analysis` model (terminal table, JSON, CSV). Renderers never
 //! recompute analysis numbers; they only format them.
 
+pub mod error;
+pub mod html;
+pub mod markup;
+pub mod svg;
 pub mod units;
+
+pub use error::ReportError;
 
 use std::fmt::Write as _;
 
@@ -14,6 +20,10 @@ pub enum Format {
     Table,
     Json,
     Csv,
+    /// Self-contained HTML report (`html::render_html`).
+    Html,
+    /// Roofline chart (`svg::render_roofline_svg`).
+    Svg,
 }
 
 /// Options of the terminal table.

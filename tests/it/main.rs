@@ -5,4 +5,5 @@ mod builtin_models;
 mod cli;
 mod common;
 mod corpus;
+mod exec_vs_ort;
 mod fuzz_loader;

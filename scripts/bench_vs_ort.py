@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""End-to-end latency of roofline's executor against onnxruntime, side by side in one run.
+
+For each model and thread count: onnxruntime (CPU, all graph optimisations, intra-op threads =
+N, sequential execution) and `roofline bench` (same N) on the same input shapes; prints the
+median latencies and the ratio roofline / onnxruntime (lower is better for roofline).
+
+Usage (project venv, release binary built):
+    .venv/bin/python scripts/bench_vs_ort.py [--runs 20] [--threads 1,2] [--models resnet50,...]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target/release/roofline"
+CACHE = ROOT / ".cache/models"
+EXPORTS = ROOT / "target/bench-models"
+
+# name -> (model path or builtin, {input: shape}, integer input?)
+MODELS = {
+    "resnet50": ("builtin:resnet50", {"input": [1, 3, 224, 224]}),
+    "mobilenetv2": ("builtin:mobilenetv2", {"input": [1, 3, 224, 224]}),
+    "densenet121": (str(CACHE / "light-random/light_densenet121.onnx"), {}),
+    "vgg19": (str(CACHE / "light-random/light_vgg19.onnx"), {}),
+    "bert-base": ("builtin:bert-base", {"input_ids": [1, 128]}),
+    "ppocr-det": (str(CACHE / "ppocr/ch_PP-OCRv4_det_infer.onnx"), {"x": [1, 3, 640, 640]}),
+}
+
+
+def model_file(spec: str) -> Path:
+    if not spec.startswith("builtin:"):
+        return Path(spec)
+    EXPORTS.mkdir(parents=True, exist_ok=True)
+    path = EXPORTS / (spec.split(":", 1)[1] + ".onnx")
+    if not path.exists():
+        subprocess.run([str(BIN), "export", spec, "-o", str(path)], check=True)
+    return path
+
+
+def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in session.get_inputs():
+        shape = shapes.get(inp.name) or [d if isinstance(d, int) else 1 for d in inp.shape]
+        if "int" in inp.type:
+            feeds[inp.name] = rng.integers(0, 10, size=shape).astype(np.int64 if "int64" in inp.type else np.int32)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    for _ in range(3):
+        session.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: int, device: str) -> float:
+    cmd = [str(BIN), "bench", spec if spec.startswith("builtin:") else str(path), "--threads", str(threads),
+           "--runs", str(runs), "--format", "json", "--device", device]
+    for name, shape in shapes.items():
+        cmd += ["--input", f"{name}={'x'.join(map(str, shape))}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["latency_ms"]["median"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--device", default="local")
+    args = parser.parse_args()
+    print(f"onnxruntime {ort.__version__}; runs {args.runs}; ratio = roofline / onnxruntime")
+    print(f"| model | threads | onnxruntime ms | roofline ms | ratio |")
+    print(f"|---|---:|---:|---:|---:|")
+    for name in args.models.split(","):
+        spec, shapes = MODELS[name]
+        path = model_file(spec)
+        if not path.exists():
+            print(f"| {name} | - | missing {path} | | |")
+            continue
+        for threads in [int(t) for t in args.threads.split(",")]:
+            ort_ms = ort_latency(path, shapes, threads, args.runs)
+            ours = roofline_latency(spec, path, shapes, threads, args.runs, args.device)
+            print(f"| {name} | {threads} | {ort_ms:.2f} | {ours:.2f} | {ours / ort_ms:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

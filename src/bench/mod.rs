@@ -1,0 +1,195 @@
+//! `roofline bench`: runs a model with the project's own kernels on this CPU, times every op, and
+//! joins the measurements onto the analysis's predictions (same node indices), so each op shows
+//! measured against predicted time and the fraction of its roofline bound it reaches.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
+use crate::device::DeviceProfile;
+use crate::exec::{self, build_plan, ExecError, PlanOptions, RtTensor};
+
+pub const BENCH_SCHEMA: &str = "roofline-bench";
+pub const BENCH_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub runs: usize,
+    pub warmup: usize,
+    pub threads: usize,
+    pub seed: u64,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions { runs: 10, warmup: 2, threads: 1, seed: 0 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpMeasurement {
+    pub node_index: usize,
+    pub name: String,
+    pub op_type: String,
+    /// Median over the timed runs.
+    pub measured_s: f64,
+    pub predicted_s: f64,
+    pub flops: u64,
+    pub bytes: u64,
+    pub measured_gflops: f64,
+    pub measured_gbs: f64,
+    /// predicted / measured: the fraction of the roofline bound the kernel reaches.
+    pub roofline_fraction: f64,
+    /// (predicted − measured) / measured.
+    pub prediction_error: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorSummary {
+    pub median_abs_error: f64,
+    pub p90_abs_error: f64,
+    /// End-to-end: (predicted latency − measured median) / measured median.
+    pub end_to_end_error: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub schema: String,
+    pub schema_version: u32,
+    pub threads: usize,
+    pub runs: usize,
+    /// End-to-end latency in milliseconds over the timed runs (per-op timing off).
+    pub latency_ms: Latency,
+    pub predicted_latency_ms: f64,
+    pub ops: Vec<OpMeasurement>,
+    pub errors: ErrorSummary,
+    pub peak_activation_bytes: u64,
+    pub unplanned_activation_bytes: u64,
+    pub weights_bytes: u64,
+    pub kernel_isa: String,
+    pub analysis: Analysis,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    percentile(values, 0.5)
+}
+
+/// Random inputs (fixed seed) for every graph input of a plan.
+pub fn random_inputs(plan: &exec::Plan, seed: u64) -> HashMap<String, RtTensor> {
+    plan.inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, shape, integer))| {
+            let tensor = exec::random_input(&shape, integer, seed.wrapping_add(i as u64), 10);
+            (name, tensor)
+        })
+        .collect()
+}
+
+/// Analyses, plans, runs and times `graph`.
+pub fn bench_graph(
+    graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    analyze: &AnalyzeOptions,
+    options: &BenchOptions,
+) -> Result<BenchReport, BenchError> {
+    let analysis = analysis::analyze_graph(graph.clone(), source, device, analyze)?;
+    let mut graph = graph;
+    let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
+    let plan = build_plan(&graph, &order, &states, &PlanOptions { threads: options.threads, ..PlanOptions::default() })?;
+    let inputs = random_inputs(&plan, options.seed);
+    let mut workspace = plan.workspace();
+    for _ in 0..options.warmup.max(1) {
+        plan.run(&mut workspace, &inputs, None)?;
+    }
+    // End-to-end latency with per-op timing off, then a second series with it on.
+    let runs = options.runs.max(1);
+    let mut latencies = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = std::time::Instant::now();
+        plan.run(&mut workspace, &inputs, None)?;
+        latencies.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let steps = plan.steps();
+    let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
+    let mut timings = exec::plan::RunTimings::default();
+    for _ in 0..runs {
+        plan.run(&mut workspace, &inputs, Some(&mut timings))?;
+        for (i, &t) in timings.step_seconds.iter().enumerate() {
+            per_step[i].push(t);
+        }
+    }
+    let mut ops = Vec::with_capacity(steps.len());
+    for (step, mut samples) in steps.into_iter().zip(per_step) {
+        let node = &analysis.nodes[step.node_index];
+        if node.status != NodeStatus::Costed {
+            continue;
+        }
+        let measured_s = median(&mut samples).max(1e-9);
+        let bytes = node.bytes_read + node.bytes_written;
+        ops.push(OpMeasurement {
+            node_index: step.node_index,
+            name: step.name,
+            op_type: step.op_type,
+            measured_s,
+            predicted_s: node.predicted_s,
+            flops: node.flops,
+            bytes,
+            measured_gflops: node.flops as f64 / measured_s / 1e9,
+            measured_gbs: bytes as f64 / measured_s / 1e9,
+            roofline_fraction: node.predicted_s / measured_s,
+            prediction_error: (node.predicted_s - measured_s) / measured_s,
+        });
+    }
+    let mut abs_errors: Vec<f64> = ops.iter().map(|o| o.prediction_error.abs()).collect();
+    abs_errors.sort_by(f64::total_cmp);
+    let mut sorted_latency = latencies.clone();
+    sorted_latency.sort_by(f64::total_cmp);
+    let median_ms = percentile(&sorted_latency, 0.5);
+    let predicted_ms = analysis.summary.predicted_latency_s * 1e3;
+    Ok(BenchReport {
+        schema: BENCH_SCHEMA.to_string(),
+        schema_version: BENCH_SCHEMA_VERSION,
+        threads: options.threads,
+        runs,
+        latency_ms: Latency { median: median_ms, min: sorted_latency[0], max: sorted_latency[sorted_latency.len() - 1] },
+        predicted_latency_ms: predicted_ms,
+        errors: ErrorSummary {
+            median_abs_error: percentile(&abs_errors, 0.5),
+            p90_abs_error: percentile(&abs_errors, 0.9),
+            end_to_end_error: (predicted_ms - median_ms) / median_ms,
+        },
+        ops,
+        peak_activation_bytes: plan.peak_activation_bytes,
+        unplanned_activation_bytes: plan.unplanned_activation_bytes,
+        weights_bytes: plan.weights_bytes,
+        kernel_isa: format!("gemm {}, vector kernels {}", crate::kernels::gemm::isa_name(), crate::kernels::simd::isa_level().name()),
+        analysis,
+    })
+}

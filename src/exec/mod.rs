@@ -1,0 +1,100 @@
+//! The executor: turns an analysed `Graph` (all shapes known) into a `Plan` of kernel calls with
+//! statically planned activation buffers, and runs it on the local CPU, optionally timing every
+//! step. Bridges the IR (ONNX attributes) and the ONNX-agnostic kernels.
+
+pub mod npy;
+pub mod plan;
+
+use std::path::PathBuf;
+
+pub use plan::{build_plan, Plan, PlanOptions, StepInfo};
+
+/// A run-time tensor. Integer and boolean values are carried as i64.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RtData {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RtTensor {
+    pub shape: Vec<usize>,
+    pub data: RtData,
+}
+
+impl RtTensor {
+    pub fn len(&self) -> usize {
+        match &self.data {
+            RtData::F32(v) => v.len(),
+            RtData::I64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            RtData::F32(v) => Some(v),
+            RtData::I64(_) => None,
+        }
+    }
+
+    /// Values as f32 whatever the storage (for comparisons and reports).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.data {
+            RtData::F32(v) => v.clone(),
+            RtData::I64(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("the executor has no kernel for: {}", .0.join(", "))]
+    MissingKernels(Vec<String>),
+    #[error("node `{node}` ({op_type}): {reason}")]
+    Node {
+        node: String,
+        op_type: String,
+        reason: String,
+    },
+    #[error("the plan needs {bytes} bytes of activation and weight memory, more than the {limit} bytes allowed")]
+    TooLarge { bytes: u64, limit: u64 },
+    #[error("input `{name}`: {reason}")]
+    Input { name: String, reason: String },
+    #[error("{}: {reason}", path.display())]
+    Npy { path: PathBuf, reason: String },
+}
+
+/// A deterministic pseudo-random input for a value of this shape (standard-normal-ish f32 by
+/// default; small non-negative integers for integer inputs, below `int_range`).
+pub fn random_input(shape: &[usize], integer: bool, seed: u64, int_range: i64) -> RtTensor {
+    let mut state = seed ^ 0xD1B5_4A32_D192_ED03;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let count: usize = shape.iter().product();
+    let data = if integer {
+        RtData::I64((0..count).map(|_| (next() % int_range.max(1) as u64) as i64).collect())
+    } else {
+        // Sum of 4 uniforms, rescaled: mean 0, variance 1.
+        RtData::F32(
+            (0..count)
+                .map(|_| {
+                    let s: f32 = (0..4).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32).sum();
+                    (s - 2.0) * 1.732_050_8
+                })
+                .collect(),
+        )
+    };
+    RtTensor {
+        shape: shape.to_vec(),
+        data,
+    }
+}

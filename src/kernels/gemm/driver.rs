@@ -1,0 +1,540 @@
+//! The cache-blocked loop nest, the GEMV path and the threading.
+//!
+//! Loop nest for one region of C (one thread's share), BLIS order:
+//! `jc` over n by `nc` → `pc` over k by `kc` (pack the `kc × nc` B block, L3) → `ic` over m by
+//! `mc` (pack the `mc × kc` A block, L2) → `jr` over NR micro-panels (the `kc × NR` B
+//! micro-panel stays in L1) → `ir` over MR micro-panels → microkernel. The first k-block
+//! overwrites C, later ones accumulate, and the last one applies the epilogue in the store.
+//!
+//! Threading: the output is split along one dimension into tasks run by a cached rayon pool
+//! of exactly `threads` workers (`threads == 1` runs inline and spawns nothing). The operand
+//! that every task needs whole is packed once, up front and in parallel (or is already
+//! pre-packed); each task packs its own slice of the other operand block by block. So no
+//! packing is duplicated, tasks need no barriers, and there are a few tasks per thread so
+//! work-stealing evens out a noisy core. Split along n when n offers at least as many tiles
+//! (conv shapes: m = channels, n = pixels) or A is pre-packed; along m otherwise.
+
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use super::buf::{with_scratch, AlignedBuf, SCRATCH_A, SCRATCH_B, SCRATCH_WHOLE};
+use super::isa::Kernel;
+use super::micro::TileEpi;
+use super::pack::PackedView;
+use super::{BiasKind, Epilogue, MatRef};
+
+/// Minimum work per thread before another thread is worth waking (about 15 µs of FMAs).
+const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
+/// Minimum matrix elements per thread for the memory-bound GEMV.
+const MIN_GEMV_ELEMS_PER_THREAD: usize = 1 << 16;
+/// Outputs per GEMV chunk (before rounding to the panel width).
+const GEMV_CHUNK: usize = 256;
+const GEMV_CHUNK_MAX: usize = GEMV_CHUNK + 64;
+
+/// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
+fn min_flops_per_thread() -> f64 {
+    if cfg!(test) {
+        1.0
+    } else {
+        MIN_FLOPS_PER_THREAD
+    }
+}
+
+fn min_gemv_elems_per_thread() -> usize {
+    if cfg!(test) {
+        1
+    } else {
+        MIN_GEMV_ELEMS_PER_THREAD
+    }
+}
+
+/// A raw operand seen as `len × k`: element `(w, kk)` at `ptr[w·ws + kk·ks]`.
+#[derive(Clone, Copy)]
+pub(crate) struct Src {
+    pub ptr: *const f32,
+    pub ws: usize,
+    pub ks: usize,
+    pub len: usize,
+}
+
+// SAFETY: a `Src` is a read-only view of a slice the caller keeps borrowed for the whole call.
+unsafe impl Send for Src {}
+unsafe impl Sync for Src {}
+
+impl Src {
+    pub fn of_a(a: &MatRef) -> Src {
+        Src {
+            ptr: a.data.as_ptr(),
+            ws: a.row_stride,
+            ks: a.col_stride,
+            len: a.rows,
+        }
+    }
+
+    pub fn of_b(b: &MatRef) -> Src {
+        Src {
+            ptr: b.data.as_ptr(),
+            ws: b.col_stride,
+            ks: b.row_stride,
+            len: b.cols,
+        }
+    }
+
+    #[inline]
+    unsafe fn at(&self, w: usize, kk: usize) -> *const f32 {
+        self.ptr.add(w * self.ws + kk * self.ks)
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Opnd<'a> {
+    Raw(Src),
+    Packed(PackedView<'a>),
+}
+
+/// One GEMM call, validated.
+pub(crate) struct Job<'a> {
+    pub kern: &'static Kernel,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Opnd<'a>,
+    pub b: Opnd<'a>,
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub epi: &'a Epilogue<'a>,
+    pub mc: usize,
+    pub kc: usize,
+    pub nc: usize,
+}
+
+// SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
+unsafe impl Sync for Job<'_> {}
+
+#[derive(Clone, Copy)]
+struct SyncMut(*mut f32);
+// SAFETY: used only to hand disjoint output regions to tasks.
+unsafe impl Send for SyncMut {}
+unsafe impl Sync for SyncMut {}
+
+fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
+    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = pools.iter().find(|(t, _)| *t == threads) {
+        return Some(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("gemm{threads}-{i}"))
+        .build()
+        .ok()?;
+    let p = Arc::new(p);
+    pools.push((threads, p.clone()));
+    Some(p)
+}
+
+/// Runs `f(0..tasks)` on `threads` workers (inline when `threads <= 1` or one task).
+pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Sync + Send) {
+    if threads > 1 && tasks > 1 {
+        if let Some(p) = pool(threads) {
+            p.install(|| (0..tasks).into_par_iter().for_each(&f));
+            return;
+        }
+    }
+    (0..tasks).for_each(f);
+}
+
+/// Packs panels `p0..p1` of a whole operand (all k-blocks) into the whole-operand layout.
+unsafe fn pack_panels(
+    kern: &Kernel,
+    is_a: bool,
+    src: Src,
+    k: usize,
+    kc: usize,
+    p0: usize,
+    p1: usize,
+    dst: *mut f32,
+) {
+    let (w, f) = if is_a {
+        (kern.mr, kern.pack_a)
+    } else {
+        (kern.nr, kern.pack_b)
+    };
+    let padded = src.len.div_ceil(w) * w;
+    let wlen = (p1 * w).min(src.len) - p0 * w;
+    let mut k0 = 0;
+    while k0 < k {
+        let klen = (k - k0).min(kc);
+        f(
+            src.at(p0 * w, k0),
+            src.ws,
+            src.ks,
+            wlen,
+            klen,
+            dst.add(k0 * padded + p0 * klen * w),
+        );
+        k0 += klen;
+    }
+}
+
+/// Packs a whole operand into `dst` (`PackedView::size` floats), with `threads` workers.
+pub(crate) fn pack_whole(
+    kern: &Kernel,
+    is_a: bool,
+    src: Src,
+    k: usize,
+    kc: usize,
+    dst: &mut [f32],
+    threads: usize,
+) {
+    let w = if is_a { kern.mr } else { kern.nr };
+    let panels = src.len.div_ceil(w);
+    assert!(dst.len() >= PackedView::size(src.len, k, w));
+    let tasks = panels.min(threads.max(1) * 2).max(1);
+    let per = panels.div_ceil(tasks);
+    let out = SyncMut(dst.as_mut_ptr());
+    parallel_for(threads, panels.div_ceil(per), |t| {
+        let out = out;
+        let p0 = t * per;
+        let p1 = (p0 + per).min(panels);
+        // SAFETY: tasks write disjoint panel ranges of `dst`, which holds the whole layout.
+        unsafe { pack_panels(kern, is_a, src, k, kc, p0, p1, out.0) }
+    });
+}
+
+/// The tile epilogue for the tile at `(i, j)` of a k-block.
+#[inline]
+fn tile_epi<'e>(job: &'e Job, i: usize, j: usize, first: bool, last: bool) -> TileEpi<'e> {
+    let (bias_row, bias_col) = match job.epi.bias {
+        BiasKind::PerRow(b) if last => (b[i..].as_ptr(), std::ptr::null()),
+        BiasKind::PerCol(b) if last => (std::ptr::null(), b[j..].as_ptr()),
+        _ => (std::ptr::null(), std::ptr::null()),
+    };
+    let residual = match job.epi.residual {
+        Some(r) if last => r[i * job.ldc + j..].as_ptr(),
+        _ => std::ptr::null(),
+    };
+    TileEpi {
+        accumulate: !first,
+        last,
+        bias_row,
+        bias_col,
+        residual,
+        act: &job.epi.activation,
+    }
+}
+
+/// Computes the region `[i0, i1) × [j0, j1)` of C on the current thread. `i0` is a multiple of
+/// MR and `j0` of NR.
+unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
+    let kern = job.kern;
+    let (mr, nr) = (kern.mr, kern.nr);
+    let a_len = match job.a {
+        Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc,
+        Opnd::Packed(_) => 0,
+    };
+    let b_len = match job.b {
+        Opnd::Raw(_) => job.nc.min((j1 - j0).div_ceil(nr) * nr) * job.kc,
+        Opnd::Packed(_) => 0,
+    };
+    with_scratch(&SCRATCH_A, a_len, |abuf: &mut AlignedBuf| {
+        with_scratch(&SCRATCH_B, b_len, |bbuf: &mut AlignedBuf| {
+            let abuf = abuf.as_mut_slice().as_mut_ptr();
+            let bbuf = bbuf.as_mut_slice().as_mut_ptr();
+            let mut jc = j0;
+            while jc < j1 {
+                let ncl = (j1 - jc).min(job.nc);
+                let mut k0 = 0;
+                while k0 < job.k {
+                    let kl = (job.k - k0).min(job.kc);
+                    let first = k0 == 0;
+                    let last = k0 + kl == job.k;
+                    let bp = match job.b {
+                        Opnd::Packed(v) => v.panel(k0, kl, jc / nr),
+                        Opnd::Raw(s) => {
+                            (kern.pack_b)(s.at(jc, k0), s.ws, s.ks, ncl, kl, bbuf);
+                            bbuf as *const f32
+                        }
+                    };
+                    let mut ic = i0;
+                    while ic < i1 {
+                        let mcl = (i1 - ic).min(job.mc);
+                        let ap = match job.a {
+                            Opnd::Packed(v) => v.panel(k0, kl, ic / mr),
+                            Opnd::Raw(s) => {
+                                (kern.pack_a)(s.at(ic, k0), s.ws, s.ks, mcl, kl, abuf);
+                                abuf as *const f32
+                            }
+                        };
+                        let mut jr = 0;
+                        while jr < ncl {
+                            let n_eff = (ncl - jr).min(nr);
+                            let bpanel = bp.add(jr * kl);
+                            let mut ir = 0;
+                            while ir < mcl {
+                                let m_eff = (mcl - ir).min(mr);
+                                let (i, j) = (ic + ir, jc + jr);
+                                let te = tile_epi(job, i, j, first, last);
+                                (kern.micro)(
+                                    kl,
+                                    ap.add(ir * kl),
+                                    bpanel,
+                                    job.c.add(i * job.ldc + j),
+                                    job.ldc,
+                                    m_eff,
+                                    n_eff,
+                                    &te,
+                                );
+                                ir += mr;
+                            }
+                            jr += nr;
+                        }
+                        ic += mcl;
+                    }
+                    k0 += kl;
+                }
+                jc += ncl;
+            }
+        })
+    });
+}
+
+/// Runs a validated job with up to `threads` threads.
+pub(crate) fn drive(job: &Job, threads: usize) {
+    let (m, n, k) = (job.m, job.n, job.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // SAFETY: the job was validated: C, bias and residual cover m × n.
+        unsafe { epilogue_only(job) };
+        return;
+    }
+    if (m == 1 || n == 1) && gemv(job, threads) {
+        return;
+    }
+    let kern = job.kern;
+    let (mr, nr) = (kern.mr, kern.nr);
+    let m_tiles = m.div_ceil(mr);
+    let n_tiles = n.div_ceil(nr);
+    let flops = 2.0 * m as f64 * n as f64 * k as f64;
+    let t = threads
+        .min((flops / min_flops_per_thread()) as usize)
+        .min(m_tiles.max(n_tiles))
+        .max(1);
+    if t == 1 {
+        // SAFETY: the job was validated; one region covers C.
+        unsafe { run_region(job, 0, m, 0, n) };
+        return;
+    }
+    let split_n = match (job.a, job.b) {
+        (Opnd::Packed(_), _) if n_tiles >= 2 * t => true,
+        (_, Opnd::Packed(_)) if m_tiles >= 2 * t => false,
+        _ => n_tiles * nr >= m_tiles * mr,
+    };
+    // The operand every task reads whole: pack it once, in parallel, unless it already is.
+    let (whole, is_a) = if split_n { (job.a, true) } else { (job.b, false) };
+    let run = |job: &Job| {
+        let tiles = if split_n { n_tiles } else { m_tiles };
+        let per = tiles.div_ceil((4 * t).min(tiles));
+        let tasks = tiles.div_ceil(per);
+        parallel_for(t, tasks, |ti| {
+            let (t0, t1) = (ti * per, ((ti + 1) * per).min(tiles));
+            // SAFETY: tasks cover disjoint column (or row) ranges of C.
+            unsafe {
+                if split_n {
+                    run_region(job, 0, m, t0 * nr, (t1 * nr).min(n))
+                } else {
+                    run_region(job, t0 * mr, (t1 * mr).min(m), 0, n)
+                }
+            }
+        });
+    };
+    match whole {
+        Opnd::Packed(_) => run(job),
+        Opnd::Raw(src) => {
+            let w = if is_a { mr } else { nr };
+            let size = PackedView::size(src.len, k, w);
+            with_scratch(&SCRATCH_WHOLE, size, |buf| {
+                let data = &mut buf.as_mut_slice()[..size];
+                pack_whole(kern, is_a, src, k, job.kc, data, t);
+                let view = Opnd::Packed(PackedView {
+                    data,
+                    len: src.len,
+                    k,
+                    kc: job.kc,
+                    w,
+                });
+                let job2 = Job {
+                    a: if is_a { view } else { job.a },
+                    b: if is_a { job.b } else { view },
+                    ..*job
+                };
+                run(&job2);
+            });
+        }
+    }
+}
+
+/// `k == 0`: C = act(0 + bias + residual).
+unsafe fn epilogue_only(job: &Job) {
+    let zeros = vec![0.0f32; job.n];
+    for i in 0..job.m {
+        let (bias_s, bias_v) = match job.epi.bias {
+            BiasKind::PerRow(b) => (b[i], std::ptr::null()),
+            BiasKind::PerCol(b) => (0.0, b.as_ptr()),
+            BiasKind::None => (0.0, std::ptr::null()),
+        };
+        let res = job
+            .epi
+            .residual
+            .map_or(std::ptr::null(), |r| r[i * job.ldc..].as_ptr());
+        (job.kern.epilogue_vec)(
+            zeros.as_ptr(),
+            job.n,
+            job.c.add(i * job.ldc),
+            1,
+            bias_s,
+            bias_v,
+            res,
+            &job.epi.activation,
+        );
+    }
+}
+
+enum GemvMat<'a> {
+    Dot { ptr: *const f32, rs: usize },
+    Axpy { ptr: *const f32, cs: usize },
+    Panel { view: PackedView<'a>, is_a: bool },
+}
+
+// SAFETY: read-only views of slices borrowed for the whole call.
+unsafe impl Send for GemvMat<'_> {}
+unsafe impl Sync for GemvMat<'_> {}
+
+/// The k-vector of a `m == 1` A or `n == 1` B as a contiguous slice (copied when strided).
+fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
+    match *op {
+        Opnd::Raw(s) if s.ks == 1 => {
+            // SAFETY: validated: the k elements of lane 0 are in the slice.
+            unsafe { std::slice::from_raw_parts(s.ptr, k) }
+        }
+        Opnd::Raw(s) => {
+            // SAFETY: as above, with stride `ks`.
+            tmp.extend((0..k).map(|kk| unsafe { *s.at(0, kk) }));
+            tmp
+        }
+        Opnd::Packed(v) => {
+            let mut k0 = 0;
+            while k0 < k {
+                let klen = (k - k0).min(v.kc);
+                let p = v.panel(k0, klen, 0);
+                // SAFETY: lane 0 of panel 0, rows `0..klen` of this k-block.
+                tmp.extend((0..klen).map(|kk| unsafe { *p.add(kk * v.w) }));
+                k0 += klen;
+            }
+            tmp
+        }
+    }
+}
+
+/// The `m == 1` / `n == 1` path. Returns false (nothing done) for layouts it does not stream
+/// (a raw weight operand with no unit stride); the blocked path handles those.
+fn gemv(job: &Job, threads: usize) -> bool {
+    let kern = job.kern;
+    let k = job.k;
+    let rows_mode = job.m == 1; // outputs run along n
+    let (vec_op, mat_op) = if rows_mode {
+        (&job.a, &job.b)
+    } else {
+        (&job.b, &job.a)
+    };
+    let mat = match *mat_op {
+        Opnd::Packed(view) => GemvMat::Panel {
+            view,
+            is_a: !rows_mode,
+        },
+        Opnd::Raw(s) if s.ks == 1 => GemvMat::Dot { ptr: s.ptr, rs: s.ws },
+        Opnd::Raw(s) if s.ws == 1 => GemvMat::Axpy { ptr: s.ptr, cs: s.ks },
+        Opnd::Raw(_) => return false,
+    };
+    let mut tmp = Vec::new();
+    let x = vector_of(vec_op, k, &mut tmp);
+    let outputs = if rows_mode { job.n } else { job.m };
+    let os = if rows_mode { 1 } else { job.ldc };
+    let (bias_s, bias_v) = match job.epi.bias {
+        BiasKind::None => (0.0, std::ptr::null()),
+        BiasKind::PerRow(b) if rows_mode => (b[0], std::ptr::null()),
+        BiasKind::PerCol(b) if !rows_mode => (b[0], std::ptr::null()),
+        BiasKind::PerRow(b) | BiasKind::PerCol(b) => (0.0, b.as_ptr()),
+    };
+    let bias_v = SyncPtr(bias_v);
+    let res = SyncPtr(job.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr()));
+    let width = match mat {
+        GemvMat::Panel { is_a: true, .. } => kern.mr,
+        GemvMat::Panel { is_a: false, .. } => kern.nr,
+        _ => 1,
+    };
+    let chunk = GEMV_CHUNK.div_ceil(width) * width;
+    debug_assert!(chunk <= GEMV_CHUNK_MAX);
+    let chunks = outputs.div_ceil(chunk);
+    let t = threads
+        .min(outputs * k / min_gemv_elems_per_thread())
+        .min(chunks)
+        .max(1);
+    let c = SyncMut(job.c);
+    let xp = SyncPtr(x.as_ptr());
+    parallel_for(t, chunks, |ci| {
+        let (c, xp, bias_v, res) = (c, xp, bias_v, res);
+        let o0 = ci * chunk;
+        let len = (outputs - o0).min(chunk);
+        let mut y = [0.0f32; GEMV_CHUNK_MAX];
+        // SAFETY: the job was validated; chunk `ci` covers outputs `o0..o0 + len` only.
+        unsafe {
+            match &mat {
+                GemvMat::Dot { ptr, rs } => {
+                    (kern.gemv_dot)(ptr.add(o0 * rs), *rs, len, k, xp.0, y.as_mut_ptr())
+                }
+                GemvMat::Axpy { ptr, cs } => {
+                    (kern.gemv_axpy)(ptr.add(o0), *cs, len, k, xp.0, y.as_mut_ptr())
+                }
+                GemvMat::Panel { view, is_a } => {
+                    let p0 = o0 / width;
+                    let p1 = (o0 + len).div_ceil(width);
+                    let f = if *is_a {
+                        kern.panel_gemv_a
+                    } else {
+                        kern.panel_gemv_b
+                    };
+                    f(view, p0, p1, xp.0, y.as_mut_ptr());
+                }
+            }
+            (kern.epilogue_vec)(
+                y.as_ptr(),
+                len,
+                c.0.add(o0 * os),
+                os,
+                bias_s,
+                if bias_v.0.is_null() {
+                    bias_v.0
+                } else {
+                    bias_v.0.add(o0)
+                },
+                if res.0.is_null() {
+                    res.0
+                } else {
+                    res.0.add(o0 * os)
+                },
+                &job.epi.activation,
+            );
+        }
+    });
+    true
+}
+
+#[derive(Clone, Copy)]
+struct SyncPtr(*const f32);
+// SAFETY: read-only pointers into slices borrowed for the whole call.
+unsafe impl Send for SyncPtr {}
+unsafe impl Sync for SyncPtr {}

@@ -1,0 +1,238 @@
+//! Matrix-vector kernels for `m == 1` or `n == 1` (dense layers at batch 1): memory-bound, so
+//! they stream the matrix once with enough independent accumulators to keep the loads going,
+//! and never pack.
+//!
+//! The matrix `M` (`rows × k`) is the weight operand seen from the output: for `m == 1`,
+//! `M = Bᵀ`; for `n == 1`, `M = A`. Two raw layouts are handled, plus the packed panels:
+//! - dot form, unit stride along k: `y[r] = Σ M[r, kk]·x[kk]`, four rows at a time;
+//! - axpy form, unit stride along r: `y += x[kk]·M[:, kk]`, with 8 vectors of y in registers;
+//! - panel form: a pre-packed operand, panel by panel, four k steps in flight.
+
+use super::act::activate;
+use super::pack::PackedView;
+use super::simd::Vf32;
+use super::Activation;
+
+/// Dot form: `M[r, kk]` at `m[r·rs + kk]`; writes `y[0..rows]`.
+#[inline(always)]
+pub(crate) unsafe fn gemv_dot<V: Vf32>(
+    m: *const f32,
+    rs: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+) {
+    let l = V::LANES;
+    let mut r = 0;
+    while r + 4 <= rows {
+        let p = [m.add(r * rs), m.add((r + 1) * rs), m.add((r + 2) * rs), m.add((r + 3) * rs)];
+        let mut acc = [[V::zero(); 2]; 4];
+        let mut kk = 0;
+        while kk + 2 * l <= k {
+            let x0 = V::load(x.add(kk));
+            let x1 = V::load(x.add(kk + l));
+            for q in 0..4 {
+                acc[q][0] = V::fma(V::load(p[q].add(kk)), x0, acc[q][0]);
+                acc[q][1] = V::fma(V::load(p[q].add(kk + l)), x1, acc[q][1]);
+            }
+            kk += 2 * l;
+        }
+        while kk < k {
+            let w = (k - kk).min(l);
+            let x0 = V::load_n(x.add(kk), w);
+            for q in 0..4 {
+                acc[q][0] = V::fma(V::load_n(p[q].add(kk), w), x0, acc[q][0]);
+            }
+            kk += l;
+        }
+        for (q, a) in acc.iter().enumerate() {
+            *y.add(r + q) = V::hsum(V::add(a[0], a[1]));
+        }
+        r += 4;
+    }
+    while r < rows {
+        let p = m.add(r * rs);
+        let mut acc = [V::zero(); 4];
+        let mut kk = 0;
+        while kk + 4 * l <= k {
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = V::fma(V::load(p.add(kk + u * l)), V::load(x.add(kk + u * l)), *a);
+            }
+            kk += 4 * l;
+        }
+        while kk < k {
+            let w = (k - kk).min(l);
+            acc[0] = V::fma(V::load_n(p.add(kk), w), V::load_n(x.add(kk), w), acc[0]);
+            kk += l;
+        }
+        *y.add(r) = V::hsum(V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3])));
+        r += 1;
+    }
+}
+
+/// Axpy form: `M[r, kk]` at `m[r + kk·cs]`; writes `y[0..rows]`.
+#[inline(always)]
+pub(crate) unsafe fn gemv_axpy<V: Vf32>(
+    m: *const f32,
+    cs: usize,
+    rows: usize,
+    k: usize,
+    x: *const f32,
+    y: *mut f32,
+) {
+    const U: usize = 8;
+    let l = V::LANES;
+    let mut r = 0;
+    while r + U * l <= rows {
+        let mut acc = [V::zero(); U];
+        for kk in 0..k {
+            let xv = V::splat(*x.add(kk));
+            let col = m.add(kk * cs + r);
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = V::fma(V::load(col.add(u * l)), xv, *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            V::store(y.add(r + u * l), *a);
+        }
+        r += U * l;
+    }
+    while r < rows {
+        let w = (rows - r).min(l);
+        let mut acc = [V::zero(); 4];
+        let mut kk = 0;
+        while kk + 4 <= k {
+            for (u, a) in acc.iter_mut().enumerate() {
+                let col = m.add((kk + u) * cs + r);
+                *a = V::fma(V::load_n(col, w), V::splat(*x.add(kk + u)), *a);
+            }
+            kk += 4;
+        }
+        while kk < k {
+            let col = m.add(kk * cs + r);
+            acc[0] = V::fma(V::load_n(col, w), V::splat(*x.add(kk)), acc[0]);
+            kk += 1;
+        }
+        let s = V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3]));
+        if w == l {
+            V::store(y.add(r), s);
+        } else {
+            V::store_n(y.add(r), s, w);
+        }
+        r += l;
+    }
+}
+
+/// Panel form over a packed operand of panel width `W`: for panels `p0..p1`, writes
+/// `y[(p - p0)·W + w] = Σ_kk panel_p[kk][w]·x[kk]` (including the zero padding lanes).
+#[inline(always)]
+pub(crate) unsafe fn panel_gemv<V: Vf32, const W: usize>(
+    view: &PackedView,
+    p0: usize,
+    p1: usize,
+    x: *const f32,
+    y: *mut f32,
+) {
+    const U: usize = 4;
+    const MAXV: usize = 4;
+    let l = V::LANES;
+    let nvec = W.div_ceil(l);
+    debug_assert!(nvec <= MAXV);
+    let last_w = W - (nvec - 1) * l;
+    let ld = |p: *const f32, v: usize| {
+        if v + 1 == nvec && last_w < l {
+            V::load_n(p.add(v * l), last_w)
+        } else {
+            V::load(p.add(v * l))
+        }
+    };
+    for p in p0..p1 {
+        let mut acc = [[V::zero(); MAXV]; U];
+        let mut k0 = 0;
+        while k0 < view.k {
+            let klen = (view.k - k0).min(view.kc);
+            let base = view.panel(k0, klen, p);
+            let xb = x.add(k0);
+            let mut kk = 0;
+            while kk + U <= klen {
+                for (u, au) in acc.iter_mut().enumerate() {
+                    let xv = V::splat(*xb.add(kk + u));
+                    let row = base.add((kk + u) * W);
+                    for (v, a) in au.iter_mut().enumerate().take(nvec) {
+                        *a = V::fma(ld(row, v), xv, *a);
+                    }
+                }
+                kk += U;
+            }
+            while kk < klen {
+                let xv = V::splat(*xb.add(kk));
+                let row = base.add(kk * W);
+                for (v, a) in acc[0].iter_mut().enumerate().take(nvec) {
+                    *a = V::fma(ld(row, v), xv, *a);
+                }
+                kk += 1;
+            }
+            k0 += klen;
+        }
+        let out = y.add((p - p0) * W);
+        for v in 0..nvec {
+            let s = V::add(V::add(acc[0][v], acc[1][v]), V::add(acc[2][v], acc[3][v]));
+            if v + 1 == nvec && last_w < l {
+                V::store_n(out.add(v * l), s, last_w);
+            } else {
+                V::store(out.add(v * l), s);
+            }
+        }
+    }
+}
+
+/// GEMV epilogue: `out[o·os] = act(y[o] + bias_s + bias_v[o] + res[o·os])` for `o < len`;
+/// `bias_v` and `res` may be null.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn epilogue_vec<V: Vf32>(
+    y: *const f32,
+    len: usize,
+    out: *mut f32,
+    os: usize,
+    bias_s: f32,
+    bias_v: *const f32,
+    res: *const f32,
+    act: &Activation,
+) {
+    if os == 1 {
+        let l = V::LANES;
+        let bs = V::splat(bias_s);
+        let mut o = 0;
+        while o < len {
+            let w = (len - o).min(l);
+            let ld = |p: *const f32| if w == l { V::load(p) } else { V::load_n(p, w) };
+            let mut v = V::add(ld(y.add(o)), bs);
+            if !bias_v.is_null() {
+                v = V::add(v, ld(bias_v.add(o)));
+            }
+            if !res.is_null() {
+                v = V::add(v, ld(res.add(o)));
+            }
+            v = activate(act, v);
+            if w == l {
+                V::store(out.add(o), v);
+            } else {
+                V::store_n(out.add(o), v, w);
+            }
+            o += l;
+        }
+    } else {
+        for o in 0..len {
+            let mut v = *y.add(o) + bias_s;
+            if !bias_v.is_null() {
+                v += *bias_v.add(o);
+            }
+            if !res.is_null() {
+                v += *res.add(o * os);
+            }
+            *out.add(o * os) = activate::<f32>(act, v);
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The per-ISA kernel tables. Each ISA instantiates the generic microkernel, packing, GEMV and
+//! activation code inside `#[target_feature]` functions (the generic code is all
+//! `#[inline(always)]`, so it compiles with that ISA's instructions), and exposes them as one
+//! [`Kernel`] of function pointers. Selection happens once, at run time (see `mod.rs`).
+//!
+//! | ISA | vector | microkernel MR × NR | accumulators |
+//! |---|---|---|---|
+//! | `avx512` | `__m512` | 12 × 32 | 24 zmm (+2 B, +1 broadcast) |
+//! | `avx2+fma` | `__m256` | 6 × 16 | 12 ymm (+2 B, +1 broadcast) |
+//! | `scalar` | `f32` | 4 × 4 | 16 scalars |
+
+use super::micro::TileEpi;
+use super::pack::PackedView;
+use super::{Activation, Blocking, Isa};
+
+pub(crate) type MicroFn =
+    unsafe fn(usize, *const f32, *const f32, *mut f32, usize, usize, usize, &TileEpi);
+/// `(src, ws, ks, wlen, klen, dst)`, see [`super::pack::pack`].
+pub(crate) type PackFn = unsafe fn(*const f32, usize, usize, usize, usize, *mut f32);
+/// `(m, stride, rows, k, x, y)`.
+pub(crate) type GemvFn = unsafe fn(*const f32, usize, usize, usize, *const f32, *mut f32);
+pub(crate) type PanelGemvFn = unsafe fn(&PackedView, usize, usize, *const f32, *mut f32);
+pub(crate) type EpiVecFn =
+    unsafe fn(*const f32, usize, *mut f32, usize, f32, *const f32, *const f32, &Activation);
+pub(crate) type SliceFn = unsafe fn(&Activation, &mut [f32]);
+pub(crate) type ErfFn = unsafe fn(&mut [f32]);
+
+/// One ISA's kernels. All function pointers may only be called when `isa.is_available()`.
+pub(crate) struct Kernel {
+    pub isa: Isa,
+    pub mr: usize,
+    pub nr: usize,
+    pub blocking: Blocking,
+    pub micro: MicroFn,
+    pub pack_a: PackFn,
+    pub pack_b: PackFn,
+    pub gemv_dot: GemvFn,
+    pub gemv_axpy: GemvFn,
+    pub panel_gemv_a: PanelGemvFn,
+    pub panel_gemv_b: PanelGemvFn,
+    pub epilogue_vec: EpiVecFn,
+    pub act_slice: SliceFn,
+    pub erf_slice: ErfFn,
+}
+
+macro_rules! isa_kernels {
+    ($name:ident, $(#[$attr:meta])*; $V:ty, $mr:literal, $nv:literal) => {
+        pub(crate) mod $name {
+            #[allow(unused_imports)]
+            use super::super::{act, gemv, micro, pack, simd::Vf32};
+            use super::super::micro::TileEpi;
+            use super::super::pack::PackedView;
+            use super::super::Activation;
+            #[cfg(target_arch = "x86_64")]
+            #[allow(unused_imports)]
+            use std::arch::x86_64::*;
+
+            pub const MR: usize = $mr;
+            pub const NR: usize = $nv * <$V as Vf32>::LANES;
+
+            $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn micro(
+                kc: usize,
+                a: *const f32,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                m_eff: usize,
+                n_eff: usize,
+                epi: &TileEpi,
+            ) {
+                micro::micro::<$V, MR, $nv>(kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile)
+            }
+
+            $(#[$attr])*
+            #[inline(never)]
+            unsafe fn store_tile(
+                tile: *const f32,
+                tile_ld: usize,
+                m_eff: usize,
+                n_eff: usize,
+                c: *mut f32,
+                ldc: usize,
+                epi: &TileEpi,
+            ) {
+                micro::store_tile::<$V>(tile, tile_ld, m_eff, n_eff, c, ldc, epi)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn pack_a(
+                src: *const f32,
+                ws: usize,
+                ks: usize,
+                wlen: usize,
+                klen: usize,
+                dst: *mut f32,
+            ) {
+                pack::pack::<$V, MR>(src, ws, ks, wlen, klen, dst)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn pack_b(
+                src: *const f32,
+                ws: usize,
+                ks: usize,
+                wlen: usize,
+                klen: usize,
+                dst: *mut f32,
+            ) {
+                pack::pack::<$V, NR>(src, ws, ks, wlen, klen, dst)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn gemv_dot(
+                m: *const f32,
+                rs: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                y: *mut f32,
+            ) {
+                gemv::gemv_dot::<$V>(m, rs, rows, k, x, y)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn gemv_axpy(
+                m: *const f32,
+                cs: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                y: *mut f32,
+            ) {
+                gemv::gemv_axpy::<$V>(m, cs, rows, k, x, y)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn panel_gemv_a(
+                view: &PackedView,
+                p0: usize,
+                p1: usize,
+                x: *const f32,
+                y: *mut f32,
+            ) {
+                gemv::panel_gemv::<$V, MR>(view, p0, p1, x, y)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn panel_gemv_b(
+                view: &PackedView,
+                p0: usize,
+                p1: usize,
+                x: *const f32,
+                y: *mut f32,
+            ) {
+                gemv::panel_gemv::<$V, NR>(view, p0, p1, x, y)
+            }
+
+            $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn epilogue_vec(
+                y: *const f32,
+                len: usize,
+                out: *mut f32,
+                os: usize,
+                bias_s: f32,
+                bias_v: *const f32,
+                res: *const f32,
+                act: &Activation,
+            ) {
+                gemv::epilogue_vec::<$V>(y, len, out, os, bias_s, bias_v, res, act)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn act_slice(act: &Activation, data: &mut [f32]) {
+                act::activate_slice::<$V>(act, data)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn erf_slice(data: &mut [f32]) {
+                act::erf_slice::<$V>(data)
+            }
+        }
+    };
+}
+
+isa_kernels!(scalar, ; f32, 4, 4);
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(avx2, #[target_feature(enable = "avx2,fma")]; __m256, 6, 2);
+#[cfg(target_arch = "x86_64")]
+isa_kernels!(avx512, #[target_feature(enable = "avx512f")]; __m512, 12, 2);
+
+macro_rules! kernel_table {
+    ($m:ident, $isa:expr, $blocking:expr) => {
+        Kernel {
+            isa: $isa,
+            mr: $m::MR,
+            nr: $m::NR,
+            blocking: $blocking,
+            micro: $m::micro,
+            pack_a: $m::pack_a,
+            pack_b: $m::pack_b,
+            gemv_dot: $m::gemv_dot,
+            gemv_axpy: $m::gemv_axpy,
+            panel_gemv_a: $m::panel_gemv_a,
+            panel_gemv_b: $m::panel_gemv_b,
+            epilogue_vec: $m::epilogue_vec,
+            act_slice: $m::act_slice,
+            erf_slice: $m::erf_slice,
+        }
+    };
+}
+
+pub(crate) static SCALAR: Kernel = kernel_table!(
+    scalar,
+    Isa::Scalar,
+    Blocking {
+        mc: 64,
+        kc: 256,
+        nc: 1024
+    }
+);
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) static AVX2: Kernel = kernel_table!(
+    avx2,
+    Isa::Avx2Fma,
+    Blocking {
+        mc: 144,
+        kc: 256,
+        nc: 4096
+    }
+);
+
+/// Zen 5 (48 KiB L1D, 1 MiB L2): the 32 KiB B micro-panel (kc × 32) stays in L1 while the
+/// 240 KiB A block (mc × kc) streams from L2; the kc × nc B block (4 MiB) lives in L3.
+#[cfg(target_arch = "x86_64")]
+pub(crate) static AVX512: Kernel = kernel_table!(
+    avx512,
+    Isa::Avx512,
+    Blocking {
+        mc: 240,
+        kc: 256,
+        nc: 4096
+    }
+);
+
+/// The kernel table of `isa` (whether or not this CPU can run it).
+pub(crate) fn table(isa: Isa) -> &'static Kernel {
+    match isa {
+        Isa::Scalar => &SCALAR,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => &AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => &AVX512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => &SCALAR,
+    }
+}

@@ -1,0 +1,166 @@
+//! The register-blocked microkernel and its fused epilogue, generic over the vector type.
+//!
+//! One call computes an `MR × NR` tile of C (`NR = NV · V::LANES`) from a packed A micro-panel
+//! (`kc × MR`, k-major) and a packed B micro-panel (`kc × NR`, k-major). The `MR · NV`
+//! accumulators stay in registers for the whole k loop; each k step loads `NV` vectors of B and
+//! broadcasts `MR` scalars of A (folded into the FMAs' memory operands on AVX-512).
+//!
+//! The epilogue is applied while the tile is in registers or in a stack copy of it (edge tiles,
+//! and tiles that need bias/residual/activation): C is written once per k-block, and the last
+//! k-block writes the final value with bias, residual and activation already applied.
+
+use super::act::activate;
+use super::simd::Vf32;
+use super::Activation;
+
+/// What the microkernel does with its accumulator tile.
+pub(crate) struct TileEpi<'a> {
+    /// Add the tile to what C holds (a later k-block); otherwise overwrite C.
+    pub accumulate: bool,
+    /// This is the last k-block: apply bias, residual and activation.
+    pub last: bool,
+    /// Per-row bias at the tile's first row (`bias_row[i]` for tile row i), or null.
+    pub bias_row: *const f32,
+    /// Per-column bias at the tile's first column, or null.
+    pub bias_col: *const f32,
+    /// Residual at the tile's origin, with C's leading dimension, or null.
+    pub residual: *const f32,
+    pub act: &'a Activation,
+}
+
+impl TileEpi<'_> {
+    /// Nothing to do beyond storing or accumulating the raw products.
+    #[inline(always)]
+    pub fn plain(&self) -> bool {
+        !self.last
+            || (self.bias_row.is_null()
+                && self.bias_col.is_null()
+                && self.residual.is_null()
+                && matches!(self.act, Activation::None))
+    }
+}
+
+/// Signature of the per-ISA tile store (a separate, non-inlined function so the hot k loop
+/// stays compact).
+pub(crate) type StoreTileFn =
+    unsafe fn(*const f32, usize, usize, usize, *mut f32, usize, &TileEpi);
+
+/// The generic microkernel. `a`: `kc × MR` packed panel; `b`: `kc × NR` packed panel, aligned
+/// to the vector width; `c`: the tile's origin in C (leading dimension `ldc`), of which only
+/// `m_eff × n_eff` is written.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    m_eff: usize,
+    n_eff: usize,
+    epi: &TileEpi,
+    store: StoreTileFn,
+) {
+    let nr = NV * V::LANES;
+    let mut acc = [[V::zero(); NV]; MR];
+    for i in 0..MR {
+        if i < m_eff {
+            V::prefetch(c.add(i * ldc));
+            V::prefetch(c.add(i * ldc + nr - 1));
+        }
+    }
+    let mut ap = a;
+    let mut bp = b;
+    for _ in 0..kc {
+        let mut bv = [V::zero(); NV];
+        for (v, bvv) in bv.iter_mut().enumerate() {
+            *bvv = V::load_aligned(bp.add(v * V::LANES));
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            let ai = V::splat(*ap.add(i));
+            for (accv, bvv) in row.iter_mut().zip(bv.iter()) {
+                *accv = V::fma(ai, *bvv, *accv);
+            }
+        }
+        ap = ap.add(MR);
+        bp = bp.add(nr);
+    }
+    if m_eff == MR && n_eff == nr && epi.plain() {
+        for (i, row) in acc.iter().enumerate() {
+            for (v, accv) in row.iter().enumerate() {
+                let p = c.add(i * ldc + v * V::LANES);
+                let x = if epi.accumulate {
+                    V::add(V::load(p), *accv)
+                } else {
+                    *accv
+                };
+                V::store(p, x);
+            }
+        }
+        return;
+    }
+    // Edge tile or a fused epilogue: spill to an aligned stack tile, then the general store.
+    let mut tile = [[V::zero(); NV]; MR];
+    for (t, row) in tile.iter_mut().zip(acc.iter()) {
+        for (tv, accv) in t.iter_mut().zip(row.iter()) {
+            V::store(tv as *mut V as *mut f32, *accv);
+        }
+    }
+    store(tile.as_ptr() as *const f32, nr, m_eff, n_eff, c, ldc, epi);
+}
+
+/// Writes an `m_eff × n_eff` tile held at `tile` (leading dimension `tile_ld`) into C,
+/// accumulating and applying the epilogue as `epi` says.
+#[inline(always)]
+pub(crate) unsafe fn store_tile<V: Vf32>(
+    tile: *const f32,
+    tile_ld: usize,
+    m_eff: usize,
+    n_eff: usize,
+    c: *mut f32,
+    ldc: usize,
+    epi: &TileEpi,
+) {
+    for i in 0..m_eff {
+        let t = tile.add(i * tile_ld);
+        let crow = c.add(i * ldc);
+        let brow = if epi.last && !epi.bias_row.is_null() {
+            Some(V::splat(*epi.bias_row.add(i)))
+        } else {
+            None
+        };
+        let res = if epi.residual.is_null() {
+            epi.residual
+        } else {
+            epi.residual.add(i * ldc)
+        };
+        let mut j = 0;
+        while j < n_eff {
+            let w = n_eff - j;
+            let full = w >= V::LANES;
+            let ld = |p: *const f32| if full { V::load(p) } else { V::load_n(p, w) };
+            let mut v = V::load(t.add(j));
+            if epi.accumulate {
+                v = V::add(v, ld(crow.add(j)));
+            }
+            if epi.last {
+                if let Some(b) = brow {
+                    v = V::add(v, b);
+                }
+                if !epi.bias_col.is_null() {
+                    v = V::add(v, ld(epi.bias_col.add(j)));
+                }
+                if !res.is_null() {
+                    v = V::add(v, ld(res.add(j)));
+                }
+                v = activate(epi.act, v);
+            }
+            if full {
+                V::store(crow.add(j), v);
+            } else {
+                V::store_n(crow.add(j), v, w);
+            }
+            j += V::LANES;
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! FP32 GEMM with a fused epilogue: `C[m×n] = act(A[m×k]·B[k×n] + bias + residual)`.
+//!
+//! A BLIS-style implementation: operands are packed into k-major micro-panels (MR rows of A,
+//! NR columns of B) inside cache-blocked loops (`mc × kc` A blocks in L2, `kc × nc` B blocks in
+//! L3, see [`Blocking`]), and a register-blocked microkernel computes each `MR × NR` tile with
+//! its accumulators in registers. The epilogue (bias, residual, activation) is applied in the
+//! microkernel's store of the last k-block, while the tile is in registers or L1: there is no
+//! separate pass over C.
+//!
+//! ISA variants ([`Isa`]): AVX-512F (12 × 32 tile), AVX2+FMA (6 × 16) and a portable scalar
+//! path (4 × 4), selected once at run time from `is_x86_feature_detected!` and cached; every
+//! variant shares the generic code (`simd.rs`, `micro.rs`, `pack.rs`, `gemv.rs`, `act.rs`)
+//! instantiated under `#[target_feature]` (`isa.rs`). Operands are strided views ([`MatRef`]),
+//! so transposed GEMMs and im2col layouts need no copy beyond packing. `m == 1` and `n == 1`
+//! (dense layers at batch 1) take a streaming GEMV path that never packs. Weights used
+//! repeatedly can be packed once ([`PackedA`], [`PackedB`]).
+//!
+//! Threading: `threads` workers of a cached rayon pool (`threads == 1` runs on the caller and
+//! spawns nothing); see `driver.rs` for how the work is split.
+//!
+//! # Panics
+//! The entry points panic when the shapes are inconsistent (A's columns ≠ B's rows, C, bias or
+//! residual too short, a view reaching past its slice): these are programming errors of the
+//! caller, which has validated the model before running it.
+
+mod act;
+mod buf;
+mod driver;
+mod gemv;
+mod isa;
+mod micro;
+mod pack;
+mod simd;
+#[cfg(test)]
+mod tests;
+
+use std::sync::OnceLock;
+
+use buf::AlignedBuf;
+use driver::{Job, Opnd, Src};
+use isa::Kernel;
+use pack::PackedView;
+
+/// Strided read-only matrix view: element (i, j) at `data[i * row_stride + j * col_stride]`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A row-major `rows × cols` matrix.
+    pub fn row_major(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        MatRef {
+            data,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
+    /// The transposed view (no copy).
+    pub fn t(&self) -> MatRef<'a> {
+        MatRef {
+            data: self.data,
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+        }
+    }
+
+    /// Whether every element of the view lies inside `data`.
+    pub fn in_bounds(&self) -> bool {
+        if self.rows == 0 || self.cols == 0 {
+            return true;
+        }
+        let last = (self.rows - 1)
+            .checked_mul(self.row_stride)
+            .zip((self.cols - 1).checked_mul(self.col_stride))
+            .and_then(|(r, c)| r.checked_add(c));
+        matches!(last, Some(l) if l < self.data.len())
+    }
+}
+
+/// Element-wise activation applied by the epilogue (ONNX semantics; see `act.rs` for the
+/// accuracy of the transcendental ones).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    None,
+    Relu,
+    Clip { min: f32, max: f32 },
+    LeakyRelu { alpha: f32 },
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x · clamp(x/6 + 1/2, 0, 1)`.
+    HardSwish,
+    Sigmoid,
+    /// `x · sigmoid(x)`.
+    Silu,
+    /// Exact (erf) form: `x · Φ(x)`.
+    Gelu,
+    Tanh,
+}
+
+/// Bias added before the activation.
+#[derive(Clone, Copy, Debug)]
+pub enum BiasKind<'a> {
+    None,
+    /// `bias[i]` for row i (length ≥ m): convolution output channels.
+    PerRow(&'a [f32]),
+    /// `bias[j]` for column j (length ≥ n): dense layers.
+    PerCol(&'a [f32]),
+}
+
+/// Applied in this order to each output element: acc (+ bias) (+ residual) then activation.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a> {
+    pub bias: BiasKind<'a>,
+    /// Added element-wise; same layout as C (leading dimension `ldc`).
+    pub residual: Option<&'a [f32]>,
+    pub activation: Activation,
+}
+
+impl Epilogue<'_> {
+    /// No bias, no residual, no activation.
+    pub const NONE: Epilogue<'static> = Epilogue {
+        bias: BiasKind::None,
+        residual: None,
+        activation: Activation::None,
+    };
+}
+
+/// Instruction-set variant of the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    Scalar,
+    Avx2Fma,
+    Avx512,
+}
+
+impl Isa {
+    /// Every variant, slowest first.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2Fma, Isa::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2Fma => "avx2+fma",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Whether this CPU (and this build's target) can run the variant.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The best available variant (detected once, cached).
+    pub fn detect() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            Isa::ALL
+                .iter()
+                .rev()
+                .copied()
+                .find(|i| i.is_available())
+                .unwrap_or(Isa::Scalar)
+        })
+    }
+
+    /// Microkernel tile `(MR, NR)`.
+    pub fn tile(self) -> (usize, usize) {
+        let k = isa::table(self);
+        (k.mr, k.nr)
+    }
+}
+
+/// Cache blocking: the packed A block is `mc × kc` (sized for L2), the packed B block
+/// `kc × nc` (L3); a `kc × NR` B micro-panel should fit comfortably in L1. Values are rounded up
+/// to multiples of the microkernel tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    pub mc: usize,
+    pub kc: usize,
+    pub nc: usize,
+}
+
+/// Kernel variant and blocking for a call (an autotuner's knobs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmConfig {
+    pub isa: Isa,
+    pub blocking: Blocking,
+}
+
+impl GemmConfig {
+    /// The tuned defaults of `isa`, or `None` when this CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Option<GemmConfig> {
+        isa.is_available().then(|| GemmConfig {
+            isa,
+            blocking: isa::table(isa).blocking,
+        })
+    }
+
+    fn kernel(&self) -> &'static Kernel {
+        assert!(
+            self.isa.is_available(),
+            "GEMM variant {} is not supported by this CPU",
+            self.isa.name()
+        );
+        isa::table(self.isa)
+    }
+
+    /// Blocking rounded to the kernel's tile (and at least one tile).
+    fn normalized(&self) -> Blocking {
+        let (mr, nr) = self.isa.tile();
+        Blocking {
+            mc: self.blocking.mc.max(1).div_ceil(mr) * mr,
+            kc: self.blocking.kc.max(1),
+            nc: self.blocking.nc.max(1).div_ceil(nr) * nr,
+        }
+    }
+}
+
+impl Default for GemmConfig {
+    fn default() -> Self {
+        static DEFAULT: OnceLock<GemmConfig> = OnceLock::new();
+        *DEFAULT.get_or_init(|| {
+            GemmConfig::for_isa(Isa::detect()).expect("the detected ISA is available")
+        })
+    }
+}
+
+/// Which microkernel was selected for this CPU: "avx512", "avx2+fma" or "scalar".
+pub fn isa_name() -> &'static str {
+    Isa::detect().name()
+}
+
+/// Reference semantics of an activation for one value (the same algorithm as the vectorised
+/// epilogue, without FMA contraction).
+pub fn activation_scalar(act: &Activation, x: f32) -> f32 {
+    // SAFETY: the f32 implementation of `Vf32` uses no ISA extension and no pointers.
+    unsafe { act::activate::<f32>(act, x) }
+}
+
+/// Applies `act` in place to every element of `data`, vectorised for this CPU.
+pub fn apply_activation(act: &Activation, data: &mut [f32]) {
+    let k = GemmConfig::default().kernel();
+    // SAFETY: the selected kernel is available on this CPU.
+    unsafe { (k.act_slice)(act, data) }
+}
+
+/// `erf` in place (max abs error ≤ 3e-7), vectorised for this CPU.
+pub fn erf_in_place(data: &mut [f32]) {
+    let k = GemmConfig::default().kernel();
+    // SAFETY: the selected kernel is available on this CPU.
+    unsafe { (k.erf_slice)(data) }
+}
+
+/// `C[m×n]` (row-major, leading dimension `ldc`) = `A[m×k]·B[k×n]` then the epilogue.
+/// Overwrites C (elements past column n of each row are untouched).
+pub fn sgemm(a: &MatRef, b: &MatRef, c: &mut [f32], ldc: usize, epilogue: &Epilogue, threads: usize) {
+    sgemm_with(&GemmConfig::default(), a, b, c, ldc, epilogue, threads)
+}
+
+/// [`sgemm`] with an explicit kernel variant and blocking.
+pub fn sgemm_with(
+    cfg: &GemmConfig,
+    a: &MatRef,
+    b: &MatRef,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
+    let kern = cfg.kernel();
+    let bl = cfg.normalized();
+    assert!(a.in_bounds(), "sgemm: A view reaches past its data");
+    assert!(b.in_bounds(), "sgemm: B view reaches past its data");
+    validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
+    let job = Job {
+        kern,
+        m: a.rows,
+        n: b.cols,
+        k: a.cols,
+        a: Opnd::Raw(Src::of_a(a)),
+        b: Opnd::Raw(Src::of_b(b)),
+        c: c.as_mut_ptr(),
+        ldc,
+        epi: epilogue,
+        mc: bl.mc,
+        kc: bl.kc,
+        nc: bl.nc,
+    };
+    driver::drive(&job, threads);
+}
+
+fn validate(
+    m: usize,
+    k: usize,
+    kb: usize,
+    n: usize,
+    c: &[f32],
+    ldc: usize,
+    epi: &Epilogue,
+) {
+    assert_eq!(k, kb, "sgemm: A is {m}×{k} but B is {kb}×{n}");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(ldc >= n, "sgemm: ldc {ldc} < n {n}");
+    let c_len = (m - 1) * ldc + n;
+    assert!(c.len() >= c_len, "sgemm: C has {} floats, needs {c_len}", c.len());
+    match epi.bias {
+        BiasKind::PerRow(b) => assert!(b.len() >= m, "sgemm: row bias has {} < m = {m}", b.len()),
+        BiasKind::PerCol(b) => assert!(b.len() >= n, "sgemm: column bias has {} < n = {n}", b.len()),
+        BiasKind::None => {}
+    }
+    if let Some(r) = epi.residual {
+        assert!(r.len() >= c_len, "sgemm: residual has {} floats, needs {c_len}", r.len());
+    }
+}
+
+/// An A operand (`m × k`) packed once into the microkernel's panel layout, for repeated calls
+/// (convolution weights).
+pub struct PackedA {
+    buf: AlignedBuf,
+    rows: usize,
+    cols: usize,
+    cfg: GemmConfig,
+}
+
+/// A B operand (`k × n`) packed once (dense-layer weights).
+pub struct PackedB {
+    buf: AlignedBuf,
+    rows: usize,
+    cols: usize,
+    cfg: GemmConfig,
+}
+
+impl PackedA {
+    /// Packs `a` for this CPU's kernel.
+    pub fn new(a: &MatRef) -> PackedA {
+        PackedA::with_config(a, &GemmConfig::default())
+    }
+
+    pub fn with_config(a: &MatRef, cfg: &GemmConfig) -> PackedA {
+        let kern = cfg.kernel();
+        assert!(a.in_bounds(), "pack_a: view reaches past its data");
+        let bl = cfg.normalized();
+        let mut buf = AlignedBuf::zeroed(PackedView::size(a.rows, a.cols, kern.mr));
+        if a.rows > 0 && a.cols > 0 {
+            driver::pack_whole(kern, true, Src::of_a(a), a.cols, bl.kc, buf.as_mut_slice(), 1);
+        }
+        PackedA {
+            buf,
+            rows: a.rows,
+            cols: a.cols,
+            cfg: *cfg,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn config(&self) -> &GemmConfig {
+        &self.cfg
+    }
+
+    fn view(&self) -> PackedView<'_> {
+        PackedView {
+            data: self.buf.as_slice(),
+            len: self.rows,
+            k: self.cols,
+            kc: self.cfg.normalized().kc,
+            w: self.cfg.isa.tile().0,
+        }
+    }
+}
+
+impl PackedB {
+    /// Packs `b` for this CPU's kernel.
+    pub fn new(b: &MatRef) -> PackedB {
+        PackedB::with_config(b, &GemmConfig::default())
+    }
+
+    pub fn with_config(b: &MatRef, cfg: &GemmConfig) -> PackedB {
+        let kern = cfg.kernel();
+        assert!(b.in_bounds(), "pack_b: view reaches past its data");
+        let bl = cfg.normalized();
+        let mut buf = AlignedBuf::zeroed(PackedView::size(b.cols, b.rows, kern.nr));
+        if b.rows > 0 && b.cols > 0 {
+            driver::pack_whole(kern, false, Src::of_b(b), b.rows, bl.kc, buf.as_mut_slice(), 1);
+        }
+        PackedB {
+            buf,
+            rows: b.rows,
+            cols: b.cols,
+            cfg: *cfg,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn config(&self) -> &GemmConfig {
+        &self.cfg
+    }
+
+    fn view(&self) -> PackedView<'_> {
+        PackedView {
+            data: self.buf.as_slice(),
+            len: self.cols,
+            k: self.rows,
+            kc: self.cfg.normalized().kc,
+            w: self.cfg.isa.tile().1,
+        }
+    }
+}
+
+/// Packs `a` (`m × k`) once for [`sgemm_packed_a`].
+pub fn pack_a(a: &MatRef) -> PackedA {
+    PackedA::new(a)
+}
+
+/// Packs `b` (`k × n`) once for [`sgemm_packed_b`].
+pub fn pack_b(b: &MatRef) -> PackedB {
+    PackedB::new(b)
+}
+
+/// [`sgemm`] with a pre-packed A (uses the variant and blocking it was packed with).
+pub fn sgemm_packed_a(
+    a: &PackedA,
+    b: &MatRef,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
+    let kern = a.cfg.kernel();
+    let bl = a.cfg.normalized();
+    assert!(b.in_bounds(), "sgemm: B view reaches past its data");
+    validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
+    let job = Job {
+        kern,
+        m: a.rows,
+        n: b.cols,
+        k: a.cols,
+        a: Opnd::Packed(a.view()),
+        b: Opnd::Raw(Src::of_b(b)),
+        c: c.as_mut_ptr(),
+        ldc,
+        epi: epilogue,
+        mc: bl.mc,
+        kc: bl.kc,
+        nc: bl.nc,
+    };
+    driver::drive(&job, threads);
+}
+
+/// [`sgemm`] with a pre-packed B (uses the variant and blocking it was packed with).
+pub fn sgemm_packed_b(
+    a: &MatRef,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
+    let kern = b.cfg.kernel();
+    let bl = b.cfg.normalized();
+    assert!(a.in_bounds(), "sgemm: A view reaches past its data");
+    validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
+    let job = Job {
+        kern,
+        m: a.rows,
+        n: b.cols,
+        k: a.cols,
+        a: Opnd::Raw(Src::of_a(a)),
+        b: Opnd::Packed(b.view()),
+        c: c.as_mut_ptr(),
+        ldc,
+        epi: epilogue,
+        mc: bl.mc,
+        kc: bl.kc,
+        nc: bl.nc,
+    };
+    driver::drive(&job, threads);
+}

@@ -1,0 +1,347 @@
+//! Data movement and reductions over dense row-major tensors: transpose, concat, slice, gather,
+//! pad, resize, broadcast (Expand/Tile), reduce. Element type is generic where the executor moves
+//! integer tensors too.
+
+/// Row-major strides.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut out = vec![1usize; shape.len()];
+    for axis in (0..shape.len().saturating_sub(1)).rev() {
+        out[axis] = out[axis + 1] * shape[axis + 1];
+    }
+    out
+}
+
+/// Visits every output position in row-major order; `f(out_index_of_row_start, src_offset,
+/// src_inner_stride, row_len)` handles one innermost row. `src_strides` maps output axes to
+/// source strides.
+fn for_each_row(out_shape: &[usize], src_strides: &[usize], mut f: impl FnMut(usize, usize, usize, usize)) {
+    let rank = out_shape.len();
+    if rank == 0 {
+        f(0, 0, 0, 1);
+        return;
+    }
+    let inner = out_shape[rank - 1];
+    let rows: usize = out_shape[..rank - 1].iter().product();
+    let mut index = vec![0usize; rank - 1];
+    for row in 0..rows {
+        let offset: usize = index.iter().zip(src_strides).map(|(i, s)| i * s).sum();
+        f(row * inner, offset, src_strides[rank - 1], inner);
+        for axis in (0..rank - 1).rev() {
+            index[axis] += 1;
+            if index[axis] < out_shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+        }
+    }
+}
+
+/// General strided copy: out[i] = src[offset(i)].
+pub fn strided_copy<T: Copy>(src: &[T], base: usize, src_strides: &[usize], out_shape: &[usize], out: &mut [T]) {
+    for_each_row(out_shape, src_strides, |start, offset, stride, len| {
+        let row = &mut out[start..start + len];
+        if stride == 1 {
+            row.copy_from_slice(&src[base + offset..base + offset + len]);
+        } else {
+            for (k, o) in row.iter_mut().enumerate() {
+                *o = src[base + offset + k * stride];
+            }
+        }
+    });
+}
+
+/// Transpose with `perm` (output axis i = input axis perm[i]).
+pub fn transpose<T: Copy>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+    let in_strides = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    strided_copy(input, 0, &src_strides, &out_shape, out);
+}
+
+/// Broadcast `input` (shape `shape`) to `out_shape` (Expand).
+pub fn broadcast<T: Copy>(input: &[T], shape: &[usize], out_shape: &[usize], out: &mut [T]) {
+    let src_strides = super::elementwise::broadcast_strides(shape, out_shape);
+    strided_copy(input, 0, &src_strides, out_shape, out);
+}
+
+/// Concatenation along `axis`; `parts` are (data, shape).
+pub fn concat<T: Copy>(parts: &[(&[T], &[usize])], axis: usize, out: &mut [T]) {
+    let outer: usize = parts[0].1[..axis].iter().product();
+    let mut offset = 0;
+    for o in 0..outer {
+        for (data, shape) in parts {
+            let chunk: usize = shape[axis..].iter().product();
+            out[offset..offset + chunk].copy_from_slice(&data[o * chunk..(o + 1) * chunk]);
+            offset += chunk;
+        }
+    }
+}
+
+/// Slice: per axis (start, step) with the output shape already computed.
+pub fn slice<T: Copy>(input: &[T], shape: &[usize], starts: &[isize], steps: &[isize], out_shape: &[usize], out: &mut [T]) {
+    let in_strides = strides(shape);
+    let base: isize = starts.iter().zip(&in_strides).map(|(&s, &st)| s * st as isize).sum();
+    // Negative steps: walk with a signed stride through a reversed view.
+    if steps.iter().all(|&s| s > 0) {
+        let src_strides: Vec<usize> = steps.iter().zip(&in_strides).map(|(&s, &st)| s as usize * st).collect();
+        strided_copy(input, base as usize, &src_strides, out_shape, out);
+        return;
+    }
+    let signed: Vec<isize> = steps.iter().zip(&in_strides).map(|(&s, &st)| s * st as isize).collect();
+    let out_strides = strides(out_shape);
+    for (linear, o) in out.iter_mut().enumerate() {
+        let mut src = base;
+        for axis in 0..out_shape.len() {
+            let coord = (linear / out_strides[axis]) % out_shape[axis].max(1);
+            src += coord as isize * signed[axis];
+        }
+        *o = input[src as usize];
+    }
+}
+
+/// Gather along `axis` with (already normalised, in-range) indices.
+pub fn gather<T: Copy>(input: &[T], shape: &[usize], axis: usize, indices: &[usize], out: &mut [T]) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let axis_len = shape[axis];
+    let mut offset = 0;
+    for o in 0..outer {
+        for &i in indices {
+            let src = (o * axis_len + i) * inner;
+            out[offset..offset + inner].copy_from_slice(&input[src..src + inner]);
+            offset += inner;
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PadMode {
+    Constant,
+    Edge,
+    Reflect,
+}
+
+/// Pads with `begin`/`end` per axis (non-negative).
+pub fn pad(input: &[f32], shape: &[usize], begin: &[usize], out_shape: &[usize], mode: PadMode, value: f32, out: &mut [f32]) {
+    let in_strides = strides(shape);
+    let out_strides = strides(out_shape);
+    for (linear, o) in out.iter_mut().enumerate() {
+        let mut src = 0usize;
+        let mut inside = true;
+        for axis in 0..out_shape.len() {
+            let coord = (linear / out_strides[axis]) % out_shape[axis] as usize;
+            let mut c = coord as isize - begin[axis] as isize;
+            let n = shape[axis] as isize;
+            if c < 0 || c >= n {
+                match mode {
+                    PadMode::Constant => {
+                        inside = false;
+                        break;
+                    }
+                    PadMode::Edge => c = c.clamp(0, n - 1),
+                    PadMode::Reflect => {
+                        let period = 2 * (n - 1).max(1);
+                        let m = c.rem_euclid(period);
+                        c = if m < n { m } else { period - m };
+                    }
+                }
+            }
+            src += c as usize * in_strides[axis];
+        }
+        *o = if inside { input[src] } else { value };
+    }
+}
+
+/// How Resize maps output to input coordinates (`coordinate_transformation_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoordMode {
+    HalfPixel,
+    PytorchHalfPixel,
+    AlignCorners,
+    Asymmetric,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NearestMode {
+    RoundPreferFloor,
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+fn source_coord(mode: CoordMode, out: usize, scale: f32, in_len: usize, out_len: usize) -> f32 {
+    let x = out as f32;
+    match mode {
+        CoordMode::HalfPixel => (x + 0.5) / scale - 0.5,
+        CoordMode::PytorchHalfPixel => {
+            if out_len > 1 {
+                (x + 0.5) / scale - 0.5
+            } else {
+                0.0
+            }
+        }
+        CoordMode::AlignCorners => {
+            if out_len > 1 {
+                x * (in_len as f32 - 1.0) / (out_len as f32 - 1.0)
+            } else {
+                0.0
+            }
+        }
+        CoordMode::Asymmetric => x / scale,
+    }
+}
+
+/// Resizes the last two axes of an N-d tensor (outer axes must be unchanged).
+#[allow(clippy::too_many_arguments)]
+pub fn resize_2d(
+    input: &[f32],
+    planes: usize,
+    (in_h, in_w): (usize, usize),
+    (out_h, out_w): (usize, usize),
+    (scale_h, scale_w): (f32, f32),
+    linear: bool,
+    coord: CoordMode,
+    nearest: NearestMode,
+    out: &mut [f32],
+) {
+    let pick = |v: f32, len: usize| -> usize {
+        let r = match nearest {
+            NearestMode::Floor => v.floor(),
+            NearestMode::Ceil => v.ceil(),
+            NearestMode::RoundPreferFloor => {
+                if v.fract() == 0.5 {
+                    v.floor()
+                } else {
+                    v.round()
+                }
+            }
+            NearestMode::RoundPreferCeil => v.round(),
+        };
+        (r.max(0.0) as usize).min(len - 1)
+    };
+    let ys: Vec<f32> = (0..out_h).map(|y| source_coord(coord, y, scale_h, in_h, out_h)).collect();
+    let xs: Vec<f32> = (0..out_w).map(|x| source_coord(coord, x, scale_w, in_w, out_w)).collect();
+    for p in 0..planes {
+        let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
+        let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
+        for (y, &sy) in ys.iter().enumerate() {
+            if linear {
+                let sy = sy.clamp(0.0, (in_h - 1) as f32);
+                let y0 = sy.floor() as usize;
+                let y1 = (y0 + 1).min(in_h - 1);
+                let fy = sy - y0 as f32;
+                for (x, &sx) in xs.iter().enumerate() {
+                    let sx = sx.clamp(0.0, (in_w - 1) as f32);
+                    let x0 = sx.floor() as usize;
+                    let x1 = (x0 + 1).min(in_w - 1);
+                    let fx = sx - x0 as f32;
+                    let top = src[y0 * in_w + x0] * (1.0 - fx) + src[y0 * in_w + x1] * fx;
+                    let bottom = src[y1 * in_w + x0] * (1.0 - fx) + src[y1 * in_w + x1] * fx;
+                    dst[y * out_w + x] = top * (1.0 - fy) + bottom * fy;
+                }
+            } else {
+                let iy = pick(sy, in_h);
+                for (x, &sx) in xs.iter().enumerate() {
+                    dst[y * out_w + x] = src[iy * in_w + pick(sx, in_w)];
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduction {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    SumSquare,
+    L1,
+    L2,
+    LogSumExp,
+}
+
+/// Reduces over `axes` (sorted) of `shape`; output has the kept axes in order.
+pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, out: &mut [f32]) {
+    let init = match kind {
+        Reduction::Max | Reduction::LogSumExp => f32::NEG_INFINITY,
+        Reduction::Min => f32::INFINITY,
+        Reduction::Prod => 1.0,
+        _ => 0.0,
+    };
+    out.fill(init);
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+    let kept_strides = strides(&kept_shape);
+    // Output stride of every input axis (0 on reduced axes).
+    let mut out_stride_of = vec![0usize; shape.len()];
+    for (k, &a) in kept.iter().enumerate() {
+        out_stride_of[a] = kept_strides[k];
+    }
+    let reduced_count: usize = axes.iter().map(|&a| shape[a]).product::<usize>().max(1);
+    let mut maxima = Vec::new();
+    if kind == Reduction::LogSumExp {
+        reduce(input, shape, axes, Reduction::Max, out);
+        maxima = out.to_vec();
+        out.fill(0.0);
+    }
+    for_each_row(shape, &out_stride_of, |start, offset, stride, len| {
+        for k in 0..len {
+            let v = input[start + k];
+            let o = &mut out[offset + k * stride];
+            *o = match kind {
+                Reduction::Sum | Reduction::Mean => *o + v,
+                Reduction::Max => o.max(v),
+                Reduction::Min => o.min(v),
+                Reduction::Prod => *o * v,
+                Reduction::SumSquare | Reduction::L2 => *o + v * v,
+                Reduction::L1 => *o + v.abs(),
+                Reduction::LogSumExp => *o + (v - maxima[offset + k * stride]).exp(),
+            };
+        }
+    });
+    match kind {
+        Reduction::Mean => out.iter_mut().for_each(|o| *o /= reduced_count as f32),
+        Reduction::L2 => out.iter_mut().for_each(|o| *o = o.sqrt()),
+        Reduction::LogSumExp => out.iter_mut().zip(&maxima).for_each(|(o, m)| *o = o.ln() + m),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transpose_2d() {
+        let x = [1, 2, 3, 4, 5, 6];
+        let mut y = [0; 6];
+        transpose(&x, &[2, 3], &[1, 0], &mut y);
+        assert_eq!(y, [1, 4, 2, 5, 3, 6]);
+    }
+
+    #[test]
+    fn reduce_middle_axis() {
+        let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let mut out = vec![0.0; 4];
+        reduce(&x, &[2, 3, 2], &[1], Reduction::Sum, &mut out);
+        assert_eq!(out, vec![6.0, 9.0, 24.0, 27.0]);
+    }
+
+    #[test]
+    fn negative_step_slice() {
+        let x = [0, 1, 2, 3, 4];
+        let mut y = [0; 5];
+        slice(&x, &[5], &[4], &[-1], &[5], &mut y);
+        assert_eq!(y, [4, 3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn reflect_pad() {
+        let x = [1.0, 2.0, 3.0];
+        let mut y = [0.0; 7];
+        pad(&x, &[3], &[2], &[7], PadMode::Reflect, 0.0, &mut y);
+        assert_eq!(y, [3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
+    }
+}

@@ -1,0 +1,457 @@
+//! Bandwidth kernels (read, write, copy, triad; non-temporal variants for DRAM) and the
+//! working-set sweep.
+//!
+//! The x86 kernels are inline assembly: every pass walks every array once, with one vector
+//! load or store per 64 (or 32) bytes written out in the loop body, so the bytes counted are
+//! the bytes the instructions move. A compiler cannot merge two passes into one, which is a
+//! known way C roofline kernels built with -O3 report twice the real bandwidth. Bytes counted
+//! are explicit loads plus stores; write-allocate traffic is not counted (as STREAM and
+//! likwid-bench count). The portable fallback is plain Rust with `black_box` between passes.
+
+use std::sync::Mutex;
+
+use super::buffer::AlignedBuffer;
+use super::cpu::IsaFlags;
+use super::record::BandwidthKernel;
+
+/// Gap between arrays in a buffer. Without it, arrays whose size is a multiple of 4 KiB would
+/// put a load and an older store at the same address bits and suffer 4K-aliasing stalls.
+const ARRAY_GAP: usize = 1024;
+/// Arrays are a multiple of one unrolled loop body (8 × 64 bytes).
+pub const ARRAY_GRANULE: usize = 512;
+/// The triad's scalar and the value written by the write kernels.
+static TRIAD_SCALAR: f64 = 0.5;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! Register use: rdi = a (destination), rsi = b, rdx = c, rcx = bytes per array,
+    //! r8 = passes, r9 = offset, r10 = &scalar. Vector registers 0-7 carry data, 15 the scalar.
+
+    macro_rules! read_lines {
+        ($w:literal; $($r:literal $o:literal),*) => {
+            concat!($("vpaddq ", $w, $r, ", ", $w, $r, ", [rdi + r9 + ", $o, "]\n"),*)
+        };
+    }
+    macro_rules! write_lines {
+        ($store:literal, $w:literal; $($o:literal),*) => {
+            concat!($($store, " [rdi + r9 + ", $o, "], ", $w, "15\n"),*)
+        };
+    }
+    macro_rules! copy_lines {
+        ($load:literal, $store:literal, $w:literal; $($r:literal $o:literal),*) => {
+            concat!($(
+                $load, " ", $w, $r, ", [rsi + r9 + ", $o, "]\n",
+                $store, " [rdi + r9 + ", $o, "], ", $w, $r, "\n"
+            ),*)
+        };
+    }
+    macro_rules! triad_lines {
+        ($load:literal, $store:literal, $w:literal; $($r:literal $o:literal),*) => {
+            concat!($(
+                $load, " ", $w, $r, ", [rsi + r9 + ", $o, "]\n",
+                "vfmadd231pd ", $w, $r, ", ", $w, "15, [rdx + r9 + ", $o, "]\n",
+                $store, " [rdi + r9 + ", $o, "], ", $w, $r, "\n"
+            ),*)
+        };
+    }
+
+    /// One pass loop around `$body`, which handles `$step` bytes of each array.
+    macro_rules! bw_kernel {
+        ($name:ident, $feature:literal, $w:literal, $step:literal, $tail:literal, $body:expr) => {
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name(
+                a: *mut u8,
+                b: *const u8,
+                c: *const u8,
+                bytes: usize,
+                passes: u64,
+            ) {
+                // SAFETY (for the caller): needs `$feature`; `a`, `b`, `c` valid for `bytes`
+                // bytes (those the kernel uses), 64-byte aligned, `bytes` a non-zero multiple
+                // of 512; registers written are declared clobbered through the C ABI.
+                unsafe {
+                    std::arch::asm!(
+                        concat!("vbroadcastsd ", $w, "15, qword ptr [r10]"),
+                        "2:",
+                        "xor r9d, r9d",
+                        "3:",
+                        $body,
+                        concat!("add r9, ", $step),
+                        "cmp r9, rcx",
+                        "jb 3b",
+                        "dec r8",
+                        "jnz 2b",
+                        $tail,
+                        in("rdi") a,
+                        in("rsi") b,
+                        in("rdx") c,
+                        in("rcx") bytes,
+                        inout("r8") passes.max(1) => _,
+                        out("r9") _,
+                        in("r10") &super::TRIAD_SCALAR,
+                        clobber_abi("C"),
+                        options(nostack),
+                    );
+                }
+            }
+        };
+    }
+
+    bw_kernel!(
+        read_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "",
+        read_lines!("zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
+                           "4" "256", "5" "320", "6" "384", "7" "448")
+    );
+    bw_kernel!(
+        write_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "",
+        write_lines!("vmovapd", "zmm"; "0", "64", "128", "192", "256", "320", "384", "448")
+    );
+    bw_kernel!(
+        write_nt_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "sfence",
+        write_lines!("vmovntpd", "zmm"; "0", "64", "128", "192", "256", "320", "384", "448")
+    );
+    bw_kernel!(
+        copy_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "",
+        copy_lines!("vmovapd", "vmovapd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
+                                                 "4" "256", "5" "320", "6" "384", "7" "448")
+    );
+    bw_kernel!(
+        copy_nt_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "sfence",
+        copy_lines!("vmovapd", "vmovntpd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
+                                                  "4" "256", "5" "320", "6" "384", "7" "448")
+    );
+    bw_kernel!(
+        triad_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "",
+        triad_lines!("vmovapd", "vmovapd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
+                                                  "4" "256", "5" "320", "6" "384", "7" "448")
+    );
+    bw_kernel!(
+        triad_nt_zmm,
+        "avx512f",
+        "zmm",
+        "512",
+        "sfence",
+        triad_lines!("vmovapd", "vmovntpd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
+                                                   "4" "256", "5" "320", "6" "384", "7" "448")
+    );
+
+    bw_kernel!(
+        read_ymm,
+        "avx2",
+        "ymm",
+        "256",
+        "",
+        read_lines!("ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
+                           "4" "128", "5" "160", "6" "192", "7" "224")
+    );
+    bw_kernel!(
+        write_ymm,
+        "avx2",
+        "ymm",
+        "256",
+        "",
+        write_lines!("vmovapd", "ymm"; "0", "32", "64", "96", "128", "160", "192", "224")
+    );
+    bw_kernel!(
+        write_nt_ymm,
+        "avx2",
+        "ymm",
+        "256",
+        "sfence",
+        write_lines!("vmovntpd", "ymm"; "0", "32", "64", "96", "128", "160", "192", "224")
+    );
+    bw_kernel!(
+        copy_ymm,
+        "avx2",
+        "ymm",
+        "256",
+        "",
+        copy_lines!("vmovapd", "vmovapd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
+                                                 "4" "128", "5" "160", "6" "192", "7" "224")
+    );
+    bw_kernel!(
+        copy_nt_ymm,
+        "avx2",
+        "ymm",
+        "256",
+        "sfence",
+        copy_lines!("vmovapd", "vmovntpd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
+                                                  "4" "128", "5" "160", "6" "192", "7" "224")
+    );
+    bw_kernel!(
+        triad_ymm,
+        "avx2,fma",
+        "ymm",
+        "256",
+        "",
+        triad_lines!("vmovapd", "vmovapd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
+                                                  "4" "128", "5" "160", "6" "192", "7" "224")
+    );
+    bw_kernel!(
+        triad_nt_ymm,
+        "avx2,fma",
+        "ymm",
+        "256",
+        "sfence",
+        triad_lines!("vmovapd", "vmovntpd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
+                                                   "4" "128", "5" "160", "6" "192", "7" "224")
+    );
+}
+
+type NativeKernel = unsafe fn(*mut u8, *const u8, *const u8, usize, u64);
+
+/// The bandwidth kernels this CPU runs, chosen once.
+#[derive(Clone, Copy, Debug)]
+pub struct BandwidthKernels {
+    pub isa: &'static str,
+    native: Option<[NativeKernel; 7]>,
+}
+
+impl BandwidthKernels {
+    pub fn select(isa: &IsaFlags) -> BandwidthKernels {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if isa.avx512f {
+                return BandwidthKernels {
+                    isa: "AVX-512F",
+                    native: Some([
+                        x86::read_zmm,
+                        x86::write_zmm,
+                        x86::copy_zmm,
+                        x86::triad_zmm,
+                        x86::write_nt_zmm,
+                        x86::copy_nt_zmm,
+                        x86::triad_nt_zmm,
+                    ]),
+                };
+            }
+            if isa.avx2 && isa.fma {
+                return BandwidthKernels {
+                    isa: "AVX2",
+                    native: Some([
+                        x86::read_ymm,
+                        x86::write_ymm,
+                        x86::copy_ymm,
+                        x86::triad_ymm,
+                        x86::write_nt_ymm,
+                        x86::copy_nt_ymm,
+                        x86::triad_nt_ymm,
+                    ]),
+                };
+            }
+        }
+        let _ = isa;
+        BandwidthKernels {
+            isa: "portable",
+            native: None,
+        }
+    }
+
+    /// Whether `kernel` exists here (the portable fallback has no non-temporal stores).
+    pub fn has(&self, kernel: BandwidthKernel) -> bool {
+        self.native.is_some() || !kernel.non_temporal()
+    }
+
+    /// Runs `passes` passes of `kernel` over arrays of `bytes_per_array` bytes laid out in
+    /// `buffer`. Returns false if the buffer is too small or the kernel is not available.
+    pub fn run(
+        &self,
+        kernel: BandwidthKernel,
+        buffer: &mut AlignedBuffer,
+        bytes_per_array: usize,
+        passes: u64,
+    ) -> bool {
+        if bytes_per_array == 0
+            || !bytes_per_array.is_multiple_of(ARRAY_GRANULE)
+            || buffer_bytes_needed(kernel, bytes_per_array) > buffer.faulted()
+            || !self.has(kernel)
+        {
+            return false;
+        }
+        let base = buffer.as_mut_ptr();
+        let stride = bytes_per_array + ARRAY_GAP;
+        // SAFETY: the arrays lie inside the buffer (checked above) and start at multiples of
+        // 64 bytes from a page-aligned base (stride is a multiple of 64).
+        let (a, b, c) = unsafe { (base, base.add(stride), base.add(2 * stride)) };
+        match self.native {
+            Some(table) => {
+                let index = BandwidthKernel::ALL
+                    .iter()
+                    .position(|k| *k == kernel)
+                    .unwrap_or(0);
+                // SAFETY: `native` is only set after the ISA was detected; arrays valid and
+                // aligned as checked; bytes a non-zero multiple of 512.
+                unsafe { table[index](a, b, c, bytes_per_array, passes) };
+            }
+            None => {
+                // SAFETY: as above; the three ranges do not overlap (gaps between arrays).
+                unsafe { portable(kernel, a, b, c, bytes_per_array, passes) }
+            }
+        }
+        true
+    }
+}
+
+/// Buffer bytes a kernel needs for arrays of `bytes_per_array`.
+pub fn buffer_bytes_needed(kernel: BandwidthKernel, bytes_per_array: usize) -> usize {
+    kernel.arrays() * (bytes_per_array + ARRAY_GAP)
+}
+
+/// Per-array bytes for a per-thread working set: split evenly, rounded down to the granule.
+pub fn bytes_per_array(kernel: BandwidthKernel, working_set_per_thread: usize) -> usize {
+    let per_array = working_set_per_thread / kernel.arrays();
+    (per_array / ARRAY_GRANULE * ARRAY_GRANULE).max(ARRAY_GRANULE)
+}
+
+/// Portable versions. `black_box` on the arrays between passes stops the compiler from fusing
+/// passes or dropping stores nobody reads.
+///
+/// # Safety
+/// `a`, `b`, `c` must be valid, 8-byte aligned and non-overlapping for `bytes` bytes each
+/// (those the kernel uses).
+unsafe fn portable(
+    kernel: BandwidthKernel,
+    a: *mut u8,
+    b: *const u8,
+    c: *const u8,
+    bytes: usize,
+    passes: u64,
+) {
+    let words = bytes / 8;
+    // SAFETY: guaranteed by the caller.
+    let (a, b, c) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(a.cast::<f64>(), words),
+            std::slice::from_raw_parts(b.cast::<f64>(), words),
+            std::slice::from_raw_parts(c.cast::<f64>(), words),
+        )
+    };
+    for _ in 0..passes {
+        match kernel {
+            BandwidthKernel::Read => {
+                let a = std::hint::black_box(&*a);
+                let sum = a.iter().fold(0u64, |acc, x| acc.wrapping_add(x.to_bits()));
+                std::hint::black_box(sum);
+            }
+            BandwidthKernel::Write | BandwidthKernel::WriteNt => {
+                a.fill(std::hint::black_box(TRIAD_SCALAR));
+                std::hint::black_box(&mut *a);
+            }
+            BandwidthKernel::Copy | BandwidthKernel::CopyNt => {
+                a.copy_from_slice(std::hint::black_box(b));
+                std::hint::black_box(&mut *a);
+            }
+            BandwidthKernel::Triad | BandwidthKernel::TriadNt => {
+                let scalar = std::hint::black_box(TRIAD_SCALAR);
+                for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                    *x = y + scalar * z;
+                }
+                std::hint::black_box(&mut *a);
+            }
+        }
+    }
+}
+
+/// One buffer per measuring thread, each locked only by its own thread.
+pub struct ThreadBuffers {
+    pub buffers: Vec<Mutex<AlignedBuffer>>,
+}
+
+impl ThreadBuffers {
+    pub fn new(threads: usize, bytes_each: usize) -> Result<ThreadBuffers, super::ProbeError> {
+        let buffers = (0..threads)
+            .map(|_| AlignedBuffer::new(bytes_each).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ThreadBuffers { buffers })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kernel moves the data it claims: after a copy the destination equals the source,
+    /// after a triad a = b + 0.5·c, after a write every element is the scalar.
+    #[test]
+    fn kernels_compute_what_they_count() {
+        let isa = IsaFlags::detect();
+        let kernels = BandwidthKernels::select(&isa);
+        let bytes = 4 * ARRAY_GRANULE;
+        let mut buffer = AlignedBuffer::new(buffer_bytes_needed(BandwidthKernel::Triad, bytes))
+            .expect("allocates");
+        buffer.prefault();
+        let stride = bytes + ARRAY_GAP;
+        let words = bytes / 8;
+        let element = |buffer: &mut AlignedBuffer, array: usize, i: usize| -> f64 {
+            // SAFETY: inside the buffer, aligned.
+            unsafe { *buffer.as_mut_ptr().add(array * stride).cast::<f64>().add(i) }
+        };
+        let set = |buffer: &mut AlignedBuffer, array: usize, value: f64| {
+            for i in 0..words {
+                // SAFETY: inside the buffer, aligned.
+                unsafe {
+                    *buffer.as_mut_ptr().add(array * stride).cast::<f64>().add(i) =
+                        value + i as f64;
+                }
+            }
+        };
+        for kernel in BandwidthKernel::ALL {
+            if !kernels.has(kernel) {
+                continue;
+            }
+            set(&mut buffer, 0, 0.0);
+            set(&mut buffer, 1, 10.0);
+            set(&mut buffer, 2, 100.0);
+            assert!(kernels.run(kernel, &mut buffer, bytes, 2));
+            for i in [0, 1, words / 2, words - 1] {
+                let a = element(&mut buffer, 0, i);
+                let expected = match kernel {
+                    BandwidthKernel::Read => i as f64,
+                    BandwidthKernel::Write | BandwidthKernel::WriteNt => TRIAD_SCALAR,
+                    BandwidthKernel::Copy | BandwidthKernel::CopyNt => 10.0 + i as f64,
+                    BandwidthKernel::Triad | BandwidthKernel::TriadNt => {
+                        10.0 + i as f64 + TRIAD_SCALAR * (100.0 + i as f64)
+                    }
+                };
+                assert_eq!(a, expected, "{} element {i}", kernel.name());
+            }
+        }
+        // Misuse is refused, not executed.
+        assert!(!kernels.run(BandwidthKernel::Read, &mut buffer, 100, 1));
+        assert!(!kernels.run(BandwidthKernel::Triad, &mut buffer, 1 << 20, 1));
+    }
+
+    #[test]
+    fn arrays_split_the_working_set() {
+        assert_eq!(
+            bytes_per_array(BandwidthKernel::Triad, 48 * 1024),
+            16 * 1024
+        );
+        assert_eq!(bytes_per_array(BandwidthKernel::Copy, 1000), ARRAY_GRANULE);
+        assert_eq!(bytes_per_array(BandwidthKernel::Read, 4096), 4096);
+    }
+}

@@ -1,0 +1,534 @@
+//! Compute kernels: peak FLOP/s per precision, dispatched at run time per ISA.
+//!
+//! Each x86 kernel is an inline-assembly loop of independent accumulator chains, so the
+//! instruction stream is exactly what is counted, whatever the optimisation level (tests run
+//! unoptimised builds) and whatever the compiler would like to fold. Chains per kernel cover
+//! latency × pipes with margin: FMA latency is 4-5 cycles on two pipes (≥ 10 chains needed;
+//! 16 used at 512 bits, 12 at 256), `vdpbf16ps` about 6 (≥ 12; 24 used, which measured better
+//! than 12 on Zen 5). Functions are compiled with `#[target_feature]` and only called after
+//! `is_x86_feature_detected!` said yes; a portable scalar loop covers every other CPU.
+
+use crate::device::Precision;
+
+use super::cpu::IsaFlags;
+use super::microarch::{flops_per_instruction, CoreModel, OpClass};
+use super::record::ComputeMix;
+
+/// The operand the kernels multiply by: small enough that accumulators never overflow and large
+/// enough that nothing becomes subnormal (subnormals take microcode assists on some cores).
+const FP64_OPERAND: f64 = 1e-3;
+const FP32_OPERAND: f32 = 1e-3;
+/// Two bf16 values of about 0.001 (0x3a83) in one dword.
+const BF16_PAIR: u32 = 0x3a83_3a83;
+/// Four int8 ones.
+const INT8_QUAD: u32 = 0x0101_0101;
+/// Two fp16 values of about 0.01 (0x211f) in one dword.
+const FP16_PAIR: u32 = 0x211f_211f;
+
+#[derive(Clone, Copy)]
+enum KernelFn {
+    /// Needs the ISA named by the kernel; only built after detection said it is present.
+    Native(unsafe fn(u64, *const u64)),
+    Portable(fn(u64)),
+}
+
+/// One compute microbenchmark.
+#[derive(Clone)]
+pub struct ComputeKernel {
+    pub id: &'static str,
+    pub precision: Precision,
+    pub mix: ComputeMix,
+    pub isa: &'static str,
+    pub vector_bits: u32,
+    pub chains: u32,
+    /// What one loop iteration executes.
+    pub description: &'static str,
+    pub flops_per_iteration: f64,
+    /// Retired instructions per iteration, the loop's `dec`/`jnz` included.
+    pub instructions_per_iteration: u64,
+    pub fallback: bool,
+    operand_bits: u64,
+    function: KernelFn,
+}
+
+impl std::fmt::Debug for ComputeKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ComputeKernel")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl ComputeKernel {
+    /// Runs `iterations` loop iterations.
+    pub fn run(&self, iterations: u64) {
+        match self.function {
+            // SAFETY: `Native` kernels are only constructed by `select_kernels` after the ISA
+            // they need was detected at run time; the pointer is to a live u64.
+            KernelFn::Native(function) => unsafe { function(iterations, &self.operand_bits) },
+            KernelFn::Portable(function) => function(iterations),
+        }
+    }
+}
+
+/// Accumulating instructions `op acc, src, src` on registers `acc` (FMA 231 form and dot
+/// products read and write their first operand).
+#[cfg(target_arch = "x86_64")]
+macro_rules! accumulate {
+    ($op:literal, $w:literal, $src:literal; $($r:literal)*) => {
+        concat!($($op, " ", $w, $r, ", ", $w, $src, ", ", $w, $src, "\n"),*)
+    };
+}
+
+/// Adds `op acc, acc, src`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! add_into {
+    ($op:literal, $w:literal, $src:literal; $($r:literal)*) => {
+        concat!($($op, " ", $w, $r, ", ", $w, $r, ", ", $w, $src, "\n"),*)
+    };
+}
+
+/// A loop `iterations` times over the body; the operand is loaded from `constant` first.
+#[cfg(target_arch = "x86_64")]
+macro_rules! asm_kernel {
+    ($name:ident, $feature:literal, $setup:literal, $($body:expr),+ $(,)?) => {
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name(iterations: u64, constant: *const u64) {
+            // SAFETY (for the caller): needs `$feature`; reads 8 bytes at `constant`; every
+            // vector register it writes is declared clobbered through the C ABI.
+            unsafe {
+                std::arch::asm!(
+                    $setup,
+                    "2:",
+                    $($body,)+
+                    "dec rcx",
+                    "jnz 2b",
+                    inout("rcx") iterations.max(1) => _,
+                    in("rax") constant,
+                    clobber_abi("C"),
+                    options(nostack, readonly),
+                );
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    asm_kernel!(
+        fp64_fma_zmm,
+        "avx512f",
+        "vbroadcastsd zmm31, qword ptr [rax]",
+        accumulate!("vfmadd231pd", "zmm", "31";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15")
+    );
+    asm_kernel!(
+        fp32_fma_zmm,
+        "avx512f",
+        "vbroadcastss zmm31, dword ptr [rax]",
+        accumulate!("vfmadd231ps", "zmm", "31";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15")
+    );
+    // FMA and add chains interleaved in pairs so both pipe groups always have ready work.
+    asm_kernel!(
+        fp64_fma_add_zmm,
+        "avx512f",
+        "vbroadcastsd zmm31, qword ptr [rax]",
+        accumulate!("vfmadd231pd", "zmm", "31"; "0" "1"),
+        add_into!("vaddpd", "zmm", "31"; "12" "13"),
+        accumulate!("vfmadd231pd", "zmm", "31"; "2" "3"),
+        add_into!("vaddpd", "zmm", "31"; "14" "15"),
+        accumulate!("vfmadd231pd", "zmm", "31"; "4" "5"),
+        add_into!("vaddpd", "zmm", "31"; "16" "17"),
+        accumulate!("vfmadd231pd", "zmm", "31"; "6" "7"),
+        add_into!("vaddpd", "zmm", "31"; "18" "19"),
+        accumulate!("vfmadd231pd", "zmm", "31"; "8" "9"),
+        add_into!("vaddpd", "zmm", "31"; "20" "21"),
+        accumulate!("vfmadd231pd", "zmm", "31"; "10" "11"),
+        add_into!("vaddpd", "zmm", "31"; "22" "23")
+    );
+    asm_kernel!(
+        fp32_fma_add_zmm,
+        "avx512f",
+        "vbroadcastss zmm31, dword ptr [rax]",
+        accumulate!("vfmadd231ps", "zmm", "31"; "0" "1"),
+        add_into!("vaddps", "zmm", "31"; "12" "13"),
+        accumulate!("vfmadd231ps", "zmm", "31"; "2" "3"),
+        add_into!("vaddps", "zmm", "31"; "14" "15"),
+        accumulate!("vfmadd231ps", "zmm", "31"; "4" "5"),
+        add_into!("vaddps", "zmm", "31"; "16" "17"),
+        accumulate!("vfmadd231ps", "zmm", "31"; "6" "7"),
+        add_into!("vaddps", "zmm", "31"; "18" "19"),
+        accumulate!("vfmadd231ps", "zmm", "31"; "8" "9"),
+        add_into!("vaddps", "zmm", "31"; "20" "21"),
+        accumulate!("vfmadd231ps", "zmm", "31"; "10" "11"),
+        add_into!("vaddps", "zmm", "31"; "22" "23")
+    );
+    asm_kernel!(
+        fp64_fma_ymm,
+        "avx2,fma",
+        "vbroadcastsd ymm15, qword ptr [rax]",
+        accumulate!("vfmadd231pd", "ymm", "15"; "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11")
+    );
+    asm_kernel!(
+        fp32_fma_ymm,
+        "avx2,fma",
+        "vbroadcastss ymm15, dword ptr [rax]",
+        accumulate!("vfmadd231ps", "ymm", "15"; "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11")
+    );
+    // Only 16 ymm registers: 8 FMA chains, 7 add chains and the operand.
+    asm_kernel!(
+        fp64_fma_add_ymm,
+        "avx2,fma",
+        "vbroadcastsd ymm15, qword ptr [rax]",
+        accumulate!("vfmadd231pd", "ymm", "15"; "0" "1"),
+        add_into!("vaddpd", "ymm", "15"; "8" "9"),
+        accumulate!("vfmadd231pd", "ymm", "15"; "2" "3"),
+        add_into!("vaddpd", "ymm", "15"; "10" "11"),
+        accumulate!("vfmadd231pd", "ymm", "15"; "4" "5"),
+        add_into!("vaddpd", "ymm", "15"; "12" "13"),
+        accumulate!("vfmadd231pd", "ymm", "15"; "6" "7"),
+        add_into!("vaddpd", "ymm", "15"; "14")
+    );
+    asm_kernel!(
+        fp32_fma_add_ymm,
+        "avx2,fma",
+        "vbroadcastss ymm15, dword ptr [rax]",
+        accumulate!("vfmadd231ps", "ymm", "15"; "0" "1"),
+        add_into!("vaddps", "ymm", "15"; "8" "9"),
+        accumulate!("vfmadd231ps", "ymm", "15"; "2" "3"),
+        add_into!("vaddps", "ymm", "15"; "10" "11"),
+        accumulate!("vfmadd231ps", "ymm", "15"; "4" "5"),
+        add_into!("vaddps", "ymm", "15"; "12" "13"),
+        accumulate!("vfmadd231ps", "ymm", "15"; "6" "7"),
+        add_into!("vaddps", "ymm", "15"; "14")
+    );
+    asm_kernel!(
+        bf16_dot_zmm,
+        "avx512f",
+        "vpbroadcastd zmm31, dword ptr [rax]",
+        accumulate!("vdpbf16ps", "zmm", "31";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11"
+            "12" "13" "14" "15" "16" "17" "18" "19" "20" "21" "22" "23")
+    );
+    asm_kernel!(
+        int8_dot_zmm,
+        "avx512f",
+        "vpbroadcastd zmm31, dword ptr [rax]",
+        accumulate!("vpdpbusd", "zmm", "31";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11"
+            "12" "13" "14" "15" "16" "17" "18" "19" "20" "21" "22" "23")
+    );
+    // AVX-VNNI: the VEX encoding of vpdpbusd, 256 bits, registers 0-15 only.
+    asm_kernel!(
+        int8_dot_ymm_vex,
+        "avx2",
+        "vpbroadcastd ymm15, dword ptr [rax]",
+        accumulate!("{{vex}} vpdpbusd", "ymm", "15";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13")
+    );
+    asm_kernel!(
+        fp16_fma_zmm,
+        "avx512f",
+        "vpbroadcastd zmm31, dword ptr [rax]",
+        accumulate!("vfmadd231ph", "zmm", "31";
+            "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15")
+    );
+}
+
+/// Portable fallback: 8 independent multiply-add chains in plain Rust (2 FLOP per element).
+/// `black_box` on the operands keeps the compiler from precomputing the chains.
+fn portable_fp64(iterations: u64) {
+    let multiplier = std::hint::black_box(1.0 - FP64_OPERAND);
+    let addend = std::hint::black_box(FP64_OPERAND);
+    let mut acc = [1.0f64; 8];
+    for _ in 0..iterations {
+        for value in acc.iter_mut() {
+            *value = *value * multiplier + addend;
+        }
+    }
+    std::hint::black_box(acc);
+}
+
+fn portable_fp32(iterations: u64) {
+    let multiplier = std::hint::black_box(1.0 - FP32_OPERAND);
+    let addend = std::hint::black_box(FP32_OPERAND);
+    let mut acc = [1.0f32; 8];
+    for _ in 0..iterations {
+        for value in acc.iter_mut() {
+            *value = *value * multiplier + addend;
+        }
+    }
+    std::hint::black_box(acc);
+}
+
+struct Spec {
+    id: &'static str,
+    precision: Precision,
+    mix: ComputeMix,
+    isa: &'static str,
+    vector_bits: u32,
+    description: &'static str,
+    /// (class, instructions per iteration)
+    body: &'static [(OpClass, u64)],
+    operand_bits: u64,
+    function: KernelFn,
+}
+
+fn build(spec: Spec) -> ComputeKernel {
+    let mut flops = 0.0;
+    let mut fma_type = 0;
+    let mut adds = 0;
+    for &(class, count) in spec.body {
+        flops += count as f64 * flops_per_instruction(class, spec.precision, spec.vector_bits);
+        if class == OpClass::Add {
+            adds += count;
+        } else {
+            fma_type += count;
+        }
+    }
+    ComputeKernel {
+        id: spec.id,
+        precision: spec.precision,
+        mix: spec.mix,
+        isa: spec.isa,
+        vector_bits: spec.vector_bits,
+        chains: (fma_type + adds) as u32,
+        description: spec.description,
+        flops_per_iteration: flops,
+        instructions_per_iteration: fma_type + adds + 2,
+        fallback: matches!(spec.function, KernelFn::Portable(_)),
+        operand_bits: spec.operand_bits,
+        function: spec.function,
+    }
+}
+
+/// The best kernel per precision and mix this CPU can run. FMA+ADD kernels are only chosen
+/// where the core has adders separate from the FMA pipes (otherwise the mix is slower than
+/// FMAs alone and says nothing new).
+pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
+    let mut kernels = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let fp64 = FP64_OPERAND.to_bits();
+        let fp32 = u64::from(FP32_OPERAND.to_bits());
+        if isa.avx512f {
+            kernels.push(build(Spec {
+                id: "fp64-fma-zmm",
+                precision: Precision::Fp64,
+                mix: ComputeMix::Fma,
+                isa: "AVX-512F",
+                vector_bits: 512,
+                description: "16 independent vfmadd231pd zmm chains",
+                body: &[(OpClass::Fma, 16)],
+                operand_bits: fp64,
+                function: KernelFn::Native(x86::fp64_fma_zmm),
+            }));
+            kernels.push(build(Spec {
+                id: "fp32-fma-zmm",
+                precision: Precision::Fp32,
+                mix: ComputeMix::Fma,
+                isa: "AVX-512F",
+                vector_bits: 512,
+                description: "16 independent vfmadd231ps zmm chains",
+                body: &[(OpClass::Fma, 16)],
+                operand_bits: fp32,
+                function: KernelFn::Native(x86::fp32_fma_zmm),
+            }));
+            if model.fadd.at(512) > 0.0 {
+                kernels.push(build(Spec {
+                    id: "fp64-fma+add-zmm",
+                    precision: Precision::Fp64,
+                    mix: ComputeMix::FmaAdd,
+                    isa: "AVX-512F",
+                    vector_bits: 512,
+                    description: "12 vfmadd231pd + 12 vaddpd zmm chains, interleaved",
+                    body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                    operand_bits: fp64,
+                    function: KernelFn::Native(x86::fp64_fma_add_zmm),
+                }));
+                kernels.push(build(Spec {
+                    id: "fp32-fma+add-zmm",
+                    precision: Precision::Fp32,
+                    mix: ComputeMix::FmaAdd,
+                    isa: "AVX-512F",
+                    vector_bits: 512,
+                    description: "12 vfmadd231ps + 12 vaddps zmm chains, interleaved",
+                    body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                    operand_bits: fp32,
+                    function: KernelFn::Native(x86::fp32_fma_add_zmm),
+                }));
+            }
+        } else if isa.avx2 && isa.fma {
+            kernels.push(build(Spec {
+                id: "fp64-fma-ymm",
+                precision: Precision::Fp64,
+                mix: ComputeMix::Fma,
+                isa: "AVX2+FMA",
+                vector_bits: 256,
+                description: "12 independent vfmadd231pd ymm chains",
+                body: &[(OpClass::Fma, 12)],
+                operand_bits: fp64,
+                function: KernelFn::Native(x86::fp64_fma_ymm),
+            }));
+            kernels.push(build(Spec {
+                id: "fp32-fma-ymm",
+                precision: Precision::Fp32,
+                mix: ComputeMix::Fma,
+                isa: "AVX2+FMA",
+                vector_bits: 256,
+                description: "12 independent vfmadd231ps ymm chains",
+                body: &[(OpClass::Fma, 12)],
+                operand_bits: fp32,
+                function: KernelFn::Native(x86::fp32_fma_ymm),
+            }));
+            if model.fadd.at(256) > 0.0 {
+                kernels.push(build(Spec {
+                    id: "fp64-fma+add-ymm",
+                    precision: Precision::Fp64,
+                    mix: ComputeMix::FmaAdd,
+                    isa: "AVX2+FMA",
+                    vector_bits: 256,
+                    description: "8 vfmadd231pd + 7 vaddpd ymm chains, interleaved",
+                    body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                    operand_bits: fp64,
+                    function: KernelFn::Native(x86::fp64_fma_add_ymm),
+                }));
+                kernels.push(build(Spec {
+                    id: "fp32-fma+add-ymm",
+                    precision: Precision::Fp32,
+                    mix: ComputeMix::FmaAdd,
+                    isa: "AVX2+FMA",
+                    vector_bits: 256,
+                    description: "8 vfmadd231ps + 7 vaddps ymm chains, interleaved",
+                    body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                    operand_bits: fp32,
+                    function: KernelFn::Native(x86::fp32_fma_add_ymm),
+                }));
+            }
+        }
+        if isa.avx512f && isa.avx512bf16 {
+            kernels.push(build(Spec {
+                id: "bf16-dot-zmm",
+                precision: Precision::Bf16,
+                mix: ComputeMix::Fma,
+                isa: "AVX-512 BF16",
+                vector_bits: 512,
+                description: "24 independent vdpbf16ps zmm chains (fp32 accumulate)",
+                body: &[(OpClass::Bf16Dot, 24)],
+                operand_bits: u64::from(BF16_PAIR),
+                function: KernelFn::Native(x86::bf16_dot_zmm),
+            }));
+        }
+        if isa.avx512f && isa.avx512vnni {
+            kernels.push(build(Spec {
+                id: "int8-dot-zmm",
+                precision: Precision::Int8,
+                mix: ComputeMix::Fma,
+                isa: "AVX-512 VNNI",
+                vector_bits: 512,
+                description: "24 independent vpdpbusd zmm chains (u8×s8, i32 accumulate)",
+                body: &[(OpClass::Int8Dot, 24)],
+                operand_bits: u64::from(INT8_QUAD),
+                function: KernelFn::Native(x86::int8_dot_zmm),
+            }));
+        } else if isa.avxvnni && isa.avx2 {
+            kernels.push(build(Spec {
+                id: "int8-dot-ymm",
+                precision: Precision::Int8,
+                mix: ComputeMix::Fma,
+                isa: "AVX-VNNI",
+                vector_bits: 256,
+                description: "14 independent {vex} vpdpbusd ymm chains (u8×s8, i32 accumulate)",
+                body: &[(OpClass::Int8Dot, 14)],
+                operand_bits: u64::from(INT8_QUAD),
+                function: KernelFn::Native(x86::int8_dot_ymm_vex),
+            }));
+        }
+        if isa.avx512f && isa.avx512fp16 {
+            kernels.push(build(Spec {
+                id: "fp16-fma-zmm",
+                precision: Precision::Fp16,
+                mix: ComputeMix::Fma,
+                isa: "AVX-512 FP16",
+                vector_bits: 512,
+                description: "16 independent vfmadd231ph zmm chains",
+                body: &[(OpClass::Fp16Fma, 16)],
+                operand_bits: u64::from(FP16_PAIR),
+                function: KernelFn::Native(x86::fp16_fma_zmm),
+            }));
+        }
+    }
+    let _ = (isa, model);
+    if !kernels.iter().any(|k| k.precision == Precision::Fp64) {
+        kernels.push(portable(Precision::Fp64));
+    }
+    if !kernels.iter().any(|k| k.precision == Precision::Fp32) {
+        kernels.push(portable(Precision::Fp32));
+    }
+    kernels
+}
+
+fn portable(precision: Precision) -> ComputeKernel {
+    let (id, function): (&'static str, fn(u64)) = match precision {
+        Precision::Fp64 => ("fp64-portable", portable_fp64),
+        _ => ("fp32-portable", portable_fp32),
+    };
+    let element = super::microarch::element_bits(precision);
+    let mut kernel = build(Spec {
+        id,
+        precision,
+        mix: ComputeMix::Fma,
+        isa: "portable",
+        vector_bits: element,
+        description: "8 multiply-add chains in portable Rust (no FMA assumed)",
+        body: &[(OpClass::Fma, 8)],
+        operand_bits: 0,
+        function: KernelFn::Portable(function),
+    });
+    // The compiler decides the instructions here; only the FLOP count is exact.
+    kernel.instructions_per_iteration = 0;
+    kernel
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel the machine running the tests can execute runs and counts sensible FLOPs.
+    #[test]
+    fn every_selected_kernel_runs() {
+        let info = super::super::cpu::identify();
+        let kernels = select_kernels(&info.isa, &info.core_model);
+        assert!(kernels.iter().any(|k| k.precision == Precision::Fp64));
+        assert!(kernels.iter().any(|k| k.precision == Precision::Fp32));
+        for kernel in &kernels {
+            kernel.run(1000);
+            assert!(kernel.flops_per_iteration > 0.0, "{}", kernel.id);
+        }
+    }
+
+    #[test]
+    fn flop_counts_of_the_kernels() {
+        let zen4 = super::super::microarch::x86_core_model("AuthenticAMD", 0x19, 0x11);
+        let isa = IsaFlags {
+            avx512f: true,
+            avx512bf16: true,
+            avx512vnni: true,
+            ..IsaFlags::default()
+        };
+        let kernels = select_kernels(&isa, &zen4);
+        let flops = |id: &str| {
+            kernels
+                .iter()
+                .find(|k| k.id == id)
+                .map(|k| k.flops_per_iteration)
+        };
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(flops("fp64-fma-zmm"), Some(16.0 * 16.0));
+            assert_eq!(flops("fp32-fma+add-zmm"), Some(12.0 * 32.0 + 12.0 * 16.0));
+            assert_eq!(flops("bf16-dot-zmm"), Some(24.0 * 64.0));
+            assert_eq!(flops("int8-dot-zmm"), Some(24.0 * 128.0));
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The readable summary of a profile: what the CPU is, the clocks, the theoretical peaks with
+//! their assumptions, every compute and bandwidth figure with its thread count, spread and
+//! flags, and the GPU and counter lines. Pure formatting over the profile; nothing is
+//! recomputed except ratios.
+
+use std::fmt::Write;
+
+use crate::device::{DeviceProfile, MemoryLevel, Precision};
+
+use super::format_bytes;
+use super::record::{ComputeMix, MeasurementFlag, ProbeRecord};
+
+fn rate(value: f64, precision: Precision) -> String {
+    let unit = if precision == Precision::Int8 {
+        "GOP/s"
+    } else {
+        "GFLOP/s"
+    };
+    format!("{:.1} {unit}", value / 1e9)
+}
+
+fn flags_text(flags: &[MeasurementFlag]) -> String {
+    flags
+        .iter()
+        .map(|flag| match flag {
+            MeasurementFlag::Noisy => "noisy",
+            MeasurementFlag::AboveTheoretical => "ABOVE THEORY (bug)",
+            MeasurementFlag::NotDetected => "no plateau",
+            MeasurementFlag::SweepTooShort => "sweep too short",
+            MeasurementFlag::Fallback => "portable fallback",
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Renders `profile` as a table for the terminal.
+pub fn render_summary(profile: &DeviceProfile) -> String {
+    let mut out = String::new();
+    match &profile.probe {
+        Some(record) => render_record(&mut out, profile, record),
+        None => render_ceilings(&mut out, profile),
+    }
+    out
+}
+
+fn render_ceilings(out: &mut String, profile: &DeviceProfile) {
+    let _ = writeln!(out, "{} ({})", profile.name, profile.id);
+    for ceiling in &profile.compute {
+        let threads = ceiling
+            .threads
+            .map(|t| format!("{t} thread(s)"))
+            .unwrap_or_else(|| "device".into());
+        let _ = writeln!(
+            out,
+            "  {:<5} {:>16}  {threads}",
+            ceiling.precision.name(),
+            rate(ceiling.flops_per_s, ceiling.precision)
+        );
+    }
+    for ceiling in &profile.memory {
+        let _ = writeln!(
+            out,
+            "  {:<5} {:>12.1} GB/s",
+            ceiling.level.name(),
+            ceiling.bytes_per_s / 1e9
+        );
+    }
+}
+
+fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord) {
+    let cpu = &record.cpu;
+    let _ = writeln!(
+        out,
+        "roofline probe {} — {} mode, {}, {:.1} s",
+        record.tool_version, record.mode, record.measured_at, record.wall_time_s
+    );
+    let identity = match (cpu.family, cpu.model) {
+        (Some(family), Some(model)) => {
+            format!("{} family {family:#x} model {model:#x}", cpu.vendor)
+        }
+        _ => cpu.vendor.clone(),
+    };
+    let guest = cpu
+        .hypervisor
+        .as_ref()
+        .map(|h| format!(", {h} guest"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "CPU       {} ({identity}, {}{guest})",
+        cpu.model_name, cpu.microarchitecture
+    );
+    let _ = writeln!(out, "ISA       {}", cpu.isa.join(" "));
+    let caches: Vec<String> = cpu
+        .caches
+        .iter()
+        .map(|c| {
+            let sharing = if c.shared_by_cpus > 1 {
+                format!(" shared by {}", c.shared_by_cpus)
+            } else {
+                " per core".into()
+            };
+            format!(
+                "L{}{} {}{sharing} [{}]",
+                c.level,
+                if c.kind == "data" { "d" } else { "" },
+                format_bytes(c.size_bytes),
+                c.source
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "Caches    {}", caches.join(", "));
+    let cores = &record.cores;
+    let quota = cores
+        .cgroup_quota_cpus
+        .map(|q| format!("cgroup quota {q:.2} CPUs"))
+        .unwrap_or_else(|| "no cgroup quota".into());
+    let _ = writeln!(
+        out,
+        "Cores     {} usable ({} in affinity mask, {quota}); {} thread(s) {} to CPUs {:?}",
+        cores.usable,
+        cores.affinity_cpus.len(),
+        cores.threads_used,
+        if cores.pinned { "pinned" } else { "NOT pinned" },
+        cores.pinned_cpus
+    );
+    let clock = &record.clock;
+    let mut clock_line = String::new();
+    if let Some(single) = &clock.single_thread {
+        let _ = write!(
+            clock_line,
+            "1 thread {:.2} GHz (min/median/max of {} samples {:.2}/{:.2}/{:.2})",
+            single.max_hz / 1e9,
+            single.samples,
+            single.min_hz / 1e9,
+            single.median_hz / 1e9,
+            single.max_hz / 1e9
+        );
+    }
+    if clock.all_threads.len() > 1 {
+        let each: Vec<String> = clock
+            .all_threads
+            .iter()
+            .map(|c| format!("{:.2}", c.max_hz / 1e9))
+            .collect();
+        let _ = write!(
+            clock_line,
+            "; {} threads {} GHz",
+            clock.all_threads.len(),
+            each.join(" / ")
+        );
+    }
+    let reference = |label: &str, hz: Option<f64>| {
+        hz.map(|hz| format!("{label} {:.2} GHz", hz / 1e9))
+            .unwrap_or_else(|| format!("{label} not exposed"))
+    };
+    let _ = writeln!(
+        out,
+        "Clock     {clock_line}; {}; {}",
+        reference("base", clock.base_clock_hz),
+        reference("TSC", clock.tsc_hz)
+    );
+    let _ = writeln!(
+        out,
+        "Model     {}: {}",
+        record.core_model.name, record.core_model.assumption
+    );
+    let _ = writeln!(out, "          source: {}", record.core_model.source);
+
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<14} {:>3} {:>17} {:>17} {:>7} {:>7}  kernel",
+        "compute", "thr", "measured", "theoretical", "of peak", "spread"
+    );
+    for m in &record.compute {
+        let label = format!("{} {}", m.precision.name(), m.mix.name());
+        let theory = m
+            .theoretical_flops_per_s
+            .map(|t| rate(t, m.precision))
+            .unwrap_or_else(|| "-".into());
+        let fraction = m
+            .fraction_of_theoretical
+            .map(|f| format!("{:.1}%", f * 100.0))
+            .unwrap_or_else(|| "-".into());
+        let per_thread = if m.per_thread_flops_per_s.len() > 1 {
+            let each: Vec<String> = m
+                .per_thread_flops_per_s
+                .iter()
+                .map(|r| format!("{:.1}", r / 1e9))
+                .collect();
+            format!(" [per thread {}]", each.join(" / "))
+        } else {
+            String::new()
+        };
+        let flags = flags_text(&m.flags);
+        let _ = writeln!(
+            out,
+            "{label:<14} {:>3} {:>17} {theory:>17} {fraction:>7} {:>6.1}%  {}{per_thread}{}",
+            m.threads,
+            rate(m.flops_per_s, m.precision),
+            m.stats.spread * 100.0,
+            m.kernel.split(':').next().unwrap_or(""),
+            if flags.is_empty() {
+                String::new()
+            } else {
+                format!("  ({flags})")
+            }
+        );
+    }
+    let fma_only: Vec<&str> = record
+        .theoretical
+        .iter()
+        .filter(|t| {
+            t.mix == ComputeMix::Fma
+                && !record
+                    .compute
+                    .iter()
+                    .any(|m| m.precision == t.precision && m.threads == t.threads)
+        })
+        .map(|t| t.precision.name())
+        .collect();
+    if !fma_only.is_empty() {
+        let _ = writeln!(out, "(theory only, no kernel: {})", fma_only.join(", "));
+    }
+    if let Some(peak) = record.theoretical.first() {
+        let _ = writeln!(out, "theory: {}", peak.derivation);
+    }
+
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<6} {:>3} {:>12}  {:<9} {:>22} {:>7}",
+        "memory", "thr", "bandwidth", "kernel", "working sets", "spread"
+    );
+    for level in [
+        MemoryLevel::L1,
+        MemoryLevel::L2,
+        MemoryLevel::L3,
+        MemoryLevel::Dram,
+    ] {
+        let mut rows: Vec<_> = record
+            .memory_levels
+            .iter()
+            .filter(|l| l.level == level)
+            .collect();
+        rows.sort_by(|a, b| {
+            a.threads
+                .cmp(&b.threads)
+                .then(b.bytes_per_s.total_cmp(&a.bytes_per_s))
+        });
+        for row in rows {
+            let is_roof = profile.memory.iter().any(|m| {
+                m.level == level
+                    && m.threads == Some(row.threads)
+                    && m.bytes_per_s == row.bytes_per_s
+            });
+            let flags = flags_text(&row.flags);
+            let _ = writeln!(
+                out,
+                "{:<6} {:>3} {:>7.1} GB/s  {:<9} {:>22} {:>6.1}%{}{}",
+                level.name(),
+                row.threads,
+                row.bytes_per_s / 1e9,
+                row.kernel.name(),
+                format!(
+                    "{}-{}",
+                    format_bytes(row.working_set_lo_bytes),
+                    format_bytes(row.working_set_hi_bytes)
+                ),
+                row.spread * 100.0,
+                if is_roof { "  <- roof" } else { "" },
+                if flags.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({flags})")
+                }
+            );
+        }
+    }
+
+    let _ = writeln!(out);
+    let dispatch = &record.dispatch;
+    let _ = writeln!(
+        out,
+        "Dispatch  {:.2} µs per op ({}); parked fork-join {}; call {:.1} ns",
+        profile.launch_overhead_s * 1e6,
+        dispatch.chosen,
+        dispatch
+            .parked_fork_join_s
+            .map(|s| format!("{:.1} µs", s * 1e6))
+            .unwrap_or_else(|| "-".into()),
+        dispatch.call_s * 1e9
+    );
+    let counters = &record.counters;
+    if counters.available {
+        for check in &counters.checks {
+            let fp = match (check.fp_ops, check.expected_fp_ops) {
+                (Some(counted), Some(expected)) if expected > 0 => format!(
+                    "; FP ops {:.3}× expected ({})",
+                    counted as f64 / expected as f64,
+                    check.fp_event
+                ),
+                _ => format!("; FP ops not checked ({})", check.fp_event),
+            };
+            let ratio = if check.expected_instructions > 0 {
+                format!(
+                    "{:.3}× expected",
+                    check.instructions as f64 / check.expected_instructions as f64
+                )
+            } else {
+                "compiler-generated loop".into()
+            };
+            let _ = writeln!(out, "Counters  {}: instructions {ratio}{fp}", check.kernel);
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "Counters  unavailable: {}",
+            counters
+                .unavailable_reason
+                .as_deref()
+                .unwrap_or("unknown reason")
+        );
+    }
+    if record.gpus.devices.is_empty() {
+        let _ = writeln!(out, "GPU       {}", record.gpus.message);
+    } else {
+        let _ = writeln!(out, "GPU       {}", record.gpus.message);
+        for gpu in &record.gpus.devices {
+            let _ = writeln!(
+                out,
+                "  [{}] {}: SM {} MHz (max {}), memory {} MHz × {} bits = {} GB/s, {}{}",
+                gpu.index,
+                gpu.name,
+                gpu.sm_clock_mhz
+                    .map(|v| v.to_string())
+                    .unwrap_or("?".into()),
+                gpu.max_sm_clock_mhz
+                    .map(|v| v.to_string())
+                    .unwrap_or("?".into()),
+                gpu.memory_clock_mhz
+                    .map(|v| v.to_string())
+                    .unwrap_or("?".into()),
+                gpu.memory_bus_width_bits
+                    .map(|v| v.to_string())
+                    .unwrap_or("?".into()),
+                gpu.theoretical_bandwidth_bytes_per_s
+                    .map(|v| format!("{:.0}", v / 1e9))
+                    .unwrap_or("?".into()),
+                gpu.memory_bytes
+                    .map(format_bytes)
+                    .unwrap_or("? memory".into()),
+                gpu.catalog_id
+                    .as_ref()
+                    .map(|id| format!("; catalogue `{id}`"))
+                    .unwrap_or_default()
+            );
+            for peak in &gpu.catalog_peaks {
+                let _ = writeln!(
+                    out,
+                    "        {} {:.1} T{}/s (datasheet)",
+                    peak.precision.name(),
+                    peak.flops_per_s / 1e12,
+                    if peak.precision == Precision::Int8 {
+                        "OP"
+                    } else {
+                        "FLOP"
+                    }
+                );
+            }
+        }
+    }
+    if !record.phases.is_empty() {
+        let phases: Vec<String> = record
+            .phases
+            .iter()
+            .map(|p| format!("{} {:.1} s", p.phase, p.seconds))
+            .collect();
+        let _ = writeln!(out, "Time      {}", phases.join(", "));
+    }
+    for warning in &record.warnings {
+        let _ = writeln!(out, "warning: {warning}");
+    }
+}

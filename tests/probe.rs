@@ -1,0 +1,183 @@
+//! Integration tests of the hardware probe through its public API: a real quick probe on the
+//! machine running the tests (sanity of every figure, never absolute speed), the JSON
+//! round-trip of the profile it produces, and plateau detection on a synthetic curve.
+
+use std::sync::OnceLock;
+
+use roofline::device::{DeviceKind, DeviceProfile, MemoryLevel, Precision, ProfileSource};
+use roofline::probe::plateau::{
+    detect_plateaus, label_plateaus, CacheGuide, CurvePoint, PlateauSettings,
+};
+use roofline::probe::{
+    default_profile_path, render_summary, run_probe, MeasurementFlag, ProbeError, ProbeOptions,
+    ProgressEvent,
+};
+
+/// One quick probe shared by the tests of this binary (it takes a few seconds).
+fn quick_profile() -> &'static DeviceProfile {
+    static PROFILE: OnceLock<DeviceProfile> = OnceLock::new();
+    PROFILE.get_or_init(|| {
+        let mut steps = 0;
+        let profile = run_probe(
+            &ProbeOptions {
+                quick: true,
+                threads: None,
+            },
+            &mut |event| {
+                if let ProgressEvent::Step { .. } = event {
+                    steps += 1;
+                }
+            },
+        )
+        .expect("quick probe runs");
+        assert!(steps > 10, "progress reported {steps} steps");
+        profile
+    })
+}
+
+#[test]
+fn quick_probe_figures_are_positive_and_below_their_theoretical_peaks() {
+    let profile = quick_profile();
+    profile.validate().expect("profile validates");
+    assert_eq!(profile.id, "local");
+    assert_eq!(profile.kind, DeviceKind::Cpu);
+    assert_eq!(profile.source, ProfileSource::Probed);
+    let record = profile.probe.as_ref().expect("probe record kept");
+    let threads_used = record.cores.threads_used as u32;
+
+    for precision in [Precision::Fp64, Precision::Fp32] {
+        for threads in [1, threads_used] {
+            assert!(
+                profile
+                    .compute
+                    .iter()
+                    .any(|c| c.precision == precision && c.threads == Some(threads)),
+                "{precision} on {threads} thread(s) missing"
+            );
+        }
+    }
+    for ceiling in &profile.compute {
+        assert!(ceiling.flops_per_s > 0.0, "{ceiling:?}");
+        if let Some(theory) = ceiling.theoretical_flops_per_s {
+            assert!(theory > 0.0);
+            assert!(
+                ceiling.flops_per_s <= 1.1 * theory,
+                "{} on {:?} threads: {} above 1.1 × {}",
+                ceiling.precision,
+                ceiling.threads,
+                ceiling.flops_per_s,
+                theory
+            );
+        }
+    }
+    for measurement in &record.compute {
+        assert!(measurement.flops_per_s > 0.0);
+        assert!(measurement.per_thread_flops_per_s.iter().all(|&r| r > 0.0));
+        assert!(!measurement
+            .flags
+            .contains(&MeasurementFlag::AboveTheoretical));
+    }
+    for level in [
+        MemoryLevel::L1,
+        MemoryLevel::L2,
+        MemoryLevel::L3,
+        MemoryLevel::Dram,
+    ] {
+        let ceiling = profile
+            .memory
+            .iter()
+            .find(|m| m.level == level && m.threads == Some(1))
+            .unwrap_or_else(|| panic!("{} on one thread missing", level.name()));
+        assert!(ceiling.bytes_per_s > 0.0);
+    }
+    for theory in &record.theoretical {
+        assert!(theory.flops_per_s > 0.0 && theory.clock_hz_sum > 0.0);
+    }
+    let clock = record.clock.single_thread.as_ref().expect("clock measured");
+    assert!(clock.max_hz > 1e8 && clock.max_hz < 1e10, "{clock:?}");
+    assert!(profile.launch_overhead_s > 0.0 && profile.launch_overhead_s < 1e-3);
+    assert!(record.gpus.driver_found || record.gpus.message.contains("no NVIDIA driver"));
+}
+
+#[test]
+fn probed_profile_round_trips_through_json_and_a_file() {
+    let profile = quick_profile();
+    let text = serde_json::to_string_pretty(profile).expect("serialises");
+    let back: DeviceProfile = serde_json::from_str(&text).expect("parses");
+    assert_eq!(&back, profile);
+
+    let path =
+        std::env::temp_dir().join(format!("roofline-probe-test-{}.json", std::process::id()));
+    profile.save(&path).expect("saves");
+    let loaded = DeviceProfile::load(&path).expect("loads");
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(&loaded, profile);
+}
+
+#[test]
+fn summary_names_every_section() {
+    let summary = render_summary(quick_profile());
+    for needle in [
+        "CPU", "Clock", "compute", "memory", "DRAM", "Dispatch", "GPU",
+    ] {
+        assert!(
+            summary.contains(needle),
+            "summary lacks {needle}:\n{summary}"
+        );
+    }
+}
+
+#[test]
+fn zero_threads_is_refused() {
+    let result = run_probe(
+        &ProbeOptions {
+            quick: true,
+            threads: Some(0),
+        },
+        &mut |_| {},
+    );
+    assert!(matches!(result, Err(ProbeError::ZeroThreads)));
+}
+
+#[test]
+fn default_profile_lives_in_the_cache_directory() {
+    if let Some(path) = default_profile_path() {
+        assert!(path.ends_with("roofline/local.json"), "{}", path.display());
+    }
+}
+
+#[test]
+fn plateaus_of_a_synthetic_three_level_curve() {
+    const KIB: u64 = 1024;
+    // 100 GB/s to 48 KiB, 50 GB/s to 2 MiB, then 10 GB/s; a sharp step at each capacity.
+    let curve: Vec<CurvePoint> = (0..20)
+        .map(|i| {
+            let bytes = (4 * KIB) << i;
+            let bandwidth = match bytes {
+                b if b <= 32 * KIB => 100e9,
+                b if b <= 1024 * KIB => 50e9,
+                _ => 10e9,
+            };
+            CurvePoint {
+                working_set_bytes: bytes,
+                bytes_per_s: bandwidth,
+            }
+        })
+        .collect();
+    let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+    label_plateaus(
+        &mut plateaus,
+        &CacheGuide {
+            capacities: vec![(MemoryLevel::L1, 48 * KIB), (MemoryLevel::L2, 2048 * KIB)],
+        },
+    );
+    let levels: Vec<_> = plateaus.iter().map(|p| (p.level, p.bytes_per_s)).collect();
+    assert_eq!(
+        levels,
+        vec![
+            (Some(MemoryLevel::L1), 100e9),
+            (Some(MemoryLevel::L2), 50e9),
+            (Some(MemoryLevel::Dram), 10e9)
+        ]
+    );
+}
