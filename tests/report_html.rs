@@ -32,6 +32,47 @@ fn analyse(model: &str, device: &str) -> Analysis {
     analysis::analyze_graph(graph, &source, &profile, &options).expect("analysis")
 }
 
+/// A probed-CPU-like profile: two precisions and four memory levels, as `roofline probe` saves.
+fn cpu_profile() -> roofline::device::DeviceProfile {
+    use roofline::device::{
+        ComputeCeiling, DeviceKind, MemoryCeiling, MemoryLevel, Precision, ProfileSource,
+    };
+    let mut profile = roofline::device::find_device("rtx2080ti")
+        .expect("catalogue device")
+        .to_profile();
+    profile.id = "local".to_string();
+    profile.name = "Test CPU <8 cores>".to_string();
+    profile.kind = DeviceKind::Cpu;
+    profile.source = ProfileSource::Probed;
+    profile.launch_overhead_s = 2e-7;
+    profile.compute = [(Precision::Fp64, 0.4e12), (Precision::Fp32, 0.8e12)]
+        .into_iter()
+        .map(|(precision, flops_per_s)| ComputeCeiling {
+            precision,
+            flops_per_s,
+            threads: Some(8),
+            theoretical_flops_per_s: Some(flops_per_s * 1.1),
+            source: "FMA microbenchmark".to_string(),
+        })
+        .collect();
+    profile.memory = [
+        (MemoryLevel::L1, 3.2e12),
+        (MemoryLevel::L2, 1.1e12),
+        (MemoryLevel::L3, 0.4e12),
+        (MemoryLevel::Dram, 60e9),
+    ]
+    .into_iter()
+    .map(|(level, bytes_per_s)| MemoryCeiling {
+        level,
+        bytes_per_s,
+        capacity_bytes: None,
+        threads: Some(8),
+        source: "read sweep".to_string(),
+    })
+    .collect();
+    profile
+}
+
 fn out_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-html");
     std::fs::create_dir_all(&dir).expect("creating the test output folder");
@@ -332,6 +373,50 @@ fn golden_ceiling_positions_on_tinycnn() {
         assert!(
             (attr_f64(&dot, "cy") - y_axis.pixel(rate)).abs() <= 1.0,
             "dot {op} y"
+        );
+    }
+}
+
+#[test]
+fn cache_levels_of_a_probed_cpu_are_drawn_and_labelled() {
+    let builtin_model = builtin::find("resnet50").expect("built-in model");
+    let proto = builtin_model.build(WeightFill::Zeros);
+    let graph = import::import_model(&proto, Path::new("."), Path::new("builtin:resnet50"))
+        .expect("import");
+    let options = AnalyzeOptions {
+        bindings: (builtin_model.default_bindings)(),
+        ..AnalyzeOptions::default()
+    };
+    let analysis = analysis::analyze_graph(graph, "builtin:resnet50", &cpu_profile(), &options)
+        .expect("analysis");
+    let svg = render_roofline_svg(&analysis, &SvgOptions::default()).expect("svg");
+    std::fs::write(out_dir().join("resnet50-cpu.svg"), &svg).expect("write");
+    let doc = roxmltree::Document::parse(&svg).expect("parses");
+    for level in ["L1", "L2", "L3"] {
+        assert!(
+            doc.descendants()
+                .any(|n| has_class(&n, "memory") && n.attribute("data-level") == Some(level)),
+            "{level} roof drawn"
+        );
+    }
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    for label in [
+        "L1 3.2 TB/s",
+        "L2 1.1 TB/s",
+        "L3 400.0 GB/s",
+        "DRAM 60.0 GB/s",
+    ] {
+        assert!(texts.contains(&label), "{label} labelled");
+    }
+    let ridges = doc.descendants().filter(|n| has_class(n, "ridge")).count();
+    assert_eq!(
+        ridges, 5,
+        "fp64 and fp32 against DRAM, fp32 against L1, L2 and L3"
+    );
+    if chromium_available() {
+        check_in_browser(
+            &render_html(&[analysis]).expect("html"),
+            "browser-resnet50-cpu",
         );
     }
 }

@@ -1270,8 +1270,15 @@ impl Plan {
 
     fn run_step(&self, step: &Step, ws: &mut Workspace) -> Result<(), ExecError> {
         let node_err = |reason: String| ExecError::Node { node: step.info.name.clone(), op_type: step.info.op_type.clone(), reason };
-        if matches!(step.kernel, Kernel::View) && step.outputs.iter().all(|&v| matches!(self.slots[v], Slot::Buffer { .. })) {
-            return Ok(()); // the output shares the input's buffer
+        if matches!(step.kernel, Kernel::View) {
+            // The data output shares the input's buffer; a Dropout mask (inference) is all ones.
+            for &v in step.outputs.iter().skip(1) {
+                if let Slot::Dynamic { shape } = &self.slots[v] {
+                    let ones = RtTensor { shape: shape.clone(), data: RtData::I64(vec![1; shape.iter().product()]) };
+                    ws.dynamic.insert(v, ones);
+                }
+            }
+            return Ok(());
         }
         if matches!(step.kernel, Kernel::Generic) {
             let ins: Vec<Option<RtTensor>> = step.inputs.iter().map(|s| s.and_then(|v| self.read_value(v, ws))).collect();

@@ -539,6 +539,44 @@ impl Rect {
     }
 }
 
+/// A straight piece of a ceiling, in pixels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Segment {
+    x0: f64,
+    y0: f64,
+    x1: f64,
+    y1: f64,
+}
+
+impl Segment {
+    /// Whether the segment passes through `rect` (Liang-Barsky clipping).
+    fn crosses(&self, rect: &Rect) -> bool {
+        let (dx, dy) = (self.x1 - self.x0, self.y1 - self.y0);
+        let mut t0: f64 = 0.0;
+        let mut t1: f64 = 1.0;
+        for (p, q) in [
+            (-dx, self.x0 - rect.x0),
+            (dx, rect.x1 - self.x0),
+            (-dy, self.y0 - rect.y0),
+            (dy, rect.y1 - self.y0),
+        ] {
+            if p == 0.0 {
+                if q < 0.0 {
+                    return false;
+                }
+            } else {
+                let t = q / p;
+                if p < 0.0 {
+                    t0 = t0.max(t);
+                } else {
+                    t1 = t1.min(t);
+                }
+            }
+        }
+        t0 <= t1
+    }
+}
+
 /// Text anchor of a placed label.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Anchor {
@@ -587,6 +625,8 @@ struct LabelPlacer {
     bounds: Rect,
     labels: Vec<Rect>,
     dots: Vec<(f64, f64, f64)>,
+    /// Ceiling lines: crossing one makes a label hard to read, so it costs.
+    lines: Vec<Segment>,
 }
 
 impl LabelPlacer {
@@ -595,6 +635,7 @@ impl LabelPlacer {
             bounds,
             labels: Vec::new(),
             dots: Vec::new(),
+            lines: Vec::new(),
         }
     }
 
@@ -640,7 +681,14 @@ impl LabelPlacer {
             {
                 continue;
             }
-            let cost = penalty + self.dot_cost(&label.rect, own_dot) * dot_weight;
+            let crossings = self
+                .lines
+                .iter()
+                .filter(|line| line.crosses(&label.rect))
+                .count();
+            let cost = penalty
+                + self.dot_cost(&label.rect, own_dot) * dot_weight
+                + crossings as f64 * LINE_CROSSING_COST;
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, label));
             }
@@ -650,6 +698,10 @@ impl LabelPlacer {
         Some(label)
     }
 }
+
+/// What crossing a ceiling line costs a label, in the units of the candidates' penalties (one
+/// ring further out costs 40).
+const LINE_CROSSING_COST: f64 = 60.0;
 
 /// Candidate positions around a dot at increasing distances, eight directions each.
 fn candidates_around(
@@ -818,12 +870,13 @@ pub fn render_roofline_svg(
         fmt_px(frame.bottom - frame.top)
     );
     draw_minor_grid(&mut marks, &frame);
-    draw_ceilings(&mut marks, device, &frame, &escape(&clip_id));
+    let ceiling_segments = draw_ceilings(&mut marks, device, &frame, &escape(&clip_id));
     draw_overlays(&mut marks, options, &dots, &frame, &escape(&clip_id));
     draw_dots(&mut marks, &dots, analysis);
     // Labels go on top of everything, placed so that none overlaps another.
     let mut placer = LabelPlacer::new(frame.bounds().grow(-2.0));
     placer.dots = dots.iter().map(|d| (d.cx, d.cy, d.r)).collect();
+    placer.lines = ceiling_segments;
     draw_ceiling_labels(&mut marks, &mut placer, device, &frame);
     draw_op_labels(&mut marks, &mut placer, analysis, options, &dots);
     draw_legend(&mut marks, analysis, options, &scale, &layout, &frame);
@@ -1007,30 +1060,61 @@ fn draw_minor_grid(out: &mut String, frame: &Frame) {
 }
 
 /// The ceiling lines and the ridge markers.
-fn draw_ceilings(out: &mut String, device: &DeviceInfo, frame: &Frame, clip_id: &str) {
+/// Draws the ceilings; returns their segments in pixels so that labels can keep off them.
+fn draw_ceilings(
+    out: &mut String,
+    device: &DeviceInfo,
+    frame: &Frame,
+    clip_id: &str,
+) -> Vec<Segment> {
+    let mut segments: Vec<Segment> = Vec::new();
     let compute = compute_lines(device);
     let memory = memory_lines(device);
     let (top_compute, top_bandwidth) = ceiling_extremes(device);
     let x_hi = 10f64.powf(frame.log_x.1);
     let _ = writeln!(out, r#"<g class="ceilings" clip-path="url(#{clip_id})">"#);
-    // Thin lines: every other ceiling, drawn where it could bind.
-    for line in compute.iter().filter(|c| !c.active) {
+    // Thin lines: every other ceiling, drawn where it could bind (from where it meets the
+    // fastest memory level). The analysis' own ceiling gets a thin part too when a cache is
+    // faster than DRAM: left of the DRAM ridge it binds only data that stays in cache.
+    for line in &compute {
         let x0 = line.flops_per_s / top_bandwidth;
+        let x1 = if line.active {
+            device.ridge_point.min(x_hi)
+        } else {
+            x_hi
+        };
+        if x0 >= x1 * (1.0 - 1e-9) {
+            continue;
+        }
+        let y = frame.y(line.flops_per_s);
+        let (px0, px1) = (frame.x(x0).max(frame.left), frame.x(x1));
+        segments.push(Segment {
+            x0: px0,
+            y0: y,
+            x1: px1,
+            y1: y,
+        });
         let _ = writeln!(
             out,
             r#"<line class="ceiling compute" data-precision="{}" data-flops="{}" x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="1.6" stroke-dasharray="7 5"/>"#,
             line.name(),
             line.flops_per_s,
-            fmt_px(frame.x(x0).max(frame.left)),
-            fmt_px(frame.x(x_hi)),
+            fmt_px(px0),
+            fmt_px(px1),
             CEILING.hex(),
-            y = fmt_px(frame.y(line.flops_per_s)),
+            y = fmt_px(y),
         );
     }
     for level in memory.iter().filter(|m| m.level != MemoryLevel::Dram) {
         if let Some(((xa, ya), (xb, yb))) =
             clip_memory_roof(level.bytes_per_s, top_compute / level.bytes_per_s, frame)
         {
+            segments.push(Segment {
+                x0: frame.x(xa),
+                y0: frame.y(ya),
+                x1: frame.x(xb),
+                y1: frame.y(yb),
+            });
             let _ = writeln!(
                 out,
                 r#"<line class="ceiling memory" data-level="{}" data-bandwidth="{}" x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="1.6" stroke-dasharray="2 4"/>"#,
@@ -1050,6 +1134,12 @@ fn draw_ceilings(out: &mut String, device: &DeviceInfo, frame: &Frame, clip_id: 
         if let Some(((xa, _), (xb, yb))) = clip_memory_roof(dram_bw, top_compute / dram_bw, frame) {
             let xa = xa.max(device.ridge_point);
             if xa < xb {
+                segments.push(Segment {
+                    x0: frame.x(xa),
+                    y0: frame.y(xa * dram_bw),
+                    x1: frame.x(xb),
+                    y1: frame.y(yb),
+                });
                 let _ = writeln!(
                     out,
                     r#"<line class="ceiling memory-extension" x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="1.6" stroke-dasharray="7 5"/>"#,
@@ -1065,6 +1155,22 @@ fn draw_ceilings(out: &mut String, device: &DeviceInfo, frame: &Frame, clip_id: 
     // The roof the analysis used: min(peak, intensity × DRAM bandwidth), bold.
     if let Some(((xa, ya), _)) = clip_memory_roof(dram_bw, device.ridge_point, frame) {
         let ridge_x = device.ridge_point.min(x_hi);
+        let bend = (
+            frame.x(ridge_x),
+            frame.y(device.roof.peak_flops.min(ridge_x * dram_bw)),
+        );
+        segments.push(Segment {
+            x0: frame.x(xa),
+            y0: frame.y(ya),
+            x1: bend.0,
+            y1: bend.1,
+        });
+        segments.push(Segment {
+            x0: bend.0,
+            y0: bend.1,
+            x1: frame.x(x_hi),
+            y1: frame.y(device.roof.peak_flops),
+        });
         let _ = writeln!(
             out,
             r#"<polyline class="roof" data-peak="{}" data-bandwidth="{}" data-ridge="{}" points="{},{} {},{} {},{}" fill="none" stroke="{}" stroke-width="3.2" stroke-linejoin="round"/>"#,
@@ -1093,6 +1199,7 @@ fn draw_ceilings(out: &mut String, device: &DeviceInfo, frame: &Frame, clip_id: 
         }
     }
     let _ = writeln!(out, "</g>");
+    segments
 }
 
 fn candidates_at(
@@ -1874,6 +1981,37 @@ mod tests {
                 assert_eq!(a.overlap_area(b), 0.0, "{a:?} overlaps {b:?}");
             }
         }
+    }
+
+    #[test]
+    fn segments_cross_only_rectangles_they_pass_through() {
+        let rect = Rect {
+            x0: 10.0,
+            y0: 10.0,
+            x1: 20.0,
+            y1: 20.0,
+        };
+        let through = Segment {
+            x0: 0.0,
+            y0: 0.0,
+            x1: 30.0,
+            y1: 30.0,
+        };
+        let beside = Segment {
+            x0: 0.0,
+            y0: 25.0,
+            x1: 30.0,
+            y1: 25.0,
+        };
+        let short = Segment {
+            x0: 0.0,
+            y0: 0.0,
+            x1: 5.0,
+            y1: 5.0,
+        };
+        assert!(through.crosses(&rect));
+        assert!(!beside.crosses(&rect));
+        assert!(!short.crosses(&rect));
     }
 
     #[test]

@@ -1,0 +1,309 @@
+//! GEMM throughput as a fraction of this machine's fp32 FMA peak, measured in the same run.
+//!
+//! First a summary: the peak from a 24-accumulator `_mm512_fmadd_ps` loop (or 12 ymm
+//! accumulators with AVX2+FMA), on one thread and on all threads at once; then each shape at
+//! 1 thread and at all threads: best and median GFLOP/s over repeated calls, the spread
+//! (min..max), and best/peak. A naive triple loop is timed and compared on 256³ as a sanity
+//! check. Then the criterion groups (throughput in FLOP, so criterion prints GFLOP/s as
+//! Gelem/s). `GEMM_BENCH_QUICK=1` skips criterion; `GEMM_BENCH_ISA=avx2|scalar` picks a
+//! lower variant.
+//!
+//! Buffers are written before timing (pages faulted), results go through `black_box`, and
+//! every figure above the measured peak is flagged.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use roofline::kernels::gemm::{
+    self, sgemm_packed_a, sgemm_with, Epilogue, GemmConfig, Isa, MatRef, PackedA,
+};
+
+/// fp32 FLOP/s of `threads` threads running independent FMA chains concurrently.
+fn measure_peak(threads: usize) -> f64 {
+    let iters: u64 = 20_000_000;
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let flops_per: f64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads).map(|_| s.spawn(move || fma_loop(iters))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum::<f64>()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        best = best.max(flops_per / secs);
+    }
+    best
+}
+
+/// Runs the FMA loop; returns the FLOPs done (0 when no FMA ISA).
+fn fma_loop(iters: u64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: checked above.
+            let r = unsafe { fma_avx512(iters) };
+            black_box(r);
+            return iters as f64 * 24.0 * 16.0 * 2.0;
+        }
+        if is_x86_feature_detected!("fma") && is_x86_feature_detected!("avx") {
+            // SAFETY: checked above.
+            let r = unsafe { fma_avx2(iters) };
+            black_box(r);
+            return iters as f64 * 12.0 * 8.0 * 2.0;
+        }
+    }
+    let _ = iters;
+    0.0
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_avx512(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let a = _mm512_set1_ps(black_box(0.999_999));
+    let b = _mm512_set1_ps(black_box(1e-7));
+    let mut acc = [_mm512_set1_ps(black_box(1.0)); 24];
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut s = _mm512_setzero_ps();
+    for x in acc {
+        s = _mm512_add_ps(s, x);
+    }
+    _mm512_reduce_add_ps(s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma_avx2(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let a = _mm256_set1_ps(black_box(0.999_999));
+    let b = _mm256_set1_ps(black_box(1e-7));
+    let mut acc = [_mm256_set1_ps(black_box(1.0)); 12];
+    for _ in 0..iters {
+        for x in acc.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut s = [0.0f32; 8];
+    let mut t = _mm256_setzero_ps();
+    for x in acc {
+        t = _mm256_add_ps(t, x);
+    }
+    _mm256_storeu_ps(s.as_mut_ptr(), t);
+    s.iter().sum()
+}
+
+fn config() -> GemmConfig {
+    let isa = match std::env::var("GEMM_BENCH_ISA").as_deref() {
+        Ok("scalar") => Isa::Scalar,
+        Ok("avx2") => Isa::Avx2Fma,
+        _ => Isa::detect(),
+    };
+    GemmConfig::for_isa(isa).expect("requested ISA not available")
+}
+
+/// Deterministic data in [-1, 1), written (so faulted in) before any timing.
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+struct Shape {
+    name: &'static str,
+    m: usize,
+    n: usize,
+    k: usize,
+    /// Pre-pack A (the conv-weights case).
+    packed_a: bool,
+}
+
+const SHAPES: &[Shape] = &[
+    Shape { name: "1024³", m: 1024, n: 1024, k: 1024, packed_a: false },
+    Shape { name: "2048³", m: 2048, n: 2048, k: 2048, packed_a: false },
+    Shape { name: "conv 64×3136×576", m: 64, n: 3136, k: 576, packed_a: false },
+    Shape { name: "conv 64×3136×576 (packed A)", m: 64, n: 3136, k: 576, packed_a: true },
+    Shape { name: "conv 256×784×1152", m: 256, n: 784, k: 1152, packed_a: false },
+    Shape { name: "conv 256×784×1152 (packed A)", m: 256, n: 784, k: 1152, packed_a: true },
+    Shape { name: "gemv 1000×1×2048", m: 1000, n: 1, k: 2048, packed_a: false },
+];
+
+struct Problem {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+    packed: Option<PackedA>,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+impl Problem {
+    fn new(s: &Shape, cfg: &GemmConfig) -> Problem {
+        let a = data(s.m * s.k, 1);
+        let b = data(s.k * s.n, 2);
+        let packed = s
+            .packed_a
+            .then(|| PackedA::with_config(&MatRef::row_major(&a, s.m, s.k), cfg));
+        Problem {
+            a,
+            b,
+            c: vec![1.0; s.m * s.n],
+            packed,
+            m: s.m,
+            n: s.n,
+            k: s.k,
+        }
+    }
+
+    fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    fn run(&mut self, cfg: &GemmConfig, threads: usize) {
+        let b = MatRef::row_major(&self.b, self.k, self.n);
+        match &self.packed {
+            Some(pa) => sgemm_packed_a(pa, &b, &mut self.c, self.n, &Epilogue::NONE, threads),
+            None => {
+                let a = MatRef::row_major(&self.a, self.m, self.k);
+                sgemm_with(cfg, &a, &b, &mut self.c, self.n, &Epilogue::NONE, threads)
+            }
+        }
+        black_box(&mut self.c);
+    }
+}
+
+/// Times repeated calls for about `budget`; returns sorted per-call seconds.
+fn time_calls(p: &mut Problem, cfg: &GemmConfig, threads: usize, budget: Duration) -> Vec<f64> {
+    p.run(cfg, threads); // warm-up: pool, scratch, caches
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 2000) {
+        let t = Instant::now();
+        p.run(cfg, threads);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    times
+}
+
+fn naive(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0f32;
+            for p in 0..k {
+                s += a[i * k + p] * b[p * n + j];
+            }
+            c[i * n + j] = s;
+        }
+    }
+}
+
+fn summary(cfg: &GemmConfig) {
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let peak1 = measure_peak(1);
+    let peak_all = if all > 1 { measure_peak(all) } else { peak1 };
+    println!();
+    println!(
+        "GEMM summary: kernel {} (tile {:?}, blocking {:?}); detected best: {}",
+        cfg.isa.name(),
+        cfg.isa.tile(),
+        cfg.blocking,
+        gemm::isa_name()
+    );
+    println!(
+        "measured fp32 FMA peak: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {all} threads",
+        peak1 / 1e9,
+        peak_all / 1e9
+    );
+    if peak1 == 0.0 {
+        println!("(no FMA ISA: ratios to peak are not reported)");
+    }
+    println!(
+        "{:<30} {:>3} {:>9} {:>9} {:>17} {:>8}",
+        "shape", "thr", "best", "median", "spread (GFLOP/s)", "best/pk"
+    );
+    let budget = Duration::from_millis(if std::env::var_os("GEMM_BENCH_QUICK").is_some() { 700 } else { 1500 });
+    for s in SHAPES {
+        let mut p = Problem::new(s, cfg);
+        for threads in if all > 1 { vec![1, all] } else { vec![1] } {
+            let times = time_calls(&mut p, cfg, threads, budget);
+            let g = |t: f64| p.flops() / t / 1e9;
+            let peak = if threads == 1 { peak1 } else { peak_all };
+            let best = g(times[0]);
+            let ratio = if peak > 0.0 { best * 1e9 / peak } else { f64::NAN };
+            let flag = if ratio > 1.0 { "  ABOVE PEAK?" } else { "" };
+            println!(
+                "{:<30} {:>3} {:>9.1} {:>9.1} {:>8.1}..{:<8.1} {:>7.1}%{flag}",
+                s.name,
+                threads,
+                best,
+                g(times[times.len() / 2]),
+                g(times[times.len() - 1]),
+                best,
+                ratio * 100.0
+            );
+            if s.n == 1 {
+                let bytes = (p.m * p.k * 4) as f64;
+                println!("{:<30} {:>3} {:>9.1} GB/s of A streamed (memory-bound)", "", threads, bytes / times[0] / 1e9);
+            }
+        }
+    }
+    // Sanity: a naive triple loop, timed and compared.
+    let (m, n, k) = (256, 256, 256);
+    let a = data(m * k, 3);
+    let b = data(k * n, 4);
+    let mut c_naive = vec![0.0; m * n];
+    let t = Instant::now();
+    naive(&a, &b, &mut c_naive, m, n, k);
+    let naive_s = t.elapsed().as_secs_f64();
+    black_box(&c_naive);
+    let mut c = vec![0.0; m * n];
+    let t = Instant::now();
+    sgemm_with(cfg, &MatRef::row_major(&a, m, k), &MatRef::row_major(&b, k, n), &mut c, n, &Epilogue::NONE, 1);
+    let fast_s = t.elapsed().as_secs_f64();
+    let max_diff = c.iter().zip(&c_naive).fold(0.0f32, |d, (x, y)| d.max((x - y).abs()));
+    let fl = 2.0 * (m * n * k) as f64;
+    println!(
+        "naive triple loop 256³: {:.2} GFLOP/s; sgemm (1 thread, one cold call) {:.1} GFLOP/s; max |diff| {max_diff:.2e}",
+        fl / naive_s / 1e9,
+        fl / fast_s / 1e9
+    );
+    assert!(max_diff < 1e-3, "sgemm disagrees with the naive loop");
+    println!();
+}
+
+fn criterion_benches(c: &mut Criterion, cfg: &GemmConfig) {
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut g = c.benchmark_group("sgemm");
+    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
+    for s in SHAPES {
+        let mut p = Problem::new(s, cfg);
+        g.throughput(Throughput::Elements(p.flops() as u64));
+        for threads in if all > 1 { vec![1, all] } else { vec![1] } {
+            g.bench_function(BenchmarkId::new(s.name, format!("{threads}t")), |bch| {
+                bch.iter(|| p.run(cfg, threads))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn main() {
+    let cfg = config();
+    summary(&cfg);
+    if std::env::var_os("GEMM_BENCH_QUICK").is_none() {
+        let mut c = Criterion::default().configure_from_args();
+        criterion_benches(&mut c, &cfg);
+        c.final_summary();
+    }
+}
