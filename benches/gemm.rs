@@ -19,20 +19,32 @@ use roofline::kernels::gemm::{
     self, sgemm_packed_a, sgemm_with, Epilogue, GemmConfig, Isa, MatRef, PackedA,
 };
 
-/// fp32 FLOP/s of `threads` threads running independent FMA chains concurrently.
-fn measure_peak(threads: usize) -> f64 {
-    let iters: u64 = 20_000_000;
-    let mut best = 0.0f64;
-    for _ in 0..3 {
-        let start = Instant::now();
-        let flops_per: f64 = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads).map(|_| s.spawn(move || fma_loop(iters))).collect();
-            hs.into_iter().map(|h| h.join().unwrap()).sum::<f64>()
-        });
-        let secs = start.elapsed().as_secs_f64();
-        best = best.max(flops_per / secs);
-    }
-    best
+/// One short burst of the FMA loop on `threads` threads at once: (FLOPs, wall s, CPU s of
+/// the first thread).
+fn peak_burst(threads: usize, iters: u64) -> (f64, f64, f64) {
+    let start = Instant::now();
+    let (flops, cpu) = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let c0 = thread_cpu_s();
+                    let f = fma_loop(iters);
+                    (f, thread_cpu_s() - c0)
+                })
+            })
+            .collect();
+        let rs: Vec<(f64, f64)> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        (rs.iter().map(|r| r.0).sum::<f64>(), rs[0].1)
+    });
+    (flops, start.elapsed().as_secs_f64(), cpu)
+}
+
+/// CPU time of the calling thread (excludes time the thread was descheduled by other load).
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// Runs the FMA loop; returns the FLOPs done (0 when no FMA ISA).
@@ -182,18 +194,42 @@ impl Problem {
     }
 }
 
-/// Times repeated calls for about `budget`; returns sorted per-call seconds.
-fn time_calls(p: &mut Problem, cfg: &GemmConfig, threads: usize, budget: Duration) -> Vec<f64> {
+/// Per-call times and the peak measured in the same window.
+struct Stats {
+    /// Wall seconds per call, sorted.
+    wall: Vec<f64>,
+    /// Least thread-CPU seconds of a call (meaningful for one thread).
+    cpu_best: f64,
+    /// Best FMA-loop FLOP/s (all threads together) in the window.
+    peak: f64,
+    /// Best FMA-loop FLOP/s of one thread counted on its CPU time.
+    peak_cpu: f64,
+}
+
+/// Alternates short FMA-peak bursts with batches of calls for about `budget`, so the ratio
+/// compares figures taken under the same background load.
+fn measure(p: &mut Problem, cfg: &GemmConfig, threads: usize, budget: Duration) -> Stats {
     p.run(cfg, threads); // warm-up: pool, scratch, caches
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 5 || (start.elapsed() < budget && times.len() < 2000) {
-        let t = Instant::now();
-        p.run(cfg, threads);
-        times.push(t.elapsed().as_secs_f64());
+    let rounds = 6;
+    let mut st = Stats { wall: Vec::new(), cpu_best: f64::INFINITY, peak: 0.0, peak_cpu: 0.0 };
+    for _ in 0..rounds {
+        let (f, w, c) = peak_burst(threads, 3_000_000);
+        st.peak = st.peak.max(f / w);
+        st.peak_cpu = st.peak_cpu.max(f / threads as f64 / c);
+        let end = Instant::now() + budget / rounds;
+        loop {
+            let c0 = thread_cpu_s();
+            let t = Instant::now();
+            p.run(cfg, threads);
+            st.wall.push(t.elapsed().as_secs_f64());
+            st.cpu_best = st.cpu_best.min(thread_cpu_s() - c0);
+            if Instant::now() >= end {
+                break;
+            }
+        }
     }
-    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    times
+    st.wall.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    st
 }
 
 fn naive(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
@@ -210,51 +246,49 @@ fn naive(a: &[f32], b: &[f32], c: &mut [f32], m: usize, n: usize, k: usize) {
 
 fn summary(cfg: &GemmConfig) {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let peak1 = measure_peak(1);
-    let peak_all = if all > 1 { measure_peak(all) } else { peak1 };
     println!();
     println!(
-        "GEMM summary: kernel {} (tile {:?}, blocking {:?}); detected best: {}",
+        "GEMM summary: kernel {} (tile {:?}, {:?}); detected best: {}",
         cfg.isa.name(),
         cfg.isa.tile(),
         cfg.blocking,
         gemm::isa_name()
     );
+    println!("peak = best of short 24-chain FMA bursts interleaved with the calls (same threads);");
+    println!("cpu% = best call on thread CPU time vs the burst on CPU time (1 thread: immune to preemption)");
     println!(
-        "measured fp32 FMA peak: {:.1} GFLOP/s on 1 thread, {:.1} GFLOP/s on {all} threads",
-        peak1 / 1e9,
-        peak_all / 1e9
+        "{:<30} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}",
+        "shape", "thr", "best", "median", "worst", "peak", "best/pk", "cpu%"
     );
-    if peak1 == 0.0 {
-        println!("(no FMA ISA: ratios to peak are not reported)");
-    }
-    println!(
-        "{:<30} {:>3} {:>9} {:>9} {:>17} {:>8}",
-        "shape", "thr", "best", "median", "spread (GFLOP/s)", "best/pk"
-    );
-    let budget = Duration::from_millis(if std::env::var_os("GEMM_BENCH_QUICK").is_some() { 700 } else { 1500 });
+    let quick = std::env::var_os("GEMM_BENCH_QUICK").is_some();
+    let budget = Duration::from_millis(if quick { 900 } else { 2000 });
     for s in SHAPES {
         let mut p = Problem::new(s, cfg);
         for threads in if all > 1 { vec![1, all] } else { vec![1] } {
-            let times = time_calls(&mut p, cfg, threads, budget);
+            let st = measure(&mut p, cfg, threads, budget);
             let g = |t: f64| p.flops() / t / 1e9;
-            let peak = if threads == 1 { peak1 } else { peak_all };
-            let best = g(times[0]);
-            let ratio = if peak > 0.0 { best * 1e9 / peak } else { f64::NAN };
+            let best = g(st.wall[0]);
+            let ratio = best * 1e9 / st.peak;
+            let cpu = if threads == 1 {
+                format!("{:.1}", 100.0 * p.flops() / st.cpu_best / st.peak_cpu)
+            } else {
+                "-".into()
+            };
             let flag = if ratio > 1.0 { "  ABOVE PEAK?" } else { "" };
             println!(
-                "{:<30} {:>3} {:>9.1} {:>9.1} {:>8.1}..{:<8.1} {:>7.1}%{flag}",
+                "{:<30} {:>3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7.1}% {:>6}{flag}",
                 s.name,
                 threads,
                 best,
-                g(times[times.len() / 2]),
-                g(times[times.len() - 1]),
-                best,
-                ratio * 100.0
+                g(st.wall[st.wall.len() / 2]),
+                g(st.wall[st.wall.len() - 1]),
+                st.peak / 1e9,
+                ratio * 100.0,
+                cpu
             );
             if s.n == 1 {
                 let bytes = (p.m * p.k * 4) as f64;
-                println!("{:<30} {:>3} {:>9.1} GB/s of A streamed (memory-bound)", "", threads, bytes / times[0] / 1e9);
+                println!("{:<30} {:>3} {:>8.1} GB/s of A streamed (memory-bound)", "", threads, bytes / st.wall[0] / 1e9);
             }
         }
     }

@@ -137,7 +137,7 @@ impl Settings {
                 clock_sample_s: 0.002,
                 points_per_octave: 2.0,
                 other_points_per_octave: 2.0,
-                dram_factor: 8,
+                dram_factor: 6,
                 sweep_cap_total: 512 << 20,
                 extend_until,
                 sweep_every_kernel: false,
@@ -578,8 +578,11 @@ fn measure_compute(
 }
 
 /// Per-thread working sets of the sweep: from 4 KiB in `points_per_octave` steps per doubling
-/// to `dram_factor` × the last-level cache the threads reach (at least 64 MiB in all), so the
-/// DRAM plateau lies wholly past the cache.
+/// to `dram_factor` × the last-level cache the threads may reach (at least 64 MiB in all), so
+/// the DRAM plateau lies wholly past the cache. "May reach" assumes each thread could sit on a
+/// die with its own last-level cache: virtual machines report one shared L3 for vCPUs that run
+/// on different dies (seen on the development machine), and a sweep sized for one L3 then
+/// ends inside the second one.
 fn sweep_sizes(
     description: &CpuDescription,
     threads: usize,
@@ -587,12 +590,18 @@ fn sweep_sizes(
     points_per_octave: f64,
 ) -> Vec<usize> {
     let guide = cpu::cache_guide(description, threads);
-    let last_cache = guide
+    let shared_total = guide
         .capacities
         .last()
         .map(|&(_, bytes)| bytes)
         .unwrap_or(32 << 20);
-    let largest_total = (last_cache * dram_factor).max(64 << 20);
+    let one_per_thread = description
+        .caches
+        .iter()
+        .max_by_key(|c| c.level)
+        .map(|c| c.size_bytes * threads as u64)
+        .unwrap_or(0);
+    let largest_total = (shared_total.max(one_per_thread) * dram_factor).max(64 << 20);
     let largest_per_thread = largest_total as f64 / threads as f64;
     let mut sizes = Vec::new();
     let mut step = 0.0;

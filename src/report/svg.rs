@@ -679,6 +679,7 @@ impl LabelPlacer {
                 .iter()
                 .any(|placed| placed.overlap_area(&padded) > 0.0)
             {
+                if std::env::var_os("DEBUG_PLACER").is_some() { eprintln!("reject {:?} by {:?}", label.rect, self.labels.iter().find(|placed| placed.overlap_area(&padded) > 0.0)); }
                 continue;
             }
             let crossings = self
@@ -689,6 +690,7 @@ impl LabelPlacer {
             let cost = penalty
                 + self.dot_cost(&label.rect, own_dot) * dot_weight
                 + crossings as f64 * LINE_CROSSING_COST;
+            if std::env::var_os("DEBUG_PLACER").is_some() { eprintln!("cand {:?} pen {penalty} cross {crossings} cost {cost}", label.rect); }
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((cost, label));
             }
@@ -700,8 +702,8 @@ impl LabelPlacer {
 }
 
 /// What crossing a ceiling line costs a label, in the units of the candidates' penalties (one
-/// ring further out costs 40).
-const LINE_CROSSING_COST: f64 = 60.0;
+/// ring further out costs 40, so a label rather moves several rings out with a leader line).
+const LINE_CROSSING_COST: f64 = 300.0;
 
 /// Candidate positions around a dot at increasing distances, eight directions each.
 fn candidates_around(
