@@ -1,6 +1,7 @@
 //! `roofline`: why a neural network is slow on a given piece of hardware, what to change, and
 //! proof by running it. See ARCHITECTURE.md for the layers and their invariants.
 
+pub mod advisor;
 pub mod analysis;
 pub mod bench;
 pub mod builtin;

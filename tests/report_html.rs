@@ -311,6 +311,10 @@ fn golden_ceiling_positions_on_tinycnn() {
     assert!((attr_f64(&ridge_mark, "cy") - y_axis.pixel(peak)).abs() <= 1.0);
     let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
     assert!(
+        texts.contains(&"fp16 53.8 TFLOP/s · ridge 87.3"),
+        "the other ceilings are named at their ridge"
+    );
+    assert!(
         texts.contains(&"ridge 21.8 FLOP/B"),
         "the ridge is labelled"
     );
@@ -414,11 +418,34 @@ fn cache_levels_of_a_probed_cpu_are_drawn_and_labelled() {
         "fp64 and fp32 against DRAM, fp32 against L1, L2 and L3"
     );
     if chromium_available() {
+        let drawn = drawn_ops(std::slice::from_ref(&analysis));
         check_in_browser(
             &render_html(&[analysis]).expect("html"),
             "browser-resnet50-cpu",
+            drawn,
         );
     }
+}
+
+#[test]
+fn a_model_with_no_costed_op_still_renders() {
+    let mut analysis = analyse("tinycnn", "rtx2080ti");
+    for node in &mut analysis.nodes {
+        node.status = NodeStatus::NotCosted;
+        node.intensity = None;
+        node.predicted_s = 0.0;
+        node.time_share = 0.0;
+    }
+    analysis.device.compute_ceilings.clear();
+    let svg = render_roofline_svg(&analysis, &SvgOptions::default()).expect("svg");
+    let doc = roxmltree::Document::parse(&svg).expect("parses");
+    assert!(data_ops(&doc, "op-dot").is_empty());
+    assert_eq!(data_ops(&doc, "op-not-costed").len(), analysis.nodes.len());
+    assert_eq!(
+        doc.descendants().filter(|n| has_class(n, "ridge")).count(),
+        1
+    );
+    render_html(&[analysis]).expect("html");
 }
 
 #[test]
@@ -521,6 +548,20 @@ fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
+/// Ops with a mark on some chart (a dot, or a cross when not costed), by index.
+fn drawn_ops(analyses: &[Analysis]) -> usize {
+    let mut ops = std::collections::BTreeSet::new();
+    for analysis in analyses {
+        for node in &analysis.nodes {
+            let dot = node.status == NodeStatus::Costed && node.intensity.is_some();
+            if dot || node.status == NodeStatus::NotCosted {
+                ops.insert(node.index);
+            }
+        }
+    }
+    ops.len()
+}
+
 fn chromium_available() -> bool {
     if Path::new(CHROMIUM).exists() {
         return true;
@@ -537,7 +578,7 @@ fn chromium_available() -> bool {
 
 /// Loads a report in Chromium: its script must finish (`data-report-ready`), raise no error,
 /// place no chart label over another with the real fonts; then takes a screenshot.
-fn check_in_browser(html: &str, name: &str) {
+fn check_in_browser(html: &str, name: &str, linked_ops: usize) {
     let path = out_dir().join(format!("{name}.html"));
     std::fs::write(&path, html).expect("write report");
     let url = format!(
@@ -562,6 +603,10 @@ fn check_in_browser(html: &str, name: &str) {
             "{name}: console error: {line}"
         );
     }
+    assert!(
+        dom.contains(&format!("data-linked-ops=\"{linked_ops}\"")),
+        "{name}: chart marks and table rows are not linked for all {linked_ops} ops"
+    );
     let charts = dom.matches("data-label-overlaps=").count();
     assert!(charts >= 1, "{name}: the layout self-check did not run");
     assert_eq!(
@@ -592,9 +637,11 @@ fn html_report_runs_in_headless_chromium() {
         return;
     }
     let (analysis, _) = with_hostile_name_and_uncosted_op(analyse("resnet50", "rtx2080ti"));
+    let drawn = drawn_ops(std::slice::from_ref(&analysis));
     check_in_browser(
         &render_html(&[analysis]).expect("html"),
         "browser-resnet50-rtx2080ti",
+        drawn,
     );
 }
 
@@ -610,5 +657,6 @@ fn multi_device_html_runs_in_headless_chromium() {
     check_in_browser(
         &render_html(&analyses).expect("html"),
         "browser-mobilenetv2-compare",
+        drawn_ops(&analyses),
     );
 }

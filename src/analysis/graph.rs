@@ -216,3 +216,62 @@ impl Graph {
         self.dag.node_count()
     }
 }
+
+impl Graph {
+    /// Rebuilds the petgraph from a list of nodes (rewrites edit nodes as plain data, then call
+    /// this). Producers are re-derived from node outputs; values keep their facts.
+    pub fn rebuild(&mut self, nodes: Vec<Node>) {
+        self.dag = StableDiGraph::default();
+        for value in &mut self.values {
+            value.producer = None;
+        }
+        let mut ids = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let outputs = node.outputs.clone();
+            let id = self.dag.add_node(node);
+            for value in outputs {
+                self.values[value].producer = Some(id);
+            }
+            ids.push(id);
+        }
+        for &id in &ids {
+            let inputs = self.dag[id].inputs.clone();
+            for value in inputs.into_iter().flatten() {
+                if let Some(producer) = self.values[value].producer {
+                    self.dag.add_edge(producer, id, value);
+                }
+            }
+        }
+    }
+
+    /// The nodes in topological order, cloned (the editable form used by rewrites).
+    pub fn nodes_in_order(&self) -> Vec<Node> {
+        match self.topo_order() {
+            Ok(order) => order.into_iter().map(|id| self.dag[id].clone()).collect(),
+            Err(_) => self.dag.node_weights().cloned().collect(),
+        }
+    }
+
+    /// Checks structural integrity: every node input is a graph input, a constant or produced by
+    /// a node; every graph output is produced or constant; no cycle.
+    pub fn validate(&self) -> Result<(), String> {
+        for id in self.dag.node_indices() {
+            let node = &self.dag[id];
+            for &value in node.inputs.iter().flatten() {
+                let v = &self.values[value];
+                if v.producer.is_none() && v.fact.konst.is_none() && !self.inputs.contains(&value) {
+                    return Err(format!("node `{}` reads `{}`, which nothing produces", node.name, v.name));
+                }
+            }
+        }
+        for &value in &self.outputs {
+            let v = &self.values[value];
+            if v.producer.is_none() && v.fact.konst.is_none() && !self.inputs.contains(&value) {
+                return Err(format!("graph output `{}` is produced by no node", v.name));
+            }
+        }
+        self.topo_order()
+            .map(|_| ())
+            .map_err(|id| format!("cycle through `{}`", self.dag[id].name))
+    }
+}

@@ -1,6 +1,7 @@
 //! Subcommands of the binary. Library errors (thiserror) become `anyhow` errors here, with
 //! context naming what the user passed.
 
+mod advise;
 mod analyze;
 mod bench;
 mod probe;
@@ -37,6 +38,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Run a model with the tool's own CPU kernels; time every op against its prediction.
     Bench(bench::BenchArgs),
+    /// Rewrite the model (fold, BN fold, fusion) with predicted and measured gains.
+    Advise(advise::AdviseArgs),
     /// Run a model once and write every graph output as .npy.
     Run(bench::RunArgs),
     /// List the built-in device catalogue.
@@ -65,6 +68,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Probe(args) => probe::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Run(args) => bench::run_model(&args),
+        Command::Advise(args) => advise::run(&args),
         Command::Devices { json } => {
             devices(json)?;
             Ok(ExitCode::SUCCESS)
@@ -219,4 +223,56 @@ pub fn bench_html(report: &roofline::bench::BenchReport) -> Result<String> {
         ..HtmlOptions::default()
     };
     Ok(render_html_with(std::slice::from_ref(analysis), &options)?)
+}
+
+/// The advice report as HTML: the after-analysis report with both rooflines (the before ops as an
+/// overlay) and a section of rewrites with predicted and measured gains.
+pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
+    use roofline::report::html::{render_html_with, HtmlOptions, HtmlSection};
+    use roofline::report::markup::escape;
+    use roofline::report::svg::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
+    let before_points = report
+        .before
+        .nodes
+        .iter()
+        .filter(|n| n.status == roofline::analysis::NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0)
+        .filter_map(|n| {
+            Some(SeriesPoint {
+                op_index: None,
+                intensity: n.intensity?,
+                flops_per_s: (n.flops + n.transcendental) as f64 / n.predicted_s,
+                label: Some(format!("before: {} ({})", n.name, n.op_type)),
+            })
+        })
+        .collect();
+    let series = ChartSeries { name: "before rewrites".into(), colour: Rgb(150, 150, 150), marker: SeriesMarker::Square, points: before_points, connect_to_predicted: false };
+    let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>predicted gain</th><th>measured gain</th><th>prediction error</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
+    for p in &report.passes {
+        body.push_str(&format!(
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(&p.name), p.changes.len(), p.predicted_speedup,
+            p.measured_speedup.map(|m| format!("{m:.2}x")).unwrap_or_else(|| "-".into()),
+            p.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into()),
+            roofline::report::units::fmt_bytes(p.bytes_saved as f64)
+        ));
+    }
+    let o = &report.overall;
+    body.push_str(&format!(
+        "<tr><td><b>overall</b></td><td></td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td></td></tr></tbody></table>",
+        o.predicted_speedup,
+        o.measured_speedup.map(|m| format!("{m:.2}x")).unwrap_or_else(|| "-".into()),
+        o.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+    ));
+    body.push_str("<h3>Ops left alone</h3><ul>");
+    for l in &report.left_alone {
+        body.push_str(&format!("<li><b>{}</b> ({}): {}</li>", escape(&l.node), escape(&l.op_type), escape(&l.reason)));
+    }
+    body.push_str("</ul>");
+    let options = HtmlOptions {
+        title: Some(format!("{} after rewrites on {}", report.after.model.source, report.after.device.name)),
+        overlays: vec![(0, series)],
+        extra_sections: vec![HtmlSection { id: "rewrites".into(), title: "Rewrites: predicted and measured gains".into(), body_html: body }],
+        ..HtmlOptions::default()
+    };
+    Ok(render_html_with(std::slice::from_ref(&report.after), &options)?)
 }

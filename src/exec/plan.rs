@@ -55,7 +55,9 @@ enum Slot {
 
 #[derive(Clone, Debug)]
 enum Kernel {
-    Conv { geom: Conv2d, weights: Arc<Vec<f32>>, bias: Option<Arc<Vec<f32>>>, activation: Activation },
+    Conv { geom: Conv2d, weights: Arc<Vec<f32>>, bias: Option<Arc<Vec<f32>>>, activation: Activation, residual: bool },
+    /// A fused element-wise chain; per-channel constants index axis 1.
+    Chain { steps: Vec<elementwise::ChainStep>, channels: usize, channel_size: usize },
     ConvTranspose { geom: Conv2d, weights: Arc<Vec<f32>>, bias: Option<Arc<Vec<f32>>> },
     /// Batched matmul: A [batch, m, k] (strides), B [batch, k, n], C = A·B (+ bias per column).
     MatMul(MatMulSpec),
@@ -106,6 +108,7 @@ struct MatMulSpec {
     /// Gemm's C: per-column bias, per-row bias, or a full [m, n] tensor (input position 2).
     c: GemmC,
     beta: f32,
+    activation: Activation,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -270,7 +273,13 @@ pub fn build_plan(
         let mut names: Vec<String> = order
             .iter()
             .map(|&id| (id, &graph.dag[id]))
-            .filter(|(_, n)| !supported(&n.op_type) || !(n.domain.is_empty() || n.domain == "ai.onnx"))
+            .filter(|(_, n)| {
+                if n.domain == crate::analysis::ops::fused::DOMAIN {
+                    !matches!(n.op_type.as_str(), "FusedConv" | "FusedGemm" | "FusedMatMul" | "ElementwiseChain")
+                } else {
+                    !supported(&n.op_type) || !(n.domain.is_empty() || n.domain == "ai.onnx")
+                }
+            })
             .filter(|(id, _)| !matches!(states.get(id), Some(NodeState::Folded)))
             .map(|(_, n)| n.op_type.clone())
             .collect();
@@ -509,7 +518,20 @@ fn make_step(
     let op = node.op_type.as_str();
     let kernel = match op {
         _ if !all_float_io && !matches!(op, "Cast" | "Shape" | "Size" | "ArgMax" | "ArgMin" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "Dropout") => Kernel::Generic,
-        "Conv" => {
+        "ElementwiseChain" => {
+            let x = out_shape(0)?;
+            let steps = match attrs.get("steps") {
+                Some(crate::analysis::graph::Attr::Strings(steps)) => steps.clone(),
+                _ => return Err(node_error(node, "chain without steps")),
+            };
+            let mut parsed = Vec::with_capacity(steps.len());
+            for step in &steps {
+                parsed.push(parse_chain_step(step, node, slots).map_err(|e| node_error(node, e))?);
+            }
+            let channels = if x.len() >= 2 { x[1] } else { 1 };
+            Kernel::Chain { steps: parsed, channels, channel_size: x.iter().skip(2).product() }
+        }
+        "Conv" | "FusedConv" => {
             let x = shape_of(0)?;
             let w = shape_of(1)?;
             let y = out_shape(0)?;
@@ -546,7 +568,7 @@ fn make_step(
             };
             flops = geom.flops();
             scratch = geom.scratch_len();
-            Kernel::Conv { geom, weights, bias, activation: Activation::None }
+            Kernel::Conv { geom, weights, bias, activation: activation_attr(attrs), residual: node.inputs.get(3).copied().flatten().is_some() }
         }
         "ConvTranspose" => {
             let x = shape_of(0)?;
@@ -574,7 +596,7 @@ fn make_step(
             scratch = w[1] * w[2] * w[3] * x[2] * x[3];
             Kernel::ConvTranspose { geom, weights, bias }
         }
-        "Gemm" => {
+        "Gemm" | "FusedGemm" => {
             let a = shape_of(0)?;
             let b = shape_of(1)?;
             let trans_a = attrs.int_or("transA", 0) != 0;
@@ -610,9 +632,10 @@ fn make_step(
                 alpha: attrs.float_or("alpha", 1.0),
                 c,
                 beta: attrs.float_or("beta", 1.0),
+                activation: activation_attr(attrs),
             })
         }
-        "MatMul" => {
+        "MatMul" | "FusedMatMul" => {
             let a = shape_of(0)?;
             let b = shape_of(1)?;
             let a2 = if a.len() == 1 { vec![1, a[0]] } else { a.clone() };
@@ -656,7 +679,8 @@ fn make_step(
             Kernel::MatMul(MatMulSpec {
                 batch, m, k, n, a_offsets, b_offsets,
                 a_row_stride: k, a_col_stride: 1, b_row_stride: n, b_col_stride: 1,
-                alpha: 1.0, c: GemmC::None, beta: 1.0,
+                alpha: 1.0, c: if op == "FusedMatMul" && node.inputs.get(2).copied().flatten().is_some() { GemmC::PerCol } else { GemmC::None }, beta: 1.0,
+                activation: activation_attr(attrs),
             })
         }
         "BatchNormalization" => {
@@ -1032,8 +1056,12 @@ fn run_kernel(
 ) -> Result<(), String> {
     let x = |i: usize| input(ins, i).and_then(InRef::f32);
     match &step.kernel {
-        Kernel::Conv { geom, weights, bias, activation } => {
-            let ep = ConvEpilogue { bias: bias.as_deref().map(|b| b.as_slice()), residual: None, activation: *activation };
+        Kernel::Chain { steps, channels, channel_size } => {
+            elementwise::chain(steps, x(0)?, outs[0], *channels, *channel_size);
+        }
+        Kernel::Conv { geom, weights, bias, activation, residual } => {
+            let residual = if *residual { Some(x(3)?) } else { None };
+            let ep = ConvEpilogue { bias: bias.as_deref().map(|b| b.as_slice()), residual, activation: *activation };
             conv::conv2d(geom, x(0)?, weights, &ep, outs[0], &mut scratch[..geom.scratch_len()], threads);
         }
         Kernel::ConvTranspose { geom, weights, bias } => {
@@ -1052,14 +1080,16 @@ fn run_kernel(
                 let bm = MatRef { data: &b[spec.b_offsets[batch]..], rows: spec.k, cols: spec.n, row_stride: spec.b_row_stride, col_stride: spec.b_col_stride };
                 let c_tile = &mut out[batch * spec.m * spec.n..(batch + 1) * spec.m * spec.n];
                 let ep = match (&spec.c, scaled_c.as_deref()) {
-                    (GemmC::PerCol, Some(c)) => Epilogue { bias: BiasKind::PerCol(c), residual: None, activation: Activation::None },
-                    (GemmC::PerRow, Some(c)) => Epilogue { bias: BiasKind::PerRow(c), residual: None, activation: Activation::None },
-                    (GemmC::Full, Some(c)) => Epilogue { bias: BiasKind::None, residual: Some(c), activation: Activation::None },
-                    _ => Epilogue { bias: BiasKind::None, residual: None, activation: Activation::None },
+                    (GemmC::PerCol, Some(c)) => Epilogue { bias: BiasKind::PerCol(c), residual: None, activation: spec.activation },
+                    (GemmC::PerRow, Some(c)) => Epilogue { bias: BiasKind::PerRow(c), residual: None, activation: spec.activation },
+                    (GemmC::Full, Some(c)) => Epilogue { bias: BiasKind::None, residual: Some(c), activation: spec.activation },
+                    (GemmC::Scalar, _) => Epilogue { bias: BiasKind::None, residual: None, activation: Activation::None },
+                    _ => Epilogue { bias: BiasKind::None, residual: None, activation: spec.activation },
                 };
                 gemm::sgemm(&am, &bm, c_tile, spec.n, &ep, threads);
                 if let (GemmC::Scalar, Some(c)) = (&spec.c, scaled_c.as_deref()) {
                     c_tile.iter_mut().for_each(|v| *v += c[0]);
+                    gemm::apply_activation(&spec.activation, c_tile);
                 }
             }
         }
@@ -1364,5 +1394,73 @@ impl Plan {
     /// Name of a value (diagnostics).
     pub fn value_name(&self, v: ValueId) -> &str {
         &self.graph_names[v]
+    }
+}
+
+/// The epilogue activation of a fused node (`activation`, `act_alpha`, `act_beta` attributes).
+fn activation_attr(attrs: &crate::analysis::graph::Attributes) -> Activation {
+    let (a, b) = (attrs.float_or("act_alpha", 0.0), attrs.float_or("act_beta", 0.0));
+    match attrs.string("activation").unwrap_or("none") {
+        "relu" => Activation::Relu,
+        "clip" => Activation::Clip { min: a, max: b },
+        "leaky_relu" => Activation::LeakyRelu { alpha: a },
+        "hard_sigmoid" => Activation::HardSigmoid { alpha: a, beta: b },
+        "hard_swish" => Activation::HardSwish,
+        "sigmoid" => Activation::Sigmoid,
+        "silu" => Activation::Silu,
+        "gelu" => Activation::Gelu,
+        "tanh" => Activation::Tanh,
+        _ => Activation::None,
+    }
+}
+
+fn unary_by_name(name: &str, a: f32, b: f32) -> Option<Unary> {
+    Some(match name {
+        "relu" => Unary::Relu,
+        "clip" => Unary::Clip(a, b),
+        "leaky_relu" => Unary::LeakyRelu(a),
+        "hard_sigmoid" => Unary::HardSigmoid(a, b),
+        "hard_swish" => Unary::HardSwish,
+        "sigmoid" => Unary::Sigmoid,
+        "tanh" => Unary::Tanh,
+        "gelu" => Unary::Gelu,
+        "exp" => Unary::Exp,
+        "log" => Unary::Log,
+        "sqrt" => Unary::Sqrt,
+        "neg" => Unary::Neg,
+        "abs" => Unary::Abs,
+        "reciprocal" => Unary::Reciprocal,
+        "erf" => Unary::Erf,
+        _ => return None,
+    })
+}
+
+fn binary_by_name(name: &str) -> Option<Binary> {
+    Some(match name {
+        "add" => Binary::Add,
+        "sub" => Binary::Sub,
+        "mul" => Binary::Mul,
+        "div" => Binary::Div,
+        "pow" => Binary::Pow,
+        "max" => Binary::Max,
+        "min" => Binary::Min,
+        _ => return None,
+    })
+}
+
+/// Decodes one `ElementwiseChain` step (see `analysis::ops::fused`).
+fn parse_chain_step(step: &str, node: &crate::analysis::graph::Node, slots: &[Slot]) -> Result<elementwise::ChainStep, String> {
+    let parts: Vec<&str> = step.split(':').collect();
+    match parts.as_slice() {
+        ["unary", name, a, b] => unary_by_name(name, a.parse().unwrap_or(0.0), b.parse().unwrap_or(0.0))
+            .map(elementwise::ChainStep::Unary)
+            .ok_or_else(|| format!("unknown chain step `{step}`")),
+        ["const", op, index, swapped] => {
+            let i: usize = index.parse().map_err(|_| format!("bad step `{step}`"))?;
+            let values = const_f32(slots, node.inputs.get(i).copied().flatten()).ok_or("chain operand must be constant")?;
+            Ok(elementwise::ChainStep::WithConstant { op: binary_by_name(op).ok_or("bad op")?, values: values.to_vec(), swapped: *swapped == "1" })
+        }
+        ["input", op, swapped] => Ok(elementwise::ChainStep::WithInput { op: binary_by_name(op).ok_or("bad op")?, swapped: *swapped == "1" }),
+        _ => Err(format!("bad chain step `{step}`")),
     }
 }

@@ -119,11 +119,28 @@ multiversion! {
     fn depthwise(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
         let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
         let (kh, kw) = (geom.kernel_h, geom.kernel_w);
+        let stride = geom.stride_w;
+        // Strided rows are split into `stride` phases (every stride-th element) so the inner
+        // loops stay contiguous and vectorise.
+        let phase_len = iw.div_ceil(stride);
+        let mut phases = vec![0.0f32; if stride > 1 { phase_len * stride * ih } else { 0 }];
         for c in 0..geom.in_channels {
             let plane = &input[c * ih * iw..(c + 1) * ih * iw];
             let kernel = &weights[c * kh * kw..(c + 1) * kh * kw];
             let dst = &mut out[c * oh * ow..(c + 1) * oh * ow];
             dst.fill(bias.map_or(0.0, |b| b[c]));
+            if stride > 1 {
+                // Layout: [phase][row][k] = plane[row][k·stride + phase].
+                for row in 0..ih {
+                    let src = &plane[row * iw..(row + 1) * iw];
+                    for p in 0..stride {
+                        let base = (p * ih + row) * phase_len;
+                        for (d, &v) in phases[base..base + phase_len].iter_mut().zip(src.iter().skip(p).step_by(stride)) {
+                            *d = v;
+                        }
+                    }
+                }
+            }
             for ky in 0..kh {
                 for y in 0..oh {
                     let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
@@ -146,13 +163,23 @@ multiversion! {
                         } else {
                             0
                         };
+                        if last <= first {
+                            continue;
+                        }
+                        let src_start = ((first * geom.stride_w) as isize + x_offset) as usize;
+                        let dst_seg = &mut dst_row[first..last];
                         if geom.stride_w == 1 {
-                            for x in first..last {
-                                dst_row[x] += w * src[(x as isize + x_offset) as usize];
+                            // Slices of equal length: no bounds checks, so the loop vectorises.
+                            let src_seg = &src[src_start..src_start + dst_seg.len()];
+                            for (d, &v) in dst_seg.iter_mut().zip(src_seg) {
+                                *d += w * v;
                             }
                         } else {
-                            for x in first..last {
-                                dst_row[x] += w * src[((x * geom.stride_w) as isize + x_offset) as usize];
+                            let phase = src_start % stride;
+                            let start = (phase * ih + iy as usize) * phase_len + src_start / stride;
+                            let src_seg = &phases[start..start + dst_seg.len()];
+                            for (d, &v) in dst_seg.iter_mut().zip(src_seg) {
+                                *d += w * v;
                             }
                         }
                     }
@@ -185,11 +212,7 @@ pub fn conv2d(
                     *o += r;
                 }
             }
-            if epilogue.activation != Activation::None {
-                for o in out.iter_mut() {
-                    *o = gemm::activation_scalar(&epilogue.activation, *o);
-                }
-            }
+            gemm::apply_activation(&epilogue.activation, out);
         }
         return;
     }

@@ -19,15 +19,19 @@ use super::record::ComputeMix;
 const FP64_OPERAND: f64 = 1e-3;
 const FP32_OPERAND: f32 = 1e-3;
 /// Two bf16 values of about 0.001 (0x3a83) in one dword.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const BF16_PAIR: u32 = 0x3a83_3a83;
 /// Four int8 ones.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const INT8_QUAD: u32 = 0x0101_0101;
 /// Two fp16 values of about 0.01 (0x211f) in one dword.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FP16_PAIR: u32 = 0x211f_211f;
 
 #[derive(Clone, Copy)]
 enum KernelFn {
     /// Needs the ISA named by the kernel; only built after detection said it is present.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Native(unsafe fn(u64, *const u64)),
     Portable(fn(u64)),
 }

@@ -75,8 +75,6 @@ pub enum ProbeError {
     Alloc { bytes: usize },
     #[error("measuring thread failed: {0}")]
     Thread(String),
-    #[error("no sustained clock could be measured on this architecture")]
-    NoClock,
     #[error("the probed profile is not usable: {0}")]
     InvalidProfile(String),
     #[error("no cache directory for this user (set XDG_CACHE_HOME or HOME)")]
@@ -172,6 +170,10 @@ impl Settings {
         }
     }
 }
+
+/// A team figure below this fraction of the sum of its threads' separate best rates is flagged
+/// as contended.
+const CONTENDED_FRACTION: f64 = 0.75;
 
 /// A figure above its theoretical peak by more than this is flagged: the clock is measured
 /// seconds apart from the kernels, so a few percent of drift is not a bug.
@@ -304,8 +306,12 @@ pub fn run_probe(
 
     let mut clock = clock::measure_clock(&cpus, settings.clock_samples, settings.clock_sample_s)?;
     tracker.step("sustained clock".into());
-    end_phase("clock");
-    let single_clock = clock.single_thread.clone().ok_or(ProbeError::NoClock)?;
+    end_phase("identification and clock");
+    if clock.single_thread.is_none() {
+        warnings.push(
+            "no sustained clock on this architecture: theoretical peaks are not computed".into(),
+        );
+    }
     clock.base_clock_hz = cpu.description.base_clock_hz;
     let mut description = cpu.description.clone();
     if description.tsc_hz.is_none() {
@@ -323,7 +329,7 @@ pub fn run_probe(
     };
     let clocks_for = |threads: usize| -> Vec<f64> {
         if threads == 1 {
-            vec![single_clock.max_hz]
+            clock.single_thread.iter().map(|c| c.max_hz).collect()
         } else {
             clock.all_threads.iter().map(|c| c.max_hz).collect()
         }
@@ -333,6 +339,9 @@ pub fn run_probe(
     let mut theoretical = Vec::new();
     for &threads in &thread_counts {
         let clocks = clocks_for(threads);
+        if clocks.len() != threads {
+            continue;
+        }
         for precision in Precision::ALL {
             for mix in [ComputeMix::Fma, ComputeMix::FmaAdd] {
                 if mix == ComputeMix::FmaAdd
@@ -370,7 +379,7 @@ pub fn run_probe(
             }
         }
     }
-    end_phase("identification and theoretical peaks");
+    end_phase("theoretical peaks");
 
     // Compute kernels.
     let mut compute_results = Vec::new();
@@ -401,7 +410,7 @@ pub fn run_probe(
             let theory = cpu
                 .core_model
                 .flops_per_cycle(kernel.precision, kernel.mix, &widths)
-                .filter(|_| clocks.len() == threads)
+                .filter(|_| clocks.len() == threads && clocks.iter().all(|&hz| hz > 0.0))
                 .map(|(per_cycle, _)| microarch::theoretical_flops(per_cycle, &clocks));
             let mut flags = Vec::new();
             if timing.noisy {
@@ -409,6 +418,10 @@ pub fn run_probe(
             }
             if kernel.fallback {
                 flags.push(MeasurementFlag::Fallback);
+            }
+            let separately: f64 = timing.per_thread_best.iter().sum();
+            if threads > 1 && timing.stats.best < CONTENDED_FRACTION * separately {
+                flags.push(MeasurementFlag::Contended);
             }
             if let Some(theory) = theory {
                 if timing.stats.best > theory * ABOVE_THEORY_TOLERANCE {

@@ -225,6 +225,9 @@ pub enum MeasurementFlag {
     SweepTooShort,
     /// Portable fallback kernel: far below the hardware's peak by construction.
     Fallback,
+    /// The threads together reached less than 75% of the sum of their separate best rates:
+    /// they seldom ran at full speed at the same time (other work on the cores).
+    Contended,
 }
 
 /// One compute kernel at one thread count.

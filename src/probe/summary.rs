@@ -28,6 +28,7 @@ fn flags_text(flags: &[MeasurementFlag]) -> String {
             MeasurementFlag::NotDetected => "no plateau",
             MeasurementFlag::SweepTooShort => "sweep too short",
             MeasurementFlag::Fallback => "portable fallback",
+            MeasurementFlag::Contended => "contended",
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -174,7 +175,11 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
         "compute", "thr", "measured", "theoretical", "of peak", "spread"
     );
     for m in &record.compute {
-        let label = format!("{} {}", m.precision.name(), m.mix.name());
+        let kind = match m.precision {
+            Precision::Bf16 | Precision::Int8 => "dot",
+            _ => m.mix.name(),
+        };
+        let label = format!("{} {kind}", m.precision.name());
         let theory = m
             .theoretical_flops_per_s
             .map(|t| rate(t, m.precision))
@@ -223,10 +228,39 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
     if !fma_only.is_empty() {
         let _ = writeln!(out, "(theory only, no kernel: {})", fma_only.join(", "));
     }
-    if let Some(peak) = record.theoretical.first() {
-        let _ = writeln!(out, "theory: {}", peak.derivation);
+    let mut thread_counts: Vec<u32> = record.theoretical.iter().map(|t| t.threads).collect();
+    thread_counts.dedup();
+    for threads in thread_counts {
+        let peaks: Vec<&_> = record
+            .theoretical
+            .iter()
+            .filter(|t| t.threads == threads)
+            .collect();
+        let rates: Vec<String> = peaks
+            .iter()
+            .map(|t| {
+                let kind = match t.precision {
+                    Precision::Bf16 | Precision::Int8 => "dot",
+                    _ => t.mix.name(),
+                };
+                format!("{} {kind} {:.1}", t.precision.name(), t.flops_per_s / 1e9)
+            })
+            .collect();
+        let per_cycle: Vec<String> = peaks
+            .iter()
+            .map(|t| t.flops_per_cycle.to_string())
+            .collect();
+        let clock = peaks
+            .first()
+            .map(|t| t.clock_hz_sum / f64::from(threads.max(1)) / 1e9)
+            .unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "theory, {threads} thread(s) at {clock:.2} GHz: {} G/s ({} per cycle per core)",
+            rates.join(", "),
+            per_cycle.join(" / ")
+        );
     }
-
     let _ = writeln!(out);
     let _ = writeln!(
         out,

@@ -411,12 +411,12 @@ fn section_summary(out: &mut String, analyses: &[Analysis]) {
         [first, ..] => {
             out.push_str("<h3 class=\"device-heading\">Model</h3>\n<div class=\"cards\">");
             model_cards(out, first);
-            out.push_str("</div>\n");
+            out.push_str("</div>\n<div class=\"device-summaries\">\n");
             for analysis in analyses {
                 let d = &analysis.device;
                 let _ = write!(
                     out,
-                    "<h3 class=\"device-heading\">{} <span class=\"muted\">{} · {} peak {} · DRAM {}/s</span></h3>\n<div class=\"cards\">",
+                    "<div class=\"device-summary\"><h3 class=\"device-heading\">{} <span class=\"muted\">{} · {} peak {} · DRAM {}/s</span></h3>\n<div class=\"cards\">",
                     escape(&d.name),
                     escape(&d.id),
                     analysis.precision,
@@ -424,8 +424,9 @@ fn section_summary(out: &mut String, analyses: &[Analysis]) {
                     fmt_bytes(d.roof.bandwidth_bytes_per_s)
                 );
                 device_cards(out, analysis, Some(first));
-                out.push_str("</div>\n");
+                out.push_str("</div></div>\n");
             }
+            out.push_str("</div>\n");
         }
     }
     out.push_str("</section>\n");

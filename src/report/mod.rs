@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod html;
+mod label_layout;
 pub mod markup;
 pub mod svg;
 pub mod units;

@@ -12,12 +12,14 @@
 //! [`ChartScale`] lets several charts share axes and dot sizes so they compare by eye.
 
 use std::collections::BTreeMap;
-use std::f64::consts::PI;
 use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
 use super::error::ReportError;
+use super::label_layout::{
+    candidates_around, candidates_at, Anchor, LabelPlacer, PlacedLabel, Rect, Segment,
+};
 use super::markup::{
     escape, fit_width, percent, shorten_middle, si3, si_unit, text_width, tick_label,
 };
@@ -319,20 +321,29 @@ fn ridge_points(device: &DeviceInfo) -> Vec<(f64, f64, String)> {
     let dram = memory_lines(device)
         .into_iter()
         .find(|m| m.level == MemoryLevel::Dram);
+    // The analysis' own ridge point, as it computed it (drawn even when the profile lists no
+    // compute ceilings, as a hand-written one may).
+    ridges.push((
+        device.ridge_point,
+        device.roof.peak_flops,
+        format!("ridge {} FLOP/B", si3(device.ridge_point)),
+    ));
     for line in compute_lines(device) {
         if line.active {
-            // The analysis' own ridge point, as it computed it.
-            ridges.push((
-                device.ridge_point,
-                device.roof.peak_flops,
-                format!("ridge {} FLOP/B", si3(device.ridge_point)),
-            ));
+            continue;
         } else if let Some(dram) = &dram {
+            // The other ceilings are named at their ridge: their lines are often too short
+            // right of it for a second label.
             let x = line.flops_per_s / dram.bytes_per_s;
             ridges.push((
                 x,
                 line.flops_per_s,
-                format!("{} ridge {}", line.name(), si3(x)),
+                format!(
+                    "{} {} · ridge {}",
+                    line.name(),
+                    si_unit(line.flops_per_s, line.unit()),
+                    si3(x)
+                ),
             ));
         }
     }
@@ -504,249 +515,6 @@ impl Frame {
         let px_per_decade_y = (self.bottom - self.top) / (self.log_y.1 - self.log_y.0);
         -(px_per_decade_y / px_per_decade_x).atan().to_degrees()
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Rect {
-    x0: f64,
-    y0: f64,
-    x1: f64,
-    y1: f64,
-}
-
-impl Rect {
-    fn overlap_area(&self, other: &Rect) -> f64 {
-        let w = self.x1.min(other.x1) - self.x0.max(other.x0);
-        let h = self.y1.min(other.y1) - self.y0.max(other.y0);
-        if w > 0.0 && h > 0.0 {
-            w * h
-        } else {
-            0.0
-        }
-    }
-
-    fn inside(&self, outer: &Rect) -> bool {
-        self.x0 >= outer.x0 && self.x1 <= outer.x1 && self.y0 >= outer.y0 && self.y1 <= outer.y1
-    }
-
-    fn grow(&self, by: f64) -> Rect {
-        Rect {
-            x0: self.x0 - by,
-            y0: self.y0 - by,
-            x1: self.x1 + by,
-            y1: self.y1 + by,
-        }
-    }
-}
-
-/// A straight piece of a ceiling, in pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Segment {
-    x0: f64,
-    y0: f64,
-    x1: f64,
-    y1: f64,
-}
-
-impl Segment {
-    /// Whether the segment passes through `rect` (Liang-Barsky clipping).
-    fn crosses(&self, rect: &Rect) -> bool {
-        let (dx, dy) = (self.x1 - self.x0, self.y1 - self.y0);
-        let mut t0: f64 = 0.0;
-        let mut t1: f64 = 1.0;
-        for (p, q) in [
-            (-dx, self.x0 - rect.x0),
-            (dx, rect.x1 - self.x0),
-            (-dy, self.y0 - rect.y0),
-            (dy, rect.y1 - self.y0),
-        ] {
-            if p == 0.0 {
-                if q < 0.0 {
-                    return false;
-                }
-            } else {
-                let t = q / p;
-                if p < 0.0 {
-                    t0 = t0.max(t);
-                } else {
-                    t1 = t1.min(t);
-                }
-            }
-        }
-        t0 <= t1
-    }
-}
-
-/// Text anchor of a placed label.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Anchor {
-    Start,
-    Middle,
-    End,
-}
-
-impl Anchor {
-    fn svg(self) -> &'static str {
-        match self {
-            Anchor::Start => "start",
-            Anchor::Middle => "middle",
-            Anchor::End => "end",
-        }
-    }
-}
-
-/// A label position: the text's anchor point (baseline) and the box it covers.
-#[derive(Clone, Copy, Debug)]
-struct PlacedLabel {
-    x: f64,
-    baseline: f64,
-    anchor: Anchor,
-    rect: Rect,
-}
-
-fn label_rect(x: f64, baseline: f64, anchor: Anchor, width: f64, font_px: f64) -> Rect {
-    let x0 = match anchor {
-        Anchor::Start => x,
-        Anchor::Middle => x - width / 2.0,
-        Anchor::End => x - width,
-    };
-    Rect {
-        x0,
-        y0: baseline - font_px * 0.82,
-        x1: x0 + width,
-        y1: baseline + font_px * 0.24,
-    }
-}
-
-/// Greedy label placement: every label tries candidate positions in order of preference and
-/// takes the cheapest one that stays inside the plot and overlaps no label placed before it.
-/// Dots are soft obstacles (covering one costs in proportion to the area covered).
-struct LabelPlacer {
-    bounds: Rect,
-    labels: Vec<Rect>,
-    dots: Vec<(f64, f64, f64)>,
-    /// Ceiling lines: crossing one makes a label hard to read, so it costs.
-    lines: Vec<Segment>,
-}
-
-impl LabelPlacer {
-    fn new(bounds: Rect) -> Self {
-        LabelPlacer {
-            bounds,
-            labels: Vec::new(),
-            dots: Vec::new(),
-            lines: Vec::new(),
-        }
-    }
-
-    /// Reserves a region (a ceiling label, a ridge marker) so later labels avoid it.
-    fn reserve(&mut self, rect: Rect) {
-        self.labels.push(rect);
-    }
-
-    fn dot_cost(&self, rect: &Rect, skip: Option<(f64, f64)>) -> f64 {
-        self.dots
-            .iter()
-            .filter(|(x, y, _)| skip != Some((*x, *y)))
-            .map(|&(x, y, r)| {
-                let square = Rect {
-                    x0: x - r,
-                    y0: y - r,
-                    x1: x + r,
-                    y1: y + r,
-                };
-                rect.overlap_area(&square) * PI / 4.0
-            })
-            .sum()
-    }
-
-    /// Picks the best candidate (each with a preference penalty); `None` when every candidate
-    /// leaves the plot or overlaps a placed label.
-    fn place(
-        &mut self,
-        candidates: &[(PlacedLabel, f64)],
-        own_dot: Option<(f64, f64)>,
-        dot_weight: f64,
-    ) -> Option<PlacedLabel> {
-        let mut best: Option<(f64, PlacedLabel)> = None;
-        for &(label, penalty) in candidates {
-            if !label.rect.inside(&self.bounds) {
-                continue;
-            }
-            let padded = label.rect.grow(2.0);
-            if self
-                .labels
-                .iter()
-                .any(|placed| placed.overlap_area(&padded) > 0.0)
-            {
-                if std::env::var_os("DEBUG_PLACER").is_some() { eprintln!("reject {:?} by {:?}", label.rect, self.labels.iter().find(|placed| placed.overlap_area(&padded) > 0.0)); }
-                continue;
-            }
-            let crossings = self
-                .lines
-                .iter()
-                .filter(|line| line.crosses(&label.rect))
-                .count();
-            let cost = penalty
-                + self.dot_cost(&label.rect, own_dot) * dot_weight
-                + crossings as f64 * LINE_CROSSING_COST;
-            if std::env::var_os("DEBUG_PLACER").is_some() { eprintln!("cand {:?} pen {penalty} cross {crossings} cost {cost}", label.rect); }
-            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                best = Some((cost, label));
-            }
-        }
-        let (_, label) = best?;
-        self.labels.push(label.rect);
-        Some(label)
-    }
-}
-
-/// What crossing a ceiling line costs a label, in the units of the candidates' penalties (one
-/// ring further out costs 40, so a label rather moves several rings out with a leader line).
-const LINE_CROSSING_COST: f64 = 300.0;
-
-/// Candidate positions around a dot at increasing distances, eight directions each.
-fn candidates_around(
-    cx: f64,
-    cy: f64,
-    radius: f64,
-    width: f64,
-    font_px: f64,
-) -> Vec<(PlacedLabel, f64)> {
-    let mut out = Vec::new();
-    let half_height = font_px * 0.53;
-    for (ring, gap) in [4.0, 16.0, 32.0, 52.0, 80.0, 115.0, 160.0]
-        .iter()
-        .enumerate()
-    {
-        let d = radius + gap;
-        let diag = d * std::f64::consts::FRAC_1_SQRT_2;
-        // (anchor x, baseline, anchor, direction preference)
-        let spots = [
-            (cx + d, cy + half_height * 0.6, Anchor::Start, 0.0),
-            (cx + diag, cy - diag, Anchor::Start, 1.0),
-            (cx + diag, cy + diag + font_px * 0.8, Anchor::Start, 2.0),
-            (cx - d, cy + half_height * 0.6, Anchor::End, 1.5),
-            (cx - diag, cy - diag, Anchor::End, 2.5),
-            (cx - diag, cy + diag + font_px * 0.8, Anchor::End, 3.0),
-            (cx, cy - d - 2.0, Anchor::Middle, 2.0),
-            (cx, cy + d + font_px * 0.8, Anchor::Middle, 3.0),
-        ];
-        for (x, baseline, anchor, preference) in spots {
-            let rect = label_rect(x, baseline, anchor, width, font_px);
-            let penalty = ring as f64 * 40.0 + preference * 6.0;
-            out.push((
-                PlacedLabel {
-                    x,
-                    baseline,
-                    anchor,
-                    rect,
-                },
-                penalty,
-            ));
-        }
-    }
-    out
 }
 
 /// One op's dot, resolved to pixels.
@@ -1204,28 +972,6 @@ fn draw_ceilings(
     segments
 }
 
-fn candidates_at(
-    spots: &[(f64, f64, Anchor, f64)],
-    text: &str,
-    bold: bool,
-) -> Vec<(PlacedLabel, f64)> {
-    let width = text_width(text, LABEL_PX, bold);
-    spots
-        .iter()
-        .map(|&(x, baseline, anchor, penalty)| {
-            (
-                PlacedLabel {
-                    x,
-                    baseline,
-                    anchor,
-                    rect: label_rect(x, baseline, anchor, width, LABEL_PX),
-                },
-                penalty,
-            )
-        })
-        .collect()
-}
-
 /// Labels of the memory roofs (along the line), the ridge points and the compute ceilings.
 fn draw_ceiling_labels(
     out: &mut String,
@@ -1299,14 +1045,21 @@ fn draw_ceiling_labels(
             (px - 8.0, py - 45.0, Anchor::End, 10.0),
             (px + 8.0, py + 20.0, Anchor::Start, 14.0),
         ];
-        let candidates = candidates_at(&spots, text, false);
+        let candidates = candidates_at(&spots, text, LABEL_PX, false);
         if let Some(label) = placer.place(&candidates, None, 2.0) {
             write_label(out, "ridge-label", &label, text, TEXT, false);
         }
     }
+    let dram_bandwidth = device.roof.bandwidth_bytes_per_s;
     for line in &compute {
         let py = frame.y(line.flops_per_s);
         if py < frame.top || py > frame.bottom {
+            continue;
+        }
+        let named_at_ridge = !line.active
+            && frame.contains(frame.x(line.flops_per_s / dram_bandwidth), py)
+            && ridges.iter().any(|(_, y, _)| *y == line.flops_per_s);
+        if named_at_ridge {
             continue;
         }
         let text = format!("{} {}", line.name(), si_unit(line.flops_per_s, line.unit()));
@@ -1330,7 +1083,7 @@ fn draw_ceiling_labels(
             spots.push((x, py - 28.0, Anchor::End, shift + 25.0));
             spots.push((x, py + 40.0, Anchor::End, shift + 30.0));
         }
-        let candidates = candidates_at(&spots, &text, line.active);
+        let candidates = candidates_at(&spots, &text, LABEL_PX, line.active);
         if let Some(label) = placer.place(&candidates, None, 3.0) {
             write_label(out, "ceiling-label", &label, &text, TEXT, line.active);
         }
@@ -1958,63 +1711,6 @@ fn draw_unplotted(legend: &mut Legend<'_>, analysis: &Analysis, options: &SvgOpt
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placer_never_overlaps_labels() {
-        let bounds = Rect {
-            x0: 0.0,
-            y0: 0.0,
-            x1: 800.0,
-            y1: 600.0,
-        };
-        let mut placer = LabelPlacer::new(bounds);
-        let mut placed = Vec::new();
-        // Ten labels on the same dot: the worst case (identical ops share a position).
-        for _ in 0..10 {
-            let candidates = candidates_around(400.0, 300.0, 8.0, 150.0, LABEL_PX);
-            if let Some(label) = placer.place(&candidates, Some((400.0, 300.0)), 0.5) {
-                placed.push(label.rect);
-            }
-        }
-        assert_eq!(placed.len(), 10);
-        for (i, a) in placed.iter().enumerate() {
-            assert!(a.inside(&bounds));
-            for b in &placed[i + 1..] {
-                assert_eq!(a.overlap_area(b), 0.0, "{a:?} overlaps {b:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn segments_cross_only_rectangles_they_pass_through() {
-        let rect = Rect {
-            x0: 10.0,
-            y0: 10.0,
-            x1: 20.0,
-            y1: 20.0,
-        };
-        let through = Segment {
-            x0: 0.0,
-            y0: 0.0,
-            x1: 30.0,
-            y1: 30.0,
-        };
-        let beside = Segment {
-            x0: 0.0,
-            y0: 25.0,
-            x1: 30.0,
-            y1: 25.0,
-        };
-        let short = Segment {
-            x0: 0.0,
-            y0: 0.0,
-            x1: 5.0,
-            y1: 5.0,
-        };
-        assert!(through.crosses(&rect));
-        assert!(!beside.crosses(&rect));
-        assert!(!short.crosses(&rect));
-    }
 
     #[test]
     fn radius_area_is_proportional_to_share() {

@@ -20,6 +20,7 @@ mod conv;
 mod einsum;
 mod elementwise;
 pub(crate) mod fold;
+pub mod fused;
 mod gemm;
 mod misc;
 mod movement;
@@ -224,6 +225,9 @@ impl CostCtx<'_> {
 
 /// The op definition for an ONNX op type in the default domain, or `None` if unsupported.
 pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
+    if domain == fused::DOMAIN {
+        return fused::lookup(op_type);
+    }
     if !(domain.is_empty() || domain == "ai.onnx") {
         return None;
     }

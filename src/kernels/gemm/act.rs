@@ -21,6 +21,10 @@
 //! Relu, LeakyRelu, Clip, HardSigmoid and HardSwish follow the ONNX definitions; a NaN input
 //! to Relu/Clip/HardSigmoid yields the lower bound (the `maxps` rule), the others propagate it.
 
+// The fitted coefficients are written with the digits the fit printed; the compiler rounds
+// them to the nearest f32, which is what the fit's error figures assume.
+#![allow(clippy::excessive_precision)]
+
 use super::simd::Vf32;
 use super::Activation;
 
@@ -146,11 +150,7 @@ pub(crate) unsafe fn tanh<V: Vf32>(x: V) -> V {
         V::div(V::splat(2.0), V::add(e, V::splat(1.0))),
     );
     let large = V::select(V::lt(ax, V::splat(9.0)), large, V::splat(1.0));
-    V::select(
-        V::lt(ax, V::splat(0.625)),
-        small,
-        V::with_sign_of(large, x),
-    )
+    V::select(V::lt(ax, V::splat(0.625)), small, V::with_sign_of(large, x))
 }
 
 #[inline(always)]

@@ -65,7 +65,11 @@ thread_local! {
 const KEEP_MAX_FLOATS: usize = 16 << 20;
 
 /// Runs `f` with at least `len` floats of this thread's scratch from `slot`.
-pub(crate) fn with_scratch<R>(slot: &'static Slot, len: usize, f: impl FnOnce(&mut AlignedBuf) -> R) -> R {
+pub(crate) fn with_scratch<R>(
+    slot: &'static Slot,
+    len: usize,
+    f: impl FnOnce(&mut AlignedBuf) -> R,
+) -> R {
     let mut buf = slot.with(|c| c.take()).unwrap_or_default();
     buf.reserve(len);
     let r = f(&mut buf);

@@ -112,11 +112,19 @@ pub(crate) struct Job<'a> {
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
 unsafe impl Sync for Job<'_> {}
 
+/// A raw output pointer handed to tasks that write disjoint parts of it. Read it through
+/// `get()` so closures capture the wrapper (which is `Sync`), not the bare pointer field.
 #[derive(Clone, Copy)]
 struct SyncMut(*mut f32);
 // SAFETY: used only to hand disjoint output regions to tasks.
 unsafe impl Send for SyncMut {}
 unsafe impl Sync for SyncMut {}
+
+impl SyncMut {
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
 
 fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
@@ -146,6 +154,7 @@ pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Syn
 }
 
 /// Packs panels `p0..p1` of a whole operand (all k-blocks) into the whole-operand layout.
+#[allow(clippy::too_many_arguments)]
 unsafe fn pack_panels(
     kern: &Kernel,
     is_a: bool,
@@ -195,11 +204,10 @@ pub(crate) fn pack_whole(
     let per = panels.div_ceil(tasks);
     let out = SyncMut(dst.as_mut_ptr());
     parallel_for(threads, panels.div_ceil(per), |t| {
-        let out = out;
         let p0 = t * per;
         let p1 = (p0 + per).min(panels);
         // SAFETY: tasks write disjoint panel ranges of `dst`, which holds the whole layout.
-        unsafe { pack_panels(kern, is_a, src, k, kc, p0, p1, out.0) }
+        unsafe { pack_panels(kern, is_a, src, k, kc, p0, p1, out.get()) }
     });
 }
 
@@ -334,7 +342,11 @@ pub(crate) fn drive(job: &Job, threads: usize) {
         _ => n_tiles * nr >= m_tiles * mr,
     };
     // The operand every task reads whole: pack it once, in parallel, unless it already is.
-    let (whole, is_a) = if split_n { (job.a, true) } else { (job.b, false) };
+    let (whole, is_a) = if split_n {
+        (job.a, true)
+    } else {
+        (job.b, false)
+    };
     let run = |job: &Job| {
         let tiles = if split_n { n_tiles } else { m_tiles };
         let per = tiles.div_ceil((4 * t).min(tiles));
@@ -455,8 +467,14 @@ fn gemv(job: &Job, threads: usize) -> bool {
             view,
             is_a: !rows_mode,
         },
-        Opnd::Raw(s) if s.ks == 1 => GemvMat::Dot { ptr: s.ptr, rs: s.ws },
-        Opnd::Raw(s) if s.ws == 1 => GemvMat::Axpy { ptr: s.ptr, cs: s.ks },
+        Opnd::Raw(s) if s.ks == 1 => GemvMat::Dot {
+            ptr: s.ptr,
+            rs: s.ws,
+        },
+        Opnd::Raw(s) if s.ws == 1 => GemvMat::Axpy {
+            ptr: s.ptr,
+            cs: s.ks,
+        },
         Opnd::Raw(_) => return false,
     };
     let mut tmp = Vec::new();
@@ -486,7 +504,6 @@ fn gemv(job: &Job, threads: usize) -> bool {
     let c = SyncMut(job.c);
     let xp = SyncPtr(x.as_ptr());
     parallel_for(t, chunks, |ci| {
-        let (c, xp, bias_v, res) = (c, xp, bias_v, res);
         let o0 = ci * chunk;
         let len = (outputs - o0).min(chunk);
         let mut y = [0.0f32; GEMV_CHUNK_MAX];
@@ -494,10 +511,10 @@ fn gemv(job: &Job, threads: usize) -> bool {
         unsafe {
             match &mat {
                 GemvMat::Dot { ptr, rs } => {
-                    (kern.gemv_dot)(ptr.add(o0 * rs), *rs, len, k, xp.0, y.as_mut_ptr())
+                    (kern.gemv_dot)(ptr.add(o0 * rs), *rs, len, k, xp.get(), y.as_mut_ptr())
                 }
                 GemvMat::Axpy { ptr, cs } => {
-                    (kern.gemv_axpy)(ptr.add(o0), *cs, len, k, xp.0, y.as_mut_ptr())
+                    (kern.gemv_axpy)(ptr.add(o0), *cs, len, k, xp.get(), y.as_mut_ptr())
                 }
                 GemvMat::Panel { view, is_a } => {
                     let p0 = o0 / width;
@@ -507,24 +524,24 @@ fn gemv(job: &Job, threads: usize) -> bool {
                     } else {
                         kern.panel_gemv_b
                     };
-                    f(view, p0, p1, xp.0, y.as_mut_ptr());
+                    f(view, p0, p1, xp.get(), y.as_mut_ptr());
                 }
             }
             (kern.epilogue_vec)(
                 y.as_ptr(),
                 len,
-                c.0.add(o0 * os),
+                c.get().add(o0 * os),
                 os,
                 bias_s,
-                if bias_v.0.is_null() {
-                    bias_v.0
+                if bias_v.get().is_null() {
+                    bias_v.get()
                 } else {
-                    bias_v.0.add(o0)
+                    bias_v.get().add(o0)
                 },
-                if res.0.is_null() {
-                    res.0
+                if res.get().is_null() {
+                    res.get()
                 } else {
-                    res.0.add(o0 * os)
+                    res.get().add(o0 * os)
                 },
                 &job.epi.activation,
             );
@@ -533,8 +550,15 @@ fn gemv(job: &Job, threads: usize) -> bool {
     true
 }
 
+/// Read-only counterpart of [`SyncMut`].
 #[derive(Clone, Copy)]
 struct SyncPtr(*const f32);
 // SAFETY: read-only pointers into slices borrowed for the whole call.
 unsafe impl Send for SyncPtr {}
 unsafe impl Sync for SyncPtr {}
+
+impl SyncPtr {
+    fn get(&self) -> *const f32 {
+        self.0
+    }
+}

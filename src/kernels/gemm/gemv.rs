@@ -26,7 +26,12 @@ pub(crate) unsafe fn gemv_dot<V: Vf32>(
     let l = V::LANES;
     let mut r = 0;
     while r + 4 <= rows {
-        let p = [m.add(r * rs), m.add((r + 1) * rs), m.add((r + 2) * rs), m.add((r + 3) * rs)];
+        let p = [
+            m.add(r * rs),
+            m.add((r + 1) * rs),
+            m.add((r + 2) * rs),
+            m.add((r + 3) * rs),
+        ];
         let mut acc = [[V::zero(); 2]; 4];
         let mut kk = 0;
         while kk + 2 * l <= k {
@@ -176,6 +181,7 @@ pub(crate) unsafe fn panel_gemv<V: Vf32, const W: usize>(
             k0 += klen;
         }
         let out = y.add((p - p0) * W);
+        #[allow(clippy::needless_range_loop)]
         for v in 0..nvec {
             let s = V::add(V::add(acc[0][v], acc[1][v]), V::add(acc[2][v], acc[3][v]));
             if v + 1 == nvec && last_w < l {

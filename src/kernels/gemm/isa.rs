@@ -233,15 +233,17 @@ pub(crate) static AVX2: Kernel = kernel_table!(
     }
 );
 
-/// Zen 5 (48 KiB L1D, 1 MiB L2): the 32 KiB B micro-panel (kc × 32) stays in L1 while the
-/// 240 KiB A block (mc × kc) streams from L2; the kc × nc B block (4 MiB) lives in L3.
+/// Zen 5 (48 KiB L1D, 1 MiB L2, 32 MiB L3): the 480 KiB A block (mc × kc) stays in L2, the
+/// kc × nc B block (8 MiB) in L3. kc = 512 makes the B micro-panel 64 KiB, more than L1, but
+/// L2 feeds the 15 B/cycle the kernel needs, and halving the C updates per k wins: measured
+/// 87% (kc 256) vs 90% (kc 512) of peak on 1024³ and 86% vs 89% on 2048³, one thread.
 #[cfg(target_arch = "x86_64")]
 pub(crate) static AVX512: Kernel = kernel_table!(
     avx512,
     Isa::Avx512,
     Blocking {
         mc: 240,
-        kc: 256,
+        kc: 512,
         nc: 4096
     }
 );

@@ -42,8 +42,7 @@ impl TileEpi<'_> {
 
 /// Signature of the per-ISA tile store (a separate, non-inlined function so the hot k loop
 /// stays compact).
-pub(crate) type StoreTileFn =
-    unsafe fn(*const f32, usize, usize, usize, *mut f32, usize, &TileEpi);
+pub(crate) type StoreTileFn = unsafe fn(*const f32, usize, usize, usize, *mut f32, usize, &TileEpi);
 
 /// The generic microkernel. `a`: `kc × MR` packed panel; `b`: `kc × NR` packed panel, aligned
 /// to the vector width; `c`: the tile's origin in C (leading dimension `ldc`), of which only

@@ -93,9 +93,17 @@ impl<'a> MatRef<'a> {
 pub enum Activation {
     None,
     Relu,
-    Clip { min: f32, max: f32 },
-    LeakyRelu { alpha: f32 },
-    HardSigmoid { alpha: f32, beta: f32 },
+    Clip {
+        min: f32,
+        max: f32,
+    },
+    LeakyRelu {
+        alpha: f32,
+    },
+    HardSigmoid {
+        alpha: f32,
+        beta: f32,
+    },
     /// `x · clamp(x/6 + 1/2, 0, 1)`.
     HardSwish,
     Sigmoid,
@@ -219,7 +227,9 @@ impl GemmConfig {
             "GEMM variant {} is not supported by this CPU",
             self.isa.name()
         );
-        isa::table(self.isa)
+        let k = isa::table(self.isa);
+        debug_assert_eq!(k.isa, self.isa);
+        k
     }
 
     /// Blocking rounded to the kernel's tile (and at least one tile).
@@ -270,7 +280,14 @@ pub fn erf_in_place(data: &mut [f32]) {
 
 /// `C[m×n]` (row-major, leading dimension `ldc`) = `A[m×k]·B[k×n]` then the epilogue.
 /// Overwrites C (elements past column n of each row are untouched).
-pub fn sgemm(a: &MatRef, b: &MatRef, c: &mut [f32], ldc: usize, epilogue: &Epilogue, threads: usize) {
+pub fn sgemm(
+    a: &MatRef,
+    b: &MatRef,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
     sgemm_with(&GemmConfig::default(), a, b, c, ldc, epilogue, threads)
 }
 
@@ -306,29 +323,31 @@ pub fn sgemm_with(
     driver::drive(&job, threads);
 }
 
-fn validate(
-    m: usize,
-    k: usize,
-    kb: usize,
-    n: usize,
-    c: &[f32],
-    ldc: usize,
-    epi: &Epilogue,
-) {
+fn validate(m: usize, k: usize, kb: usize, n: usize, c: &[f32], ldc: usize, epi: &Epilogue) {
     assert_eq!(k, kb, "sgemm: A is {m}×{k} but B is {kb}×{n}");
     if m == 0 || n == 0 {
         return;
     }
     assert!(ldc >= n, "sgemm: ldc {ldc} < n {n}");
     let c_len = (m - 1) * ldc + n;
-    assert!(c.len() >= c_len, "sgemm: C has {} floats, needs {c_len}", c.len());
+    assert!(
+        c.len() >= c_len,
+        "sgemm: C has {} floats, needs {c_len}",
+        c.len()
+    );
     match epi.bias {
         BiasKind::PerRow(b) => assert!(b.len() >= m, "sgemm: row bias has {} < m = {m}", b.len()),
-        BiasKind::PerCol(b) => assert!(b.len() >= n, "sgemm: column bias has {} < n = {n}", b.len()),
+        BiasKind::PerCol(b) => {
+            assert!(b.len() >= n, "sgemm: column bias has {} < n = {n}", b.len())
+        }
         BiasKind::None => {}
     }
     if let Some(r) = epi.residual {
-        assert!(r.len() >= c_len, "sgemm: residual has {} floats, needs {c_len}", r.len());
+        assert!(
+            r.len() >= c_len,
+            "sgemm: residual has {} floats, needs {c_len}",
+            r.len()
+        );
     }
 }
 
@@ -361,7 +380,15 @@ impl PackedA {
         let bl = cfg.normalized();
         let mut buf = AlignedBuf::zeroed(PackedView::size(a.rows, a.cols, kern.mr));
         if a.rows > 0 && a.cols > 0 {
-            driver::pack_whole(kern, true, Src::of_a(a), a.cols, bl.kc, buf.as_mut_slice(), 1);
+            driver::pack_whole(
+                kern,
+                true,
+                Src::of_a(a),
+                a.cols,
+                bl.kc,
+                buf.as_mut_slice(),
+                1,
+            );
         }
         PackedA {
             buf,
@@ -404,7 +431,15 @@ impl PackedB {
         let bl = cfg.normalized();
         let mut buf = AlignedBuf::zeroed(PackedView::size(b.cols, b.rows, kern.nr));
         if b.rows > 0 && b.cols > 0 {
-            driver::pack_whole(kern, false, Src::of_b(b), b.rows, bl.kc, buf.as_mut_slice(), 1);
+            driver::pack_whole(
+                kern,
+                false,
+                Src::of_b(b),
+                b.rows,
+                bl.kc,
+                buf.as_mut_slice(),
+                1,
+            );
         }
         PackedB {
             buf,

@@ -35,7 +35,7 @@ impl PackedView<'_> {
     /// First float of panel `p` in the k-block that starts at `k0` and has `klen` rows.
     #[inline]
     pub fn panel(&self, k0: usize, klen: usize, p: usize) -> *const f32 {
-        debug_assert!(k0 % self.kc == 0 && p * self.w < self.padded().max(1));
+        debug_assert!(k0.is_multiple_of(self.kc) && p * self.w < self.padded().max(1));
         let off = k0 * self.padded() + p * klen * self.w;
         debug_assert!(off + klen * self.w <= self.data.len());
         // SAFETY: `off` is inside `data` (checked above in debug builds; the layout guarantees it).
@@ -59,7 +59,33 @@ pub(crate) unsafe fn pack<V: Vf32, const W: usize>(
     dst: *mut f32,
 ) {
     let panels = wlen.div_ceil(W);
-    for p in 0..panels {
+    let mut first = 0;
+    if ws == 1 {
+        // Contiguous along the panel width (B row-major, A column-major): G full panels at a
+        // time, so each source row is read as one G·W-float sequential burst (the prefetchers
+        // follow it) instead of G separate strided walks.
+        const G: usize = 4;
+        const PF: usize = 6;
+        let full = wlen / W;
+        while first + G <= full {
+            let s = src.add(first * W);
+            let d = dst.add(first * klen * W);
+            for kk in 0..klen {
+                let sr = s.add(kk * ks);
+                let ahead = sr.add(PF * ks);
+                let mut x = 0;
+                while x < G * W {
+                    V::prefetch(ahead.add(x));
+                    x += 16;
+                }
+                for g in 0..G {
+                    copy_row::<V, W>(sr.add(g * W), d.add(g * klen * W + kk * W));
+                }
+            }
+            first += G;
+        }
+    }
+    for p in first..panels {
         let w0 = p * W;
         let wn = (wlen - w0).min(W);
         let d = dst.add(p * klen * W);

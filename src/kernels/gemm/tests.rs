@@ -101,9 +101,15 @@ fn act_ref(act: &Activation, x: f64) -> f64 {
 const ALL_ACTS: [Activation; 10] = [
     Activation::None,
     Activation::Relu,
-    Activation::Clip { min: -0.5, max: 0.75 },
+    Activation::Clip {
+        min: -0.5,
+        max: 0.75,
+    },
     Activation::LeakyRelu { alpha: 0.1 },
-    Activation::HardSigmoid { alpha: 0.2, beta: 0.5 },
+    Activation::HardSigmoid {
+        alpha: 0.2,
+        beta: 0.5,
+    },
     Activation::HardSwish,
     Activation::Sigmoid,
     Activation::Silu,
@@ -271,28 +277,59 @@ impl Case {
 
     fn run(&self, cfg: &GemmConfig, threads: usize) -> Vec<f32> {
         let mut c = self.c0.clone();
-        sgemm_with(cfg, &self.a.view(), &self.b.view(), &mut c, self.ldc, &self.epilogue(), threads);
+        sgemm_with(
+            cfg,
+            &self.a.view(),
+            &self.b.view(),
+            &mut c,
+            self.ldc,
+            &self.epilogue(),
+            threads,
+        );
         c
     }
 
     fn run_packed_a(&self, cfg: &GemmConfig, threads: usize) -> Vec<f32> {
         let mut c = self.c0.clone();
         let pa = PackedA::with_config(&self.a.view(), cfg);
-        sgemm_packed_a(&pa, &self.b.view(), &mut c, self.ldc, &self.epilogue(), threads);
+        sgemm_packed_a(
+            &pa,
+            &self.b.view(),
+            &mut c,
+            self.ldc,
+            &self.epilogue(),
+            threads,
+        );
         c
     }
 
     fn run_packed_b(&self, cfg: &GemmConfig, threads: usize) -> Vec<f32> {
         let mut c = self.c0.clone();
         let pb = PackedB::with_config(&self.b.view(), cfg);
-        sgemm_packed_b(&self.a.view(), &pb, &mut c, self.ldc, &self.epilogue(), threads);
+        sgemm_packed_b(
+            &self.a.view(),
+            &pb,
+            &mut c,
+            self.ldc,
+            &self.epilogue(),
+            threads,
+        );
         c
     }
 
     fn check_all(&self, cfg: &GemmConfig, threads: usize, what: &str) {
-        self.check(&self.run(cfg, threads), &format!("{what} sgemm t={threads}"));
-        self.check(&self.run_packed_a(cfg, threads), &format!("{what} packed A t={threads}"));
-        self.check(&self.run_packed_b(cfg, threads), &format!("{what} packed B t={threads}"));
+        self.check(
+            &self.run(cfg, threads),
+            &format!("{what} sgemm t={threads}"),
+        );
+        self.check(
+            &self.run_packed_a(cfg, threads),
+            &format!("{what} packed A t={threads}"),
+        );
+        self.check(
+            &self.run_packed_b(cfg, threads),
+            &format!("{what} packed B t={threads}"),
+        );
     }
 }
 
@@ -311,7 +348,21 @@ fn tiny_blocking(isa: Isa) -> GemmConfig {
 
 /// Edge sizes for a tile dimension `t` and the other tile dimension `u`.
 fn edge_sizes(t: usize, u: usize) -> Vec<usize> {
-    let mut v = vec![1, 2, 3, t - 1, t, t + 1, u - 1, u, u + 1, 2 * t + 1, 3 * u - 1, 37, 67];
+    let mut v = vec![
+        1,
+        2,
+        3,
+        t - 1,
+        t,
+        t + 1,
+        u - 1,
+        u,
+        u + 1,
+        2 * t + 1,
+        3 * u - 1,
+        37,
+        67,
+    ];
     v.retain(|&x| x > 0);
     v
 }
@@ -327,15 +378,45 @@ pub(super) fn shapes_sweep(isa: Isa) {
         let m = ms[rng.below(ms.len())];
         let n = ns[rng.below(ns.len())];
         let k = ks[rng.below(ks.len())];
-        let case = Case::new(&mut rng, m, n, k, Layout::RowMajor, Layout::RowMajor, 0, false, Activation::None);
+        let case = Case::new(
+            &mut rng,
+            m,
+            n,
+            k,
+            Layout::RowMajor,
+            Layout::RowMajor,
+            0,
+            false,
+            Activation::None,
+        );
         let cfg = &cfgs[case_no % 2];
         case.check_all(cfg, 1, &format!("{} shapes #{case_no}", isa.name()));
     }
     // Large k: several k-blocks with the default blocking, epilogue applied exactly once.
-    let case = Case::new(&mut rng, mr + 3, nr + 5, 1500, Layout::RowMajor, Layout::RowMajor, 1, true, Activation::Tanh);
+    let case = Case::new(
+        &mut rng,
+        mr + 3,
+        nr + 5,
+        1500,
+        Layout::RowMajor,
+        Layout::RowMajor,
+        1,
+        true,
+        Activation::Tanh,
+    );
     case.check_all(&cfgs[0], 1, "large k");
     // Primes everywhere.
-    let case = Case::new(&mut rng, 53, 97, 131, Layout::RowMajor, Layout::RowMajor, 2, false, Activation::Relu);
+    let case = Case::new(
+        &mut rng,
+        53,
+        97,
+        131,
+        Layout::RowMajor,
+        Layout::RowMajor,
+        2,
+        false,
+        Activation::Relu,
+    );
     case.check_all(&cfgs[0], 1, "primes");
     case.check_all(&cfgs[1], 1, "primes tiny blocking");
 }
@@ -347,7 +428,11 @@ pub(super) fn layouts(isa: Isa) {
     let (mr, nr) = isa.tile();
     for la in all {
         for lb in all {
-            for (m, n, k) in [(mr + 1, nr - 1, 33), (2 * mr + 3, 2 * nr + 1, 19), (5, 7, 300)] {
+            for (m, n, k) in [
+                (mr + 1, nr - 1, 33),
+                (2 * mr + 3, 2 * nr + 1, 19),
+                (5, 7, 300),
+            ] {
                 let case = Case::new(&mut rng, m, n, k, la, lb, 2, true, Activation::Silu);
                 for cfg in &cfgs {
                     case.check_all(cfg, 1, &format!("layout A {la:?} B {lb:?}"));
@@ -366,7 +451,17 @@ pub(super) fn epilogues(isa: Isa) {
         for bias_kind in 0..3u8 {
             for residual in [false, true] {
                 // Full tiles and edge tiles, one and several k-blocks.
-                let case = Case::new(&mut rng, 2 * mr + 1, 2 * nr + 3, 23, Layout::RowMajor, Layout::RowMajor, bias_kind, residual, act);
+                let case = Case::new(
+                    &mut rng,
+                    2 * mr + 1,
+                    2 * nr + 3,
+                    23,
+                    Layout::RowMajor,
+                    Layout::RowMajor,
+                    bias_kind,
+                    residual,
+                    act,
+                );
                 case.check_all(&cfg, 1, "epilogue");
                 case.check_all(&tiny, 1, "epilogue tiny blocking");
             }
@@ -374,7 +469,17 @@ pub(super) fn epilogues(isa: Isa) {
     }
     // Wide-range inputs through the epilogue: k = 1 with large values.
     for act in ALL_ACTS {
-        let mut case = Case::new(&mut rng, mr, nr, 1, Layout::RowMajor, Layout::RowMajor, 0, false, act);
+        let mut case = Case::new(
+            &mut rng,
+            mr,
+            nr,
+            1,
+            Layout::RowMajor,
+            Layout::RowMajor,
+            0,
+            false,
+            act,
+        );
         case.a.data.iter_mut().for_each(|v| *v *= 12.0);
         case.b.data.iter_mut().for_each(|v| *v *= 2.0);
         case.check_all(&cfg, 1, "epilogue wide range");
@@ -388,11 +493,27 @@ pub(super) fn gemv_paths(isa: Isa) {
     for cfg in &cfgs {
         for la in all {
             for lb in all {
-                for (m, n, k) in [(1, 1, 1), (1, 300, 77), (1, 7, 1000), (1, 333, 2), (301, 1, 65), (19, 1, 300), (1, 1, 1025)] {
-                    for (bias_kind, residual, act) in [(0, false, Activation::None), (1, true, Activation::Gelu), (2, true, Activation::Relu)] {
+                for (m, n, k) in [
+                    (1, 1, 1),
+                    (1, 300, 77),
+                    (1, 7, 1000),
+                    (1, 333, 2),
+                    (301, 1, 65),
+                    (19, 1, 300),
+                    (1, 1, 1025),
+                ] {
+                    for (bias_kind, residual, act) in [
+                        (0, false, Activation::None),
+                        (1, true, Activation::Gelu),
+                        (2, true, Activation::Relu),
+                    ] {
                         let case = Case::new(&mut rng, m, n, k, la, lb, bias_kind, residual, act);
                         for t in [1, 3] {
-                            case.check_all(cfg, t, &format!("gemv m={m} n={n} k={k} A {la:?} B {lb:?}"));
+                            case.check_all(
+                                cfg,
+                                t,
+                                &format!("gemv m={m} n={n} k={k} A {la:?} B {lb:?}"),
+                            );
                         }
                     }
                 }
@@ -406,8 +527,23 @@ pub(super) fn threads_agree(isa: Isa) {
     let mut rng = Rng(0x7777);
     let (mr, nr) = isa.tile();
     // Wide (split over n), tall (split over m), and square-ish shapes.
-    for (m, n, k) in [(mr + 1, 9 * nr + 5, 70), (11 * mr + 2, nr + 3, 70), (5 * mr, 5 * nr, 300), (64, 200, 57)] {
-        let case = Case::new(&mut rng, m, n, k, Layout::RowMajor, Layout::ColMajor, 1, true, Activation::HardSwish);
+    for (m, n, k) in [
+        (mr + 1, 9 * nr + 5, 70),
+        (11 * mr + 2, nr + 3, 70),
+        (5 * mr, 5 * nr, 300),
+        (64, 200, 57),
+    ] {
+        let case = Case::new(
+            &mut rng,
+            m,
+            n,
+            k,
+            Layout::RowMajor,
+            Layout::ColMajor,
+            1,
+            true,
+            Activation::HardSwish,
+        );
         for cfg in &cfgs {
             let one = case.run(cfg, 1);
             case.check(&one, "threads=1");
@@ -424,7 +560,10 @@ pub(super) fn threads_agree(isa: Isa) {
                         continue;
                     }
                     let tol = 1e-5 * (k as f32).sqrt() + 4e-6 * (1.0 + x.abs());
-                    assert!((x - y).abs() <= tol, "threads={t} element {idx}: {x} vs {y}");
+                    assert!(
+                        (x - y).abs() <= tol,
+                        "threads={t} element {idx}: {x} vs {y}"
+                    );
                 }
             }
         }
@@ -437,15 +576,43 @@ pub(super) fn degenerate(isa: Isa) {
     // k = 0: C = act(bias + residual).
     for (m, n) in [(1, 1), (1, 9), (9, 1), (13, 35)] {
         for bias_kind in 0..3u8 {
-            let case = Case::new(&mut rng, m, n, 0, Layout::RowMajor, Layout::RowMajor, bias_kind, true, Activation::Sigmoid);
+            let case = Case::new(
+                &mut rng,
+                m,
+                n,
+                0,
+                Layout::RowMajor,
+                Layout::RowMajor,
+                bias_kind,
+                true,
+                Activation::Sigmoid,
+            );
             case.check_all(&cfg, 1, "k = 0");
         }
     }
     // m = 0 or n = 0: nothing written, no panic.
     for (m, n, k) in [(0, 5, 3), (5, 0, 3), (0, 0, 0)] {
-        let case = Case::new(&mut rng, m, n, k, Layout::RowMajor, Layout::RowMajor, 0, false, Activation::None);
+        let case = Case::new(
+            &mut rng,
+            m,
+            n,
+            k,
+            Layout::RowMajor,
+            Layout::RowMajor,
+            0,
+            false,
+            Activation::None,
+        );
         let mut c = vec![1.0f32; 8];
-        sgemm_with(&cfg, &case.a.view(), &case.b.view(), &mut c, n.max(1), &Epilogue::NONE, 2);
+        sgemm_with(
+            &cfg,
+            &case.a.view(),
+            &case.b.view(),
+            &mut c,
+            n.max(1),
+            &Epilogue::NONE,
+            2,
+        );
         assert!(c.iter().all(|&v| v == 1.0));
     }
 }
@@ -454,8 +621,18 @@ pub(super) fn degenerate(isa: Isa) {
 pub(super) fn activation_accuracy(isa: Isa) {
     let k = isa::table(isa);
     let mut xs: Vec<f32> = (-60_000..=60_000).map(|i| i as f32 * 5e-4).collect();
-    xs.extend([0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 0.625, -0.625, 0.99999, 1.0, 1.00001]);
-    xs.extend([4.0 * std::f32::consts::SQRT_2, 88.0, -88.0, 100.0, -100.0, 1e10, -1e10]);
+    xs.extend([
+        0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 0.625, -0.625, 0.99999, 1.0, 1.00001,
+    ]);
+    xs.extend([
+        4.0 * std::f32::consts::SQRT_2,
+        88.0,
+        -88.0,
+        100.0,
+        -100.0,
+        1e10,
+        -1e10,
+    ]);
     for act in ALL_ACTS {
         let mut ys = xs.clone();
         // SAFETY: callers skip unavailable ISAs.
@@ -469,7 +646,11 @@ pub(super) fn activation_accuracy(isa: Isa) {
                 (scalar - want).abs() <= 2e-6 * (1.0 + want.abs()),
                 "{act:?} scalar({x}) = {scalar}, want {want}"
             );
-            assert!(err <= 1e-6 * (1.0 + want.abs()), "{} {act:?}({x}) = {y}, want {want}", isa.name());
+            assert!(
+                err <= 1e-6 * (1.0 + want.abs()),
+                "{} {act:?}({x}) = {y}, want {want}",
+                isa.name()
+            );
             max_abs = max_abs.max(err);
             if want.abs() > 1e-30 {
                 max_rel = max_rel.max(err / want.abs());
@@ -480,9 +661,17 @@ pub(super) fn activation_accuracy(isa: Isa) {
             Activation::Sigmoid | Activation::Tanh => 5e-7,
             _ => f64::INFINITY,
         };
-        assert!(max_abs <= bound, "{} {act:?}: max abs error {max_abs:.3e}", isa.name());
+        assert!(
+            max_abs <= bound,
+            "{} {act:?}: max abs error {max_abs:.3e}",
+            isa.name()
+        );
         if matches!(act, Activation::Tanh | Activation::Sigmoid) {
-            assert!(max_rel <= 2e-6, "{} {act:?}: max rel error {max_rel:.3e}", isa.name());
+            assert!(
+                max_rel <= 2e-6,
+                "{} {act:?}: max rel error {max_rel:.3e}",
+                isa.name()
+            );
         }
     }
     // erf itself.
@@ -495,10 +684,18 @@ pub(super) fn activation_accuracy(isa: Isa) {
         let err = (y as f64 - want).abs();
         max_abs = max_abs.max(err);
         if x.abs() > 1e-20 && x.abs() < 1.0 {
-            assert!(err / want.abs() <= 1e-6, "{} erf({x}) = {y}, want {want}: relative", isa.name());
+            assert!(
+                err / want.abs() <= 1e-6,
+                "{} erf({x}) = {y}, want {want}: relative",
+                isa.name()
+            );
         }
     }
-    assert!(max_abs <= 5e-7, "{} erf: max abs error {max_abs:.3e}", isa.name());
+    assert!(
+        max_abs <= 5e-7,
+        "{} erf: max abs error {max_abs:.3e}",
+        isa.name()
+    );
 }
 
 macro_rules! gemm_suite {
@@ -559,6 +756,9 @@ fn selection_is_cached_and_named() {
     assert!(["avx512", "avx2+fma", "scalar"].contains(&isa_name()));
     assert_eq!(isa_name(), Isa::detect().name());
     assert!(Isa::detect().is_available());
+    for isa in Isa::ALL {
+        assert_eq!(isa::table(isa).isa, isa);
+    }
 }
 
 #[test]
@@ -573,7 +773,14 @@ fn public_helpers() {
     let m = MatRef::row_major(&a, 2, 3);
     assert!(m.in_bounds() && m.t().in_bounds());
     assert_eq!(m.t().rows, 3);
-    assert!(!MatRef { data: &a, rows: 2, cols: 3, row_stride: 4, col_stride: 1 }.in_bounds());
+    assert!(!MatRef {
+        data: &a,
+        rows: 2,
+        cols: 3,
+        row_stride: 4,
+        col_stride: 1
+    }
+    .in_bounds());
 }
 
 #[test]
@@ -582,5 +789,12 @@ fn mismatched_shapes_panic() {
     let a = [0.0f32; 6];
     let b = [0.0f32; 8];
     let mut c = [0.0f32; 4];
-    sgemm(&MatRef::row_major(&a, 2, 3), &MatRef::row_major(&b, 4, 2), &mut c, 2, &Epilogue::NONE, 1);
+    sgemm(
+        &MatRef::row_major(&a, 2, 3),
+        &MatRef::row_major(&b, 4, 2),
+        &mut c,
+        2,
+        &Epilogue::NONE,
+        1,
+    );
 }

@@ -187,5 +187,11 @@
     svg.setAttribute("data-label-overlaps", String(overlaps));
   });
 
+  // How many ops have both a mark on a chart and a table row: the test compares it with the
+  // number of ops drawn, so a broken link between the two shows.
+  var linked = 0;
+  marksByOp.forEach(function (_, op) { if (rowsByOp.has(op)) { linked += 1; } });
+  document.documentElement.setAttribute("data-linked-ops", String(linked));
+
   document.documentElement.setAttribute("data-report-ready", "1");
 })();

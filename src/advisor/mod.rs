@@ -1,0 +1,385 @@
+//! Advisor: graph rewrites (folding, BN folding, epilogue fusion, element-wise chains), each with
+//! its gain predicted by the roofline and, on the local CPU, measured by running the original and
+//! the rewritten graph with the tool's own kernels. Composes `analysis` (predictions) and `exec`
+//! (measurements); `export` writes the rewritten model back as standard ONNX.
+
+pub mod edit;
+pub mod export;
+pub mod passes;
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::graph::{Graph, Node};
+use crate::analysis::infer::NodeState;
+use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions};
+use crate::device::DeviceProfile;
+use crate::exec::{self, ExecError, PlanOptions};
+
+pub const ADVICE_SCHEMA: &str = "roofline-advice";
+pub const ADVICE_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdvisorError {
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    #[error("pass `{pass}` left an invalid graph: {reason}")]
+    InvalidAfterPass { pass: String, reason: String },
+    #[error("unknown pass `{0}` (available: fold, bn-fold, fuse, eltwise)")]
+    UnknownPass(String),
+}
+
+/// A named rewrite over the IR. It edits the node list; the driver re-infers, validates and
+/// costs the result.
+pub trait Pass {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// `states` are the inference states of `ed.nodes` (same order).
+    fn run(&self, ed: &mut edit::Editor, states: &[NodeState]) -> Result<Vec<Change>, AdvisorError>;
+}
+
+/// One rewrite a pass made.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// The original nodes the change replaced or removed.
+    pub nodes: Vec<String>,
+    pub op_types: Vec<String>,
+    pub what: String,
+}
+
+impl Change {
+    pub fn new(nodes: &[&Node], what: &str) -> Change {
+        Change {
+            nodes: nodes.iter().map(|n| n.name.clone()).collect(),
+            op_types: nodes.iter().map(|n| n.op_type.clone()).collect(),
+            what: what.to_string(),
+        }
+    }
+}
+
+/// A fused group, with its arithmetic intensity before fusing (fusion-aware intensity).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusionGroup {
+    pub nodes: Vec<String>,
+    pub op_types: Vec<String>,
+    pub flops: u64,
+    /// Bytes the ops move separately, and as one kernel.
+    pub bytes_unfused: u64,
+    pub bytes_fused: u64,
+    /// FLOP/byte of the members taken separately (total FLOPs / total bytes), and fused.
+    pub intensity_unfused: f64,
+    pub intensity_fused: f64,
+    pub predicted_time_unfused_s: f64,
+    pub predicted_time_fused_s: f64,
+    pub predicted_time_saved_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PassOutcome {
+    pub name: String,
+    pub description: String,
+    pub changes: Vec<Change>,
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+    pub predicted_latency_before_s: f64,
+    pub predicted_latency_after_s: f64,
+    pub predicted_speedup: f64,
+    pub bytes_saved: i64,
+    /// Fused groups ranked by predicted time saved.
+    pub fusion_groups: Vec<FusionGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_latency_before_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_latency_after_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_speedup: Option<f64>,
+    /// (predicted − measured) / measured speed-up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_error: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Overall {
+    pub predicted_latency_before_s: f64,
+    pub predicted_latency_after_s: f64,
+    pub predicted_speedup: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_latency_before_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_latency_after_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_speedup: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_error: Option<f64>,
+    /// Max |rewritten − original| relative to max |original| over all outputs (verification).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_relative_output_error: Option<f64>,
+}
+
+/// An op the advisor could not improve, and why (from its roofline position).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeftAlone {
+    pub node: String,
+    pub op_type: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdviceReport {
+    pub schema: String,
+    pub schema_version: u32,
+    /// `true` when the gains were measured (device `local`); `false`: predictions only.
+    pub verified: bool,
+    pub verification_note: String,
+    pub passes: Vec<PassOutcome>,
+    pub overall: Overall,
+    pub left_alone: Vec<LeftAlone>,
+    pub before: Analysis,
+    pub after: Analysis,
+}
+
+#[derive(Clone, Debug)]
+pub struct AdviseOptions {
+    /// Pass names to apply, in driver order; empty = all.
+    pub apply: Vec<String>,
+    pub skip: Vec<String>,
+    /// Run both graphs and measure (only meaningful for the local CPU).
+    pub verify: bool,
+    pub runs: usize,
+    pub threads: usize,
+}
+
+impl Default for AdviseOptions {
+    fn default() -> Self {
+        AdviseOptions { apply: Vec::new(), skip: Vec::new(), verify: false, runs: 10, threads: 1 }
+    }
+}
+
+/// The passes selected by `--apply`/`--skip`, in driver order.
+pub fn select_passes(options: &AdviseOptions) -> Result<Vec<Box<dyn Pass>>, AdvisorError> {
+    let all = passes::all_passes();
+    for name in options.apply.iter().chain(&options.skip) {
+        if !all.iter().any(|p| p.name() == name) {
+            return Err(AdvisorError::UnknownPass(name.clone()));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|p| options.apply.is_empty() || options.apply.iter().any(|n| n == p.name()))
+        .filter(|p| !options.skip.iter().any(|n| n == p.name()))
+        .collect())
+}
+
+/// Median end-to-end latency (ms) of a graph with the tool's kernels, and its outputs.
+fn measure(
+    graph: &Graph,
+    analyze: &AnalyzeOptions,
+    options: &AdviseOptions,
+) -> Result<(f64, Vec<(String, exec::RtTensor)>), AdvisorError> {
+    let mut graph = graph.clone();
+    let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
+    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions { threads: options.threads.max(1), ..PlanOptions::default() })?;
+    let inputs = crate::bench::random_inputs(&plan, 0);
+    let mut ws = plan.workspace();
+    let mut outputs = plan.run(&mut ws, &inputs, None)?;
+    outputs = plan.run(&mut ws, &inputs, None).unwrap_or(outputs);
+    let mut times = Vec::with_capacity(options.runs.max(1));
+    for _ in 0..options.runs.max(1) {
+        let start = std::time::Instant::now();
+        plan.run(&mut ws, &inputs, None)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], outputs))
+}
+
+fn fusion_groups(changes: &[Change], before: &Analysis, after: &Analysis) -> Vec<FusionGroup> {
+    let by_name = |a: &Analysis| -> HashMap<String, usize> { a.nodes.iter().map(|n| (n.name.clone(), n.index)).collect() };
+    let (before_index, after_index) = (by_name(before), by_name(after));
+    let mut groups: Vec<FusionGroup> = changes
+        .iter()
+        .filter(|c| c.nodes.len() >= 2)
+        .filter_map(|c| {
+            let members: Vec<&analysis::NodeAnalysis> = c.nodes.iter().filter_map(|n| before_index.get(n).map(|&i| &before.nodes[i])).collect();
+            let fused = after_index
+                .get(&c.nodes[0])
+                .or_else(|| after_index.get(&format!("{}_chain", c.nodes[0])))
+                .map(|&i| &after.nodes[i]);
+            let flops: u64 = members.iter().map(|n| n.flops + n.transcendental).sum();
+            let bytes_unfused: u64 = members.iter().map(|n| n.bytes_read + n.bytes_written).sum();
+            let time_unfused: f64 = members.iter().map(|n| n.predicted_s).sum();
+            let (bytes_fused, time_fused) = match fused {
+                Some(f) => (f.bytes_read + f.bytes_written, f.predicted_s),
+                // Ops removed outright (cancelling pairs): nothing remains.
+                None => (0, 0.0),
+            };
+            let intensity = |b: u64| if b > 0 { flops as f64 / b as f64 } else { 0.0 };
+            Some(FusionGroup {
+                nodes: c.nodes.clone(),
+                op_types: c.op_types.clone(),
+                flops,
+                bytes_unfused,
+                bytes_fused,
+                intensity_unfused: intensity(bytes_unfused),
+                intensity_fused: intensity(bytes_fused),
+                predicted_time_unfused_s: time_unfused,
+                predicted_time_fused_s: time_fused,
+                predicted_time_saved_s: time_unfused - time_fused,
+            })
+        })
+        .collect();
+    groups.sort_by(|a, b| b.predicted_time_saved_s.total_cmp(&a.predicted_time_saved_s));
+    groups
+}
+
+fn left_alone(after: &Analysis) -> Vec<LeftAlone> {
+    let ridge = after.device.ridge_point;
+    let mut nodes: Vec<&analysis::NodeAnalysis> = after.nodes.iter().filter(|n| n.status == analysis::NodeStatus::Costed).collect();
+    nodes.sort_by(|a, b| b.predicted_s.total_cmp(&a.predicted_s));
+    nodes
+        .into_iter()
+        .take(10)
+        .map(|n| {
+            let intensity = n.intensity.unwrap_or(0.0);
+            let heavy = matches!(n.op_type.as_str(), "Conv" | "FusedConv" | "Gemm" | "FusedGemm" | "MatMul" | "FusedMatMul" | "ConvTranspose");
+            let reason = match n.bound {
+                analysis::Bound::Compute => format!(
+                    "compute-bound (intensity {intensity:.1} FLOP/B above the ridge at {ridge:.1}): removing memory traffic cannot speed it up; only a faster compute roof (int8/fp16 where the device has one) or fewer FLOPs (pruning) can"
+                ),
+                analysis::Bound::Memory if heavy => format!(
+                    "memory-bound (intensity {intensity:.1} < ridge {ridge:.1}): its weights or activations dominate; smaller storage (fp16/int8 weights) or a larger batch would raise its intensity"
+                ),
+                analysis::Bound::Memory => format!(
+                    "memory-bound {} with no fusable producer (its input is read by several ops or comes from a graph input): it still streams {:.1} MB",
+                    n.op_type,
+                    (n.bytes_read + n.bytes_written) as f64 / 1e6
+                ),
+                analysis::Bound::Overhead => "overhead-bound: the per-op launch cost exceeds its work; only removing the op helps".to_string(),
+                analysis::Bound::None => "moves no data".to_string(),
+            };
+            LeftAlone { node: n.name.clone(), op_type: n.op_type.clone(), reason }
+        })
+        .collect()
+}
+
+/// Applies the selected passes to `graph`; returns the report and the rewritten graph.
+pub fn advise(
+    graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    analyze: &AnalyzeOptions,
+    options: &AdviseOptions,
+) -> Result<(AdviceReport, Graph), AdvisorError> {
+    let selected = select_passes(options)?;
+    let verify = options.verify && device.source == crate::device::ProfileSource::Probed;
+    let mut current = graph;
+    analysis::prepare_graph(&mut current, &analyze.bindings)?;
+    let original = current.clone();
+    let before = analysis::analyze_graph(current.clone(), source, device, analyze)?;
+    let mut measured_prev = if verify { Some(measure(&current, analyze, options)?) } else { None };
+    let first_measure = measured_prev.as_ref().map(|m| m.0);
+    let mut outcomes = Vec::new();
+    let mut last_analysis = before.clone();
+    for pass in selected {
+        let (order, states, _) = analysis::prepare_graph(&mut current, &analyze.bindings)?;
+        let state_list: Vec<NodeState> = order.iter().map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred)).collect();
+        let mut next = current.clone();
+        let changes = {
+            let mut ed = edit::Editor::new(&mut next);
+            let changes = pass.run(&mut ed, &state_list)?;
+            ed.finish();
+            changes
+        };
+        analysis::prepare_graph(&mut next, &analyze.bindings)
+            .map_err(|e| AdvisorError::InvalidAfterPass { pass: pass.name().into(), reason: e.to_string() })?;
+        next.validate().map_err(|reason| AdvisorError::InvalidAfterPass { pass: pass.name().into(), reason })?;
+        let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
+        let measured = if verify && !changes.is_empty() { Some(measure(&next, analyze, options)?) } else { None };
+        let (measured_before, measured_after) = match (&measured_prev, &measured) {
+            (Some(b), Some(a)) => (Some(b.0), Some(a.0)),
+            (Some(b), None) if verify => (Some(b.0), Some(b.0)),
+            _ => (None, None),
+        };
+        let predicted_speedup = last_analysis.summary.predicted_latency_s / after.summary.predicted_latency_s.max(1e-15);
+        let measured_speedup = match (measured_before, measured_after) {
+            (Some(b), Some(a)) => Some(b / a),
+            _ => None,
+        };
+        outcomes.push(PassOutcome {
+            name: pass.name().into(),
+            description: pass.description().into(),
+            fusion_groups: fusion_groups(&changes, &last_analysis, &after),
+            changes,
+            nodes_before: last_analysis.model.node_count,
+            nodes_after: after.model.node_count,
+            predicted_latency_before_s: last_analysis.summary.predicted_latency_s,
+            predicted_latency_after_s: after.summary.predicted_latency_s,
+            predicted_speedup,
+            bytes_saved: (last_analysis.summary.bytes_read + last_analysis.summary.bytes_written) as i64
+                - (after.summary.bytes_read + after.summary.bytes_written) as i64,
+            measured_latency_before_ms: measured_before,
+            measured_latency_after_ms: measured_after,
+            measured_speedup,
+            prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
+        });
+        if measured.is_some() {
+            measured_prev = measured;
+        }
+        last_analysis = after;
+        current = next;
+    }
+    let predicted_speedup = before.summary.predicted_latency_s / last_analysis.summary.predicted_latency_s.max(1e-15);
+    let (measured_after, max_error) = match (&measured_prev, verify) {
+        (Some((ms, outputs)), true) => {
+            let (_, original_outputs) = measure(&original, analyze, &AdviseOptions { runs: 1, ..options.clone() })?;
+            (Some(*ms), Some(output_error(&original_outputs, outputs)))
+        }
+        _ => (None, None),
+    };
+    let measured_speedup = match (first_measure, measured_after) {
+        (Some(b), Some(a)) => Some(b / a),
+        _ => None,
+    };
+    let report = AdviceReport {
+        schema: ADVICE_SCHEMA.into(),
+        schema_version: ADVICE_SCHEMA_VERSION,
+        verified: verify,
+        verification_note: if verify {
+            format!("measured on this CPU with the tool's kernels, median of {} runs, {} thread(s)", options.runs.max(1), options.threads.max(1))
+        } else if options.verify {
+            format!("device `{}` is not this machine: gains are predicted only (use --device local to measure)", device.id)
+        } else {
+            "predicted only (add --verify with --device local to measure)".into()
+        },
+        overall: Overall {
+            predicted_latency_before_s: before.summary.predicted_latency_s,
+            predicted_latency_after_s: last_analysis.summary.predicted_latency_s,
+            predicted_speedup,
+            measured_latency_before_ms: first_measure,
+            measured_latency_after_ms: measured_after,
+            measured_speedup,
+            prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
+            max_relative_output_error: max_error,
+        },
+        left_alone: left_alone(&last_analysis),
+        passes: outcomes,
+        before,
+        after: last_analysis,
+    };
+    Ok((report, current))
+}
+
+fn output_error(original: &[(String, exec::RtTensor)], rewritten: &[(String, exec::RtTensor)]) -> f64 {
+    let mut worst = 0.0f64;
+    for (name, want) in original {
+        let Some((_, got)) = rewritten.iter().find(|(n, _)| n == name) else { return f64::INFINITY };
+        let (w, g) = (want.to_f32(), got.to_f32());
+        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-30) as f64;
+        let err = w.iter().zip(&g).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) as f64;
+        worst = worst.max(err / scale);
+    }
+    worst
+}

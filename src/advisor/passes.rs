@@ -1,0 +1,635 @@
+//! The rewrite passes. Each is a pass over the IR that edits nodes as plain data through
+//! `Editor`; the driver re-infers and validates the graph after each one and measures its gain.
+
+use crate::analysis::graph::{Attr, Node, ValueId};
+use crate::analysis::infer::NodeState;
+use crate::analysis::ops::fused::DOMAIN;
+
+use super::edit::{set_attr, str_attr, Editor};
+use super::{AdvisorError, Change, Pass};
+
+/// Every pass, in the order the driver applies them.
+pub fn all_passes() -> Vec<Box<dyn Pass>> {
+    vec![Box::new(Fold), Box::new(BnFold), Box::new(Fuse), Box::new(Eltwise)]
+}
+
+// ---------------------------------------------------------------------------------------------
+// fold: constant folding and dead-node elimination
+
+/// Removes nodes evaluated ahead of time from constants (their outputs become initializers),
+/// inference-time no-ops (Identity, Dropout), and nodes whose outputs nobody reads.
+pub struct Fold;
+
+impl Pass for Fold {
+    fn name(&self) -> &'static str {
+        "fold"
+    }
+
+    fn description(&self) -> &'static str {
+        "constant folding (weights generators, shape arithmetic) and dead-node elimination"
+    }
+
+    fn run(&self, ed: &mut Editor, states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+        let mut changes = Vec::new();
+        for i in 0..ed.nodes.len() {
+            let node = &ed.nodes[i];
+            let folded = matches!(states.get(i), Some(NodeState::Folded));
+            let materialisable = node.outputs.iter().all(|&v| {
+                ed.fact(v).konst.as_ref().is_some_and(|t| !matches!(t.data, crate::analysis::tensor::TensorData::Opaque))
+            });
+            if folded && materialisable {
+                changes.push(Change::new(&[node], "evaluated ahead of time; output kept as a constant"));
+                ed.remove(i);
+            }
+        }
+        for i in 0..ed.nodes.len() {
+            if ed.removed.contains(&i) {
+                continue;
+            }
+            let node = ed.nodes[i].clone();
+            let noop = node.op_type == "Identity"
+                || (node.op_type == "Dropout" && node.outputs.len() == 1 || node.op_type == "Dropout" && ed.consumers(node.outputs[1]).is_empty() && !ed.is_graph_output(node.outputs[1]));
+            if noop && node.domain.is_empty() {
+                if let (Some(Some(input)), Some(&output)) = (node.inputs.first(), node.outputs.first()) {
+                    if !ed.is_graph_output(output) {
+                        ed.rewire(output, *input);
+                        ed.remove(i);
+                        changes.push(Change::new(&[&node], "no-op at inference: removed"));
+                    }
+                }
+            }
+        }
+        loop {
+            let dead: Vec<usize> = (0..ed.nodes.len())
+                .filter(|i| !ed.removed.contains(i))
+                .filter(|&i| ed.nodes[i].outputs.iter().all(|&v| ed.consumers(v).is_empty() && !ed.is_graph_output(v)))
+                .collect();
+            if dead.is_empty() {
+                break;
+            }
+            for i in dead {
+                changes.push(Change::new(&[&ed.nodes[i]], "output never used: removed"));
+                ed.remove(i);
+            }
+        }
+        Ok(changes)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// bn-fold: BatchNormalization folded into the preceding Conv or Gemm
+
+pub struct BnFold;
+
+fn bn_scale_shift(ed: &Editor, bn: &Node) -> Option<(Vec<f32>, Vec<f32>)> {
+    let gamma = ed.const_f32(bn.inputs.get(1).copied().flatten())?;
+    let beta = ed.const_f32(bn.inputs.get(2).copied().flatten())?;
+    let mean = ed.const_f32(bn.inputs.get(3).copied().flatten())?;
+    let var = ed.const_f32(bn.inputs.get(4).copied().flatten())?;
+    let eps = bn.attrs.float_or("epsilon", 1e-5);
+    let scale: Vec<f32> = gamma.iter().zip(&var).map(|(&g, &v)| g / (v + eps).sqrt()).collect();
+    let shift = beta.iter().zip(&mean).zip(&scale).map(|((&b, &m), &s)| b - m * s).collect();
+    Some((scale, shift))
+}
+
+impl Pass for BnFold {
+    fn name(&self) -> &'static str {
+        "bn-fold"
+    }
+
+    fn description(&self) -> &'static str {
+        "BatchNormalization folded into the preceding Conv/Gemm weights and bias"
+    }
+
+    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+        let mut changes = Vec::new();
+        for i in 0..ed.nodes.len() {
+            if ed.removed.contains(&i) {
+                continue;
+            }
+            let producer = ed.nodes[i].clone();
+            let is_conv = producer.op_type == "Conv" && producer.domain.is_empty();
+            let is_gemm = producer.op_type == "Gemm" && producer.domain.is_empty();
+            if !is_conv && !is_gemm {
+                continue;
+            }
+            let out = producer.outputs[0];
+            let Some(j) = ed.sole_consumer(out) else { continue };
+            let bn = ed.nodes[j].clone();
+            if bn.op_type != "BatchNormalization" || bn.outputs.len() != 1 || bn.attrs.int_or("training_mode", 0) != 0 {
+                continue;
+            }
+            let Some((scale, shift)) = bn_scale_shift(ed, &bn) else { continue };
+            let Some(weights) = ed.const_f32(producer.inputs.get(1).copied().flatten()) else { continue };
+            let w_fact = ed.fact(producer.inputs[1].unwrap_or_default()).clone();
+            let Some(w_shape) = w_fact.concrete_shape() else { continue };
+            let channels = scale.len();
+            let bias_in = producer.inputs.get(2).copied().flatten();
+            let bias = match bias_in {
+                Some(b) => match ed.const_f32(Some(b)) {
+                    Some(v) if v.len() == channels => v,
+                    Some(v) if v.len() == 1 => vec![v[0]; channels],
+                    _ => continue,
+                },
+                None => vec![0.0; channels],
+            };
+            // Scale the weights along the output-channel axis.
+            let mut new_w = weights.clone();
+            if is_conv {
+                if w_shape[0] as usize != channels {
+                    continue;
+                }
+                let per = new_w.len() / channels;
+                for (c, chunk) in new_w.chunks_mut(per).enumerate() {
+                    chunk.iter_mut().for_each(|w| *w *= scale[c]);
+                }
+            } else {
+                let trans_b = producer.attrs.int_or("transB", 0) != 0;
+                let (k, n) = if trans_b { (w_shape[1] as usize, w_shape[0] as usize) } else { (w_shape[0] as usize, w_shape[1] as usize) };
+                if n != channels || producer.attrs.float_or("alpha", 1.0) != 1.0 || producer.attrs.float_or("beta", 1.0) != 1.0 {
+                    continue;
+                }
+                for kk in 0..k {
+                    for (c, &s) in scale.iter().enumerate() {
+                        let index = if trans_b { c * k + kk } else { kk * n + c };
+                        new_w[index] *= s;
+                    }
+                }
+            }
+            let new_b: Vec<f32> = bias.iter().zip(&scale).zip(&shift).map(|((&b, &s), &t)| b * s + t).collect();
+            let w_name = format!("{}_bnfolded_w", producer.name);
+            let b_name = format!("{}_bnfolded_b", producer.name);
+            let w_id = ed.add_const(w_name, w_shape, new_w);
+            let b_id = ed.add_const(b_name, vec![channels as u64], new_b);
+            let node = &mut ed.nodes[i];
+            node.inputs[1] = Some(w_id);
+            if node.inputs.len() < 3 {
+                node.inputs.resize(3, None);
+            }
+            node.inputs[2] = Some(b_id);
+            node.outputs[0] = bn.outputs[0];
+            ed.remove(j);
+            changes.push(Change::new(&[&producer, &bn], "BN scale and shift folded into the weights and bias"));
+        }
+        Ok(changes)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fuse: bias, residual and activation epilogues
+
+pub struct Fuse;
+
+/// The epilogue activation a single-input element-wise node applies, with its parameters.
+fn activation_of(ed: &Editor, node: &Node) -> Option<(&'static str, f32, f32)> {
+    if !node.domain.is_empty() {
+        return None;
+    }
+    Some(match node.op_type.as_str() {
+        "Relu" => ("relu", 0.0, 0.0),
+        "Clip" => {
+            let lo = node.attrs.float("min").or_else(|| ed.const_scalar(node.inputs.get(1).copied().flatten())).unwrap_or(f32::NEG_INFINITY);
+            let hi = node.attrs.float("max").or_else(|| ed.const_scalar(node.inputs.get(2).copied().flatten())).unwrap_or(f32::INFINITY);
+            if node.inputs.iter().skip(1).flatten().any(|&v| ed.fact(v).konst.is_none()) {
+                return None;
+            }
+            ("clip", lo, hi)
+        }
+        "LeakyRelu" => ("leaky_relu", node.attrs.float_or("alpha", 0.01), 0.0),
+        "HardSigmoid" => ("hard_sigmoid", node.attrs.float_or("alpha", 0.2), node.attrs.float_or("beta", 0.5)),
+        "HardSwish" => ("hard_swish", 0.0, 0.0),
+        "Sigmoid" => ("sigmoid", 0.0, 0.0),
+        "Tanh" => ("tanh", 0.0, 0.0),
+        "Gelu" if node.attrs.string("approximate").unwrap_or("none") == "none" => ("gelu", 0.0, 0.0),
+        _ => return None,
+    })
+}
+
+fn has_activation(node: &Node) -> bool {
+    node.attrs.string("activation").is_some_and(|a| a != "none")
+}
+
+fn set_activation(node: &mut Node, name: &str, a: f32, b: f32) {
+    set_attr(node, "activation", str_attr(name));
+    set_attr(node, "act_alpha", Attr::Float(a));
+    set_attr(node, "act_beta", Attr::Float(b));
+}
+
+/// Converts a Conv/Gemm/MatMul into its fused form (idempotent).
+fn to_fused(node: &mut Node) -> bool {
+    if node.domain == DOMAIN {
+        return true;
+    }
+    if !node.domain.is_empty() {
+        return false;
+    }
+    let fused = match node.op_type.as_str() {
+        "Conv" => "FusedConv",
+        "Gemm" => "FusedGemm",
+        "MatMul" => "FusedMatMul",
+        _ => return false,
+    };
+    node.op_type = fused.to_string();
+    node.domain = DOMAIN.to_string();
+    true
+}
+
+fn is_fusable_producer(node: &Node) -> bool {
+    (node.domain.is_empty() && matches!(node.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
+        || (node.domain == DOMAIN && matches!(node.op_type.as_str(), "FusedConv" | "FusedGemm" | "FusedMatMul"))
+}
+
+/// The other input of a binary node, given one of them.
+fn other_input(node: &Node, value: ValueId) -> Option<ValueId> {
+    match (node.inputs.first().copied().flatten(), node.inputs.get(1).copied().flatten()) {
+        (Some(a), Some(b)) if a == value => Some(b),
+        (Some(a), Some(b)) if b == value => Some(a),
+        _ => None,
+    }
+}
+
+impl Fuse {
+    /// MatMul → Add(constant vector over the last axis) becomes FusedMatMul with a bias.
+    fn bias(&self, ed: &mut Editor, i: usize) -> Option<Change> {
+        let node = ed.nodes[i].clone();
+        if !(node.domain.is_empty() && node.op_type == "MatMul") {
+            return None;
+        }
+        let out = node.outputs[0];
+        let j = ed.sole_consumer(out)?;
+        let add = ed.nodes[j].clone();
+        if !(add.domain.is_empty() && add.op_type == "Add") {
+            return None;
+        }
+        let bias = other_input(&add, out)?;
+        let n = *ed.fact(out).concrete_shape()?.last()?;
+        let bias_shape = ed.fact(bias).concrete_shape()?;
+        if ed.fact(bias).konst.is_none() || bias_shape.iter().product::<u64>() != n || bias_shape.last() != Some(&n) {
+            return None;
+        }
+        let node_mut = &mut ed.nodes[i];
+        to_fused(node_mut);
+        node_mut.inputs.resize(3, None);
+        node_mut.inputs[2] = Some(bias);
+        node_mut.outputs[0] = add.outputs[0];
+        ed.remove(j);
+        Some(Change::new(&[&node, &add], "bias add fused into the GEMM epilogue"))
+    }
+
+    /// Conv → Add(tensor of the same shape) becomes a residual input of FusedConv.
+    fn residual(&self, ed: &mut Editor, i: usize) -> Option<Change> {
+        let node = ed.nodes[i].clone();
+        let conv = (node.domain.is_empty() && node.op_type == "Conv") || (node.domain == DOMAIN && node.op_type == "FusedConv");
+        if !conv || has_activation(&node) || node.inputs.get(3).copied().flatten().is_some() {
+            return None;
+        }
+        let out = node.outputs[0];
+        let j = ed.sole_consumer(out)?;
+        let add = ed.nodes[j].clone();
+        if !(add.domain.is_empty() && add.op_type == "Add") {
+            return None;
+        }
+        let other = other_input(&add, out)?;
+        if other == out || ed.fact(other).concrete_shape()? != ed.fact(out).concrete_shape()? || !ed.is_float(other) {
+            return None;
+        }
+        // The residual must be available before the conv runs: it is, unless it is produced after
+        // the conv in the order, which would create a cycle through the conv.
+        if let Some(p) = ed.producer_of(other) {
+            if p > i {
+                return None;
+            }
+        }
+        let node_mut = &mut ed.nodes[i];
+        to_fused(node_mut);
+        node_mut.inputs.resize(4, None);
+        node_mut.inputs[3] = Some(other);
+        node_mut.outputs[0] = add.outputs[0];
+        ed.remove(j);
+        Some(Change::new(&[&node, &add], "residual add fused into the convolution epilogue"))
+    }
+
+    /// Producer → activation becomes the producer's epilogue activation.
+    fn activation(&self, ed: &mut Editor, i: usize) -> Option<Change> {
+        let node = ed.nodes[i].clone();
+        if !is_fusable_producer(&node) || has_activation(&node) {
+            return None;
+        }
+        let out = node.outputs[0];
+        let j = ed.sole_consumer(out)?;
+        let act = ed.nodes[j].clone();
+        if act.inputs.first().copied().flatten() != Some(out) {
+            return None;
+        }
+        let (name, a, b) = activation_of(ed, &act)?;
+        let node_mut = &mut ed.nodes[i];
+        to_fused(node_mut);
+        set_activation(node_mut, name, a, b);
+        node_mut.outputs[0] = act.outputs[0];
+        ed.remove(j);
+        Some(Change::new(&[&node, &act], &format!("{name} fused into the epilogue")))
+    }
+
+    /// Multi-node activation patterns on a producer's output: SiLU `x·σ(x)`, hard-swish
+    /// `x·clip(x+3, 0, 6)/6`, erf-GELU `0.5·x·(1 + erf(x/√2))` (either order of the last two muls).
+    fn pattern(&self, ed: &mut Editor, i: usize) -> Option<Change> {
+        let node = ed.nodes[i].clone();
+        if !is_fusable_producer(&node) || has_activation(&node) || ed.is_graph_output(node.outputs[0]) {
+            return None;
+        }
+        let x = node.outputs[0];
+        let users = ed.consumers(x);
+        if users.len() != 2 {
+            return None;
+        }
+        let op = |k: usize| -> &str { if ed.nodes[k].domain.is_empty() { ed.nodes[k].op_type.as_str() } else { "" } };
+        let scalar_operand = |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.nodes[k], v)) };
+        let approx = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+        let (first, second) = (users[0], users[1]);
+        let mut matched: Option<(&'static str, Vec<usize>, ValueId)> = None;
+        for (gate, mul) in [(first, second), (second, first)] {
+            // SiLU: Sigmoid(x) → Mul(x, s).
+            if op(gate) == "Sigmoid" && op(mul) == "Mul" && other_input(&ed.nodes[mul], x) == Some(ed.nodes[gate].outputs[0]) {
+                if ed.sole_consumer(ed.nodes[gate].outputs[0]) == Some(mul) {
+                    matched = Some(("silu", vec![gate, mul], ed.nodes[mul].outputs[0]));
+                    break;
+                }
+            }
+            // Hard-swish: Add(x, 3) → Clip(0, 6) → Mul(x, c) → Div(6) | Mul(1/6).
+            if op(gate) == "Add" && approx(scalar_operand(gate, x).unwrap_or(0.0), 3.0) && op(mul) == "Mul" {
+                let add_out = ed.nodes[gate].outputs[0];
+                let Some(clip) = ed.sole_consumer(add_out) else { continue };
+                if op(clip) != "Clip" {
+                    continue;
+                }
+                let Some(("clip", lo, hi)) = activation_of(ed, &ed.nodes[clip]) else { continue };
+                if !(approx(lo, 0.0) && approx(hi, 6.0)) || ed.sole_consumer(ed.nodes[clip].outputs[0]) != Some(mul) {
+                    continue;
+                }
+                if other_input(&ed.nodes[mul], x) != Some(ed.nodes[clip].outputs[0]) {
+                    continue;
+                }
+                let Some(scale) = ed.sole_consumer(ed.nodes[mul].outputs[0]) else { continue };
+                let mul_out = ed.nodes[mul].outputs[0];
+                let ok = (op(scale) == "Div" && ed.nodes[scale].inputs.first().copied().flatten() == Some(mul_out) && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 6.0))
+                    || (op(scale) == "Mul" && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 1.0 / 6.0));
+                if ok {
+                    matched = Some(("hard_swish", vec![gate, clip, mul, scale], ed.nodes[scale].outputs[0]));
+                    break;
+                }
+            }
+            // GELU: Div(x, √2) | Mul(x, 1/√2) → Erf → Add(1) → Mul(x, ·) → Mul(0.5), or Mul(x, 0.5) first.
+            if (op(gate) == "Div" && approx(scalar_operand(gate, x).unwrap_or(0.0), std::f32::consts::SQRT_2))
+                || (op(gate) == "Mul" && approx(scalar_operand(gate, x).unwrap_or(0.0), std::f32::consts::FRAC_1_SQRT_2))
+            {
+                let Some(erf) = ed.sole_consumer(ed.nodes[gate].outputs[0]) else { continue };
+                if op(erf) != "Erf" {
+                    continue;
+                }
+                let Some(add) = ed.sole_consumer(ed.nodes[erf].outputs[0]) else { continue };
+                if op(add) != "Add" || !approx(scalar_operand(add, ed.nodes[erf].outputs[0]).unwrap_or(0.0), 1.0) {
+                    continue;
+                }
+                let add_out = ed.nodes[add].outputs[0];
+                let Some(m1) = ed.sole_consumer(add_out) else { continue };
+                if op(m1) != "Mul" {
+                    continue;
+                }
+                let m1_other = other_input(&ed.nodes[m1], add_out);
+                if m1_other == Some(x) && mul == m1 {
+                    // x·(1+erf) then ·0.5
+                    let Some(half) = ed.sole_consumer(ed.nodes[m1].outputs[0]) else { continue };
+                    if op(half) == "Mul" && approx(scalar_operand(half, ed.nodes[m1].outputs[0]).unwrap_or(0.0), 0.5) {
+                        matched = Some(("gelu", vec![gate, erf, add, m1, half], ed.nodes[half].outputs[0]));
+                        break;
+                    }
+                } else if op(mul) == "Mul" && approx(scalar_operand(mul, x).unwrap_or(0.0), 0.5) && m1_other == Some(ed.nodes[mul].outputs[0]) {
+                    // (0.5·x)·(1+erf)
+                    matched = Some(("gelu", vec![gate, erf, add, mul, m1], ed.nodes[m1].outputs[0]));
+                    break;
+                }
+            }
+        }
+        let (name, members, final_out) = matched?;
+        let mut replaced = vec![node.clone()];
+        replaced.extend(members.iter().map(|&k| ed.nodes[k].clone()));
+        let node_mut = &mut ed.nodes[i];
+        to_fused(node_mut);
+        set_activation(node_mut, name, 0.0, 0.0);
+        node_mut.outputs[0] = final_out;
+        for k in members {
+            ed.remove(k);
+        }
+        let refs: Vec<&Node> = replaced.iter().collect();
+        Some(Change::new(&refs, &format!("{name} pattern fused into the epilogue")))
+    }
+}
+
+impl Pass for Fuse {
+    fn name(&self) -> &'static str {
+        "fuse"
+    }
+
+    fn description(&self) -> &'static str {
+        "Conv/Gemm/MatMul with bias, residual add and activation (ReLU, Clip, LeakyReLU, HardSigmoid, HardSwish, Sigmoid, SiLU, GELU) in one kernel"
+    }
+
+    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+        let mut changes = Vec::new();
+        loop {
+            let before = changes.len();
+            for i in 0..ed.nodes.len() {
+                if ed.removed.contains(&i) {
+                    continue;
+                }
+                for step in [Fuse::bias, Fuse::residual, Fuse::activation, Fuse::pattern] {
+                    if ed.removed.contains(&i) {
+                        break;
+                    }
+                    if let Some(change) = step(self, ed, i) {
+                        changes.push(change);
+                    }
+                }
+            }
+            if changes.len() == before {
+                break;
+            }
+        }
+        Ok(changes)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// eltwise: chains of element-wise ops in one kernel; cancelling Transpose/Reshape pairs
+
+pub struct Eltwise;
+
+/// The chain-step encoding of one element-wise node continuing a chain on `value`.
+fn chain_step(ed: &Editor, node: &Node, value: ValueId, chain_input: ValueId, operands: &mut Vec<ValueId>, out_shape: &[u64]) -> Option<String> {
+    if !node.domain.is_empty() || node.inputs.first().copied().flatten().is_none() {
+        return None;
+    }
+    if let Some((name, a, b)) = activation_of(ed, node) {
+        if node.inputs.first().copied().flatten() != Some(value) {
+            return None;
+        }
+        return Some(format!("unary:{name}:{a}:{b}"));
+    }
+    let unary = match node.op_type.as_str() {
+        "Exp" => Some("exp"),
+        "Log" => Some("log"),
+        "Sqrt" => Some("sqrt"),
+        "Neg" => Some("neg"),
+        "Abs" => Some("abs"),
+        "Reciprocal" => Some("reciprocal"),
+        "Erf" => Some("erf"),
+        _ => None,
+    };
+    if let Some(name) = unary {
+        return (node.inputs.first().copied().flatten() == Some(value)).then(|| format!("unary:{name}:0:0"));
+    }
+    let op = match node.op_type.as_str() {
+        "Add" => "add",
+        "Sub" => "sub",
+        "Mul" => "mul",
+        "Div" => "div",
+        "Pow" => "pow",
+        "Max" => "max",
+        "Min" => "min",
+        _ => return None,
+    };
+    if node.inputs.len() != 2 {
+        return None;
+    }
+    let (a, b) = (node.inputs[0]?, node.inputs[1]?);
+    let (other, swapped) = if a == value { (b, false) } else if b == value { (a, true) } else { return None };
+    if other == chain_input {
+        return Some(format!("input:{op}:{}", u8::from(swapped)));
+    }
+    // A constant operand: a scalar, or one value per channel (axis 1 of an NCHW tensor).
+    let fact = ed.fact(other);
+    fact.konst.as_ref()?;
+    let shape = fact.concrete_shape()?;
+    let count: u64 = shape.iter().product();
+    let rank = out_shape.len();
+    let per_channel = rank >= 2 && shape.len() <= rank && {
+        let padded: Vec<u64> = std::iter::repeat_n(1, rank - shape.len()).chain(shape.iter().copied()).collect();
+        padded[1] == out_shape[1] && padded.iter().enumerate().all(|(axis, &d)| axis == 1 || d == 1)
+    };
+    if count != 1 && !per_channel {
+        return None;
+    }
+    operands.push(other);
+    Some(format!("const:{op}:{}:{}", operands.len(), u8::from(swapped)))
+}
+
+impl Pass for Eltwise {
+    fn name(&self) -> &'static str {
+        "eltwise"
+    }
+
+    fn description(&self) -> &'static str {
+        "chains of element-wise ops in one pass over memory; cancelling Transpose/Reshape pairs removed"
+    }
+
+    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+        let mut changes = Vec::new();
+        // Transpose pairs that cancel.
+        for i in 0..ed.nodes.len() {
+            if ed.removed.contains(&i) || ed.nodes[i].op_type != "Transpose" || !ed.nodes[i].domain.is_empty() {
+                continue;
+            }
+            let first = ed.nodes[i].clone();
+            let Some(j) = ed.sole_consumer(first.outputs[0]) else { continue };
+            let second = ed.nodes[j].clone();
+            if second.op_type != "Transpose" || !second.domain.is_empty() {
+                continue;
+            }
+            let (Some(p1), Some(p2)) = (first.attrs.ints("perm"), second.attrs.ints("perm")) else { continue };
+            let composed: Vec<i64> = p2.iter().map(|&k| p1[k as usize]).collect();
+            if composed.iter().enumerate().all(|(k, &v)| v == k as i64) && !ed.is_graph_output(second.outputs[0]) {
+                let (Some(src), dst) = (first.inputs[0], second.outputs[0]) else { continue };
+                ed.rewire(dst, src);
+                ed.remove(i);
+                ed.remove(j);
+                changes.push(Change::new(&[&first, &second], "transposes cancel: both removed"));
+            }
+        }
+        // Reshape → Reshape back to the original shape.
+        for i in 0..ed.nodes.len() {
+            if ed.removed.contains(&i) || ed.nodes[i].op_type != "Reshape" {
+                continue;
+            }
+            let first = ed.nodes[i].clone();
+            let Some(j) = ed.sole_consumer(first.outputs[0]) else { continue };
+            let second = ed.nodes[j].clone();
+            if second.op_type != "Reshape" || ed.is_graph_output(second.outputs[0]) {
+                continue;
+            }
+            let Some(src) = first.inputs[0] else { continue };
+            if ed.fact(src).concrete_shape() == ed.fact(second.outputs[0]).concrete_shape() && ed.fact(src).concrete_shape().is_some() {
+                ed.rewire(second.outputs[0], src);
+                ed.remove(i);
+                ed.remove(j);
+                changes.push(Change::new(&[&first, &second], "reshapes cancel: both removed"));
+            }
+        }
+        // Element-wise chains.
+        for i in 0..ed.nodes.len() {
+            if ed.removed.contains(&i) {
+                continue;
+            }
+            let start = ed.nodes[i].clone();
+            let Some(chain_input) = start.inputs.first().copied().flatten() else { continue };
+            if !ed.is_float(chain_input) {
+                continue;
+            }
+            let Some(out_shape) = ed.fact(start.outputs[0]).concrete_shape() else { continue };
+            if ed.fact(chain_input).concrete_shape().as_ref() != Some(&out_shape) {
+                continue;
+            }
+            let mut operands = Vec::new();
+            let Some(first_step) = chain_step(ed, &start, chain_input, usize::MAX, &mut operands, &out_shape) else { continue };
+            let mut steps = vec![first_step];
+            let mut members = vec![i];
+            let mut value = start.outputs[0];
+            // The chain input may be re-read by later steps (x · clip(x + 3)): allowed, since the
+            // fused kernel reads it anyway.
+            while let Some(next) = ed.sole_consumer(value) {
+                let node = ed.nodes[next].clone();
+                if ed.fact(node.outputs[0]).concrete_shape().as_ref() != Some(&out_shape) {
+                    break;
+                }
+                let mut trial = operands.clone();
+                let Some(step) = chain_step(ed, &node, value, chain_input, &mut trial, &out_shape) else { break };
+                operands = trial;
+                steps.push(step);
+                members.push(next);
+                value = node.outputs[0];
+            }
+            if members.len() < 2 {
+                continue;
+            }
+            // Every reader of the chain input other than chain members must be outside: fine.
+            let replaced: Vec<Node> = members.iter().map(|&k| ed.nodes[k].clone()).collect();
+            let mut inputs = vec![Some(chain_input)];
+            inputs.extend(operands.iter().map(|&v| Some(v)));
+            let mut fused = Node {
+                name: format!("{}_chain", start.name),
+                op_type: "ElementwiseChain".into(),
+                domain: DOMAIN.into(),
+                attrs: Default::default(),
+                inputs,
+                outputs: vec![value],
+            };
+            set_attr(&mut fused, "steps", Attr::Strings(steps.clone()));
+            for &k in &members[1..] {
+                ed.remove(k);
+            }
+            ed.nodes[members[0]] = fused;
+            let refs: Vec<&Node> = replaced.iter().collect();
+            changes.push(Change::new(&refs, &format!("{} element-wise ops in one pass", steps.len())));
+        }
+        Ok(changes)
+    }
+}

@@ -1,0 +1,134 @@
+//! `roofline advise`: rewrite passes with predicted (and, on this CPU, measured) gains.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+
+use roofline::advisor::{self, export, AdviceReport, AdviseOptions};
+use roofline::analysis::{AnalyzeOptions, Bindings};
+use roofline::device::Precision;
+use roofline::report::units::{fmt_bytes, fmt_seconds};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AdviseFormat {
+    Table,
+    Json,
+    Html,
+}
+
+#[derive(Args, Debug)]
+pub struct AdviseArgs {
+    #[command(flatten)]
+    pub model: super::bench::ModelArgs,
+    /// Device for the predictions: `local` (measurable with --verify), a catalogue name, a file.
+    #[arg(short, long, default_value = "local")]
+    pub device: String,
+    /// Passes to apply, comma-separated (fold, bn-fold, fuse, eltwise); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub apply: Vec<String>,
+    /// Passes to skip, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub skip: Vec<String>,
+    /// Run the original and every rewritten graph on this CPU and measure the gains.
+    #[arg(long)]
+    pub verify: bool,
+    /// Timed runs per measurement.
+    #[arg(short, long, default_value_t = 10)]
+    pub runs: usize,
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub format: AdviseFormat,
+    /// Write the rewritten model as standard ONNX.
+    #[arg(short, long = "output-model", alias = "out")]
+    pub output_model: Option<PathBuf>,
+    /// Write the report to a file instead of stdout.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
+    let (graph, defaults) = super::bench::load_graph(&args.model.model)?;
+    let device = super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
+    let inputs: Vec<(String, Vec<u64>)> = args.model.inputs.iter().map(|s| Bindings::parse_input(s)).collect::<Result<_, _>>()?;
+    let bindings = if inputs.is_empty() && args.model.batch.is_none() { defaults.unwrap_or_default() } else { Bindings { inputs, batch: args.model.batch } };
+    let analyze = AnalyzeOptions { bindings, precision: Precision::Fp32 };
+    let options = AdviseOptions { apply: args.apply.clone(), skip: args.skip.clone(), verify: args.verify, runs: args.runs, threads: args.model.threads.max(1) };
+    let (report, rewritten) = advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
+    if let Some(path) = &args.output_model {
+        let model = export::to_model(&rewritten)?;
+        std::fs::write(path, prost::Message::encode_to_vec(&model)).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    let text = match args.format {
+        AdviseFormat::Json => serde_json::to_string_pretty(&report)?,
+        AdviseFormat::Table => render_table(&report),
+        AdviseFormat::Html => super::advice_html(&report)?,
+    };
+    match &args.report {
+        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn speed(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+pub fn render_table(report: &AdviceReport) -> String {
+    let mut out = String::new();
+    let b = &report.before;
+    let _ = writeln!(out, "model  {}   device {} ({:?})   {}", b.model.source, b.device.id, b.device.source, report.verification_note);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}", "pass", "changes", "predicted", "saved bytes", "pred gain", "measured", "meas gain", "error");
+    for p in &report.passes {
+        let measured = p.measured_latency_after_ms.map(|m| format!("{m:.2} ms")).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+            p.name,
+            p.changes.len(),
+            fmt_seconds(p.predicted_latency_after_s),
+            fmt_bytes(p.bytes_saved as f64),
+            format!("{:.2}x", p.predicted_speedup),
+            measured,
+            speed(p.measured_speedup),
+            p.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+        );
+    }
+    let o = &report.overall;
+    let _ = writeln!(
+        out,
+        "overall   predicted {} -> {} ({:.2}x); measured {} ({}); prediction error {}",
+        fmt_seconds(o.predicted_latency_before_s),
+        fmt_seconds(o.predicted_latency_after_s),
+        o.predicted_speedup,
+        match (o.measured_latency_before_ms, o.measured_latency_after_ms) {
+            (Some(a), Some(b)) => format!("{a:.2} ms -> {b:.2} ms"),
+            _ => "-".into(),
+        },
+        speed(o.measured_speedup),
+        o.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+    );
+    if let Some(err) = o.max_relative_output_error {
+        let _ = writeln!(out, "          outputs of the rewritten graph vs the original: max relative error {err:.1e}");
+    }
+    let groups: Vec<_> = report.passes.iter().flat_map(|p| p.fusion_groups.iter()).collect();
+    if !groups.is_empty() {
+        let _ = writeln!(out, "\ntop fusions by predicted time saved (intensity unfused -> fused, FLOP/B)");
+        let mut sorted = groups.clone();
+        sorted.sort_by(|a, b| b.predicted_time_saved_s.total_cmp(&a.predicted_time_saved_s));
+        for g in sorted.iter().take(10) {
+            let _ = writeln!(out, "  {:>10}  {:>6.2} -> {:<6.2}  {}", fmt_seconds(g.predicted_time_saved_s), g.intensity_unfused, g.intensity_fused, g.op_types.join("+"));
+        }
+    }
+    if !report.left_alone.is_empty() {
+        let _ = writeln!(out, "\nleft alone (largest remaining ops)");
+        for l in report.left_alone.iter().take(6) {
+            let _ = writeln!(out, "  {} ({}): {}", l.node, l.op_type, l.reason);
+        }
+    }
+    out
+}
