@@ -1,5 +1,6 @@
 //! Integration tests, one binary with modules by theme.
 
+mod advisor;
 mod bad_input;
 mod builtin_models;
 mod cli;

@@ -107,6 +107,7 @@ pub(crate) struct Job<'a> {
     pub mc: usize,
     pub kc: usize,
     pub nc: usize,
+    pub nc_short: usize,
 }
 
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
@@ -233,71 +234,119 @@ fn tile_epi<'e>(job: &'e Job, i: usize, j: usize, first: bool, last: bool) -> Ti
     }
 }
 
+/// The `jr`/`ir` loops over one packed A block (`mcl` rows from `ic`) and one packed B block
+/// (`ncl` columns from `jc`) of k-block length `kl`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn macro_kernel(
+    job: &Job,
+    ap: *const f32,
+    bp: *const f32,
+    ic: usize,
+    mcl: usize,
+    jc: usize,
+    ncl: usize,
+    kl: usize,
+    first: bool,
+    last: bool,
+) {
+    let (mr, nr) = (job.kern.mr, job.kern.nr);
+    let mut jr = 0;
+    while jr < ncl {
+        let n_eff = (ncl - jr).min(nr);
+        let bpanel = bp.add(jr * kl);
+        let mut ir = 0;
+        while ir < mcl {
+            let m_eff = (mcl - ir).min(mr);
+            let (i, j) = (ic + ir, jc + jr);
+            let te = tile_epi(job, i, j, first, last);
+            (job.kern.micro)(
+                kl,
+                ap.add(ir * kl),
+                bpanel,
+                job.c.add(i * job.ldc + j),
+                job.ldc,
+                m_eff,
+                n_eff,
+                &te,
+            );
+            ir += mr;
+        }
+        jr += nr;
+    }
+}
+
 /// Computes the region `[i0, i1) × [j0, j1)` of C on the current thread. `i0` is a multiple of
 /// MR and `j0` of NR.
+///
+/// Two loop orders. Tall regions (more rows than `mc`) use the BLIS order above, where a
+/// `kc × nc` B block in L3 is shared by every A block. Short regions (one A block: conv
+/// layers with few output channels, dense layers with a small batch) run `pc` outermost: the
+/// A block is packed once per k-block, and B is packed `nc_short` columns at a time into a
+/// buffer that stays in L2 between its packing and its use. (With the BLIS order, a short A
+/// block makes each B element do only m/MR microkernel uses after a trip through L3.)
 unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
     let kern = job.kern;
     let (mr, nr) = (kern.mr, kern.nr);
+    let short = i1 - i0 <= job.mc;
+    let nc = if short { job.nc_short } else { job.nc };
     let a_len = match job.a {
         Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc,
         Opnd::Packed(_) => 0,
     };
     let b_len = match job.b {
-        Opnd::Raw(_) => job.nc.min((j1 - j0).div_ceil(nr) * nr) * job.kc,
+        Opnd::Raw(_) => nc.min((j1 - j0).div_ceil(nr) * nr) * job.kc,
         Opnd::Packed(_) => 0,
     };
     with_scratch(&SCRATCH_A, a_len, |abuf: &mut AlignedBuf| {
         with_scratch(&SCRATCH_B, b_len, |bbuf: &mut AlignedBuf| {
             let abuf = abuf.as_mut_slice().as_mut_ptr();
             let bbuf = bbuf.as_mut_slice().as_mut_ptr();
-            let mut jc = j0;
-            while jc < j1 {
-                let ncl = (j1 - jc).min(job.nc);
+            let a_block = |k0: usize, kl: usize, ic: usize, mcl: usize| match job.a {
+                Opnd::Packed(v) => v.panel(k0, kl, ic / mr),
+                Opnd::Raw(s) => {
+                    (kern.pack_a)(s.at(ic, k0), s.ws, s.ks, mcl, kl, abuf);
+                    abuf as *const f32
+                }
+            };
+            let b_block = |k0: usize, kl: usize, jc: usize, ncl: usize| match job.b {
+                Opnd::Packed(v) => v.panel(k0, kl, jc / nr),
+                Opnd::Raw(s) => {
+                    (kern.pack_b)(s.at(jc, k0), s.ws, s.ks, ncl, kl, bbuf);
+                    bbuf as *const f32
+                }
+            };
+            if short {
+                let mcl = i1 - i0;
                 let mut k0 = 0;
                 while k0 < job.k {
                     let kl = (job.k - k0).min(job.kc);
-                    let first = k0 == 0;
-                    let last = k0 + kl == job.k;
-                    let bp = match job.b {
-                        Opnd::Packed(v) => v.panel(k0, kl, jc / nr),
-                        Opnd::Raw(s) => {
-                            (kern.pack_b)(s.at(jc, k0), s.ws, s.ks, ncl, kl, bbuf);
-                            bbuf as *const f32
-                        }
-                    };
+                    let (first, last) = (k0 == 0, k0 + kl == job.k);
+                    let ap = a_block(k0, kl, i0, mcl);
+                    let mut jc = j0;
+                    while jc < j1 {
+                        let ncl = (j1 - jc).min(nc);
+                        let bp = b_block(k0, kl, jc, ncl);
+                        macro_kernel(job, ap, bp, i0, mcl, jc, ncl, kl, first, last);
+                        jc += ncl;
+                    }
+                    k0 += kl;
+                }
+                return;
+            }
+            let mut jc = j0;
+            while jc < j1 {
+                let ncl = (j1 - jc).min(nc);
+                let mut k0 = 0;
+                while k0 < job.k {
+                    let kl = (job.k - k0).min(job.kc);
+                    let (first, last) = (k0 == 0, k0 + kl == job.k);
+                    let bp = b_block(k0, kl, jc, ncl);
                     let mut ic = i0;
                     while ic < i1 {
                         let mcl = (i1 - ic).min(job.mc);
-                        let ap = match job.a {
-                            Opnd::Packed(v) => v.panel(k0, kl, ic / mr),
-                            Opnd::Raw(s) => {
-                                (kern.pack_a)(s.at(ic, k0), s.ws, s.ks, mcl, kl, abuf);
-                                abuf as *const f32
-                            }
-                        };
-                        let mut jr = 0;
-                        while jr < ncl {
-                            let n_eff = (ncl - jr).min(nr);
-                            let bpanel = bp.add(jr * kl);
-                            let mut ir = 0;
-                            while ir < mcl {
-                                let m_eff = (mcl - ir).min(mr);
-                                let (i, j) = (ic + ir, jc + jr);
-                                let te = tile_epi(job, i, j, first, last);
-                                (kern.micro)(
-                                    kl,
-                                    ap.add(ir * kl),
-                                    bpanel,
-                                    job.c.add(i * job.ldc + j),
-                                    job.ldc,
-                                    m_eff,
-                                    n_eff,
-                                    &te,
-                                );
-                                ir += mr;
-                            }
-                            jr += nr;
-                        }
+                        let ap = a_block(k0, kl, ic, mcl);
+                        macro_kernel(job, ap, bp, ic, mcl, jc, ncl, kl, first, last);
                         ic += mcl;
                     }
                     k0 += kl;

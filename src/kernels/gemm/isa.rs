@@ -218,7 +218,8 @@ pub(crate) static SCALAR: Kernel = kernel_table!(
     Blocking {
         mc: 64,
         kc: 256,
-        nc: 1024
+        nc: 1024,
+        nc_short: 128
     }
 );
 
@@ -229,7 +230,8 @@ pub(crate) static AVX2: Kernel = kernel_table!(
     Blocking {
         mc: 144,
         kc: 256,
-        nc: 4096
+        nc: 4096,
+        nc_short: 256
     }
 );
 
@@ -244,7 +246,8 @@ pub(crate) static AVX512: Kernel = kernel_table!(
     Blocking {
         mc: 240,
         kc: 512,
-        nc: 4096
+        nc: 4096,
+        nc_short: 256
     }
 );
 

@@ -195,14 +195,18 @@ impl Isa {
     }
 }
 
-/// Cache blocking: the packed A block is `mc × kc` (sized for L2), the packed B block
-/// `kc × nc` (L3); a `kc × NR` B micro-panel should fit comfortably in L1. Values are rounded up
-/// to multiples of the microkernel tile.
+/// Cache blocking. Values are rounded up to multiples of the microkernel tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Blocking {
+    /// Rows of the packed A block (`mc × kc`, sized for L2).
     pub mc: usize,
+    /// Depth of a k-block: C is updated once per k-block.
     pub kc: usize,
+    /// Columns of the packed B block (`kc × nc`, L3) shared by all A blocks of a tall problem.
     pub nc: usize,
+    /// Columns of the B block when the rows fit one A block (`m ≤ mc`): packed and consumed
+    /// while in L2.
+    pub nc_short: usize,
 }
 
 /// Kernel variant and blocking for a call (an autotuner's knobs).
@@ -239,6 +243,7 @@ impl GemmConfig {
             mc: self.blocking.mc.max(1).div_ceil(mr) * mr,
             kc: self.blocking.kc.max(1),
             nc: self.blocking.nc.max(1).div_ceil(nr) * nr,
+            nc_short: self.blocking.nc_short.max(1).div_ceil(nr) * nr,
         }
     }
 }
@@ -319,6 +324,7 @@ pub fn sgemm_with(
         mc: bl.mc,
         kc: bl.kc,
         nc: bl.nc,
+        nc_short: bl.nc_short,
     };
     driver::drive(&job, threads);
 }
@@ -506,6 +512,7 @@ pub fn sgemm_packed_a(
         mc: bl.mc,
         kc: bl.kc,
         nc: bl.nc,
+        nc_short: bl.nc_short,
     };
     driver::drive(&job, threads);
 }
@@ -536,6 +543,7 @@ pub fn sgemm_packed_b(
         mc: bl.mc,
         kc: bl.kc,
         nc: bl.nc,
+        nc_short: bl.nc_short,
     };
     driver::drive(&job, threads);
 }

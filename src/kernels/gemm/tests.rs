@@ -342,6 +342,7 @@ fn tiny_blocking(isa: Isa) -> GemmConfig {
             mc: 2 * mr,
             kc: 5,
             nc: 2 * nr,
+            nc_short: nr,
         },
     }
 }
