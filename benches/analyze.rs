@@ -12,7 +12,9 @@ use roofline::device::find_device;
 fn resnet50_file() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-resnet50.onnx");
     if !path.exists() {
-        let proto = builtin::find("resnet50").unwrap().build(WeightFill::Random(7));
+        let proto = builtin::find("resnet50")
+            .unwrap()
+            .build(WeightFill::Random(7));
         std::fs::write(&path, prost::Message::encode_to_vec(&proto)).unwrap();
     }
     path

@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 
-
 use crate::analysis::graph::{Attr, Graph, Node, ValueId};
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
 
@@ -16,7 +15,11 @@ pub struct Editor<'g> {
 impl<'g> Editor<'g> {
     pub fn new(graph: &'g mut Graph) -> Editor<'g> {
         let nodes = graph.nodes_in_order();
-        Editor { graph, nodes, removed: HashSet::new() }
+        Editor {
+            graph,
+            nodes,
+            removed: HashSet::new(),
+        }
     }
 
     /// Live node indices that read `value`.
@@ -64,8 +67,7 @@ impl<'g> Editor<'g> {
     /// Adds a new f32 constant value.
     pub fn add_const(&mut self, name: String, shape: Vec<u64>, values: Vec<f32>) -> ValueId {
         let tensor = Tensor::from_f32(shape, values);
-        let id = self.graph.add_value(name, TensorFact::constant(tensor));
-        id
+        self.graph.add_value(name, TensorFact::constant(tensor))
     }
 
     pub fn remove(&mut self, index: usize) {
@@ -87,7 +89,8 @@ impl<'g> Editor<'g> {
     }
 
     pub fn producer_of(&self, value: ValueId) -> Option<usize> {
-        (0..self.nodes.len()).find(|i| !self.removed.contains(i) && self.nodes[*i].outputs.contains(&value))
+        (0..self.nodes.len())
+            .find(|i| !self.removed.contains(i) && self.nodes[*i].outputs.contains(&value))
     }
 
     pub fn is_float(&self, value: ValueId) -> bool {
@@ -114,4 +117,3 @@ pub fn set_attr(node: &mut Node, name: &str, value: Attr) {
 pub fn str_attr(value: &str) -> Attr {
     Attr::String(value.to_string())
 }
-

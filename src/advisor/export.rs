@@ -25,9 +25,13 @@ fn tensor_proto(name: &str, tensor: &Tensor) -> Result<TensorProto, ExportError>
     let count = tensor.element_count() as usize;
     let raw: Bytes = match &tensor.data {
         TensorData::Raw(bytes) => bytes.clone(),
-        TensorData::Opaque | TensorData::Strings(_) => return Err(ExportError::OpaqueConstant(name.to_string())),
+        TensorData::Opaque | TensorData::Strings(_) => {
+            return Err(ExportError::OpaqueConstant(name.to_string()))
+        }
         _ => {
-            let values = tensor.to_f64_vec().ok_or_else(|| ExportError::OpaqueConstant(name.to_string()))?;
+            let values = tensor
+                .to_f64_vec()
+                .ok_or_else(|| ExportError::OpaqueConstant(name.to_string()))?;
             let mut out = Vec::with_capacity(count * tensor.dtype.size_bytes() as usize);
             for &v in values.iter() {
                 match tensor.dtype {
@@ -41,14 +45,23 @@ fn tensor_proto(name: &str, tensor: &Tensor) -> Result<TensorProto, ExportError>
                     DType::I8 => out.push(v as i8 as u8),
                     DType::U8 | DType::Bool => out.push(v as u8),
                     other => {
-                        return Err(ExportError::Node { node: name.to_string(), reason: format!("cannot write {other} constants") })
+                        return Err(ExportError::Node {
+                            node: name.to_string(),
+                            reason: format!("cannot write {other} constants"),
+                        })
                     }
                 }
             }
             Bytes::from(out)
         }
     };
-    Ok(TensorProto { dims, data_type: tensor.dtype.onnx_code(), name: name.to_string(), raw_data: raw, ..Default::default() })
+    Ok(TensorProto {
+        dims,
+        data_type: tensor.dtype.onnx_code(),
+        name: name.to_string(),
+        raw_data: raw,
+        ..Default::default()
+    })
 }
 
 fn value_info(graph: &Graph, value: ValueId) -> ValueInfoProto {
@@ -68,7 +81,10 @@ fn value_info(graph: &Graph, value: ValueId) -> ValueInfoProto {
     ValueInfoProto {
         name: v.name.clone(),
         r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: v.fact.dtype.onnx_code(), shape })),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: v.fact.dtype.onnx_code(),
+                shape,
+            })),
             denotation: String::new(),
         }),
         doc_string: String::new(),
@@ -76,7 +92,10 @@ fn value_info(graph: &Graph, value: ValueId) -> ValueInfoProto {
 }
 
 fn attribute(name: &str, attr: &Attr) -> Option<AttributeProto> {
-    let mut a = AttributeProto { name: name.to_string(), ..Default::default() };
+    let mut a = AttributeProto {
+        name: name.to_string(),
+        ..Default::default()
+    };
     match attr {
         Attr::Float(v) => {
             a.r#type = attribute_type::FLOAT;
@@ -108,7 +127,10 @@ fn attribute(name: &str, attr: &Attr) -> Option<AttributeProto> {
         }
         Attr::Strings(v) => {
             a.r#type = attribute_type::STRINGS;
-            a.strings = v.iter().map(|s| Bytes::from(s.clone().into_bytes())).collect();
+            a.strings = v
+                .iter()
+                .map(|s| Bytes::from(s.clone().into_bytes()))
+                .collect();
         }
         Attr::Graphs(v) => {
             a.r#type = attribute_type::GRAPHS;
@@ -129,7 +151,8 @@ struct Writer<'g> {
 
 impl Writer<'_> {
     fn name(&self, v: Option<ValueId>) -> String {
-        v.map(|v| self.graph.values[v].name.clone()).unwrap_or_default()
+        v.map(|v| self.graph.values[v].name.clone())
+            .unwrap_or_default()
     }
 
     fn fresh(&mut self, base: &str) -> String {
@@ -139,50 +162,134 @@ impl Writer<'_> {
 
     fn scalar(&mut self, base: &str, value: f32) -> String {
         let name = self.fresh(base);
-        self.extra_inits.push(TensorProto { dims: vec![], data_type: 1, name: name.clone(), raw_data: Bytes::from(value.to_le_bytes().to_vec()), ..Default::default() });
+        self.extra_inits.push(TensorProto {
+            dims: vec![],
+            data_type: 1,
+            name: name.clone(),
+            raw_data: Bytes::from(value.to_le_bytes().to_vec()),
+            ..Default::default()
+        });
         name
     }
 
-    fn emit(&mut self, op: &str, name: &str, inputs: Vec<String>, outputs: Vec<String>, attrs: Vec<AttributeProto>) {
-        self.nodes.push(NodeProto { input: inputs, output: outputs, name: name.to_string(), op_type: op.to_string(), attribute: attrs, ..Default::default() });
+    fn emit(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: Vec<String>,
+        outputs: Vec<String>,
+        attrs: Vec<AttributeProto>,
+    ) {
+        self.nodes.push(NodeProto {
+            input: inputs,
+            output: outputs,
+            name: name.to_string(),
+            op_type: op.to_string(),
+            attribute: attrs,
+            ..Default::default()
+        });
     }
 
     /// Emits `out = activation(x)` with standard operators for the model's opset.
     fn activation(&mut self, node: &str, act: &str, a: f32, b: f32, x: String, out: String) {
         let opset = self.graph.opset;
-        let float = |n: &str, v: f32| AttributeProto { name: n.into(), r#type: attribute_type::FLOAT, f: v, ..Default::default() };
+        let float = |n: &str, v: f32| AttributeProto {
+            name: n.into(),
+            r#type: attribute_type::FLOAT,
+            f: v,
+            ..Default::default()
+        };
         match act {
             "relu" => self.emit("Relu", node, vec![x], vec![out], vec![]),
             "sigmoid" => self.emit("Sigmoid", node, vec![x], vec![out], vec![]),
             "tanh" => self.emit("Tanh", node, vec![x], vec![out], vec![]),
-            "leaky_relu" => self.emit("LeakyRelu", node, vec![x], vec![out], vec![float("alpha", a)]),
-            "hard_sigmoid" => self.emit("HardSigmoid", node, vec![x], vec![out], vec![float("alpha", a), float("beta", b)]),
+            "leaky_relu" => self.emit(
+                "LeakyRelu",
+                node,
+                vec![x],
+                vec![out],
+                vec![float("alpha", a)],
+            ),
+            "hard_sigmoid" => self.emit(
+                "HardSigmoid",
+                node,
+                vec![x],
+                vec![out],
+                vec![float("alpha", a), float("beta", b)],
+            ),
             "clip" if opset >= 11 => {
                 let lo = self.scalar(&out, a);
                 let hi = self.scalar(&out, b);
                 self.emit("Clip", node, vec![x, lo, hi], vec![out], vec![]);
             }
-            "clip" => self.emit("Clip", node, vec![x], vec![out], vec![float("min", a), float("max", b)]),
+            "clip" => self.emit(
+                "Clip",
+                node,
+                vec![x],
+                vec![out],
+                vec![float("min", a), float("max", b)],
+            ),
             "hard_swish" if opset >= 14 => self.emit("HardSwish", node, vec![x], vec![out], vec![]),
             "hard_swish" => {
                 let gate = self.fresh(&out);
-                self.emit("HardSigmoid", &format!("{node}_gate"), vec![x.clone()], vec![gate.clone()], vec![float("alpha", 1.0 / 6.0), float("beta", 0.5)]);
+                self.emit(
+                    "HardSigmoid",
+                    &format!("{node}_gate"),
+                    vec![x.clone()],
+                    vec![gate.clone()],
+                    vec![float("alpha", 1.0 / 6.0), float("beta", 0.5)],
+                );
                 self.emit("Mul", node, vec![x, gate], vec![out], vec![]);
             }
             "silu" => {
                 let gate = self.fresh(&out);
-                self.emit("Sigmoid", &format!("{node}_gate"), vec![x.clone()], vec![gate.clone()], vec![]);
+                self.emit(
+                    "Sigmoid",
+                    &format!("{node}_gate"),
+                    vec![x.clone()],
+                    vec![gate.clone()],
+                    vec![],
+                );
                 self.emit("Mul", node, vec![x, gate], vec![out], vec![]);
             }
             "gelu" => {
-                let (scaled, erf, shifted, half) = (self.fresh(&out), self.fresh(&out), self.fresh(&out), self.fresh(&out));
+                let (scaled, erf, shifted, half) = (
+                    self.fresh(&out),
+                    self.fresh(&out),
+                    self.fresh(&out),
+                    self.fresh(&out),
+                );
                 let sqrt2 = self.scalar(&out, std::f32::consts::SQRT_2);
                 let one = self.scalar(&out, 1.0);
                 let half_c = self.scalar(&out, 0.5);
-                self.emit("Div", &format!("{node}_div"), vec![x.clone(), sqrt2], vec![scaled.clone()], vec![]);
-                self.emit("Erf", &format!("{node}_erf"), vec![scaled], vec![erf.clone()], vec![]);
-                self.emit("Add", &format!("{node}_add"), vec![erf, one], vec![shifted.clone()], vec![]);
-                self.emit("Mul", &format!("{node}_half"), vec![x, half_c], vec![half.clone()], vec![]);
+                self.emit(
+                    "Div",
+                    &format!("{node}_div"),
+                    vec![x.clone(), sqrt2],
+                    vec![scaled.clone()],
+                    vec![],
+                );
+                self.emit(
+                    "Erf",
+                    &format!("{node}_erf"),
+                    vec![scaled],
+                    vec![erf.clone()],
+                    vec![],
+                );
+                self.emit(
+                    "Add",
+                    &format!("{node}_add"),
+                    vec![erf, one],
+                    vec![shifted.clone()],
+                    vec![],
+                );
+                self.emit(
+                    "Mul",
+                    &format!("{node}_half"),
+                    vec![x, half_c],
+                    vec![half.clone()],
+                    vec![],
+                );
                 self.emit("Mul", node, vec![half, shifted], vec![out], vec![]);
             }
             _ => self.emit("Identity", node, vec![x], vec![out], vec![]),
@@ -190,21 +297,46 @@ impl Writer<'_> {
     }
 
     fn plain(&mut self, node: &Node) {
-        let attrs = node.attrs.0.iter().filter_map(|(k, v)| attribute(k, v)).collect();
+        let attrs = node
+            .attrs
+            .0
+            .iter()
+            .filter_map(|(k, v)| attribute(k, v))
+            .collect();
         let inputs = node.inputs.iter().map(|&v| self.name(v)).collect();
         let outputs = node.outputs.iter().map(|&v| self.name(Some(v))).collect();
-        self.nodes.push(NodeProto { input: inputs, output: outputs, name: node.name.clone(), op_type: node.op_type.clone(), domain: node.domain.clone(), attribute: attrs, ..Default::default() });
+        self.nodes.push(NodeProto {
+            input: inputs,
+            output: outputs,
+            name: node.name.clone(),
+            op_type: node.op_type.clone(),
+            domain: node.domain.clone(),
+            attribute: attrs,
+            ..Default::default()
+        });
     }
 
     fn fused(&mut self, node: &Node) -> Result<(), ExportError> {
-        let act = node.attrs.string("activation").unwrap_or("none").to_string();
-        let (a, b) = (node.attrs.float_or("act_alpha", 0.0), node.attrs.float_or("act_beta", 0.0));
+        let act = node
+            .attrs
+            .string("activation")
+            .unwrap_or("none")
+            .to_string();
+        let (a, b) = (
+            node.attrs.float_or("act_alpha", 0.0),
+            node.attrs.float_or("act_beta", 0.0),
+        );
         let out = self.name(Some(node.outputs[0]));
         let base_attrs: Vec<AttributeProto> = node
             .attrs
             .0
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "activation" | "act_alpha" | "act_beta" | "steps"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "activation" | "act_alpha" | "act_beta" | "steps"
+                )
+            })
             .filter_map(|(k, v)| attribute(k, v))
             .collect();
         match node.op_type.as_str() {
@@ -215,7 +347,12 @@ impl Writer<'_> {
                     _ => "MatMul",
                 };
                 let data_inputs = if base == "MatMul" { 2 } else { 3 };
-                let inputs: Vec<String> = node.inputs.iter().take(data_inputs).map(|&v| self.name(v)).collect::<Vec<_>>();
+                let inputs: Vec<String> = node
+                    .inputs
+                    .iter()
+                    .take(data_inputs)
+                    .map(|&v| self.name(v))
+                    .collect::<Vec<_>>();
                 let inputs: Vec<String> = {
                     let mut i = inputs;
                     while i.last().is_some_and(|s| s.is_empty()) {
@@ -224,23 +361,47 @@ impl Writer<'_> {
                     i
                 };
                 let mut current = self.fresh(&out);
-                self.emit(base, &node.name, inputs, vec![current.clone()], if base == "MatMul" { vec![] } else { base_attrs });
+                self.emit(
+                    base,
+                    &node.name,
+                    inputs,
+                    vec![current.clone()],
+                    if base == "MatMul" { vec![] } else { base_attrs },
+                );
                 if base == "MatMul" {
                     if let Some(bias) = node.inputs.get(2).copied().flatten() {
                         let next = self.fresh(&out);
                         let bias_name = self.name(Some(bias));
-                        self.emit("Add", &format!("{}_bias", node.name), vec![current, bias_name], vec![next.clone()], vec![]);
+                        self.emit(
+                            "Add",
+                            &format!("{}_bias", node.name),
+                            vec![current, bias_name],
+                            vec![next.clone()],
+                            vec![],
+                        );
                         current = next;
                     }
                 }
                 if let Some(residual) = node.inputs.get(3).copied().flatten() {
                     let next = self.fresh(&out);
                     let r = self.name(Some(residual));
-                    self.emit("Add", &format!("{}_residual", node.name), vec![current, r], vec![next.clone()], vec![]);
+                    self.emit(
+                        "Add",
+                        &format!("{}_residual", node.name),
+                        vec![current, r],
+                        vec![next.clone()],
+                        vec![],
+                    );
                     current = next;
                 }
                 if act == "none" {
-                    self.emit("Identity", &format!("{}_out", node.name), vec![current], vec![out], vec![]);
+                    self.emit(
+                        "Identity",
+                        &format!("{}_out", node.name),
+                        vec![current],
+                        vec![out],
+                        vec![],
+                    );
                 } else {
                     self.activation(&format!("{}_act", node.name), &act, a, b, current, out);
                 }
@@ -248,12 +409,21 @@ impl Writer<'_> {
             "ElementwiseChain" => {
                 let steps = match node.attrs.get("steps") {
                     Some(Attr::Strings(s)) => s.clone(),
-                    _ => return Err(ExportError::Node { node: node.name.clone(), reason: "chain without steps".into() }),
+                    _ => {
+                        return Err(ExportError::Node {
+                            node: node.name.clone(),
+                            reason: "chain without steps".into(),
+                        })
+                    }
                 };
                 let chain_input = self.name(node.inputs[0]);
                 let mut current = chain_input.clone();
                 for (k, step) in steps.iter().enumerate() {
-                    let target = if k + 1 == steps.len() { out.clone() } else { self.fresh(&out) };
+                    let target = if k + 1 == steps.len() {
+                        out.clone()
+                    } else {
+                        self.fresh(&out)
+                    };
                     let parts: Vec<&str> = step.split(':').collect();
                     let step_name = format!("{}_{k}", node.name);
                     match parts.as_slice() {
@@ -270,8 +440,16 @@ impl Writer<'_> {
                                 _ => None,
                             };
                             match op {
-                                Some(op) => self.emit(op, &step_name, vec![current], vec![target.clone()], vec![]),
-                                None => self.activation(&step_name, name, a, b, current, target.clone()),
+                                Some(op) => self.emit(
+                                    op,
+                                    &step_name,
+                                    vec![current],
+                                    vec![target.clone()],
+                                    vec![],
+                                ),
+                                None => {
+                                    self.activation(&step_name, name, a, b, current, target.clone())
+                                }
                             }
                         }
                         ["const", op, index, swapped] | ["input", op, swapped, index] => {
@@ -281,7 +459,11 @@ impl Writer<'_> {
                             } else {
                                 chain_input.clone()
                             };
-                            let swapped = if parts[0] == "const" { *swapped == "1" } else { parts[2] == "1" };
+                            let swapped = if parts[0] == "const" {
+                                *swapped == "1"
+                            } else {
+                                parts[2] == "1"
+                            };
                             let op_name = match *op {
                                 "add" => "Add",
                                 "sub" => "Sub",
@@ -291,7 +473,11 @@ impl Writer<'_> {
                                 "max" => "Max",
                                 _ => "Min",
                             };
-                            let ins = if swapped { vec![other, current] } else { vec![current, other] };
+                            let ins = if swapped {
+                                vec![other, current]
+                            } else {
+                                vec![current, other]
+                            };
                             self.emit(op_name, &step_name, ins, vec![target.clone()], vec![]);
                         }
                         ["input", op, swapped] => {
@@ -304,15 +490,29 @@ impl Writer<'_> {
                                 "max" => "Max",
                                 _ => "Min",
                             };
-                            let ins = if *swapped == "1" { vec![chain_input.clone(), current] } else { vec![current, chain_input.clone()] };
+                            let ins = if *swapped == "1" {
+                                vec![chain_input.clone(), current]
+                            } else {
+                                vec![current, chain_input.clone()]
+                            };
                             self.emit(op_name, &step_name, ins, vec![target.clone()], vec![]);
                         }
-                        _ => return Err(ExportError::Node { node: node.name.clone(), reason: format!("bad chain step `{step}`") }),
+                        _ => {
+                            return Err(ExportError::Node {
+                                node: node.name.clone(),
+                                reason: format!("bad chain step `{step}`"),
+                            })
+                        }
                     }
                     current = target;
                 }
             }
-            other => return Err(ExportError::Node { node: node.name.clone(), reason: format!("no standard form for {other}") }),
+            other => {
+                return Err(ExportError::Node {
+                    node: node.name.clone(),
+                    reason: format!("no standard form for {other}"),
+                })
+            }
         }
         Ok(())
     }
@@ -320,7 +520,12 @@ impl Writer<'_> {
 
 /// The graph as an ONNX model (IR ≥ 4, the graph's default opset).
 pub fn to_model(graph: &Graph) -> Result<ModelProto, ExportError> {
-    let mut writer = Writer { graph, nodes: Vec::new(), extra_inits: Vec::new(), counter: 0 };
+    let mut writer = Writer {
+        graph,
+        nodes: Vec::new(),
+        extra_inits: Vec::new(),
+        counter: 0,
+    };
     let nodes = graph.nodes_in_order();
     let mut used: Vec<ValueId> = Vec::new();
     for node in &nodes {
@@ -348,7 +553,10 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, ExportError> {
     let opset = graph.opset.max(1);
     Ok(ModelProto {
         ir_version: graph.ir_version.max(4),
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opset }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
         producer_name: "roofline advise".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
         graph: Some(GraphProto {
@@ -356,7 +564,11 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, ExportError> {
             name: graph.name.clone(),
             initializer: initializers,
             input: graph.inputs.iter().map(|&v| value_info(graph, v)).collect(),
-            output: graph.outputs.iter().map(|&v| value_info(graph, v)).collect(),
+            output: graph
+                .outputs
+                .iter()
+                .map(|&v| value_info(graph, v))
+                .collect(),
             ..Default::default()
         }),
         ..Default::default()

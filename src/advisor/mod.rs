@@ -38,7 +38,8 @@ pub trait Pass {
     fn name(&self) -> &'static str;
     fn description(&self) -> &'static str;
     /// `states` are the inference states of `ed.nodes` (same order).
-    fn run(&self, ed: &mut edit::Editor, states: &[NodeState]) -> Result<Vec<Change>, AdvisorError>;
+    fn run(&self, ed: &mut edit::Editor, states: &[NodeState])
+        -> Result<Vec<Change>, AdvisorError>;
 }
 
 /// One rewrite a pass made.
@@ -154,7 +155,13 @@ pub struct AdviseOptions {
 
 impl Default for AdviseOptions {
     fn default() -> Self {
-        AdviseOptions { apply: Vec::new(), skip: Vec::new(), verify: false, runs: 10, threads: 1 }
+        AdviseOptions {
+            apply: Vec::new(),
+            skip: Vec::new(),
+            verify: false,
+            runs: 10,
+            threads: 1,
+        }
     }
 }
 
@@ -181,7 +188,15 @@ fn measure(
 ) -> Result<(f64, Vec<(String, exec::RtTensor)>), AdvisorError> {
     let mut graph = graph.clone();
     let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
-    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions { threads: options.threads.max(1), ..PlanOptions::default() })?;
+    let plan = exec::build_plan(
+        &graph,
+        &order,
+        &states,
+        &PlanOptions {
+            threads: options.threads.max(1),
+            ..PlanOptions::default()
+        },
+    )?;
     let inputs = crate::bench::random_inputs(&plan, 0);
     let mut ws = plan.workspace();
     let mut outputs = plan.run(&mut ws, &inputs, None)?;
@@ -197,13 +212,19 @@ fn measure(
 }
 
 fn fusion_groups(changes: &[Change], before: &Analysis, after: &Analysis) -> Vec<FusionGroup> {
-    let by_name = |a: &Analysis| -> HashMap<String, usize> { a.nodes.iter().map(|n| (n.name.clone(), n.index)).collect() };
+    let by_name = |a: &Analysis| -> HashMap<String, usize> {
+        a.nodes.iter().map(|n| (n.name.clone(), n.index)).collect()
+    };
     let (before_index, after_index) = (by_name(before), by_name(after));
     let mut groups: Vec<FusionGroup> = changes
         .iter()
         .filter(|c| c.nodes.len() >= 2)
-        .filter_map(|c| {
-            let members: Vec<&analysis::NodeAnalysis> = c.nodes.iter().filter_map(|n| before_index.get(n).map(|&i| &before.nodes[i])).collect();
+        .map(|c| {
+            let members: Vec<&analysis::NodeAnalysis> = c
+                .nodes
+                .iter()
+                .filter_map(|n| before_index.get(n).map(|&i| &before.nodes[i]))
+                .collect();
             let fused = after_index
                 .get(&c.nodes[0])
                 .or_else(|| after_index.get(&format!("{}_chain", c.nodes[0])))
@@ -217,7 +238,7 @@ fn fusion_groups(changes: &[Change], before: &Analysis, after: &Analysis) -> Vec
                 None => (0, 0.0),
             };
             let intensity = |b: u64| if b > 0 { flops as f64 / b as f64 } else { 0.0 };
-            Some(FusionGroup {
+            FusionGroup {
                 nodes: c.nodes.clone(),
                 op_types: c.op_types.clone(),
                 flops,
@@ -228,16 +249,23 @@ fn fusion_groups(changes: &[Change], before: &Analysis, after: &Analysis) -> Vec
                 predicted_time_unfused_s: time_unfused,
                 predicted_time_fused_s: time_fused,
                 predicted_time_saved_s: time_unfused - time_fused,
-            })
+            }
         })
         .collect();
-    groups.sort_by(|a, b| b.predicted_time_saved_s.total_cmp(&a.predicted_time_saved_s));
+    groups.sort_by(|a, b| {
+        b.predicted_time_saved_s
+            .total_cmp(&a.predicted_time_saved_s)
+    });
     groups
 }
 
 fn left_alone(after: &Analysis) -> Vec<LeftAlone> {
     let ridge = after.device.ridge_point;
-    let mut nodes: Vec<&analysis::NodeAnalysis> = after.nodes.iter().filter(|n| n.status == analysis::NodeStatus::Costed).collect();
+    let mut nodes: Vec<&analysis::NodeAnalysis> = after
+        .nodes
+        .iter()
+        .filter(|n| n.status == analysis::NodeStatus::Costed)
+        .collect();
     nodes.sort_by(|a, b| b.predicted_s.total_cmp(&a.predicted_s));
     nodes
         .into_iter()
@@ -279,13 +307,20 @@ pub fn advise(
     analysis::prepare_graph(&mut current, &analyze.bindings)?;
     let original = current.clone();
     let before = analysis::analyze_graph(current.clone(), source, device, analyze)?;
-    let mut measured_prev = if verify { Some(measure(&current, analyze, options)?) } else { None };
+    let mut measured_prev = if verify {
+        Some(measure(&current, analyze, options)?)
+    } else {
+        None
+    };
     let first_measure = measured_prev.as_ref().map(|m| m.0);
     let mut outcomes = Vec::new();
     let mut last_analysis = before.clone();
     for pass in selected {
         let (order, states, _) = analysis::prepare_graph(&mut current, &analyze.bindings)?;
-        let state_list: Vec<NodeState> = order.iter().map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred)).collect();
+        let state_list: Vec<NodeState> = order
+            .iter()
+            .map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred))
+            .collect();
         let mut next = current.clone();
         let changes = {
             let mut ed = edit::Editor::new(&mut next);
@@ -293,17 +328,30 @@ pub fn advise(
             ed.finish();
             changes
         };
-        analysis::prepare_graph(&mut next, &analyze.bindings)
-            .map_err(|e| AdvisorError::InvalidAfterPass { pass: pass.name().into(), reason: e.to_string() })?;
-        next.validate().map_err(|reason| AdvisorError::InvalidAfterPass { pass: pass.name().into(), reason })?;
+        analysis::prepare_graph(&mut next, &analyze.bindings).map_err(|e| {
+            AdvisorError::InvalidAfterPass {
+                pass: pass.name().into(),
+                reason: e.to_string(),
+            }
+        })?;
+        next.validate()
+            .map_err(|reason| AdvisorError::InvalidAfterPass {
+                pass: pass.name().into(),
+                reason,
+            })?;
         let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
-        let measured = if verify && !changes.is_empty() { Some(measure(&next, analyze, options)?) } else { None };
+        let measured = if verify && !changes.is_empty() {
+            Some(measure(&next, analyze, options)?)
+        } else {
+            None
+        };
         let (measured_before, measured_after) = match (&measured_prev, &measured) {
             (Some(b), Some(a)) => (Some(b.0), Some(a.0)),
             (Some(b), None) if verify => (Some(b.0), Some(b.0)),
             _ => (None, None),
         };
-        let predicted_speedup = last_analysis.summary.predicted_latency_s / after.summary.predicted_latency_s.max(1e-15);
+        let predicted_speedup = last_analysis.summary.predicted_latency_s
+            / after.summary.predicted_latency_s.max(1e-15);
         let measured_speedup = match (measured_before, measured_after) {
             (Some(b), Some(a)) => Some(b / a),
             _ => None,
@@ -318,7 +366,8 @@ pub fn advise(
             predicted_latency_before_s: last_analysis.summary.predicted_latency_s,
             predicted_latency_after_s: after.summary.predicted_latency_s,
             predicted_speedup,
-            bytes_saved: (last_analysis.summary.bytes_read + last_analysis.summary.bytes_written) as i64
+            bytes_saved: (last_analysis.summary.bytes_read + last_analysis.summary.bytes_written)
+                as i64
                 - (after.summary.bytes_read + after.summary.bytes_written) as i64,
             measured_latency_before_ms: measured_before,
             measured_latency_after_ms: measured_after,
@@ -331,10 +380,18 @@ pub fn advise(
         last_analysis = after;
         current = next;
     }
-    let predicted_speedup = before.summary.predicted_latency_s / last_analysis.summary.predicted_latency_s.max(1e-15);
+    let predicted_speedup =
+        before.summary.predicted_latency_s / last_analysis.summary.predicted_latency_s.max(1e-15);
     let (measured_after, max_error) = match (&measured_prev, verify) {
         (Some((ms, outputs)), true) => {
-            let (_, original_outputs) = measure(&original, analyze, &AdviseOptions { runs: 1, ..options.clone() })?;
+            let (_, original_outputs) = measure(
+                &original,
+                analyze,
+                &AdviseOptions {
+                    runs: 1,
+                    ..options.clone()
+                },
+            )?;
             (Some(*ms), Some(output_error(&original_outputs, outputs)))
         }
         _ => (None, None),
@@ -348,7 +405,11 @@ pub fn advise(
         schema_version: ADVICE_SCHEMA_VERSION,
         verified: verify,
         verification_note: if verify {
-            format!("measured on this CPU with the tool's kernels, median of {} runs, {} thread(s)", options.runs.max(1), options.threads.max(1))
+            format!(
+                "measured on this CPU with the tool's kernels, median of {} runs, {} thread(s)",
+                options.runs.max(1),
+                options.threads.max(1)
+            )
         } else if options.verify {
             format!("device `{}` is not this machine: gains are predicted only (use --device local to measure)", device.id)
         } else {
@@ -372,13 +433,21 @@ pub fn advise(
     Ok((report, current))
 }
 
-fn output_error(original: &[(String, exec::RtTensor)], rewritten: &[(String, exec::RtTensor)]) -> f64 {
+fn output_error(
+    original: &[(String, exec::RtTensor)],
+    rewritten: &[(String, exec::RtTensor)],
+) -> f64 {
     let mut worst = 0.0f64;
     for (name, want) in original {
-        let Some((_, got)) = rewritten.iter().find(|(n, _)| n == name) else { return f64::INFINITY };
+        let Some((_, got)) = rewritten.iter().find(|(n, _)| n == name) else {
+            return f64::INFINITY;
+        };
         let (w, g) = (want.to_f32(), got.to_f32());
         let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-30) as f64;
-        let err = w.iter().zip(&g).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) as f64;
+        let err = w
+            .iter()
+            .zip(&g)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) as f64;
         worst = worst.max(err / scale);
     }
     worst

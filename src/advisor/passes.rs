@@ -10,7 +10,12 @@ use super::{AdvisorError, Change, Pass};
 
 /// Every pass, in the order the driver applies them.
 pub fn all_passes() -> Vec<Box<dyn Pass>> {
-    vec![Box::new(Fold), Box::new(BnFold), Box::new(Fuse), Box::new(Eltwise)]
+    vec![
+        Box::new(Fold),
+        Box::new(BnFold),
+        Box::new(Fuse),
+        Box::new(Eltwise),
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -35,10 +40,16 @@ impl Pass for Fold {
             let node = &ed.nodes[i];
             let folded = matches!(states.get(i), Some(NodeState::Folded));
             let materialisable = node.outputs.iter().all(|&v| {
-                ed.fact(v).konst.as_ref().is_some_and(|t| !matches!(t.data, crate::analysis::tensor::TensorData::Opaque))
+                ed.fact(v)
+                    .konst
+                    .as_ref()
+                    .is_some_and(|t| !matches!(t.data, crate::analysis::tensor::TensorData::Opaque))
             });
             if folded && materialisable {
-                changes.push(Change::new(&[node], "evaluated ahead of time; output kept as a constant"));
+                changes.push(Change::new(
+                    &[node],
+                    "evaluated ahead of time; output kept as a constant",
+                ));
                 ed.remove(i);
             }
         }
@@ -48,9 +59,14 @@ impl Pass for Fold {
             }
             let node = ed.nodes[i].clone();
             let noop = node.op_type == "Identity"
-                || (node.op_type == "Dropout" && node.outputs.len() == 1 || node.op_type == "Dropout" && ed.consumers(node.outputs[1]).is_empty() && !ed.is_graph_output(node.outputs[1]));
+                || (node.op_type == "Dropout" && node.outputs.len() == 1
+                    || node.op_type == "Dropout"
+                        && ed.consumers(node.outputs[1]).is_empty()
+                        && !ed.is_graph_output(node.outputs[1]));
             if noop && node.domain.is_empty() {
-                if let (Some(Some(input)), Some(&output)) = (node.inputs.first(), node.outputs.first()) {
+                if let (Some(Some(input)), Some(&output)) =
+                    (node.inputs.first(), node.outputs.first())
+                {
                     if !ed.is_graph_output(output) {
                         ed.rewire(output, *input);
                         ed.remove(i);
@@ -62,7 +78,12 @@ impl Pass for Fold {
         loop {
             let dead: Vec<usize> = (0..ed.nodes.len())
                 .filter(|i| !ed.removed.contains(i))
-                .filter(|&i| ed.nodes[i].outputs.iter().all(|&v| ed.consumers(v).is_empty() && !ed.is_graph_output(v)))
+                .filter(|&i| {
+                    ed.nodes[i]
+                        .outputs
+                        .iter()
+                        .all(|&v| ed.consumers(v).is_empty() && !ed.is_graph_output(v))
+                })
                 .collect();
             if dead.is_empty() {
                 break;
@@ -87,8 +108,17 @@ fn bn_scale_shift(ed: &Editor, bn: &Node) -> Option<(Vec<f32>, Vec<f32>)> {
     let mean = ed.const_f32(bn.inputs.get(3).copied().flatten())?;
     let var = ed.const_f32(bn.inputs.get(4).copied().flatten())?;
     let eps = bn.attrs.float_or("epsilon", 1e-5);
-    let scale: Vec<f32> = gamma.iter().zip(&var).map(|(&g, &v)| g / (v + eps).sqrt()).collect();
-    let shift = beta.iter().zip(&mean).zip(&scale).map(|((&b, &m), &s)| b - m * s).collect();
+    let scale: Vec<f32> = gamma
+        .iter()
+        .zip(&var)
+        .map(|(&g, &v)| g / (v + eps).sqrt())
+        .collect();
+    let shift = beta
+        .iter()
+        .zip(&mean)
+        .zip(&scale)
+        .map(|((&b, &m), &s)| b - m * s)
+        .collect();
     Some((scale, shift))
 }
 
@@ -114,15 +144,26 @@ impl Pass for BnFold {
                 continue;
             }
             let out = producer.outputs[0];
-            let Some(j) = ed.sole_consumer(out) else { continue };
+            let Some(j) = ed.sole_consumer(out) else {
+                continue;
+            };
             let bn = ed.nodes[j].clone();
-            if bn.op_type != "BatchNormalization" || bn.outputs.len() != 1 || bn.attrs.int_or("training_mode", 0) != 0 {
+            if bn.op_type != "BatchNormalization"
+                || bn.outputs.len() != 1
+                || bn.attrs.int_or("training_mode", 0) != 0
+            {
                 continue;
             }
-            let Some((scale, shift)) = bn_scale_shift(ed, &bn) else { continue };
-            let Some(weights) = ed.const_f32(producer.inputs.get(1).copied().flatten()) else { continue };
+            let Some((scale, shift)) = bn_scale_shift(ed, &bn) else {
+                continue;
+            };
+            let Some(weights) = ed.const_f32(producer.inputs.get(1).copied().flatten()) else {
+                continue;
+            };
             let w_fact = ed.fact(producer.inputs[1].unwrap_or_default()).clone();
-            let Some(w_shape) = w_fact.concrete_shape() else { continue };
+            let Some(w_shape) = w_fact.concrete_shape() else {
+                continue;
+            };
             let channels = scale.len();
             let bias_in = producer.inputs.get(2).copied().flatten();
             let bias = match bias_in {
@@ -145,8 +186,15 @@ impl Pass for BnFold {
                 }
             } else {
                 let trans_b = producer.attrs.int_or("transB", 0) != 0;
-                let (k, n) = if trans_b { (w_shape[1] as usize, w_shape[0] as usize) } else { (w_shape[0] as usize, w_shape[1] as usize) };
-                if n != channels || producer.attrs.float_or("alpha", 1.0) != 1.0 || producer.attrs.float_or("beta", 1.0) != 1.0 {
+                let (k, n) = if trans_b {
+                    (w_shape[1] as usize, w_shape[0] as usize)
+                } else {
+                    (w_shape[0] as usize, w_shape[1] as usize)
+                };
+                if n != channels
+                    || producer.attrs.float_or("alpha", 1.0) != 1.0
+                    || producer.attrs.float_or("beta", 1.0) != 1.0
+                {
                     continue;
                 }
                 for kk in 0..k {
@@ -156,7 +204,12 @@ impl Pass for BnFold {
                     }
                 }
             }
-            let new_b: Vec<f32> = bias.iter().zip(&scale).zip(&shift).map(|((&b, &s), &t)| b * s + t).collect();
+            let new_b: Vec<f32> = bias
+                .iter()
+                .zip(&scale)
+                .zip(&shift)
+                .map(|((&b, &s), &t)| b * s + t)
+                .collect();
             let w_name = format!("{}_bnfolded_w", producer.name);
             let b_name = format!("{}_bnfolded_b", producer.name);
             let w_id = ed.add_const(w_name, w_shape, new_w);
@@ -169,7 +222,10 @@ impl Pass for BnFold {
             node.inputs[2] = Some(b_id);
             node.outputs[0] = bn.outputs[0];
             ed.remove(j);
-            changes.push(Change::new(&[&producer, &bn], "BN scale and shift folded into the weights and bias"));
+            changes.push(Change::new(
+                &[&producer, &bn],
+                "BN scale and shift folded into the weights and bias",
+            ));
         }
         Ok(changes)
     }
@@ -188,19 +244,39 @@ fn activation_of(ed: &Editor, node: &Node) -> Option<(&'static str, f32, f32)> {
     Some(match node.op_type.as_str() {
         "Relu" => ("relu", 0.0, 0.0),
         "Clip" => {
-            let lo = node.attrs.float("min").or_else(|| ed.const_scalar(node.inputs.get(1).copied().flatten())).unwrap_or(f32::NEG_INFINITY);
-            let hi = node.attrs.float("max").or_else(|| ed.const_scalar(node.inputs.get(2).copied().flatten())).unwrap_or(f32::INFINITY);
-            if node.inputs.iter().skip(1).flatten().any(|&v| ed.fact(v).konst.is_none()) {
+            let lo = node
+                .attrs
+                .float("min")
+                .or_else(|| ed.const_scalar(node.inputs.get(1).copied().flatten()))
+                .unwrap_or(f32::NEG_INFINITY);
+            let hi = node
+                .attrs
+                .float("max")
+                .or_else(|| ed.const_scalar(node.inputs.get(2).copied().flatten()))
+                .unwrap_or(f32::INFINITY);
+            if node
+                .inputs
+                .iter()
+                .skip(1)
+                .flatten()
+                .any(|&v| ed.fact(v).konst.is_none())
+            {
                 return None;
             }
             ("clip", lo, hi)
         }
         "LeakyRelu" => ("leaky_relu", node.attrs.float_or("alpha", 0.01), 0.0),
-        "HardSigmoid" => ("hard_sigmoid", node.attrs.float_or("alpha", 0.2), node.attrs.float_or("beta", 0.5)),
+        "HardSigmoid" => (
+            "hard_sigmoid",
+            node.attrs.float_or("alpha", 0.2),
+            node.attrs.float_or("beta", 0.5),
+        ),
         "HardSwish" => ("hard_swish", 0.0, 0.0),
         "Sigmoid" => ("sigmoid", 0.0, 0.0),
         "Tanh" => ("tanh", 0.0, 0.0),
-        "Gelu" if node.attrs.string("approximate").unwrap_or("none") == "none" => ("gelu", 0.0, 0.0),
+        "Gelu" if node.attrs.string("approximate").unwrap_or("none") == "none" => {
+            ("gelu", 0.0, 0.0)
+        }
         _ => return None,
     })
 }
@@ -236,12 +312,19 @@ fn to_fused(node: &mut Node) -> bool {
 
 fn is_fusable_producer(node: &Node) -> bool {
     (node.domain.is_empty() && matches!(node.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
-        || (node.domain == DOMAIN && matches!(node.op_type.as_str(), "FusedConv" | "FusedGemm" | "FusedMatMul"))
+        || (node.domain == DOMAIN
+            && matches!(
+                node.op_type.as_str(),
+                "FusedConv" | "FusedGemm" | "FusedMatMul"
+            ))
 }
 
 /// The other input of a binary node, given one of them.
 fn other_input(node: &Node, value: ValueId) -> Option<ValueId> {
-    match (node.inputs.first().copied().flatten(), node.inputs.get(1).copied().flatten()) {
+    match (
+        node.inputs.first().copied().flatten(),
+        node.inputs.get(1).copied().flatten(),
+    ) {
         (Some(a), Some(b)) if a == value => Some(b),
         (Some(a), Some(b)) if b == value => Some(a),
         _ => None,
@@ -264,7 +347,10 @@ impl Fuse {
         let bias = other_input(&add, out)?;
         let n = *ed.fact(out).concrete_shape()?.last()?;
         let bias_shape = ed.fact(bias).concrete_shape()?;
-        if ed.fact(bias).konst.is_none() || bias_shape.iter().product::<u64>() != n || bias_shape.last() != Some(&n) {
+        if ed.fact(bias).konst.is_none()
+            || bias_shape.iter().product::<u64>() != n
+            || bias_shape.last() != Some(&n)
+        {
             return None;
         }
         let node_mut = &mut ed.nodes[i];
@@ -273,13 +359,17 @@ impl Fuse {
         node_mut.inputs[2] = Some(bias);
         node_mut.outputs[0] = add.outputs[0];
         ed.remove(j);
-        Some(Change::new(&[&node, &add], "bias add fused into the GEMM epilogue"))
+        Some(Change::new(
+            &[&node, &add],
+            "bias add fused into the GEMM epilogue",
+        ))
     }
 
     /// Conv → Add(tensor of the same shape) becomes a residual input of FusedConv.
     fn residual(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.nodes[i].clone();
-        let conv = (node.domain.is_empty() && node.op_type == "Conv") || (node.domain == DOMAIN && node.op_type == "FusedConv");
+        let conv = (node.domain.is_empty() && node.op_type == "Conv")
+            || (node.domain == DOMAIN && node.op_type == "FusedConv");
         if !conv || has_activation(&node) || node.inputs.get(3).copied().flatten().is_some() {
             return None;
         }
@@ -290,7 +380,10 @@ impl Fuse {
             return None;
         }
         let other = other_input(&add, out)?;
-        if other == out || ed.fact(other).concrete_shape()? != ed.fact(out).concrete_shape()? || !ed.is_float(other) {
+        if other == out
+            || ed.fact(other).concrete_shape()? != ed.fact(out).concrete_shape()?
+            || !ed.is_float(other)
+        {
             return None;
         }
         // The residual must be available before the conv runs: it is, unless it is produced after
@@ -306,7 +399,10 @@ impl Fuse {
         node_mut.inputs[3] = Some(other);
         node_mut.outputs[0] = add.outputs[0];
         ed.remove(j);
-        Some(Change::new(&[&node, &add], "residual add fused into the convolution epilogue"))
+        Some(Change::new(
+            &[&node, &add],
+            "residual add fused into the convolution epilogue",
+        ))
     }
 
     /// Producer → activation becomes the producer's epilogue activation.
@@ -327,14 +423,20 @@ impl Fuse {
         set_activation(node_mut, name, a, b);
         node_mut.outputs[0] = act.outputs[0];
         ed.remove(j);
-        Some(Change::new(&[&node, &act], &format!("{name} fused into the epilogue")))
+        Some(Change::new(
+            &[&node, &act],
+            &format!("{name} fused into the epilogue"),
+        ))
     }
 
     /// Multi-node activation patterns on a producer's output: SiLU `x·σ(x)`, hard-swish
     /// `x·clip(x+3, 0, 6)/6`, erf-GELU `0.5·x·(1 + erf(x/√2))` (either order of the last two muls).
     fn pattern(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.nodes[i].clone();
-        if !is_fusable_producer(&node) || has_activation(&node) || ed.is_graph_output(node.outputs[0]) {
+        if !is_fusable_producer(&node)
+            || has_activation(&node)
+            || ed.is_graph_output(node.outputs[0])
+        {
             return None;
         }
         let x = node.outputs[0];
@@ -342,70 +444,134 @@ impl Fuse {
         if users.len() != 2 {
             return None;
         }
-        let op = |k: usize| -> &str { if ed.nodes[k].domain.is_empty() { ed.nodes[k].op_type.as_str() } else { "" } };
-        let scalar_operand = |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.nodes[k], v)) };
+        let op = |k: usize| -> &str {
+            if ed.nodes[k].domain.is_empty() {
+                ed.nodes[k].op_type.as_str()
+            } else {
+                ""
+            }
+        };
+        let scalar_operand =
+            |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.nodes[k], v)) };
         let approx = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
         let (first, second) = (users[0], users[1]);
         let mut matched: Option<(&'static str, Vec<usize>, ValueId)> = None;
         for (gate, mul) in [(first, second), (second, first)] {
             // SiLU: Sigmoid(x) → Mul(x, s).
-            if op(gate) == "Sigmoid" && op(mul) == "Mul" && other_input(&ed.nodes[mul], x) == Some(ed.nodes[gate].outputs[0]) {
-                if ed.sole_consumer(ed.nodes[gate].outputs[0]) == Some(mul) {
-                    matched = Some(("silu", vec![gate, mul], ed.nodes[mul].outputs[0]));
-                    break;
-                }
+            if op(gate) == "Sigmoid"
+                && op(mul) == "Mul"
+                && other_input(&ed.nodes[mul], x) == Some(ed.nodes[gate].outputs[0])
+                && ed.sole_consumer(ed.nodes[gate].outputs[0]) == Some(mul)
+            {
+                matched = Some(("silu", vec![gate, mul], ed.nodes[mul].outputs[0]));
+                break;
             }
             // Hard-swish: Add(x, 3) → Clip(0, 6) → Mul(x, c) → Div(6) | Mul(1/6).
-            if op(gate) == "Add" && approx(scalar_operand(gate, x).unwrap_or(0.0), 3.0) && op(mul) == "Mul" {
+            if op(gate) == "Add"
+                && approx(scalar_operand(gate, x).unwrap_or(0.0), 3.0)
+                && op(mul) == "Mul"
+            {
                 let add_out = ed.nodes[gate].outputs[0];
-                let Some(clip) = ed.sole_consumer(add_out) else { continue };
+                let Some(clip) = ed.sole_consumer(add_out) else {
+                    continue;
+                };
                 if op(clip) != "Clip" {
                     continue;
                 }
-                let Some(("clip", lo, hi)) = activation_of(ed, &ed.nodes[clip]) else { continue };
-                if !(approx(lo, 0.0) && approx(hi, 6.0)) || ed.sole_consumer(ed.nodes[clip].outputs[0]) != Some(mul) {
+                let Some(("clip", lo, hi)) = activation_of(ed, &ed.nodes[clip]) else {
+                    continue;
+                };
+                if !(approx(lo, 0.0) && approx(hi, 6.0))
+                    || ed.sole_consumer(ed.nodes[clip].outputs[0]) != Some(mul)
+                {
                     continue;
                 }
                 if other_input(&ed.nodes[mul], x) != Some(ed.nodes[clip].outputs[0]) {
                     continue;
                 }
-                let Some(scale) = ed.sole_consumer(ed.nodes[mul].outputs[0]) else { continue };
+                let Some(scale) = ed.sole_consumer(ed.nodes[mul].outputs[0]) else {
+                    continue;
+                };
                 let mul_out = ed.nodes[mul].outputs[0];
-                let ok = (op(scale) == "Div" && ed.nodes[scale].inputs.first().copied().flatten() == Some(mul_out) && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 6.0))
-                    || (op(scale) == "Mul" && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 1.0 / 6.0));
+                let ok = (op(scale) == "Div"
+                    && ed.nodes[scale].inputs.first().copied().flatten() == Some(mul_out)
+                    && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 6.0))
+                    || (op(scale) == "Mul"
+                        && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 1.0 / 6.0));
                 if ok {
-                    matched = Some(("hard_swish", vec![gate, clip, mul, scale], ed.nodes[scale].outputs[0]));
+                    matched = Some((
+                        "hard_swish",
+                        vec![gate, clip, mul, scale],
+                        ed.nodes[scale].outputs[0],
+                    ));
                     break;
                 }
             }
             // GELU: Div(x, √2) | Mul(x, 1/√2) → Erf → Add(1) → Mul(x, ·) → Mul(0.5), or Mul(x, 0.5) first.
-            if (op(gate) == "Div" && approx(scalar_operand(gate, x).unwrap_or(0.0), std::f32::consts::SQRT_2))
-                || (op(gate) == "Mul" && approx(scalar_operand(gate, x).unwrap_or(0.0), std::f32::consts::FRAC_1_SQRT_2))
+            if (op(gate) == "Div"
+                && approx(
+                    scalar_operand(gate, x).unwrap_or(0.0),
+                    std::f32::consts::SQRT_2,
+                ))
+                || (op(gate) == "Mul"
+                    && approx(
+                        scalar_operand(gate, x).unwrap_or(0.0),
+                        std::f32::consts::FRAC_1_SQRT_2,
+                    ))
             {
-                let Some(erf) = ed.sole_consumer(ed.nodes[gate].outputs[0]) else { continue };
+                let Some(erf) = ed.sole_consumer(ed.nodes[gate].outputs[0]) else {
+                    continue;
+                };
                 if op(erf) != "Erf" {
                     continue;
                 }
-                let Some(add) = ed.sole_consumer(ed.nodes[erf].outputs[0]) else { continue };
-                if op(add) != "Add" || !approx(scalar_operand(add, ed.nodes[erf].outputs[0]).unwrap_or(0.0), 1.0) {
+                let Some(add) = ed.sole_consumer(ed.nodes[erf].outputs[0]) else {
+                    continue;
+                };
+                if op(add) != "Add"
+                    || !approx(
+                        scalar_operand(add, ed.nodes[erf].outputs[0]).unwrap_or(0.0),
+                        1.0,
+                    )
+                {
                     continue;
                 }
                 let add_out = ed.nodes[add].outputs[0];
-                let Some(m1) = ed.sole_consumer(add_out) else { continue };
+                let Some(m1) = ed.sole_consumer(add_out) else {
+                    continue;
+                };
                 if op(m1) != "Mul" {
                     continue;
                 }
                 let m1_other = other_input(&ed.nodes[m1], add_out);
                 if m1_other == Some(x) && mul == m1 {
                     // x·(1+erf) then ·0.5
-                    let Some(half) = ed.sole_consumer(ed.nodes[m1].outputs[0]) else { continue };
-                    if op(half) == "Mul" && approx(scalar_operand(half, ed.nodes[m1].outputs[0]).unwrap_or(0.0), 0.5) {
-                        matched = Some(("gelu", vec![gate, erf, add, m1, half], ed.nodes[half].outputs[0]));
+                    let Some(half) = ed.sole_consumer(ed.nodes[m1].outputs[0]) else {
+                        continue;
+                    };
+                    if op(half) == "Mul"
+                        && approx(
+                            scalar_operand(half, ed.nodes[m1].outputs[0]).unwrap_or(0.0),
+                            0.5,
+                        )
+                    {
+                        matched = Some((
+                            "gelu",
+                            vec![gate, erf, add, m1, half],
+                            ed.nodes[half].outputs[0],
+                        ));
                         break;
                     }
-                } else if op(mul) == "Mul" && approx(scalar_operand(mul, x).unwrap_or(0.0), 0.5) && m1_other == Some(ed.nodes[mul].outputs[0]) {
+                } else if op(mul) == "Mul"
+                    && approx(scalar_operand(mul, x).unwrap_or(0.0), 0.5)
+                    && m1_other == Some(ed.nodes[mul].outputs[0])
+                {
                     // (0.5·x)·(1+erf)
-                    matched = Some(("gelu", vec![gate, erf, add, mul, m1], ed.nodes[m1].outputs[0]));
+                    matched = Some((
+                        "gelu",
+                        vec![gate, erf, add, mul, m1],
+                        ed.nodes[m1].outputs[0],
+                    ));
                     break;
                 }
             }
@@ -421,7 +587,10 @@ impl Fuse {
             ed.remove(k);
         }
         let refs: Vec<&Node> = replaced.iter().collect();
-        Some(Change::new(&refs, &format!("{name} pattern fused into the epilogue")))
+        Some(Change::new(
+            &refs,
+            &format!("{name} pattern fused into the epilogue"),
+        ))
     }
 }
 
@@ -465,7 +634,14 @@ impl Pass for Fuse {
 pub struct Eltwise;
 
 /// The chain-step encoding of one element-wise node continuing a chain on `value`.
-fn chain_step(ed: &Editor, node: &Node, value: ValueId, chain_input: ValueId, operands: &mut Vec<ValueId>, out_shape: &[u64]) -> Option<String> {
+fn chain_step(
+    ed: &Editor,
+    node: &Node,
+    value: ValueId,
+    chain_input: ValueId,
+    operands: &mut Vec<ValueId>,
+    out_shape: &[u64],
+) -> Option<String> {
     if !node.domain.is_empty() || node.inputs.first().copied().flatten().is_none() {
         return None;
     }
@@ -486,7 +662,8 @@ fn chain_step(ed: &Editor, node: &Node, value: ValueId, chain_input: ValueId, op
         _ => None,
     };
     if let Some(name) = unary {
-        return (node.inputs.first().copied().flatten() == Some(value)).then(|| format!("unary:{name}:0:0"));
+        return (node.inputs.first().copied().flatten() == Some(value))
+            .then(|| format!("unary:{name}:0:0"));
     }
     let op = match node.op_type.as_str() {
         "Add" => "add",
@@ -502,7 +679,13 @@ fn chain_step(ed: &Editor, node: &Node, value: ValueId, chain_input: ValueId, op
         return None;
     }
     let (a, b) = (node.inputs[0]?, node.inputs[1]?);
-    let (other, swapped) = if a == value { (b, false) } else if b == value { (a, true) } else { return None };
+    let (other, swapped) = if a == value {
+        (b, false)
+    } else if b == value {
+        (a, true)
+    } else {
+        return None;
+    };
     if other == chain_input {
         return Some(format!("input:{op}:{}", u8::from(swapped)));
     }
@@ -513,14 +696,24 @@ fn chain_step(ed: &Editor, node: &Node, value: ValueId, chain_input: ValueId, op
     let count: u64 = shape.iter().product();
     let rank = out_shape.len();
     let per_channel = rank >= 2 && shape.len() <= rank && {
-        let padded: Vec<u64> = std::iter::repeat_n(1, rank - shape.len()).chain(shape.iter().copied()).collect();
-        padded[1] == out_shape[1] && padded.iter().enumerate().all(|(axis, &d)| axis == 1 || d == 1)
+        let padded: Vec<u64> = std::iter::repeat_n(1, rank - shape.len())
+            .chain(shape.iter().copied())
+            .collect();
+        padded[1] == out_shape[1]
+            && padded
+                .iter()
+                .enumerate()
+                .all(|(axis, &d)| axis == 1 || d == 1)
     };
     if count != 1 && !per_channel {
         return None;
     }
     operands.push(other);
-    Some(format!("const:{op}:{}:{}", operands.len(), u8::from(swapped)))
+    Some(format!(
+        "const:{op}:{}:{}",
+        operands.len(),
+        u8::from(swapped)
+    ))
 }
 
 impl Pass for Eltwise {
@@ -536,23 +729,37 @@ impl Pass for Eltwise {
         let mut changes = Vec::new();
         // Transpose pairs that cancel.
         for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i) || ed.nodes[i].op_type != "Transpose" || !ed.nodes[i].domain.is_empty() {
+            if ed.removed.contains(&i)
+                || ed.nodes[i].op_type != "Transpose"
+                || !ed.nodes[i].domain.is_empty()
+            {
                 continue;
             }
             let first = ed.nodes[i].clone();
-            let Some(j) = ed.sole_consumer(first.outputs[0]) else { continue };
+            let Some(j) = ed.sole_consumer(first.outputs[0]) else {
+                continue;
+            };
             let second = ed.nodes[j].clone();
             if second.op_type != "Transpose" || !second.domain.is_empty() {
                 continue;
             }
-            let (Some(p1), Some(p2)) = (first.attrs.ints("perm"), second.attrs.ints("perm")) else { continue };
+            let (Some(p1), Some(p2)) = (first.attrs.ints("perm"), second.attrs.ints("perm")) else {
+                continue;
+            };
             let composed: Vec<i64> = p2.iter().map(|&k| p1[k as usize]).collect();
-            if composed.iter().enumerate().all(|(k, &v)| v == k as i64) && !ed.is_graph_output(second.outputs[0]) {
-                let (Some(src), dst) = (first.inputs[0], second.outputs[0]) else { continue };
+            if composed.iter().enumerate().all(|(k, &v)| v == k as i64)
+                && !ed.is_graph_output(second.outputs[0])
+            {
+                let (Some(src), dst) = (first.inputs[0], second.outputs[0]) else {
+                    continue;
+                };
                 ed.rewire(dst, src);
                 ed.remove(i);
                 ed.remove(j);
-                changes.push(Change::new(&[&first, &second], "transposes cancel: both removed"));
+                changes.push(Change::new(
+                    &[&first, &second],
+                    "transposes cancel: both removed",
+                ));
             }
         }
         // Reshape → Reshape back to the original shape.
@@ -561,17 +768,24 @@ impl Pass for Eltwise {
                 continue;
             }
             let first = ed.nodes[i].clone();
-            let Some(j) = ed.sole_consumer(first.outputs[0]) else { continue };
+            let Some(j) = ed.sole_consumer(first.outputs[0]) else {
+                continue;
+            };
             let second = ed.nodes[j].clone();
             if second.op_type != "Reshape" || ed.is_graph_output(second.outputs[0]) {
                 continue;
             }
             let Some(src) = first.inputs[0] else { continue };
-            if ed.fact(src).concrete_shape() == ed.fact(second.outputs[0]).concrete_shape() && ed.fact(src).concrete_shape().is_some() {
+            if ed.fact(src).concrete_shape() == ed.fact(second.outputs[0]).concrete_shape()
+                && ed.fact(src).concrete_shape().is_some()
+            {
                 ed.rewire(second.outputs[0], src);
                 ed.remove(i);
                 ed.remove(j);
-                changes.push(Change::new(&[&first, &second], "reshapes cancel: both removed"));
+                changes.push(Change::new(
+                    &[&first, &second],
+                    "reshapes cancel: both removed",
+                ));
             }
         }
         // Element-wise chains.
@@ -580,16 +794,29 @@ impl Pass for Eltwise {
                 continue;
             }
             let start = ed.nodes[i].clone();
-            let Some(chain_input) = start.inputs.first().copied().flatten() else { continue };
+            let Some(chain_input) = start.inputs.first().copied().flatten() else {
+                continue;
+            };
             if !ed.is_float(chain_input) {
                 continue;
             }
-            let Some(out_shape) = ed.fact(start.outputs[0]).concrete_shape() else { continue };
+            let Some(out_shape) = ed.fact(start.outputs[0]).concrete_shape() else {
+                continue;
+            };
             if ed.fact(chain_input).concrete_shape().as_ref() != Some(&out_shape) {
                 continue;
             }
             let mut operands = Vec::new();
-            let Some(first_step) = chain_step(ed, &start, chain_input, usize::MAX, &mut operands, &out_shape) else { continue };
+            let Some(first_step) = chain_step(
+                ed,
+                &start,
+                chain_input,
+                usize::MAX,
+                &mut operands,
+                &out_shape,
+            ) else {
+                continue;
+            };
             let mut steps = vec![first_step];
             let mut members = vec![i];
             let mut value = start.outputs[0];
@@ -601,7 +828,10 @@ impl Pass for Eltwise {
                     break;
                 }
                 let mut trial = operands.clone();
-                let Some(step) = chain_step(ed, &node, value, chain_input, &mut trial, &out_shape) else { break };
+                let Some(step) = chain_step(ed, &node, value, chain_input, &mut trial, &out_shape)
+                else {
+                    break;
+                };
                 operands = trial;
                 steps.push(step);
                 members.push(next);
@@ -628,7 +858,10 @@ impl Pass for Eltwise {
             }
             ed.nodes[members[0]] = fused;
             let refs: Vec<&Node> = replaced.iter().collect();
-            changes.push(Change::new(&refs, &format!("{} element-wise ops in one pass", steps.len())));
+            changes.push(Change::new(
+                &refs,
+                &format!("{} element-wise ops in one pass", steps.len()),
+            ));
         }
         Ok(changes)
     }

@@ -260,7 +260,10 @@ impl Graph {
             for &value in node.inputs.iter().flatten() {
                 let v = &self.values[value];
                 if v.producer.is_none() && v.fact.konst.is_none() && !self.inputs.contains(&value) {
-                    return Err(format!("node `{}` reads `{}`, which nothing produces", node.name, v.name));
+                    return Err(format!(
+                        "node `{}` reads `{}`, which nothing produces",
+                        node.name, v.name
+                    ));
                 }
             }
         }

@@ -101,7 +101,10 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
                 .find(|&&v| graph.values[v].name == *name)
                 .ok_or_else(|| AnalysisError::BadInputSpec {
                     spec: name.clone(),
-                    reason: format!("no input named `{name}` (inputs: {})", input_names.join(", ")),
+                    reason: format!(
+                        "no input named `{name}` (inputs: {})",
+                        input_names.join(", ")
+                    ),
                 })?
         };
         let fact = &mut graph.values[value].fact;
@@ -167,10 +170,14 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
     }
     for &value in &graph.inputs {
         let v = &graph.values[value];
-        let shape = v.fact.shape.as_ref().ok_or_else(|| AnalysisError::BadInputSpec {
-            spec: v.name.clone(),
-            reason: "the model does not declare this input's rank; bind it with --input".into(),
-        })?;
+        let shape = v
+            .fact
+            .shape
+            .as_ref()
+            .ok_or_else(|| AnalysisError::BadInputSpec {
+                spec: v.name.clone(),
+                reason: "the model does not declare this input's rank; bind it with --input".into(),
+            })?;
         if let Some(Dim::Sym(symbol)) = shape.iter().find(|d| d.known().is_none()) {
             return Err(AnalysisError::UnboundDim {
                 input: v.name.clone(),
@@ -207,17 +214,20 @@ pub enum NodeState {
     Failed(String),
 }
 
+/// What inference returns: the topological order, each node's state, and diagnostics.
+pub type Inferred = (Vec<NodeId>, HashMap<NodeId, NodeState>, Vec<Diagnostic>);
+
 /// Infers all facts in place. Returns the per-node state (indexed like the topological order)
 /// and diagnostics.
-pub fn infer_graph(
-    graph: &mut Graph,
-) -> Result<(Vec<NodeId>, HashMap<NodeId, NodeState>, Vec<Diagnostic>), AnalysisError> {
-    let order = graph.topo_order().map_err(|stuck| AnalysisError::InvalidGraph {
-        reason: format!(
-            "the graph has a cycle through node `{}`",
-            graph.dag[stuck].name
-        ),
-    })?;
+pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
+    let order = graph
+        .topo_order()
+        .map_err(|stuck| AnalysisError::InvalidGraph {
+            reason: format!(
+                "the graph has a cycle through node `{}`",
+                graph.dag[stuck].name
+            ),
+        })?;
     let mut states = HashMap::new();
     let mut diagnostics = Vec::new();
     for &id in &order {
@@ -276,9 +286,15 @@ pub fn infer_graph(
                         }
                     }
                 }
-                let folded = facts.iter().take(outputs.len()).all(TensorFact::is_constant);
+                let folded = facts
+                    .iter()
+                    .take(outputs.len())
+                    .all(TensorFact::is_constant);
                 for (&value, fact) in outputs.iter().zip(facts) {
-                    check_size(&format!("output `{}` of node `{name}`", graph.values[value].name), &fact)?;
+                    check_size(
+                        &format!("output `{}` of node `{name}`", graph.values[value].name),
+                        &fact,
+                    )?;
                     // Keep a declared shape when inference could only produce symbols.
                     let fact = match (&graph.values[value].declared, fact.concrete_shape()) {
                         (Some(declared), None)

@@ -56,8 +56,7 @@ pub fn analyze_file(
 pub fn prepare_graph(
     graph: &mut Graph,
     bindings: &Bindings,
-) -> Result<(Vec<graph::NodeId>, std::collections::HashMap<graph::NodeId, NodeState>, Vec<Diagnostic>), AnalysisError>
-{
+) -> Result<infer::Inferred, AnalysisError> {
     infer::bind_inputs(graph, bindings)?;
     infer::infer_graph(graph)
 }
@@ -69,9 +68,8 @@ pub fn analyze_graph(
     device: &DeviceProfile,
     options: &AnalyzeOptions,
 ) -> Result<Analysis, AnalysisError> {
-    let roof = Roof::of(device, options.precision).map_err(|reason| AnalysisError::InvalidGraph {
-        reason,
-    })?;
+    let roof = Roof::of(device, options.precision)
+        .map_err(|reason| AnalysisError::InvalidGraph { reason })?;
     let (order, states, mut diagnostics) = prepare_graph(&mut graph, &options.bindings)?;
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
@@ -82,11 +80,17 @@ pub fn analyze_graph(
             .iter()
             .map(|slot| slot.map(|v| &graph.values[v].fact))
             .collect();
-        let output_facts: Vec<&TensorFact> =
-            node.outputs.iter().map(|&v| &graph.values[v].fact).collect();
+        let output_facts: Vec<&TensorFact> = node
+            .outputs
+            .iter()
+            .map(|&v| &graph.values[v].fact)
+            .collect();
         let input_shapes = input_facts
             .iter()
-            .map(|f| f.map(TensorFact::shape_string).unwrap_or_else(|| "-".into()))
+            .map(|f| {
+                f.map(TensorFact::shape_string)
+                    .unwrap_or_else(|| "-".into())
+            })
             .collect();
         let output_shapes = output_facts.iter().map(|f| f.shape_string()).collect();
         let state = states.get(&id).cloned().unwrap_or(NodeState::Inferred);
@@ -107,7 +111,8 @@ pub fn analyze_graph(
                         outputs: output_facts.clone(),
                         precision: options.precision,
                     };
-                    op.cost(&ctx).map_err(|reason| (NodeStatus::NotCosted, Some(reason)))
+                    op.cost(&ctx)
+                        .map_err(|reason| (NodeStatus::NotCosted, Some(reason)))
                 }
             },
         };
@@ -334,9 +339,14 @@ fn device_info(device: &DeviceProfile, precision: Precision, roof: Roof) -> Devi
             .iter()
             .filter_map(|&p| device.ceiling(p).cloned())
             .collect(),
-        memory_ceilings: [MemoryLevel::L1, MemoryLevel::L2, MemoryLevel::L3, MemoryLevel::Dram]
-            .iter()
-            .filter_map(|&level| device.memory_ceiling(level).cloned())
-            .collect(),
+        memory_ceilings: [
+            MemoryLevel::L1,
+            MemoryLevel::L2,
+            MemoryLevel::L3,
+            MemoryLevel::Dram,
+        ]
+        .iter()
+        .filter_map(|&level| device.memory_ceiling(level).cloned())
+        .collect(),
     }
 }

@@ -278,7 +278,9 @@ fn decode_raw(dtype: DType, bytes: &[u8], count: usize) -> Option<Vec<f64>> {
             DType::I8 => chunk[0] as i8 as f64,
             DType::U8 | DType::Bool => chunk[0] as f64,
             DType::F16 => f16_to_f32(u16::from_le_bytes([chunk[0], chunk[1]])) as f64,
-            DType::Bf16 => f32::from_bits((u16::from_le_bytes([chunk[0], chunk[1]]) as u32) << 16) as f64,
+            DType::Bf16 => {
+                f32::from_bits((u16::from_le_bytes([chunk[0], chunk[1]]) as u32) << 16) as f64
+            }
             DType::F8 | DType::String | DType::Other => return None,
         };
         out.push(value);

@@ -23,7 +23,12 @@ pub struct BenchOptions {
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        BenchOptions { runs: 10, warmup: 2, threads: 1, seed: 0 }
+        BenchOptions {
+            runs: 10,
+            warmup: 2,
+            threads: 1,
+            seed: 0,
+        }
     }
 }
 
@@ -122,7 +127,15 @@ pub fn bench_graph(
     let analysis = analysis::analyze_graph(graph.clone(), source, device, analyze)?;
     let mut graph = graph;
     let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
-    let plan = build_plan(&graph, &order, &states, &PlanOptions { threads: options.threads, ..PlanOptions::default() })?;
+    let plan = build_plan(
+        &graph,
+        &order,
+        &states,
+        &PlanOptions {
+            threads: options.threads,
+            ..PlanOptions::default()
+        },
+    )?;
     let inputs = random_inputs(&plan, options.seed);
     let mut workspace = plan.workspace();
     for _ in 0..options.warmup.max(1) {
@@ -178,7 +191,11 @@ pub fn bench_graph(
         schema_version: BENCH_SCHEMA_VERSION,
         threads: options.threads,
         runs,
-        latency_ms: Latency { median: median_ms, min: sorted_latency[0], max: sorted_latency[sorted_latency.len() - 1] },
+        latency_ms: Latency {
+            median: median_ms,
+            min: sorted_latency[0],
+            max: sorted_latency[sorted_latency.len() - 1],
+        },
         predicted_latency_ms: predicted_ms,
         errors: ErrorSummary {
             median_abs_error: percentile(&abs_errors, 0.5),
@@ -189,7 +206,11 @@ pub fn bench_graph(
         peak_activation_bytes: plan.peak_activation_bytes,
         unplanned_activation_bytes: plan.unplanned_activation_bytes,
         weights_bytes: plan.weights_bytes,
-        kernel_isa: format!("gemm {}, vector kernels {}", crate::kernels::gemm::isa_name(), crate::kernels::simd::isa_level().name()),
+        kernel_isa: format!(
+            "gemm {}, vector kernels {}",
+            crate::kernels::gemm::isa_name(),
+            crate::kernels::simd::isa_level().name()
+        ),
         analysis,
     })
 }

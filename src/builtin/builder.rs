@@ -76,7 +76,9 @@ fn value_info(name: &str, elem_type: i32, dims: &[SigDim]) -> ValueInfoProto {
                         .iter()
                         .map(|d| tensor_shape_proto::Dimension {
                             value: Some(match d {
-                                SigDim::Fixed(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
+                                SigDim::Fixed(v) => {
+                                    tensor_shape_proto::dimension::Value::DimValue(*v)
+                                }
                                 SigDim::Named(n) => {
                                     tensor_shape_proto::dimension::Value::DimParam(n.to_string())
                                 }
@@ -263,7 +265,12 @@ impl GraphBuilder {
         let fan_in = in_channels / spec.group * spec.kernel * spec.kernel;
         let w = self.weight(
             "conv_w",
-            &[spec.out_channels, in_channels / spec.group, spec.kernel, spec.kernel],
+            &[
+                spec.out_channels,
+                in_channels / spec.group,
+                spec.kernel,
+                spec.kernel,
+            ],
             fan_in,
         );
         let mut inputs = vec![x.to_string(), w];

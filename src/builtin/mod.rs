@@ -80,7 +80,10 @@ pub const MODELS: &[BuiltinModel] = &[
 
 /// Finds a built-in by name (`builtin:` prefix optional, case-insensitive).
 pub fn find(name: &str) -> Result<&'static BuiltinModel, AnalysisError> {
-    let wanted = name.strip_prefix("builtin:").unwrap_or(name).to_ascii_lowercase();
+    let wanted = name
+        .strip_prefix("builtin:")
+        .unwrap_or(name)
+        .to_ascii_lowercase();
     let wanted = wanted.replace('_', "-");
     MODELS
         .iter()
@@ -98,12 +101,21 @@ fn image_input(b: &mut GraphBuilder, size: i64) -> String {
     b.input(
         "input",
         FLOAT,
-        &[SigDim::Named("batch"), SigDim::Fixed(3), SigDim::Fixed(size), SigDim::Fixed(size)],
+        &[
+            SigDim::Named("batch"),
+            SigDim::Fixed(3),
+            SigDim::Fixed(size),
+            SigDim::Fixed(size),
+        ],
     )
 }
 
 fn classifier_output(b: &mut GraphBuilder, logits: &str) {
-    b.output(logits, FLOAT, &[SigDim::Named("batch"), SigDim::Fixed(1000)]);
+    b.output(
+        logits,
+        FLOAT,
+        &[SigDim::Named("batch"), SigDim::Fixed(1000)],
+    );
 }
 
 fn conv_bn(b: &mut GraphBuilder, x: &str, in_c: i64, spec: ConvSpec) -> String {
@@ -167,7 +179,10 @@ fn resnet50(fill: WeightFill) -> ModelProto {
     let y = b.relu(&y);
     let mut y = b.max_pool(&y, 3, 2, 1);
     let mut channels = 64;
-    for (stage, (width, blocks)) in [(64, 3), (128, 4), (256, 6), (512, 3)].into_iter().enumerate() {
+    for (stage, (width, blocks)) in [(64, 3), (128, 4), (256, 6), (512, 3)]
+        .into_iter()
+        .enumerate()
+    {
         for block in 0..blocks {
             let stride = if block == 0 && stage > 0 { 2 } else { 1 };
             let out = width * 4;
@@ -293,7 +308,11 @@ fn bert_base(fill: WeightFill) -> ModelProto {
     b.output(
         &x,
         FLOAT,
-        &[SigDim::Named("batch"), SigDim::Named("sequence"), SigDim::Fixed(HIDDEN)],
+        &[
+            SigDim::Named("batch"),
+            SigDim::Named("sequence"),
+            SigDim::Fixed(HIDDEN),
+        ],
     );
     b.finish("bert_base")
 }

@@ -50,15 +50,39 @@ pub struct AdviseArgs {
 
 pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
     let (graph, defaults) = super::bench::load_graph(&args.model.model)?;
-    let device = super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
-    let inputs: Vec<(String, Vec<u64>)> = args.model.inputs.iter().map(|s| Bindings::parse_input(s)).collect::<Result<_, _>>()?;
-    let bindings = if inputs.is_empty() && args.model.batch.is_none() { defaults.unwrap_or_default() } else { Bindings { inputs, batch: args.model.batch } };
-    let analyze = AnalyzeOptions { bindings, precision: Precision::Fp32 };
-    let options = AdviseOptions { apply: args.apply.clone(), skip: args.skip.clone(), verify: args.verify, runs: args.runs, threads: args.model.threads.max(1) };
-    let (report, rewritten) = advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
+    let device =
+        super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
+    let inputs: Vec<(String, Vec<u64>)> = args
+        .model
+        .inputs
+        .iter()
+        .map(|s| Bindings::parse_input(s))
+        .collect::<Result<_, _>>()?;
+    let bindings = if inputs.is_empty() && args.model.batch.is_none() {
+        defaults.unwrap_or_default()
+    } else {
+        Bindings {
+            inputs,
+            batch: args.model.batch,
+        }
+    };
+    let analyze = AnalyzeOptions {
+        bindings,
+        precision: Precision::Fp32,
+    };
+    let options = AdviseOptions {
+        apply: args.apply.clone(),
+        skip: args.skip.clone(),
+        verify: args.verify,
+        runs: args.runs,
+        threads: args.model.threads.max(1),
+    };
+    let (report, rewritten) =
+        advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
     if let Some(path) = &args.output_model {
         let model = export::to_model(&rewritten)?;
-        std::fs::write(path, prost::Message::encode_to_vec(&model)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, prost::Message::encode_to_vec(&model))
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     let text = match args.format {
@@ -67,7 +91,9 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         AdviseFormat::Html => super::advice_html(&report)?,
     };
     match &args.report {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
+        }
         None => print!("{text}"),
     }
     Ok(ExitCode::SUCCESS)
@@ -80,11 +106,29 @@ fn speed(x: Option<f64>) -> String {
 pub fn render_table(report: &AdviceReport) -> String {
     let mut out = String::new();
     let b = &report.before;
-    let _ = writeln!(out, "model  {}   device {} ({:?})   {}", b.model.source, b.device.id, b.device.source, report.verification_note);
+    let _ = writeln!(
+        out,
+        "model  {}   device {} ({:?})   {}",
+        b.model.source, b.device.id, b.device.source, report.verification_note
+    );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}", "pass", "changes", "predicted", "saved bytes", "pred gain", "measured", "meas gain", "error");
+    let _ = writeln!(
+        out,
+        "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+        "pass",
+        "changes",
+        "predicted",
+        "saved bytes",
+        "pred gain",
+        "measured",
+        "meas gain",
+        "error"
+    );
     for p in &report.passes {
-        let measured = p.measured_latency_after_ms.map(|m| format!("{m:.2} ms")).unwrap_or_else(|| "-".into());
+        let measured = p
+            .measured_latency_after_ms
+            .map(|m| format!("{m:.2} ms"))
+            .unwrap_or_else(|| "-".into());
         let _ = writeln!(
             out,
             "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
@@ -95,7 +139,9 @@ pub fn render_table(report: &AdviceReport) -> String {
             format!("{:.2}x", p.predicted_speedup),
             measured,
             speed(p.measured_speedup),
-            p.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+            p.prediction_error
+                .map(|e| format!("{:+.0}%", e * 100.0))
+                .unwrap_or_else(|| "-".into())
         );
     }
     let o = &report.overall;
@@ -110,18 +156,37 @@ pub fn render_table(report: &AdviceReport) -> String {
             _ => "-".into(),
         },
         speed(o.measured_speedup),
-        o.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+        o.prediction_error
+            .map(|e| format!("{:+.0}%", e * 100.0))
+            .unwrap_or_else(|| "-".into())
     );
     if let Some(err) = o.max_relative_output_error {
         let _ = writeln!(out, "          outputs of the rewritten graph vs the original: max relative error {err:.1e}");
     }
-    let groups: Vec<_> = report.passes.iter().flat_map(|p| p.fusion_groups.iter()).collect();
+    let groups: Vec<_> = report
+        .passes
+        .iter()
+        .flat_map(|p| p.fusion_groups.iter())
+        .collect();
     if !groups.is_empty() {
-        let _ = writeln!(out, "\ntop fusions by predicted time saved (intensity unfused -> fused, FLOP/B)");
+        let _ = writeln!(
+            out,
+            "\ntop fusions by predicted time saved (intensity unfused -> fused, FLOP/B)"
+        );
         let mut sorted = groups.clone();
-        sorted.sort_by(|a, b| b.predicted_time_saved_s.total_cmp(&a.predicted_time_saved_s));
+        sorted.sort_by(|a, b| {
+            b.predicted_time_saved_s
+                .total_cmp(&a.predicted_time_saved_s)
+        });
         for g in sorted.iter().take(10) {
-            let _ = writeln!(out, "  {:>10}  {:>6.2} -> {:<6.2}  {}", fmt_seconds(g.predicted_time_saved_s), g.intensity_unfused, g.intensity_fused, g.op_types.join("+"));
+            let _ = writeln!(
+                out,
+                "  {:>10}  {:>6.2} -> {:<6.2}  {}",
+                fmt_seconds(g.predicted_time_saved_s),
+                g.intensity_unfused,
+                g.intensity_fused,
+                g.op_types.join("+")
+            );
         }
     }
     if !report.left_alone.is_empty() {

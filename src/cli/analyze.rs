@@ -77,25 +77,45 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     for device in &devices {
         let graph = if is_builtin {
             let model = builtin::find(&args.model)?.build(WeightFill::Zeros);
-            import::import_model(&model, std::path::Path::new("."), std::path::Path::new(&args.model))?
+            import::import_model(
+                &model,
+                std::path::Path::new("."),
+                std::path::Path::new(&args.model),
+            )?
         } else {
             import::load_graph(std::path::Path::new(&args.model))?
         };
-        analyses.push(analysis::analyze_graph(graph, &args.model, device, &options)?);
+        analyses.push(analysis::analyze_graph(
+            graph,
+            &args.model,
+            device,
+            &options,
+        )?);
     }
     let text = match args.format {
         OutputFormat::Json => report::render_json(&analyses)?,
         OutputFormat::Csv => report::render_csv(&analyses),
         OutputFormat::Html => report::html::render_html(&analyses)?,
-        OutputFormat::Svg => report::svg::render_roofline_svg(&analyses[0], &report::svg::SvgOptions::default())?,
+        OutputFormat::Svg => {
+            report::svg::render_roofline_svg(&analyses[0], &report::svg::SvgOptions::default())?
+        }
         OutputFormat::Table => analyses
             .iter()
-            .map(|a| report::render_table(a, TableOptions { all_ops: args.all_ops }))
+            .map(|a| {
+                report::render_table(
+                    a,
+                    TableOptions {
+                        all_ops: args.all_ops,
+                    },
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n"),
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
+        }
         None => print!("{text}"),
     }
     // Unknown ops are bad input: the report above lists them, and the exit status says so.
@@ -122,7 +142,10 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .filter(|d| d.severity == Severity::Warning)
         .count();
     if args.strict && warnings > 0 {
-        eprintln!("{warnings} warning(s) and --strict: exit status {}", super::EXIT_WARNINGS);
+        eprintln!(
+            "{warnings} warning(s) and --strict: exit status {}",
+            super::EXIT_WARNINGS
+        );
         return Ok(ExitCode::from(super::EXIT_WARNINGS));
     }
     Ok(ExitCode::SUCCESS)

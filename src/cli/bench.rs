@@ -83,7 +83,11 @@ pub fn load_graph(model: &str) -> Result<(Graph, Option<Bindings>)> {
     if model.starts_with("builtin:") {
         let builtin = builtin::find(model)?;
         let proto = builtin.build(WeightFill::Random(0));
-        let graph = import::import_model(&proto, std::path::Path::new("."), std::path::Path::new(model))?;
+        let graph = import::import_model(
+            &proto,
+            std::path::Path::new("."),
+            std::path::Path::new(model),
+        )?;
         Ok((graph, Some((builtin.default_bindings)())))
     } else {
         Ok((import::load_graph(std::path::Path::new(model))?, None))
@@ -91,20 +95,36 @@ pub fn load_graph(model: &str) -> Result<(Graph, Option<Bindings>)> {
 }
 
 fn bindings(args: &ModelArgs, defaults: Option<Bindings>) -> Result<Bindings> {
-    let inputs: Vec<(String, Vec<u64>)> = args.inputs.iter().map(|s| Bindings::parse_input(s)).collect::<Result<_, _>>()?;
+    let inputs: Vec<(String, Vec<u64>)> = args
+        .inputs
+        .iter()
+        .map(|s| Bindings::parse_input(s))
+        .collect::<Result<_, _>>()?;
     if inputs.is_empty() && args.batch.is_none() {
         if let Some(d) = defaults {
             return Ok(d);
         }
     }
-    Ok(Bindings { inputs, batch: args.batch })
+    Ok(Bindings {
+        inputs,
+        batch: args.batch,
+    })
 }
 
 pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let (graph, defaults) = load_graph(&args.model.model)?;
-    let device = super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
-    let analyze = AnalyzeOptions { bindings: bindings(&args.model, defaults)?, precision: Precision::Fp32 };
-    let options = BenchOptions { runs: args.runs, warmup: 2, threads: args.model.threads.max(1), seed: 0 };
+    let device =
+        super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
+    let analyze = AnalyzeOptions {
+        bindings: bindings(&args.model, defaults)?,
+        precision: Precision::Fp32,
+    };
+    let options = BenchOptions {
+        runs: args.runs,
+        warmup: 2,
+        threads: args.model.threads.max(1),
+        seed: 0,
+    };
     let report = bench::bench_graph(graph, &args.model.model, &device, &analyze, &options)?;
     let text = match args.format {
         BenchFormat::Json => serde_json::to_string_pretty(&report)?,
@@ -112,7 +132,9 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         BenchFormat::Html => super::bench_html(&report)?,
     };
     match &args.output {
-        Some(path) => std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
+        }
         None => print!("{text}"),
     }
     Ok(ExitCode::SUCCESS)
@@ -122,7 +144,16 @@ fn render_table(report: &BenchReport, top: usize) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let a = &report.analysis;
-    let _ = writeln!(out, "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}", a.model.source, a.device.id, a.device.source, report.threads, report.runs, report.kernel_isa);
+    let _ = writeln!(
+        out,
+        "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}",
+        a.model.source,
+        a.device.id,
+        a.device.source,
+        report.threads,
+        report.runs,
+        report.kernel_isa
+    );
     let _ = writeln!(
         out,
         "latency  median {:.3} ms  (min {:.3}, max {:.3})   predicted {:.3} ms   end-to-end error {:+.0}%",
@@ -138,7 +169,11 @@ fn render_table(report: &BenchReport, top: usize) -> String {
         fmt_bytes(report.weights_bytes as f64)
     );
     let _ = writeln!(out);
-    let _ = writeln!(out, "{:<28} {:<18} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}", "op", "type", "measured", "predicted", "GFLOP/s", "GB/s", "of roof", "error");
+    let _ = writeln!(
+        out,
+        "{:<28} {:<18} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}",
+        "op", "type", "measured", "predicted", "GFLOP/s", "GB/s", "of roof", "error"
+    );
     let mut ops: Vec<_> = report.ops.iter().collect();
     ops.sort_by(|x, y| y.measured_s.total_cmp(&x.measured_s));
     for op in ops.iter().take(top) {
@@ -157,7 +192,11 @@ fn render_table(report: &BenchReport, top: usize) -> String {
         );
     }
     if ops.len() > top {
-        let _ = writeln!(out, "... {} more ops (--top N, or --format json for all)", ops.len() - top);
+        let _ = writeln!(
+            out,
+            "... {} more ops (--top N, or --format json for all)",
+            ops.len() - top
+        );
     }
     out
 }
@@ -171,7 +210,10 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
             bail!("--input {spec}: expected NAME=FILE.npy");
         };
         let tensor = npy::read_npy(std::path::Path::new(file))?;
-        shapes.push((name.to_string(), tensor.shape.iter().map(|&d| d as u64).collect()));
+        shapes.push((
+            name.to_string(),
+            tensor.shape.iter().map(|&d| d as u64).collect(),
+        ));
         given.insert(name.to_string(), tensor);
     }
     for spec in &args.shapes {
@@ -180,19 +222,40 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     let bindings = if shapes.is_empty() && args.batch.is_none() {
         defaults.unwrap_or_default()
     } else {
-        Bindings { inputs: shapes, batch: args.batch }
+        Bindings {
+            inputs: shapes,
+            batch: args.batch,
+        }
     };
     let (order, states, _) = roofline::analysis::prepare_graph(&mut graph, &bindings)?;
-    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions { threads: args.threads.max(1), ..PlanOptions::default() })?;
+    let plan = exec::build_plan(
+        &graph,
+        &order,
+        &states,
+        &PlanOptions {
+            threads: args.threads.max(1),
+            ..PlanOptions::default()
+        },
+    )?;
     let mut inputs = bench::random_inputs(&plan, args.seed);
     for (name, tensor) in given {
         inputs.insert(name, tensor);
     }
     let mut workspace = plan.workspace();
     let outputs = plan.run(&mut workspace, &inputs, None)?;
-    std::fs::create_dir_all(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("creating {}", args.output.display()))?;
     for (name, tensor) in &outputs {
-        let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' { c } else { '_' }).collect();
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
         let path = args.output.join(format!("{safe}.npy"));
         npy::write_npy(&path, tensor)?;
         eprintln!("wrote {} {:?}", path.display(), tensor.shape);

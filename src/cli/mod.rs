@@ -182,7 +182,12 @@ pub fn bench_html(report: &roofline::bench::BenchReport) -> Result<String> {
                 op_index: Some(op.node_index),
                 intensity,
                 flops_per_s: op.flops as f64 / op.measured_s,
-                label: Some(format!("{} measured {} ({:.0}% of its roof)", op.name, fmt_seconds(op.measured_s), op.roofline_fraction * 100.0)),
+                label: Some(format!(
+                    "{} measured {} ({:.0}% of its roof)",
+                    op.name,
+                    fmt_seconds(op.measured_s),
+                    op.roofline_fraction * 100.0
+                )),
             })
         })
         .collect();
@@ -217,9 +222,16 @@ pub fn bench_html(report: &roofline::bench::BenchReport) -> Result<String> {
         roofline::report::markup::escape(&report.kernel_isa)
     );
     let options = HtmlOptions {
-        title: Some(format!("{} measured on {}", analysis.model.source, analysis.device.name)),
+        title: Some(format!(
+            "{} measured on {}",
+            analysis.model.source, analysis.device.name
+        )),
         overlays: vec![(0, series)],
-        extra_sections: vec![HtmlSection { id: "measured".into(), title: "Measured against predicted".into(), body_html: body }],
+        extra_sections: vec![HtmlSection {
+            id: "measured".into(),
+            title: "Measured against predicted".into(),
+            body_html: body,
+        }],
         ..HtmlOptions::default()
     };
     Ok(render_html_with(std::slice::from_ref(analysis), &options)?)
@@ -235,7 +247,9 @@ pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
         .before
         .nodes
         .iter()
-        .filter(|n| n.status == roofline::analysis::NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0)
+        .filter(|n| {
+            n.status == roofline::analysis::NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0
+        })
         .filter_map(|n| {
             Some(SeriesPoint {
                 op_index: None,
@@ -245,7 +259,13 @@ pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
             })
         })
         .collect();
-    let series = ChartSeries { name: "before rewrites".into(), colour: Rgb(150, 150, 150), marker: SeriesMarker::Square, points: before_points, connect_to_predicted: false };
+    let series = ChartSeries {
+        name: "before rewrites".into(),
+        colour: Rgb(150, 150, 150),
+        marker: SeriesMarker::Square,
+        points: before_points,
+        connect_to_predicted: false,
+    };
     let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>predicted gain</th><th>measured gain</th><th>prediction error</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
     for p in &report.passes {
         body.push_str(&format!(
@@ -265,14 +285,29 @@ pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
     ));
     body.push_str("<h3>Ops left alone</h3><ul>");
     for l in &report.left_alone {
-        body.push_str(&format!("<li><b>{}</b> ({}): {}</li>", escape(&l.node), escape(&l.op_type), escape(&l.reason)));
+        body.push_str(&format!(
+            "<li><b>{}</b> ({}): {}</li>",
+            escape(&l.node),
+            escape(&l.op_type),
+            escape(&l.reason)
+        ));
     }
     body.push_str("</ul>");
     let options = HtmlOptions {
-        title: Some(format!("{} after rewrites on {}", report.after.model.source, report.after.device.name)),
+        title: Some(format!(
+            "{} after rewrites on {}",
+            report.after.model.source, report.after.device.name
+        )),
         overlays: vec![(0, series)],
-        extra_sections: vec![HtmlSection { id: "rewrites".into(), title: "Rewrites: predicted and measured gains".into(), body_html: body }],
+        extra_sections: vec![HtmlSection {
+            id: "rewrites".into(),
+            title: "Rewrites: predicted and measured gains".into(),
+            body_html: body,
+        }],
         ..HtmlOptions::default()
     };
-    Ok(render_html_with(std::slice::from_ref(&report.after), &options)?)
+    Ok(render_html_with(
+        std::slice::from_ref(&report.after),
+        &options,
+    )?)
 }

@@ -31,7 +31,12 @@ pub struct CatalogEntry {
 
 impl CatalogEntry {
     pub fn to_profile(&self) -> DeviceProfile {
-        let source = self.sources.first().copied().unwrap_or_default().to_string();
+        let source = self
+            .sources
+            .first()
+            .copied()
+            .unwrap_or_default()
+            .to_string();
         DeviceProfile {
             schema_version: PROFILE_SCHEMA_VERSION,
             id: self.id.to_string(),
@@ -94,8 +99,21 @@ mod tests {
     #[test]
     fn required_devices_are_present() {
         for id in [
-            "gtx1080ti", "rtx2080ti", "t4", "v100", "rtx3090", "a10", "a100", "a100-40gb",
-            "rtx4090", "l4", "l40s", "h100", "h100-pcie", "h200", "jetson-orin",
+            "gtx1080ti",
+            "rtx2080ti",
+            "t4",
+            "v100",
+            "rtx3090",
+            "a10",
+            "a100",
+            "a100-40gb",
+            "rtx4090",
+            "l4",
+            "l40s",
+            "h100",
+            "h100-pcie",
+            "h200",
+            "jetson-orin",
         ] {
             assert!(find_device(id).is_some(), "{id} missing from the catalogue");
         }

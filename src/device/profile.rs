@@ -162,7 +162,8 @@ impl DeviceProfile {
     /// Main-memory bandwidth: the roof the analysis uses, since each op is modelled as streaming
     /// its tensors from the outermost level.
     pub fn dram_bandwidth(&self) -> Option<f64> {
-        self.memory_ceiling(MemoryLevel::Dram).map(|m| m.bytes_per_s)
+        self.memory_ceiling(MemoryLevel::Dram)
+            .map(|m| m.bytes_per_s)
     }
 
     /// Checks that the profile can drive a roofline: a DRAM roof and at least one compute roof,
@@ -176,7 +177,10 @@ impl DeviceProfile {
         }
         for c in &self.compute {
             if !c.flops_per_s.is_finite() || c.flops_per_s < 0.0 {
-                return Err(format!("compute ceiling {} is {}", c.precision, c.flops_per_s));
+                return Err(format!(
+                    "compute ceiling {} is {}",
+                    c.precision, c.flops_per_s
+                ));
             }
         }
         for m in &self.memory {

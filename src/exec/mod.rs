@@ -81,13 +81,19 @@ pub fn random_input(shape: &[usize], integer: bool, seed: u64, int_range: i64) -
     };
     let count: usize = shape.iter().product();
     let data = if integer {
-        RtData::I64((0..count).map(|_| (next() % int_range.max(1) as u64) as i64).collect())
+        RtData::I64(
+            (0..count)
+                .map(|_| (next() % int_range.max(1) as u64) as i64)
+                .collect(),
+        )
     } else {
         // Sum of 4 uniforms, rescaled: mean 0, variance 1.
         RtData::F32(
             (0..count)
                 .map(|_| {
-                    let s: f32 = (0..4).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32).sum();
+                    let s: f32 = (0..4)
+                        .map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32)
+                        .sum();
                     (s - 2.0) * 1.732_050_8
                 })
                 .collect(),

@@ -25,8 +25,12 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
         ),
         v => return Err(bad(path, format!("unsupported .npy version {v}"))),
     };
-    let header = std::str::from_utf8(bytes.get(start..start + header_len).ok_or_else(|| bad(path, "truncated header"))?)
-        .map_err(|_| bad(path, "header is not text"))?;
+    let header = std::str::from_utf8(
+        bytes
+            .get(start..start + header_len)
+            .ok_or_else(|| bad(path, "truncated header"))?,
+    )
+    .map_err(|_| bad(path, "header is not text"))?;
     let field = |key: &str| -> Option<&str> {
         let at = header.find(&format!("'{key}'"))?;
         let rest = &header[at + key.len() + 2..];
@@ -51,7 +55,10 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
     let data = &bytes[start + header_len..];
     let need = |width: usize| -> Result<(), ExecError> {
         if data.len() < count * width {
-            Err(bad(path, format!("needs {} data bytes, has {}", count * width, data.len())))
+            Err(bad(
+                path,
+                format!("needs {} data bytes, has {}", count * width, data.len()),
+            ))
         } else {
             Ok(())
         }
@@ -59,25 +66,50 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
     let data = match descr {
         "<f4" => {
             need(4)?;
-            RtData::F32(data.chunks_exact(4).take(count).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            RtData::F32(
+                data.chunks_exact(4)
+                    .take(count)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )
         }
         "<f8" => {
             need(8)?;
-            RtData::F32(data.chunks_exact(8).take(count).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32).collect())
+            RtData::F32(
+                data.chunks_exact(8)
+                    .take(count)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                    .collect(),
+            )
         }
         "<i8" => {
             need(8)?;
-            RtData::I64(data.chunks_exact(8).take(count).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+            RtData::I64(
+                data.chunks_exact(8)
+                    .take(count)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+            )
         }
         "<i4" => {
             need(4)?;
-            RtData::I64(data.chunks_exact(4).take(count).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect())
+            RtData::I64(
+                data.chunks_exact(4)
+                    .take(count)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+                    .collect(),
+            )
         }
         "|b1" | "|u1" => {
             need(1)?;
             RtData::I64(data.iter().take(count).map(|&b| b as i64).collect())
         }
-        other => return Err(bad(path, format!("unsupported dtype `{other}` (f4, f8, i4, i8, u1, b1)"))),
+        other => {
+            return Err(bad(
+                path,
+                format!("unsupported dtype `{other}` (f4, f8, i4, i8, u1, b1)"),
+            ))
+        }
     };
     Ok(RtTensor { shape, data })
 }
@@ -90,7 +122,15 @@ pub fn write_npy(path: &Path, tensor: &RtTensor) -> Result<(), ExecError> {
     let shape = match tensor.shape.len() {
         0 => "()".to_string(),
         1 => format!("({},)", tensor.shape[0]),
-        _ => format!("({})", tensor.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            tensor
+                .shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     // Pad so that data starts on a 64-byte boundary, header ends with a newline.
@@ -114,7 +154,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("npy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.npy");
-        let t = RtTensor { shape: vec![2, 3], data: RtData::F32((0..6).map(|v| v as f32).collect()) };
+        let t = RtTensor {
+            shape: vec![2, 3],
+            data: RtData::F32((0..6).map(|v| v as f32).collect()),
+        };
         write_npy(&path, &t).unwrap();
         let back = read_npy(&path).unwrap();
         assert_eq!(back.shape, t.shape);

@@ -47,7 +47,11 @@ impl Conv2d {
         if self.is_depthwise() || self.is_pointwise() {
             0
         } else {
-            (self.in_channels / self.group) * self.kernel_h * self.kernel_w * self.out_h * self.out_w
+            (self.in_channels / self.group)
+                * self.kernel_h
+                * self.kernel_w
+                * self.out_h
+                * self.out_w
         }
     }
 
@@ -206,9 +210,18 @@ pub fn conv2d(
     if geom.is_depthwise() {
         for n in 0..geom.batch {
             let out = &mut output[n * out_image..(n + 1) * out_image];
-            depthwise(geom, &input[n * in_image..(n + 1) * in_image], weights, epilogue.bias, out);
+            depthwise(
+                geom,
+                &input[n * in_image..(n + 1) * in_image],
+                weights,
+                epilogue.bias,
+                out,
+            );
             if let Some(residual) = epilogue.residual {
-                for (o, r) in out.iter_mut().zip(&residual[n * out_image..(n + 1) * out_image]) {
+                for (o, r) in out
+                    .iter_mut()
+                    .zip(&residual[n * out_image..(n + 1) * out_image])
+                {
                     *o += r;
                 }
             }
@@ -265,6 +278,82 @@ pub fn conv2d(
     }
 }
 
+/// Transposed 2-D convolution (NCHW): per group, cols = Wᵀ·X ([M/g·kh·kw, H·W]) by GEMM, then a
+/// col2im scatter-add into the output. `geom` describes the *forward* direction from the output
+/// back to the input: `in_*` are the ConvTranspose input dims, `out_*` its output dims.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_transpose2d(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    output: &mut [f32],
+    scratch: &mut Vec<f32>,
+    threads: usize,
+) {
+    let group_in = geom.in_channels / geom.group;
+    let group_out = geom.out_channels / geom.group;
+    let taps = group_out * geom.kernel_h * geom.kernel_w;
+    let in_plane = geom.in_h * geom.in_w;
+    let out_plane = geom.out_h * geom.out_w;
+    scratch.resize(taps * in_plane, 0.0);
+    for n in 0..geom.batch {
+        for g in 0..geom.group {
+            // Weights are [C_in, M/g, kh, kw]: the group's slice, viewed transposed.
+            let w = &weights[g * group_in * taps..(g + 1) * group_in * taps];
+            let a = MatRef {
+                data: w,
+                rows: taps,
+                cols: group_in,
+                row_stride: 1,
+                col_stride: taps,
+            };
+            let x_start = (n * geom.in_channels + g * group_in) * in_plane;
+            let b = MatRef {
+                data: &input[x_start..x_start + group_in * in_plane],
+                rows: group_in,
+                cols: in_plane,
+                row_stride: in_plane,
+                col_stride: 1,
+            };
+            let ep = Epilogue {
+                bias: BiasKind::None,
+                residual: None,
+                activation: Activation::None,
+            };
+            gemm::sgemm(&a, &b, scratch, in_plane, &ep, threads);
+            let out_start = (n * geom.out_channels + g * group_out) * out_plane;
+            let out = &mut output[out_start..out_start + group_out * out_plane];
+            for (m, plane) in out.chunks_mut(out_plane).enumerate() {
+                plane.fill(bias.map_or(0.0, |b| b[g * group_out + m]));
+            }
+            for m in 0..group_out {
+                for ky in 0..geom.kernel_h {
+                    for kx in 0..geom.kernel_w {
+                        let row = (m * geom.kernel_h + ky) * geom.kernel_w + kx;
+                        let cols = &scratch[row * in_plane..(row + 1) * in_plane];
+                        for iy in 0..geom.in_h {
+                            let oy = (iy * geom.stride_h + ky * geom.dilation_h) as isize
+                                - geom.pad_top as isize;
+                            if oy < 0 || oy >= geom.out_h as isize {
+                                continue;
+                            }
+                            for ix in 0..geom.in_w {
+                                let ox = (ix * geom.stride_w + kx * geom.dilation_w) as isize
+                                    - geom.pad_left as isize;
+                                if ox >= 0 && ox < geom.out_w as isize {
+                                    out[m * out_plane + oy as usize * geom.out_w + ox as usize] +=
+                                        cols[iy * geom.in_w + ix];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,19 +373,30 @@ mod tests {
                         for c in 0..gi {
                             for ky in 0..geom.kernel_h {
                                 for kx in 0..geom.kernel_w {
-                                    let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
-                                    let ix = (x * geom.stride_w + kx * geom.dilation_w) as isize - geom.pad_left as isize;
-                                    if iy < 0 || ix < 0 || iy >= geom.in_h as isize || ix >= geom.in_w as isize {
+                                    let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize
+                                        - geom.pad_top as isize;
+                                    let ix = (x * geom.stride_w + kx * geom.dilation_w) as isize
+                                        - geom.pad_left as isize;
+                                    if iy < 0
+                                        || ix < 0
+                                        || iy >= geom.in_h as isize
+                                        || ix >= geom.in_w as isize
+                                    {
                                         continue;
                                     }
                                     let ic = g * gi + c;
-                                    let iv = input[((n * geom.in_channels + ic) * geom.in_h + iy as usize) * geom.in_w + ix as usize];
-                                    let wv = weights[((m * gi + c) * geom.kernel_h + ky) * geom.kernel_w + kx];
+                                    let iv = input[((n * geom.in_channels + ic) * geom.in_h
+                                        + iy as usize)
+                                        * geom.in_w
+                                        + ix as usize];
+                                    let wv = weights
+                                        [((m * gi + c) * geom.kernel_h + ky) * geom.kernel_w + kx];
                                     acc += iv as f64 * wv as f64;
                                 }
                             }
                         }
-                        out[((n * geom.out_channels + m) * geom.out_h + y) * geom.out_w + x] = acc as f32;
+                        out[((n * geom.out_channels + m) * geom.out_h + y) * geom.out_w + x] =
+                            acc as f32;
                     }
                 }
             }
@@ -308,26 +408,57 @@ mod tests {
         let input: Vec<f32> = (0..geom.batch * geom.in_channels * geom.in_h * geom.in_w)
             .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
             .collect();
-        let weights: Vec<f32> = (0..geom.out_channels * geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w)
-            .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
-            .collect();
+        let weights: Vec<f32> =
+            (0..geom.out_channels * geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w)
+                .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+                .collect();
         let bias: Vec<f32> = (0..geom.out_channels).map(|i| i as f32 * 0.1).collect();
         let want = naive(&geom, &input, &weights, Some(&bias));
         let mut got = vec![0.0; want.len()];
         let mut scratch = vec![0.0; geom.scratch_len()];
-        let ep = ConvEpilogue { bias: Some(&bias), residual: None, activation: Activation::None };
+        let ep = ConvEpilogue {
+            bias: Some(&bias),
+            residual: None,
+            activation: Activation::None,
+        };
         conv2d(&geom, &input, &weights, &ep, &mut got, &mut scratch, 1);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() < 1e-3 * (1.0 + w.abs()), "{geom:?} at {i}: {g} vs {w}");
+            assert!(
+                (g - w).abs() < 1e-3 * (1.0 + w.abs()),
+                "{geom:?} at {i}: {g} vs {w}"
+            );
         }
     }
 
-    fn geom(c: usize, m: usize, hw: usize, k: usize, stride: usize, pad: usize, group: usize, dil: usize) -> Conv2d {
+    #[allow(clippy::too_many_arguments)]
+    fn geom(
+        c: usize,
+        m: usize,
+        hw: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+        group: usize,
+        dil: usize,
+    ) -> Conv2d {
         let out = (hw + 2 * pad - dil * (k - 1) - 1) / stride + 1;
         Conv2d {
-            batch: 2, in_channels: c, in_h: hw, in_w: hw + 1, out_channels: m, kernel_h: k, kernel_w: k,
-            stride_h: stride, stride_w: stride, dilation_h: dil, dilation_w: dil, pad_top: pad, pad_left: pad,
-            out_h: out, out_w: (hw + 1 + 2 * pad - dil * (k - 1) - 1) / stride + 1, group,
+            batch: 2,
+            in_channels: c,
+            in_h: hw,
+            in_w: hw + 1,
+            out_channels: m,
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: dil,
+            dilation_w: dil,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: out,
+            out_w: (hw + 1 + 2 * pad - dil * (k - 1) - 1) / stride + 1,
+            group,
         }
     }
 
@@ -362,68 +493,5 @@ mod tests {
         check(geom(6, 6, 9, 5, 2, 2, 6, 1)); // depthwise 5x5 stride 2
         check(geom(3, 4, 11, 3, 1, 2, 1, 2)); // dilated
         check(geom(8, 8, 7, 3, 2, 0, 8, 1)); // depthwise, no padding
-    }
-}
-
-/// Transposed 2-D convolution (NCHW): per group, cols = Wᵀ·X ([M/g·kh·kw, H·W]) by GEMM, then a
-/// col2im scatter-add into the output. `geom` describes the *forward* direction from the output
-/// back to the input: `in_*` are the ConvTranspose input dims, `out_*` its output dims.
-#[allow(clippy::too_many_arguments)]
-pub fn conv_transpose2d(
-    geom: &Conv2d,
-    input: &[f32],
-    weights: &[f32],
-    bias: Option<&[f32]>,
-    output: &mut [f32],
-    scratch: &mut Vec<f32>,
-    threads: usize,
-) {
-    let group_in = geom.in_channels / geom.group;
-    let group_out = geom.out_channels / geom.group;
-    let taps = group_out * geom.kernel_h * geom.kernel_w;
-    let in_plane = geom.in_h * geom.in_w;
-    let out_plane = geom.out_h * geom.out_w;
-    scratch.resize(taps * in_plane, 0.0);
-    for n in 0..geom.batch {
-        for g in 0..geom.group {
-            // Weights are [C_in, M/g, kh, kw]: the group's slice, viewed transposed.
-            let w = &weights[g * group_in * taps..(g + 1) * group_in * taps];
-            let a = MatRef { data: w, rows: taps, cols: group_in, row_stride: 1, col_stride: taps };
-            let x_start = (n * geom.in_channels + g * group_in) * in_plane;
-            let b = MatRef {
-                data: &input[x_start..x_start + group_in * in_plane],
-                rows: group_in,
-                cols: in_plane,
-                row_stride: in_plane,
-                col_stride: 1,
-            };
-            let ep = Epilogue { bias: BiasKind::None, residual: None, activation: Activation::None };
-            gemm::sgemm(&a, &b, scratch, in_plane, &ep, threads);
-            let out_start = (n * geom.out_channels + g * group_out) * out_plane;
-            let out = &mut output[out_start..out_start + group_out * out_plane];
-            for (m, plane) in out.chunks_mut(out_plane).enumerate() {
-                plane.fill(bias.map_or(0.0, |b| b[g * group_out + m]));
-            }
-            for m in 0..group_out {
-                for ky in 0..geom.kernel_h {
-                    for kx in 0..geom.kernel_w {
-                        let row = (m * geom.kernel_h + ky) * geom.kernel_w + kx;
-                        let cols = &scratch[row * in_plane..(row + 1) * in_plane];
-                        for iy in 0..geom.in_h {
-                            let oy = (iy * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
-                            if oy < 0 || oy >= geom.out_h as isize {
-                                continue;
-                            }
-                            for ix in 0..geom.in_w {
-                                let ox = (ix * geom.stride_w + kx * geom.dilation_w) as isize - geom.pad_left as isize;
-                                if ox >= 0 && ox < geom.out_w as isize {
-                                    out[m * out_plane + oy as usize * geom.out_w + ox as usize] += cols[iy * geom.in_w + ix];
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 }

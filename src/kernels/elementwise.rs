@@ -100,7 +100,11 @@ pub fn apply_unary(op: Unary, x: f32) -> f32 {
             }
         }
         Unary::Mish => {
-            let sp = if x > 20.0 { x } else { math::ln(1.0 + math::exp(x)) };
+            let sp = if x > 20.0 {
+                x
+            } else {
+                math::ln(1.0 + math::exp(x))
+            };
             x * math::tanh(sp)
         }
         Unary::Softsign => x / (1.0 + x.abs()),
@@ -128,23 +132,74 @@ pub fn apply_unary(op: Unary, x: f32) -> f32 {
 macro_rules! per_unary {
     ($op:expr, |$f:ident| $loop:expr) => {
         match $op {
-            Unary::Relu => { let $f = |v: f32| v.max(0.0); $loop }
-            Unary::Clip(lo, hi) => { let $f = move |v: f32| v.max(lo).min(hi); $loop }
-            Unary::Sigmoid => { let $f = math::sigmoid; $loop }
-            Unary::HardSwish => { let $f = |v: f32| apply_unary(Unary::HardSwish, v); $loop }
-            Unary::HardSigmoid(a, b) => { let $f = move |v: f32| (a * v + b).clamp(0.0, 1.0); $loop }
-            Unary::Tanh => { let $f = math::tanh; $loop }
-            Unary::Gelu => { let $f = math::gelu; $loop }
-            Unary::Erf => { let $f = math::erf; $loop }
-            Unary::Exp => { let $f = math::exp; $loop }
-            Unary::LeakyRelu(alpha) => { let $f = move |v: f32| if v >= 0.0 { v } else { alpha * v }; $loop }
-            Unary::MulScalar(c) => { let $f = move |v: f32| v * c; $loop }
-            Unary::AddScalar(c) => { let $f = move |v: f32| v + c; $loop }
-            Unary::Sqrt => { let $f = |v: f32| v.sqrt(); $loop }
-            Unary::Neg => { let $f = |v: f32| -v; $loop }
-            Unary::Abs => { let $f = |v: f32| v.abs(); $loop }
-            Unary::Reciprocal => { let $f = |v: f32| 1.0 / v; $loop }
-            other => { let $f = move |v: f32| apply_unary(other, v); $loop }
+            Unary::Relu => {
+                let $f = |v: f32| v.max(0.0);
+                $loop
+            }
+            Unary::Clip(lo, hi) => {
+                let $f = move |v: f32| v.max(lo).min(hi);
+                $loop
+            }
+            Unary::Sigmoid => {
+                let $f = math::sigmoid;
+                $loop
+            }
+            Unary::HardSwish => {
+                let $f = |v: f32| apply_unary(Unary::HardSwish, v);
+                $loop
+            }
+            Unary::HardSigmoid(a, b) => {
+                let $f = move |v: f32| (a * v + b).clamp(0.0, 1.0);
+                $loop
+            }
+            Unary::Tanh => {
+                let $f = math::tanh;
+                $loop
+            }
+            Unary::Gelu => {
+                let $f = math::gelu;
+                $loop
+            }
+            Unary::Erf => {
+                let $f = math::erf;
+                $loop
+            }
+            Unary::Exp => {
+                let $f = math::exp;
+                $loop
+            }
+            Unary::LeakyRelu(alpha) => {
+                let $f = move |v: f32| if v >= 0.0 { v } else { alpha * v };
+                $loop
+            }
+            Unary::MulScalar(c) => {
+                let $f = move |v: f32| v * c;
+                $loop
+            }
+            Unary::AddScalar(c) => {
+                let $f = move |v: f32| v + c;
+                $loop
+            }
+            Unary::Sqrt => {
+                let $f = |v: f32| v.sqrt();
+                $loop
+            }
+            Unary::Neg => {
+                let $f = |v: f32| -v;
+                $loop
+            }
+            Unary::Abs => {
+                let $f = |v: f32| v.abs();
+                $loop
+            }
+            Unary::Reciprocal => {
+                let $f = |v: f32| 1.0 / v;
+                $loop
+            }
+            other => {
+                let $f = move |v: f32| apply_unary(other, v);
+                $loop
+            }
         }
     };
 }
@@ -215,13 +270,34 @@ pub fn apply_binary(op: Binary, a: f32, b: f32) -> f32 {
 macro_rules! per_binary {
     ($op:expr, |$f:ident| $loop:expr) => {
         match $op {
-            Binary::Add => { let $f = |a: f32, b: f32| a + b; $loop }
-            Binary::Sub => { let $f = |a: f32, b: f32| a - b; $loop }
-            Binary::Mul => { let $f = |a: f32, b: f32| a * b; $loop }
-            Binary::Div => { let $f = |a: f32, b: f32| a / b; $loop }
-            Binary::Max => { let $f = |a: f32, b: f32| a.max(b); $loop }
-            Binary::Min => { let $f = |a: f32, b: f32| a.min(b); $loop }
-            other => { let $f = move |a: f32, b: f32| apply_binary(other, a, b); $loop }
+            Binary::Add => {
+                let $f = |a: f32, b: f32| a + b;
+                $loop
+            }
+            Binary::Sub => {
+                let $f = |a: f32, b: f32| a - b;
+                $loop
+            }
+            Binary::Mul => {
+                let $f = |a: f32, b: f32| a * b;
+                $loop
+            }
+            Binary::Div => {
+                let $f = |a: f32, b: f32| a / b;
+                $loop
+            }
+            Binary::Max => {
+                let $f = |a: f32, b: f32| a.max(b);
+                $loop
+            }
+            Binary::Min => {
+                let $f = |a: f32, b: f32| a.min(b);
+                $loop
+            }
+            other => {
+                let $f = move |a: f32, b: f32| apply_binary(other, a, b);
+                $loop
+            }
         }
     };
 }
@@ -315,7 +391,12 @@ pub fn binary(
             (0, 0)
         };
         match (a_in, b_in) {
-            (1, 1) => binary_same(op, &a[a_off..a_off + inner], &b[b_off..b_off + inner], out_row),
+            (1, 1) => binary_same(
+                op,
+                &a[a_off..a_off + inner],
+                &b[b_off..b_off + inner],
+                out_row,
+            ),
             (1, 0) => binary_scalar_rhs(op, &a[a_off..a_off + inner], b[b_off], out_row),
             (0, 1) => binary_scalar_lhs(op, a[a_off], &b[b_off..b_off + inner], out_row),
             _ => {
@@ -340,9 +421,16 @@ pub enum ChainStep {
     Unary(Unary),
     /// x ← op(x, c[channel]) with a per-channel constant (NCHW channel axis), or a scalar when
     /// the slice has one element.
-    WithConstant { op: Binary, values: Vec<f32>, swapped: bool },
+    WithConstant {
+        op: Binary,
+        values: Vec<f32>,
+        swapped: bool,
+    },
     /// x ← op(x, original input of the chain): the `x * clip(x+3,0,6)/6` hard-swish pattern.
-    WithInput { op: Binary, swapped: bool },
+    WithInput {
+        op: Binary,
+        swapped: bool,
+    },
 }
 
 /// Applies a fused chain in one pass. `channel_size` is the number of contiguous elements per
@@ -394,7 +482,15 @@ mod tests {
         let a: Vec<f32> = (0..8).map(|v| v as f32).collect();
         let b = [10.0, 20.0];
         let mut out = vec![0.0; 8];
-        binary(Binary::Add, &a, &[1, 2, 2, 2], &b, &[2, 1, 1], &mut out, &[1, 2, 2, 2]);
+        binary(
+            Binary::Add,
+            &a,
+            &[1, 2, 2, 2],
+            &b,
+            &[2, 1, 1],
+            &mut out,
+            &[1, 2, 2, 2],
+        );
         assert_eq!(out, vec![10.0, 11.0, 12.0, 13.0, 24.0, 25.0, 26.0, 27.0]);
     }
 
@@ -412,9 +508,21 @@ mod tests {
     fn every_isa_variant_matches_the_scalar_semantics() {
         let x: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) / 37.0).collect();
         let ops = [
-            Unary::Relu, Unary::LeakyRelu(0.1), Unary::Clip(-1.0, 6.0), Unary::Sigmoid,
-            Unary::HardSigmoid(0.2, 0.5), Unary::HardSwish, Unary::Tanh, Unary::Gelu, Unary::Erf,
-            Unary::Softplus, Unary::Exp, Unary::Neg, Unary::Abs, Unary::Elu(1.0), Unary::Mish,
+            Unary::Relu,
+            Unary::LeakyRelu(0.1),
+            Unary::Clip(-1.0, 6.0),
+            Unary::Sigmoid,
+            Unary::HardSigmoid(0.2, 0.5),
+            Unary::HardSwish,
+            Unary::Tanh,
+            Unary::Gelu,
+            Unary::Erf,
+            Unary::Softplus,
+            Unary::Exp,
+            Unary::Neg,
+            Unary::Abs,
+            Unary::Elu(1.0),
+            Unary::Mish,
         ];
         for op in ops {
             let want: Vec<f32> = x.iter().map(|&v| apply_unary(op, v)).collect();
@@ -422,13 +530,27 @@ mod tests {
                 let mut got = vec![0.0; x.len()];
                 unary::at(level, op, &x, &mut got);
                 for (g, w) in got.iter().zip(&want) {
-                    assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "{op:?} at {level:?}: {g} vs {w}");
+                    assert!(
+                        (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        "{op:?} at {level:?}: {g} vs {w}"
+                    );
                 }
             }
         }
         let b: Vec<f32> = (0..1000).map(|i| (i % 17) as f32 + 0.5).collect();
-        for op in [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::PRelu] {
-            let want: Vec<f32> = x.iter().zip(&b).map(|(&p, &q)| apply_binary(op, p, q)).collect();
+        for op in [
+            Binary::Add,
+            Binary::Sub,
+            Binary::Mul,
+            Binary::Div,
+            Binary::Max,
+            Binary::PRelu,
+        ] {
+            let want: Vec<f32> = x
+                .iter()
+                .zip(&b)
+                .map(|(&p, &q)| apply_binary(op, p, q))
+                .collect();
             for level in crate::kernels::simd::available_levels() {
                 let mut got = vec![0.0; x.len()];
                 binary_same::at(level, op, &x, &b, &mut got);
@@ -443,7 +565,10 @@ mod tests {
         let steps = vec![
             ChainStep::Unary(Unary::AddScalar(3.0)),
             ChainStep::Unary(Unary::Clip(0.0, 6.0)),
-            ChainStep::WithInput { op: Binary::Mul, swapped: false },
+            ChainStep::WithInput {
+                op: Binary::Mul,
+                swapped: false,
+            },
             ChainStep::Unary(Unary::MulScalar(1.0 / 6.0)),
         ];
         let x = [-4.0, -1.0, 0.0, 2.0, 5.0];

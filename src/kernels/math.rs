@@ -61,7 +61,7 @@ pub fn ln(x: f32) -> f32 {
     let bits = x.to_bits();
     let exponent = ((bits >> 23) & 0xff) as i32 - 127;
     let mantissa = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000); // [1, 2)
-    // ln(m) = 2·atanh((m-1)/(m+1)).
+                                                                       // ln(m) = 2·atanh((m-1)/(m+1)).
     let s = (mantissa - 1.0) / (mantissa + 1.0);
     let s2 = s * s;
     let mut p = 0.111_111_11f32;
@@ -92,10 +92,16 @@ mod tests {
             let e = exp(x) as f64;
             let want = (x as f64).exp();
             assert!(((e - want) / want).abs() < 3e-7, "exp({x})");
-            assert!((erf(x) as f64 - libm_erf(x as f64)).abs() < 3e-7, "erf({x})");
+            assert!(
+                (erf(x) as f64 - libm_erf(x as f64)).abs() < 3e-7,
+                "erf({x})"
+            );
             assert!((tanh(x) - x.tanh()).abs() < 2e-6, "tanh({x})");
             if x > 0.0 {
-                assert!((ln(x) - x.ln()).abs() < 2e-6 * x.ln().abs().max(1.0), "ln({x})");
+                assert!(
+                    (ln(x) - x.ln()).abs() < 2e-6 * x.ln().abs().max(1.0),
+                    "ln({x})"
+                );
             }
             x += 0.037;
         }
@@ -116,8 +122,9 @@ mod tests {
             sum * 2.0 / std::f64::consts::PI.sqrt()
         } else {
             x.signum()
-                * (1.0 - (-x * x).exp() / (x.abs() * std::f64::consts::PI.sqrt())
-                    * (1.0 - 1.0 / (2.0 * x * x)))
+                * (1.0
+                    - (-x * x).exp() / (x.abs() * std::f64::consts::PI.sqrt())
+                        * (1.0 - 1.0 / (2.0 * x * x)))
         }
     }
 }

@@ -2,9 +2,9 @@
 //! precision) and write outputs. They know nothing about ONNX. Every family has a portable
 //! version; ISA variants are picked at run time (`is_x86_feature_detected!`) once and cached.
 
-pub mod gemm;
 pub mod conv;
 pub mod elementwise;
+pub mod gemm;
 pub mod math;
 pub mod movement;
 pub mod norm;

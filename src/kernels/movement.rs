@@ -14,7 +14,11 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 /// Visits every output position in row-major order; `f(out_index_of_row_start, src_offset,
 /// src_inner_stride, row_len)` handles one innermost row. `src_strides` maps output axes to
 /// source strides.
-fn for_each_row(out_shape: &[usize], src_strides: &[usize], mut f: impl FnMut(usize, usize, usize, usize)) {
+fn for_each_row(
+    out_shape: &[usize],
+    src_strides: &[usize],
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
     let rank = out_shape.len();
     if rank == 0 {
         f(0, 0, 0, 1);
@@ -37,7 +41,13 @@ fn for_each_row(out_shape: &[usize], src_strides: &[usize], mut f: impl FnMut(us
 }
 
 /// General strided copy: out[i] = src[offset(i)].
-pub fn strided_copy<T: Copy>(src: &[T], base: usize, src_strides: &[usize], out_shape: &[usize], out: &mut [T]) {
+pub fn strided_copy<T: Copy>(
+    src: &[T],
+    base: usize,
+    src_strides: &[usize],
+    out_shape: &[usize],
+    out: &mut [T],
+) {
     for_each_row(out_shape, src_strides, |start, offset, stride, len| {
         let row = &mut out[start..start + len];
         if stride == 1 {
@@ -78,16 +88,35 @@ pub fn concat<T: Copy>(parts: &[(&[T], &[usize])], axis: usize, out: &mut [T]) {
 }
 
 /// Slice: per axis (start, step) with the output shape already computed.
-pub fn slice<T: Copy>(input: &[T], shape: &[usize], starts: &[isize], steps: &[isize], out_shape: &[usize], out: &mut [T]) {
+pub fn slice<T: Copy>(
+    input: &[T],
+    shape: &[usize],
+    starts: &[isize],
+    steps: &[isize],
+    out_shape: &[usize],
+    out: &mut [T],
+) {
     let in_strides = strides(shape);
-    let base: isize = starts.iter().zip(&in_strides).map(|(&s, &st)| s * st as isize).sum();
+    let base: isize = starts
+        .iter()
+        .zip(&in_strides)
+        .map(|(&s, &st)| s * st as isize)
+        .sum();
     // Negative steps: walk with a signed stride through a reversed view.
     if steps.iter().all(|&s| s > 0) {
-        let src_strides: Vec<usize> = steps.iter().zip(&in_strides).map(|(&s, &st)| s as usize * st).collect();
+        let src_strides: Vec<usize> = steps
+            .iter()
+            .zip(&in_strides)
+            .map(|(&s, &st)| s as usize * st)
+            .collect();
         strided_copy(input, base as usize, &src_strides, out_shape, out);
         return;
     }
-    let signed: Vec<isize> = steps.iter().zip(&in_strides).map(|(&s, &st)| s * st as isize).collect();
+    let signed: Vec<isize> = steps
+        .iter()
+        .zip(&in_strides)
+        .map(|(&s, &st)| s * st as isize)
+        .collect();
     let out_strides = strides(out_shape);
     for (linear, o) in out.iter_mut().enumerate() {
         let mut src = base;
@@ -100,7 +129,13 @@ pub fn slice<T: Copy>(input: &[T], shape: &[usize], starts: &[isize], steps: &[i
 }
 
 /// Gather along `axis` with (already normalised, in-range) indices.
-pub fn gather<T: Copy>(input: &[T], shape: &[usize], axis: usize, indices: &[usize], out: &mut [T]) {
+pub fn gather<T: Copy>(
+    input: &[T],
+    shape: &[usize],
+    axis: usize,
+    indices: &[usize],
+    out: &mut [T],
+) {
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let axis_len = shape[axis];
@@ -122,14 +157,22 @@ pub enum PadMode {
 }
 
 /// Pads with `begin`/`end` per axis (non-negative).
-pub fn pad(input: &[f32], shape: &[usize], begin: &[usize], out_shape: &[usize], mode: PadMode, value: f32, out: &mut [f32]) {
+pub fn pad(
+    input: &[f32],
+    shape: &[usize],
+    begin: &[usize],
+    out_shape: &[usize],
+    mode: PadMode,
+    value: f32,
+    out: &mut [f32],
+) {
     let in_strides = strides(shape);
     let out_strides = strides(out_shape);
     for (linear, o) in out.iter_mut().enumerate() {
         let mut src = 0usize;
         let mut inside = true;
         for axis in 0..out_shape.len() {
-            let coord = (linear / out_strides[axis]) % out_shape[axis] as usize;
+            let coord = (linear / out_strides[axis]) % out_shape[axis];
             let mut c = coord as isize - begin[axis] as isize;
             let n = shape[axis] as isize;
             if c < 0 || c >= n {
@@ -219,8 +262,12 @@ pub fn resize_2d(
         };
         (r.max(0.0) as usize).min(len - 1)
     };
-    let ys: Vec<f32> = (0..out_h).map(|y| source_coord(coord, y, scale_h, in_h, out_h)).collect();
-    let xs: Vec<f32> = (0..out_w).map(|x| source_coord(coord, x, scale_w, in_w, out_w)).collect();
+    let ys: Vec<f32> = (0..out_h)
+        .map(|y| source_coord(coord, y, scale_h, in_h, out_h))
+        .collect();
+    let xs: Vec<f32> = (0..out_w)
+        .map(|x| source_coord(coord, x, scale_w, in_w, out_w))
+        .collect();
     for p in 0..planes {
         let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
         let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
@@ -304,7 +351,10 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
     match kind {
         Reduction::Mean => out.iter_mut().for_each(|o| *o /= reduced_count as f32),
         Reduction::L2 => out.iter_mut().for_each(|o| *o = o.sqrt()),
-        Reduction::LogSumExp => out.iter_mut().zip(&maxima).for_each(|(o, m)| *o = o.ln() + m),
+        Reduction::LogSumExp => out
+            .iter_mut()
+            .zip(&maxima)
+            .for_each(|(o, m)| *o = o.ln() + m),
         _ => {}
     }
 }

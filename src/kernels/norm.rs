@@ -18,9 +18,24 @@ multiversion! {
 }
 
 /// Per-channel (scale, shift) of an inference batch norm.
-pub fn batch_norm_coefficients(gamma: &[f32], beta: &[f32], mean: &[f32], var: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
-    let scale: Vec<f32> = gamma.iter().zip(var).map(|(&g, &v)| g / (v + eps).sqrt()).collect();
-    let shift = beta.iter().zip(mean).zip(&scale).map(|((&b, &m), &s)| b - m * s).collect();
+pub fn batch_norm_coefficients(
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>) {
+    let scale: Vec<f32> = gamma
+        .iter()
+        .zip(var)
+        .map(|(&g, &v)| g / (v + eps).sqrt())
+        .collect();
+    let shift = beta
+        .iter()
+        .zip(mean)
+        .zip(&scale)
+        .map(|((&b, &m), &s)| b - m * s)
+        .collect();
     (scale, shift)
 }
 
@@ -61,7 +76,18 @@ multiversion! {
 }
 
 /// Local response normalisation across channels (NCHW).
-pub fn lrn(x: &[f32], batch: usize, channels: usize, plane: usize, size: usize, alpha: f32, beta: f32, bias: f32, y: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub fn lrn(
+    x: &[f32],
+    batch: usize,
+    channels: usize,
+    plane: usize,
+    size: usize,
+    alpha: f32,
+    beta: f32,
+    bias: f32,
+    y: &mut [f32],
+) {
     let half_lo = (size - 1) / 2;
     let half_hi = size - 1 - half_lo;
     let mut squares = vec![0.0f32; plane];
@@ -77,7 +103,11 @@ pub fn lrn(x: &[f32], batch: usize, channels: usize, plane: usize, size: usize, 
                     *s += v * v;
                 }
             }
-            for ((o, &v), &s) in out[c * plane..(c + 1) * plane].iter_mut().zip(&image[c * plane..(c + 1) * plane]).zip(&squares) {
+            for ((o, &v), &s) in out[c * plane..(c + 1) * plane]
+                .iter_mut()
+                .zip(&image[c * plane..(c + 1) * plane])
+                .zip(&squares)
+            {
                 *o = v / (bias + alpha / size as f32 * s).powf(beta);
             }
         }

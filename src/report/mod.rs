@@ -179,7 +179,13 @@ pub fn render_summary(analysis: &Analysis) -> String {
     let s = &analysis.summary;
     let mut out = String::new();
     let _ = writeln!(out, "summary");
-    let _ = writeln!(out, "  FLOPs            {} ({} MACs, {} transcendental)", fmt_count(s.flops as f64), fmt_count(s.macs as f64), fmt_count(s.transcendental as f64));
+    let _ = writeln!(
+        out,
+        "  FLOPs            {} ({} MACs, {} transcendental)",
+        fmt_count(s.flops as f64),
+        fmt_count(s.macs as f64),
+        fmt_count(s.transcendental as f64)
+    );
     let _ = writeln!(out, "  params           {}", fmt_count(s.params as f64));
     let _ = writeln!(
         out,
@@ -188,8 +194,16 @@ pub fn render_summary(analysis: &Analysis) -> String {
         fmt_bytes(s.weights_bytes as f64),
         fmt_bytes(s.bytes_written as f64)
     );
-    let _ = writeln!(out, "  intensity        {:.2} FLOP/B (ridge {:.1})", s.intensity, analysis.device.ridge_point);
-    let _ = writeln!(out, "  predicted        {}", fmt_seconds(s.predicted_latency_s));
+    let _ = writeln!(
+        out,
+        "  intensity        {:.2} FLOP/B (ridge {:.1})",
+        s.intensity, analysis.device.ridge_point
+    );
+    let _ = writeln!(
+        out,
+        "  predicted        {}",
+        fmt_seconds(s.predicted_latency_s)
+    );
     let _ = writeln!(
         out,
         "  time by bound    memory {:.1}%  compute {:.1}%  overhead {:.1}%",
@@ -208,7 +222,11 @@ pub fn render_summary(analysis: &Analysis) -> String {
             .iter()
             .map(|(op, n)| format!("{op} x{n}"))
             .collect();
-        let _ = writeln!(out, "  not costed       {} (their time is NOT in the total)", list.join(", "));
+        let _ = writeln!(
+            out,
+            "  not costed       {} (their time is NOT in the total)",
+            list.join(", ")
+        );
     }
     if !s.by_op_type.is_empty() {
         let _ = writeln!(out, "  time by op type");

@@ -8,7 +8,9 @@ use super::cli::tempdir;
 use super::common::{roofline, stderr};
 
 fn tinycnn() -> ModelProto {
-    builtin::find("tinycnn").unwrap().build(WeightFill::Random(1))
+    builtin::find("tinycnn")
+        .unwrap()
+        .build(WeightFill::Random(1))
 }
 
 fn assert_bad_input(args: &[&str], must_mention: &str) {
@@ -26,7 +28,10 @@ fn truncated_file() {
     let bytes = tinycnn().encode_to_vec();
     let path = dir.join("truncated.onnx");
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-    assert_bad_input(&["analyze", path.to_str().unwrap(), "--batch", "1"], "truncated.onnx");
+    assert_bad_input(
+        &["analyze", path.to_str().unwrap(), "--batch", "1"],
+        "truncated.onnx",
+    );
 }
 
 #[test]
@@ -34,11 +39,17 @@ fn not_an_onnx_file() {
     let dir = tempdir();
     let path = dir.join("notes.onnx");
     std::fs::write(&path, "this is a text file, not a model\n").unwrap();
-    assert_bad_input(&["analyze", path.to_str().unwrap()], "not a valid ONNX model");
+    assert_bad_input(
+        &["analyze", path.to_str().unwrap()],
+        "not a valid ONNX model",
+    );
     let empty = dir.join("empty.onnx");
     std::fs::write(&empty, "").unwrap();
     assert_bad_input(&["analyze", empty.to_str().unwrap()], "empty");
-    assert_bad_input(&["analyze", "/nonexistent/model.onnx"], "/nonexistent/model.onnx");
+    assert_bad_input(
+        &["analyze", "/nonexistent/model.onnx"],
+        "/nonexistent/model.onnx",
+    );
 }
 
 #[test]
@@ -54,9 +65,15 @@ fn unknown_op_is_reported_not_costed_as_zero() {
     let out = roofline(&["analyze", path.to_str().unwrap(), "--batch", "1"]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains(&name) && err.contains("FancyActivation"), "{err}");
+    assert!(
+        err.contains(&name) && err.contains("FancyActivation"),
+        "{err}"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("NOT COSTED"), "the report still lists it: {text}");
+    assert!(
+        text.contains("NOT COSTED"),
+        "the report still lists it: {text}"
+    );
 }
 
 #[test]
@@ -64,9 +81,17 @@ fn unbound_symbolic_dim() {
     let dir = tempdir();
     let path = dir.join("symbolic.onnx");
     std::fs::write(&path, tinycnn().encode_to_vec()).unwrap();
-    assert_bad_input(&["analyze", path.to_str().unwrap()], "unbound symbolic dim `batch`");
     assert_bad_input(
-        &["analyze", path.to_str().unwrap(), "--input", "nosuch=1x3x32x32"],
+        &["analyze", path.to_str().unwrap()],
+        "unbound symbolic dim `batch`",
+    );
+    assert_bad_input(
+        &[
+            "analyze",
+            path.to_str().unwrap(),
+            "--input",
+            "nosuch=1x3x32x32",
+        ],
         "no input named `nosuch`",
     );
     assert_bad_input(
@@ -82,13 +107,21 @@ fn absurd_dims() {
     std::fs::write(&path, tinycnn().encode_to_vec()).unwrap();
     // 2^40 x 3 x 32 x 32 elements overflows the 2^48 sanity limit.
     assert_bad_input(
-        &["analyze", path.to_str().unwrap(), "--batch", "1099511627776"],
+        &[
+            "analyze",
+            path.to_str().unwrap(),
+            "--batch",
+            "1099511627776",
+        ],
         "absurd shape",
     );
     let mut model = tinycnn();
     model.graph.as_mut().unwrap().initializer[0].dims = vec![i64::MAX, i64::MAX];
     std::fs::write(&path, model.encode_to_vec()).unwrap();
-    assert_bad_input(&["analyze", path.to_str().unwrap(), "--batch", "1"], "absurd shape");
+    assert_bad_input(
+        &["analyze", path.to_str().unwrap(), "--batch", "1"],
+        "absurd shape",
+    );
 }
 
 #[test]
@@ -98,15 +131,16 @@ fn missing_external_data_file() {
     let init: &mut TensorProto = &mut model.graph.as_mut().unwrap().initializer[0];
     init.raw_data = Default::default();
     init.data_location = 1;
-    init.external_data = vec![
-        roofline::analysis::onnx_proto::StringStringEntryProto {
-            key: "location".into(),
-            value: "weights.bin".into(),
-        },
-    ];
+    init.external_data = vec![roofline::analysis::onnx_proto::StringStringEntryProto {
+        key: "location".into(),
+        value: "weights.bin".into(),
+    }];
     let path = dir.join("external.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
-    assert_bad_input(&["analyze", path.to_str().unwrap(), "--batch", "1"], "weights.bin");
+    assert_bad_input(
+        &["analyze", path.to_str().unwrap(), "--batch", "1"],
+        "weights.bin",
+    );
 }
 
 #[test]
@@ -119,18 +153,37 @@ fn external_data_is_loaded_when_present() {
     file.extend_from_slice(&payload);
     std::fs::write(dir.join("weights.bin"), &file).unwrap();
     init.data_location = 1;
-    init.external_data = [("location", "weights.bin".to_string()), ("offset", "16".into()), ("length", payload.len().to_string())]
-        .into_iter()
-        .map(|(k, v)| roofline::analysis::onnx_proto::StringStringEntryProto { key: k.into(), value: v })
-        .collect();
+    init.external_data = [
+        ("location", "weights.bin".to_string()),
+        ("offset", "16".into()),
+        ("length", payload.len().to_string()),
+    ]
+    .into_iter()
+    .map(
+        |(k, v)| roofline::analysis::onnx_proto::StringStringEntryProto {
+            key: k.into(),
+            value: v,
+        },
+    )
+    .collect();
     let path = dir.join("external.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
-    let out = roofline(&["analyze", path.to_str().unwrap(), "--batch", "1", "--format", "json"]);
+    let out = roofline(&[
+        "analyze",
+        path.to_str().unwrap(),
+        "--batch",
+        "1",
+        "--format",
+        "json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]
 fn unknown_device_and_builtin() {
-    assert_bad_input(&["analyze", "builtin:tinycnn", "--device", "rtx9999"], "unknown device `rtx9999`");
+    assert_bad_input(
+        &["analyze", "builtin:tinycnn", "--device", "rtx9999"],
+        "unknown device `rtx9999`",
+    );
     assert_bad_input(&["analyze", "builtin:nosuchnet"], "unknown built-in model");
 }

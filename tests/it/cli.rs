@@ -20,10 +20,23 @@ fn analyze_json_follows_the_schema() {
     assert_eq!(json["schema"], "roofline-analysis");
     assert_eq!(json["schema_version"], 1);
     for key in [
-        "name", "op_type", "output_shapes", "flops", "macs", "bytes_read", "bytes_written",
-        "weights_bytes", "intensity", "bound", "attainable_flops", "predicted_s",
+        "name",
+        "op_type",
+        "output_shapes",
+        "flops",
+        "macs",
+        "bytes_read",
+        "bytes_written",
+        "weights_bytes",
+        "intensity",
+        "bound",
+        "attainable_flops",
+        "predicted_s",
     ] {
-        assert!(json["nodes"][0].get(key).is_some(), "missing per-op key {key}");
+        assert!(
+            json["nodes"][0].get(key).is_some(),
+            "missing per-op key {key}"
+        );
     }
     assert!(json["summary"]["predicted_latency_s"].as_f64().unwrap() > 0.0);
     assert_eq!(json["device"]["id"], "rtx2080ti");
@@ -32,7 +45,14 @@ fn analyze_json_follows_the_schema() {
 #[test]
 fn analyze_csv_and_several_devices() {
     let out = roofline(&[
-        "analyze", "builtin:tinycnn", "--format", "csv", "--device", "t4", "--device", "h100",
+        "analyze",
+        "builtin:tinycnn",
+        "--format",
+        "csv",
+        "--device",
+        "t4",
+        "--device",
+        "h100",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -47,7 +67,13 @@ fn devices_lists_the_catalogue() {
     let out = roofline(&["devices"]);
     assert!(out.status.success());
     let text = stdout(&out);
-    for id in ["rtx2080ti", "a100-sxm4-80gb", "h100-sxm", "jetson-agx-orin-64gb", "l40s"] {
+    for id in [
+        "rtx2080ti",
+        "a100-sxm4-80gb",
+        "h100-sxm",
+        "jetson-agx-orin-64gb",
+        "l40s",
+    ] {
         assert!(text.contains(id), "{id} missing");
     }
 }
@@ -60,9 +86,21 @@ fn profile_file_round_trips_through_device_flag() {
     let profiles: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
     let t4 = profiles.iter().find(|p| p["id"] == "t4").unwrap();
     std::fs::write(&path, serde_json::to_string(t4).unwrap()).unwrap();
-    let by_name = roofline(&["analyze", "builtin:tinycnn", "--device", "t4", "--format", "json"]);
+    let by_name = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--device",
+        "t4",
+        "--format",
+        "json",
+    ]);
     let by_file = roofline(&[
-        "analyze", "builtin:tinycnn", "--device", path.to_str().unwrap(), "--format", "json",
+        "analyze",
+        "builtin:tinycnn",
+        "--device",
+        path.to_str().unwrap(),
+        "--format",
+        "json",
     ]);
     let a: serde_json::Value = serde_json::from_str(&stdout(&by_name)).unwrap();
     let b: serde_json::Value = serde_json::from_str(&stdout(&by_file)).unwrap();
@@ -71,9 +109,20 @@ fn profile_file_round_trips_through_device_flag() {
 
 #[test]
 fn missing_precision_on_device_is_a_clear_error() {
-    let out = roofline(&["analyze", "builtin:tinycnn", "--device", "rtx2080ti", "--precision", "bf16"]);
+    let out = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--device",
+        "rtx2080ti",
+        "--precision",
+        "bf16",
+    ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no bf16 compute ceiling"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no bf16 compute ceiling"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -82,7 +131,12 @@ fn exported_builtins_run_in_onnxruntime() {
     let dir = tempdir();
     for model in ["tinycnn", "mobilenetv2", "resnet50", "bert-base"] {
         let path = dir.join(format!("{model}.onnx"));
-        let out = roofline(&["export", &format!("builtin:{model}"), "-o", path.to_str().unwrap()]);
+        let out = roofline(&[
+            "export",
+            &format!("builtin:{model}"),
+            "-o",
+            path.to_str().unwrap(),
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let check = std::process::Command::new(&python)
             .arg(super::common::repo_root().join("scripts/ort_check.py"))

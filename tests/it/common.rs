@@ -35,7 +35,10 @@ pub fn corpus_dir() -> Option<PathBuf> {
         return Some(dir);
     }
     if std::env::var_os("CI").is_some() {
-        panic!("model corpus missing under {}: CI must run scripts/fetch-models.sh", dir.display());
+        panic!(
+            "model corpus missing under {}: CI must run scripts/fetch-models.sh",
+            dir.display()
+        );
     }
     eprintln!(
         "SKIP: model corpus not found under {} (offline?). Run scripts/fetch-models.sh.",
@@ -51,9 +54,15 @@ pub fn venv_python() -> Option<PathBuf> {
         return Some(python);
     }
     if std::env::var_os("CI").is_some() {
-        panic!("{} missing: CI must run scripts/setup-python.sh", python.display());
+        panic!(
+            "{} missing: CI must run scripts/setup-python.sh",
+            python.display()
+        );
     }
-    eprintln!("SKIP: {} not found; run scripts/setup-python.sh", python.display());
+    eprintln!(
+        "SKIP: {} not found; run scripts/setup-python.sh",
+        python.display()
+    );
     None
 }
 

@@ -64,7 +64,9 @@ fn macs_and_params_match_onnx_tool_within_one_percent() {
         // `conv_transpose_matches_the_hand_formula` checks ours.
         let expected = entry["conv_gemm_matmul_macs"].as_f64().unwrap()
             - entry["conv_gemm_matmul_bias_macs"].as_f64().unwrap_or(0.0)
-            - entry["macs_by_op_type"]["ConvTranspose"].as_f64().unwrap_or(0.0);
+            - entry["macs_by_op_type"]["ConvTranspose"]
+                .as_f64()
+                .unwrap_or(0.0);
         let params_expected = entry["params_constant_folding"].as_f64().unwrap();
         let not_costed = analysis
             .nodes
@@ -72,7 +74,9 @@ fn macs_and_params_match_onnx_tool_within_one_percent() {
             .filter(|n| n.status == NodeStatus::NotCosted)
             .count();
         if !within(matmul_like as f64, expected, 0.01) {
-            failures.push(format!("{file}: MACs {matmul_like} vs onnx-tool {expected}"));
+            failures.push(format!(
+                "{file}: MACs {matmul_like} vs onnx-tool {expected}"
+            ));
         }
         if !within(analysis.summary.params as f64, params_expected, 0.01) {
             failures.push(format!(
@@ -92,7 +96,10 @@ fn per_node_macs_match_onnx_tool_for_resnet50() {
     let Some(dir) = corpus_dir() else { return };
     let reference = reference();
     let entry = &reference["models"]["light_resnet50.onnx"];
-    let analysis = analyze_file(&dir.join(entry["path"].as_str().unwrap()), bindings_for(entry));
+    let analysis = analyze_file(
+        &dir.join(entry["path"].as_str().unwrap()),
+        bindings_for(entry),
+    );
     let ours: BTreeMap<&str, u64> = analysis
         .nodes
         .iter()
@@ -104,7 +111,10 @@ fn per_node_macs_match_onnx_tool_for_resnet50() {
         if let Some(&our) = ours.get(name.as_str()) {
             let theirs = macs.as_f64().unwrap();
             // onnx-tool's bias MAC per output element is at most 1/taps of the total.
-            assert!(within(our as f64, theirs, 0.01), "{name}: {our} vs {theirs}");
+            assert!(
+                within(our as f64, theirs, 0.01),
+                "{name}: {our} vs {theirs}"
+            );
             compared += 1;
         }
     }

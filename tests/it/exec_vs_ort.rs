@@ -25,47 +25,82 @@ fn reference(python: &Path, model: &Path, key: &str, shapes: &[&str], extra: &[&
             >= std::fs::metadata(model).and_then(|m| m.modified()).ok();
     if !fresh {
         let mut cmd = Command::new(python);
-        cmd.arg(repo_root().join("scripts/ort_run.py")).arg(model).arg(&dir);
+        cmd.arg(repo_root().join("scripts/ort_run.py"))
+            .arg(model)
+            .arg(&dir);
         for s in shapes {
             cmd.arg("--input").arg(s);
         }
         cmd.args(extra);
         let out = cmd.output().expect("python runs");
-        assert!(out.status.success(), "ort_run failed for {key}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "ort_run failed for {key}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     dir
 }
 
 /// Runs `model` with our executor on the reference inputs and compares every output.
 fn compare(model: &Path, reference_dir: &Path) -> Result<String, String> {
-    let manifest: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(reference_dir.join("manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(reference_dir.join("manifest.json")).unwrap(),
+    )
+    .unwrap();
     let mut inputs = HashMap::new();
     let mut bindings = Vec::new();
     for input in manifest["inputs"].as_array().unwrap() {
         let name = input["name"].as_str().unwrap().to_string();
-        let tensor = npy::read_npy(&reference_dir.join(input["file"].as_str().unwrap())).map_err(|e| e.to_string())?;
-        bindings.push((name.clone(), tensor.shape.iter().map(|&d| d as u64).collect()));
+        let tensor = npy::read_npy(&reference_dir.join(input["file"].as_str().unwrap()))
+            .map_err(|e| e.to_string())?;
+        bindings.push((
+            name.clone(),
+            tensor.shape.iter().map(|&d| d as u64).collect(),
+        ));
         inputs.insert(name, tensor);
     }
     let mut graph = import::load_graph(model).map_err(|e| e.to_string())?;
-    let (order, states, _) = analysis::prepare_graph(&mut graph, &Bindings { inputs: bindings, batch: None }).map_err(|e| e.to_string())?;
-    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions::default()).map_err(|e| e.to_string())?;
+    let (order, states, _) = analysis::prepare_graph(
+        &mut graph,
+        &Bindings {
+            inputs: bindings,
+            batch: None,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions::default())
+        .map_err(|e| e.to_string())?;
     let mut ws = plan.workspace();
-    let outputs: HashMap<String, exec::RtTensor> = plan.run(&mut ws, &inputs, None).map_err(|e| e.to_string())?.into_iter().collect();
+    let outputs: HashMap<String, exec::RtTensor> = plan
+        .run(&mut ws, &inputs, None)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .collect();
     let mut report = Vec::new();
     for output in manifest["outputs"].as_array().unwrap() {
         let name = output["name"].as_str().unwrap();
-        let want = npy::read_npy(&reference_dir.join(output["file"].as_str().unwrap())).map_err(|e| e.to_string())?;
-        let got = outputs.get(name).ok_or_else(|| format!("output {name} missing"))?;
+        let want = npy::read_npy(&reference_dir.join(output["file"].as_str().unwrap()))
+            .map_err(|e| e.to_string())?;
+        let got = outputs
+            .get(name)
+            .ok_or_else(|| format!("output {name} missing"))?;
         if got.shape != want.shape {
-            return Err(format!("{name}: shape {:?} vs onnxruntime {:?}", got.shape, want.shape));
+            return Err(format!(
+                "{name}: shape {:?} vs onnxruntime {:?}",
+                got.shape, want.shape
+            ));
         }
         let (g, w) = (got.to_f32(), want.to_f32());
         let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let max_err = g.iter().zip(&w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-        if !(max_err <= ATOL + RTOL * scale) {
-            return Err(format!("{name}: max abs error {max_err:e} exceeds {ATOL:e} + {RTOL:e}·{scale:e}"));
+        let max_err = g
+            .iter()
+            .zip(&w)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        if max_err.is_nan() || max_err > ATOL + RTOL * scale {
+            return Err(format!(
+                "{name}: max abs error {max_err:e} exceeds {ATOL:e} + {RTOL:e}·{scale:e}"
+            ));
         }
         report.push(format!("{name}: max err {max_err:.2e} (scale {scale:.2e})"));
     }
@@ -77,7 +112,12 @@ fn export_builtin(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.onnx"));
     if !path.exists() {
-        let out = roofline(&["export", &format!("builtin:{name}"), "-o", path.to_str().unwrap()]);
+        let out = roofline(&[
+            "export",
+            &format!("builtin:{name}"),
+            "-o",
+            path.to_str().unwrap(),
+        ]);
         assert!(out.status.success());
     }
     path
@@ -109,14 +149,32 @@ fn corpus_models_match_onnxruntime() {
     let Some(python) = venv_python() else { return };
     let Some(dir) = corpus_dir() else { return };
     let mut cases: Vec<(PathBuf, Vec<&str>, Vec<&str>)> = Vec::new();
-    for entry in std::fs::read_dir(dir.join("light-random")).expect("light-random models (scripts/materialise_light.py)") {
+    for entry in std::fs::read_dir(dir.join("light-random"))
+        .expect("light-random models (scripts/materialise_light.py)")
+    {
         let path = entry.unwrap().path();
         cases.push((path, vec![], vec![]));
     }
-    cases.push((dir.join("ppocr/ch_PP-OCRv4_det_infer.onnx"), vec!["x=1x3x320x320"], vec![]));
-    cases.push((dir.join("ppocr/ch_PP-OCRv4_rec_infer.onnx"), vec!["x=1x3x48x320"], vec![]));
-    cases.push((dir.join("ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"), vec!["x=1x3x48x192"], vec![]));
-    cases.push((dir.join("extra/magika_standard_v3_3.onnx"), vec!["bytes=1x2048"], vec!["--int-range", "0,257"]));
+    cases.push((
+        dir.join("ppocr/ch_PP-OCRv4_det_infer.onnx"),
+        vec!["x=1x3x320x320"],
+        vec![],
+    ));
+    cases.push((
+        dir.join("ppocr/ch_PP-OCRv4_rec_infer.onnx"),
+        vec!["x=1x3x48x320"],
+        vec![],
+    ));
+    cases.push((
+        dir.join("ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+        vec!["x=1x3x48x192"],
+        vec![],
+    ));
+    cases.push((
+        dir.join("extra/magika_standard_v3_3.onnx"),
+        vec!["bytes=1x2048"],
+        vec!["--int-range", "0,257"],
+    ));
     cases.sort();
     let mut failures = Vec::new();
     for (model, shapes, extra) in cases {

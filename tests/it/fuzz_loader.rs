@@ -109,7 +109,10 @@ fn mutate(seed: &[u8], rng: &mut SplitMix) -> Vec<u8> {
             _ => {
                 // Interesting varints: huge dims and lengths.
                 let i = rng.below(bytes.len() + 1);
-                bytes.splice(i..i, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+                bytes.splice(
+                    i..i,
+                    [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+                );
             }
         }
     }

@@ -30,7 +30,10 @@ fn kernel_dims(ctx_kernel: Option<&[i64]>, weight: &[Dim]) -> OpResult<Vec<u64>>
     }
     weight[2..]
         .iter()
-        .map(|d| d.known().ok_or_else(|| format!("weight dim {d} is not known")))
+        .map(|d| {
+            d.known()
+                .ok_or_else(|| format!("weight dim {d} is not known"))
+        })
         .collect()
 }
 
@@ -136,9 +139,10 @@ impl OpDef for ConvTranspose {
                 let out = if auto_pad.starts_with("SAME") {
                     input[axis] * strides[axis]
                 } else {
-                    full.checked_sub(pads[axis] + pads[axis + count]).ok_or_else(|| {
-                        format!("pads exceed the output size on spatial axis {axis}")
-                    })?
+                    full.checked_sub(pads[axis] + pads[axis + count])
+                        .ok_or_else(|| {
+                            format!("pads exceed the output size on spatial axis {axis}")
+                        })?
                 };
                 spatial.push(out);
             }

@@ -68,10 +68,18 @@ fn bind(eq: &Equation, shapes: &[&[Dim]]) -> OpResult<(BTreeMap<char, Dim>, Vec<
     let mut ellipsis_shapes: Vec<Vec<Dim>> = Vec::new();
     for ((letters, has_ellipsis), shape) in eq.inputs.iter().zip(shapes) {
         let extra = shape.len().checked_sub(letters.len()).ok_or_else(|| {
-            format!("operand of rank {} has {} indices", shape.len(), letters.len())
+            format!(
+                "operand of rank {} has {} indices",
+                shape.len(),
+                letters.len()
+            )
         })?;
         if extra > 0 && !has_ellipsis {
-            return Err(format!("operand rank {} but {} indices", shape.len(), letters.len()));
+            return Err(format!(
+                "operand rank {} but {} indices",
+                shape.len(),
+                letters.len()
+            ));
         }
         // The ellipsis sits where `...` is written; supported here at the front, the common case.
         ellipsis_shapes.push(shape[..extra].to_vec());

@@ -33,12 +33,24 @@ impl OpDef for Gemm {
         let a = ctx.input_shape(0)?;
         let b = ctx.input_shape(1)?;
         if a.len() != 2 || b.len() != 2 {
-            return Err(format!("Gemm needs 2-D inputs, got ranks {} and {}", a.len(), b.len()));
+            return Err(format!(
+                "Gemm needs 2-D inputs, got ranks {} and {}",
+                a.len(),
+                b.len()
+            ));
         }
         let trans_a = ctx.attrs().int_or("transA", 0) != 0;
         let trans_b = ctx.attrs().int_or("transB", 0) != 0;
-        let (m, ka) = if trans_a { (&a[1], &a[0]) } else { (&a[0], &a[1]) };
-        let (kb, n) = if trans_b { (&b[1], &b[0]) } else { (&b[0], &b[1]) };
+        let (m, ka) = if trans_a {
+            (&a[1], &a[0])
+        } else {
+            (&a[0], &a[1])
+        };
+        let (kb, n) = if trans_b {
+            (&b[1], &b[0])
+        } else {
+            (&b[0], &b[1])
+        };
         if !same_dim(ka, kb) {
             return Err(format!("inner dims differ: {ka} vs {kb}"));
         }

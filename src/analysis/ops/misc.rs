@@ -77,7 +77,11 @@ impl OpDef for Recurrent {
         let x = ctx.input_dims(0)?;
         let w = ctx.input_dims(1)?;
         let batch_first = ctx.attrs().int_or("layout", 0) != 0;
-        let (seq, batch) = if batch_first { (x[1], x[0]) } else { (x[0], x[1]) };
+        let (seq, batch) = if batch_first {
+            (x[1], x[0])
+        } else {
+            (x[0], x[1])
+        };
         let (g, elementwise, transcendental) = gates(ctx.node.op_type);
         let dirs = w[0];
         let hidden = w[1] / g;
@@ -102,7 +106,12 @@ impl OpDef for RoiAlign {
         let ow = ctx.attrs().int_or("output_width", 1).max(1) as u64;
         Ok(vec![TensorFact::new(
             ctx.input(0)?.dtype,
-            vec![rois[0].clone(), x[1].clone(), Dim::Known(oh), Dim::Known(ow)],
+            vec![
+                rois[0].clone(),
+                x[1].clone(),
+                Dim::Known(oh),
+                Dim::Known(ow),
+            ],
         )])
     }
 
@@ -128,7 +137,10 @@ impl OpDef for NotCosted {
         if ctx.node.op_type == "NonMaxSuppression" {
             return Ok(vec![TensorFact::new(
                 DType::I64,
-                vec![Dim::Sym(format!("{}_selected", ctx.node.name)), Dim::Known(3)],
+                vec![
+                    Dim::Sym(format!("{}_selected", ctx.node.name)),
+                    Dim::Known(3),
+                ],
             )]);
         }
         Err(format!(

@@ -200,8 +200,12 @@ impl CostCtx<'_> {
 
     pub fn input_dims(&self, index: usize) -> OpResult<Vec<u64>> {
         let fact = self.input(index)?;
-        fact.concrete_shape()
-            .ok_or_else(|| format!("input #{index} shape {} is not fully known", fact.shape_string()))
+        fact.concrete_shape().ok_or_else(|| {
+            format!(
+                "input #{index} shape {} is not fully known",
+                fact.shape_string()
+            )
+        })
     }
 
     pub fn output_dims(&self, index: usize) -> OpResult<Vec<u64>> {
@@ -210,7 +214,10 @@ impl CostCtx<'_> {
             .get(index)
             .ok_or_else(|| format!("missing output #{index}"))?;
         fact.concrete_shape().ok_or_else(|| {
-            format!("output #{index} shape {} is not fully known", fact.shape_string())
+            format!(
+                "output #{index} shape {} is not fully known",
+                fact.shape_string()
+            )
         })
     }
 
@@ -248,7 +255,12 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
 pub fn is_nondeterministic(op_type: &str) -> bool {
     matches!(
         op_type,
-        "RandomNormal" | "RandomUniform" | "RandomNormalLike" | "RandomUniformLike" | "Multinomial" | "Bernoulli"
+        "RandomNormal"
+            | "RandomUniform"
+            | "RandomNormalLike"
+            | "RandomUniformLike"
+            | "Multinomial"
+            | "Bernoulli"
     )
 }
 

@@ -72,7 +72,10 @@ impl OpDef for Concat {
         for fact in &facts {
             let s = fact.shape.as_ref().ok_or("an input rank is unknown")?;
             if s.len() != rank {
-                return Err(format!("inputs of rank {rank} and {} cannot concatenate", s.len()));
+                return Err(format!(
+                    "inputs of rank {rank} and {} cannot concatenate",
+                    s.len()
+                ));
             }
             match s[axis].known() {
                 Some(d) => total = total.map(|t| t + d),
@@ -109,7 +112,11 @@ impl OpDef for Concat {
                         out.extend_from_slice(&v[o * chunk as usize..(o + 1) * chunk as usize]);
                     }
                 }
-                return Ok(vec![TensorFact::constant(tensor_from_f64(first.dtype, dims, out))]);
+                return Ok(vec![TensorFact::constant(tensor_from_f64(
+                    first.dtype,
+                    dims,
+                    out,
+                ))]);
             }
         }
         Ok(vec![TensorFact::new(first.dtype, shape)])
@@ -175,7 +182,11 @@ fn slice_axis(dim: u64, start: i64, end: i64, step: i64) -> (i64, i64, u64) {
     } else {
         let s = start.clamp(-1, d - 1);
         let e = end.clamp(-1, d - 1);
-        let len = if s > e { (s - e + (-step) - 1) / (-step) } else { 0 };
+        let len = if s > e {
+            (s - e + (-step) - 1) / (-step)
+        } else {
+            0
+        };
         (s, e, len as u64)
     }
 }
@@ -229,7 +240,11 @@ impl OpDef for Slice {
                     // Symbolic dim: only the common whole-axis and fixed-window cases are exact.
                     out[axis] = if starts[i] == 0 && ends[i] >= i32::MAX as i64 && steps[i] == 1 {
                         shape[axis].clone()
-                    } else if starts[i] >= 0 && ends[i] >= 0 && ends[i] < i32::MAX as i64 && steps[i] == 1 {
+                    } else if starts[i] >= 0
+                        && ends[i] >= 0
+                        && ends[i] < i32::MAX as i64
+                        && steps[i] == 1
+                    {
                         Dim::Known((ends[i] - starts[i]).max(0) as u64)
                     } else {
                         Dim::Sym(format!("{}_slice{axis}", ctx.node.name))
@@ -259,7 +274,9 @@ impl OpDef for Slice {
                     }
                     result.push(values[src as usize]);
                 }
-                return Ok(vec![TensorFact::constant(tensor_from_f64(x.dtype, out_dims, result))]);
+                return Ok(vec![TensorFact::constant(tensor_from_f64(
+                    x.dtype, out_dims, result,
+                ))]);
             }
         }
         Ok(vec![TensorFact::new(x.dtype, out)])
@@ -351,7 +368,10 @@ impl OpDef for Expand {
         let x = ctx.input(0)?;
         let shape = ctx.input_shape(0)?;
         let target = ctx.const_ints(1)?.ok_or("missing shape")?;
-        let target: Vec<Dim> = target.iter().map(|&d| Dim::Known(d.max(0) as u64)).collect();
+        let target: Vec<Dim> = target
+            .iter()
+            .map(|&d| Dim::Known(d.max(0) as u64))
+            .collect();
         let out = broadcast_shapes(&[shape, &target])?;
         if let (Some(konst), Some(dims)) = (
             &x.konst,
@@ -544,7 +564,11 @@ impl OpDef for DepthSpace {
         if s.len() != 4 {
             return Err("expects a 4-D input".into());
         }
-        let block = ctx.attrs().int("blocksize").ok_or("missing `blocksize`")?.max(1) as u64;
+        let block = ctx
+            .attrs()
+            .int("blocksize")
+            .ok_or("missing `blocksize`")?
+            .max(1) as u64;
         let (c, h, w) = (known(&s[1])?, known(&s[2])?, known(&s[3])?);
         let out = if ctx.node.op_type == "DepthToSpace" {
             [c / (block * block), h * block, w * block]
@@ -627,7 +651,6 @@ impl OpDef for OneHot {
         movement_cost(ctx)
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -43,11 +43,7 @@ fn same_as_input(ctx: &InferCtx) -> OpResult<TensorFact> {
 impl OpDef for BatchNorm {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let y = same_as_input(ctx)?;
-        let channels = ctx
-            .input_shape(0)?
-            .get(1)
-            .cloned()
-            .unwrap_or(Dim::Known(1));
+        let channels = ctx.input_shape(0)?.get(1).cloned().unwrap_or(Dim::Known(1));
         let mut outputs = vec![y.clone()];
         // Training-mode outputs (running/saved mean and variance) are per channel.
         for _ in 1..ctx.output_count {
@@ -152,7 +148,11 @@ impl OpDef for Lrn {
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let elements: u64 = ctx.input_dims(0)?.iter().product();
-        let size = ctx.attrs().int("size").ok_or("missing `size` attribute")?.max(1) as u64;
+        let size = ctx
+            .attrs()
+            .int("size")
+            .ok_or("missing `size` attribute")?
+            .max(1) as u64;
         Ok(OpCost {
             flops: elements * (2 * size + 3),
             macs: 0,

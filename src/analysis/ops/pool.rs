@@ -36,7 +36,10 @@ impl OpDef for WindowPool {
             .collect();
         let spatial: Vec<u64> = x[2..]
             .iter()
-            .map(|d| d.known().ok_or_else(|| format!("spatial dim `{d}` is not bound")))
+            .map(|d| {
+                d.known()
+                    .ok_or_else(|| format!("spatial dim `{d}` is not bound"))
+            })
             .collect::<OpResult<_>>()?;
         let ceil_mode = ctx.attrs().int_or("ceil_mode", 0) != 0;
         let window = forward_window(ctx.attrs(), &spatial, &kernel, ceil_mode)?;
@@ -87,8 +90,16 @@ impl OpDef for GlobalPool {
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let inputs: u64 = ctx.input_dims(0)?.iter().product();
         let outputs = ctx.output_elements(0)?;
-        let division = if ctx.node.op_type == "GlobalMaxPool" { 0 } else { outputs };
-        let transcendental = if ctx.node.op_type == "GlobalLpPool" { inputs + outputs } else { 0 };
+        let division = if ctx.node.op_type == "GlobalMaxPool" {
+            0
+        } else {
+            outputs
+        };
+        let transcendental = if ctx.node.op_type == "GlobalLpPool" {
+            inputs + outputs
+        } else {
+            0
+        };
         Ok(OpCost {
             flops: inputs + division,
             macs: 0,

@@ -56,7 +56,8 @@ impl OpDef for ShapeOp {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let shape = ctx.input_shape(0)?;
         let rank = shape.len() as i64;
-        let clamp = |v: i64| -> usize { (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize };
+        let clamp =
+            |v: i64| -> usize { (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize };
         let start = clamp(ctx.attrs().int_or("start", 0));
         let end = clamp(ctx.attrs().int_or("end", rank));
         let dims = &shape[start..end.max(start)];
@@ -130,7 +131,9 @@ impl OpDef for ConstantOfShape {
         let (dtype, value) = match ctx.attrs().tensor("value") {
             Some(t) => (
                 t.dtype,
-                t.to_f64_vec().and_then(|v| v.first().copied()).unwrap_or(0.0),
+                t.to_f64_vec()
+                    .and_then(|v| v.first().copied())
+                    .unwrap_or(0.0),
             ),
             None => (DType::F32, 0.0),
         };
@@ -219,12 +222,9 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
                 }
                 out.push(Dim::Known(1));
             }
-            0 if !allow_zero => out.push(
-                input
-                    .get(axis)
-                    .cloned()
-                    .ok_or_else(|| format!("target {target:?} copies dim {axis} past the input rank"))?,
-            ),
+            0 if !allow_zero => out.push(input.get(axis).cloned().ok_or_else(|| {
+                format!("target {target:?} copies dim {axis} past the input rank")
+            })?),
             t if t >= 0 => out.push(Dim::Known(t as u64)),
             t => return Err(format!("invalid dim {t} in reshape target")),
         }
@@ -247,11 +247,8 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
             .filter(|&(i, _)| i != axis)
             .map(|(_, d)| d.known().unwrap_or(1))
             .product();
-        if rest == 0 || total % rest != 0 {
-            return Err(format!(
-                "cannot reshape {} elements into {target:?}",
-                total
-            ));
+        if rest == 0 || !total.is_multiple_of(rest) {
+            return Err(format!("cannot reshape {} elements into {target:?}", total));
         }
         out[axis] = Dim::Known(total / rest);
     } else if let Some(input_known) = input_known {
@@ -269,7 +266,10 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
 
 fn view_of(ctx: &InferCtx, shape: Vec<Dim>) -> OpResult<Vec<TensorFact>> {
     let x = ctx.input(0)?;
-    if let (Some(konst), Some(dims)) = (&x.konst, shape.iter().map(Dim::known).collect::<Option<Vec<u64>>>()) {
+    if let (Some(konst), Some(dims)) = (
+        &x.konst,
+        shape.iter().map(Dim::known).collect::<Option<Vec<u64>>>(),
+    ) {
         return Ok(vec![TensorFact::constant(reshape(konst, dims))]);
     }
     Ok(vec![TensorFact::new(x.dtype, shape)])
@@ -428,7 +428,9 @@ impl OpDef for Cast {
                     .iter()
                     .map(|&v| if to.is_float() { v } else { v.trunc() })
                     .collect();
-                return Ok(vec![TensorFact::constant(tensor_from_f64(to, dims, converted))]);
+                return Ok(vec![TensorFact::constant(tensor_from_f64(
+                    to, dims, converted,
+                ))]);
             }
             if let crate::analysis::tensor::TensorData::Splat(v) = konst.data {
                 return Ok(vec![TensorFact::constant(Tensor {

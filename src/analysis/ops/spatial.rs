@@ -74,7 +74,10 @@ pub fn forward_window(
             "NOTSET" | "" => {
                 if let Some(explicit) = attrs.ints("pads") {
                     if explicit.len() != 2 * count || explicit.iter().any(|&p| p < 0) {
-                        return Err(format!("pads {explicit:?} must hold {} non-negative values", 2 * count));
+                        return Err(format!(
+                            "pads {explicit:?} must hold {} non-negative values",
+                            2 * count
+                        ));
                     }
                     pads[axis] = explicit[axis] as u64;
                     pads[axis + count] = explicit[axis + count] as u64;
@@ -144,13 +147,22 @@ mod tests {
         assert_eq!(w.pads, vec![1, 1]);
         // GoogLeNet-style pooling: 3x3 stride 2 on 112 with ceil_mode gives 56.
         let a = attrs(&[("strides", Attr::Ints(vec![2]))]);
-        assert_eq!(forward_window(&a, &[112], &[3], true).unwrap().output, vec![56]);
-        assert_eq!(forward_window(&a, &[112], &[3], false).unwrap().output, vec![55]);
+        assert_eq!(
+            forward_window(&a, &[112], &[3], true).unwrap().output,
+            vec![56]
+        );
+        assert_eq!(
+            forward_window(&a, &[112], &[3], false).unwrap().output,
+            vec![55]
+        );
     }
 
     #[test]
     fn dilation_widens_the_window() {
         let a = attrs(&[("dilations", Attr::Ints(vec![2]))]);
-        assert_eq!(forward_window(&a, &[10], &[3], false).unwrap().output, vec![6]);
+        assert_eq!(
+            forward_window(&a, &[10], &[3], false).unwrap().output,
+            vec![6]
+        );
     }
 }
