@@ -645,6 +645,96 @@ fn html_report_runs_in_headless_chromium() {
     );
 }
 
+/// Drives the report's own script in the browser: hover a dot, hover a row, sort, filter; the
+/// outcome is written into attributes of `<html>` for `--dump-dom` to return.
+const INTERACTION_PROBE: &str = r##"<script>
+(function () {
+  var root = document.documentElement;
+  var op = root.getAttribute("data-probe-op");
+  var dot = document.querySelector('svg.roofline-chart .op-dot[data-op="' + op + '"]');
+  var row = document.querySelector('#ops-0 tbody tr[data-op="' + op + '"]');
+  dot.dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+  root.setAttribute("data-probe-dot-lights-row", String(row.classList.contains("hl")));
+  dot.dispatchEvent(new MouseEvent("mouseout", { bubbles: true, relatedTarget: document.body }));
+  root.setAttribute("data-probe-cleared", String(!row.classList.contains("hl")));
+  row.cells[1].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+  root.setAttribute("data-probe-row-lights-dot", String(dot.classList.contains("hl")));
+  var header = Array.prototype.slice.call(document.querySelectorAll("#ops-0 thead th"))
+    .find(function (th) { return th.textContent.trim() === "FLOP/B"; });
+  header.querySelector("button").click();
+  root.setAttribute("data-probe-most-intense", document.querySelector("#ops-0 tbody tr").getAttribute("data-op"));
+  var bound = document.querySelector('.controls[data-table="ops-0"] .filter-bound');
+  bound.value = "memory";
+  bound.dispatchEvent(new Event("change"));
+  var shown = Array.prototype.filter.call(document.querySelectorAll("#ops-0 tbody tr"),
+    function (tr) { return !tr.hidden; }).length;
+  root.setAttribute("data-probe-memory-rows", String(shown));
+  root.setAttribute("data-probe-dimmed", String(document.querySelectorAll(".op-dot.dim").length));
+})();
+</script>"##;
+
+#[test]
+fn report_interactions_work_in_headless_chromium() {
+    if !chromium_available() {
+        return;
+    }
+    let analysis = analyse("resnet50", "rtx2080ti");
+    let slowest = analysis.summary.hot_spots[0];
+    // Sorting by FLOP/B puts the most intense op first (ties in index order).
+    let most_intense = analysis
+        .nodes
+        .iter()
+        .filter_map(|n| n.intensity.map(|i| (i, n.index)))
+        .fold(None::<(f64, usize)>, |best, (i, index)| match best {
+            Some((b, _)) if b >= i => best,
+            _ => Some((i, index)),
+        })
+        .map(|(_, index)| index)
+        .expect("an op with an intensity");
+    let memory_rows = analysis
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Costed && n.bound == roofline::analysis::Bound::Memory)
+        .count();
+    let plotted = analysis
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Costed && n.intensity.is_some())
+        .count();
+    let html = render_html(&[analysis])
+        .expect("html")
+        .replacen(
+            "<html lang=\"en\">",
+            &format!("<html lang=\"en\" data-probe-op=\"{slowest}\">"),
+            1,
+        )
+        .replacen("</body>", &format!("{INTERACTION_PROBE}</body>"), 1);
+    let path = out_dir().join("browser-interactions.html");
+    std::fs::write(&path, html).expect("write report");
+    let url = format!(
+        "file://{}",
+        path.canonicalize().expect("absolute path").display()
+    );
+    let (dom, stderr) = run_chromium(&["--dump-dom".to_string(), url]);
+    assert!(
+        !dom.contains("data-report-error=\"1\""),
+        "script error; chromium said:\n{stderr}"
+    );
+    for expected in [
+        "data-probe-dot-lights-row=\"true\"".to_string(),
+        "data-probe-cleared=\"true\"".to_string(),
+        "data-probe-row-lights-dot=\"true\"".to_string(),
+        format!("data-probe-most-intense=\"{most_intense}\""),
+        format!("data-probe-memory-rows=\"{memory_rows}\""),
+        format!("data-probe-dimmed=\"{}\"", plotted - memory_rows),
+    ] {
+        assert!(
+            dom.contains(&expected),
+            "expected {expected} after the interactions"
+        );
+    }
+}
+
 #[test]
 fn multi_device_html_runs_in_headless_chromium() {
     if !chromium_available() {

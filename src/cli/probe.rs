@@ -26,7 +26,6 @@ pub struct ProbeArgs {
     pub output: Option<PathBuf>,
 }
 
-
 pub fn run(args: &ProbeArgs) -> Result<ExitCode> {
     let options = ProbeOptions {
         quick: args.quick,

@@ -61,29 +61,22 @@ pub(crate) unsafe fn pack<V: Vf32, const W: usize>(
     let panels = wlen.div_ceil(W);
     let mut first = 0;
     if ws == 1 {
-        // Contiguous along the panel width (B row-major, A column-major): G full panels at a
-        // time, so each source row is read as one G·W-float sequential burst (the prefetchers
-        // follow it) instead of G separate strided walks.
-        const G: usize = 4;
-        const PF: usize = 6;
+        // Contiguous along the panel width (B row-major, A column-major): walk the block row
+        // by row across all full panels, so the source is read as one sequential stream per
+        // row (DRAM and the prefetchers like that) and each panel receives W floats per row.
         let full = wlen / W;
-        while first + G <= full {
-            let s = src.add(first * W);
-            let d = dst.add(first * klen * W);
-            for kk in 0..klen {
-                let sr = s.add(kk * ks);
-                let ahead = sr.add(PF * ks);
-                let mut x = 0;
-                while x < G * W {
-                    V::prefetch(ahead.add(x));
-                    x += 16;
-                }
-                for g in 0..G {
-                    copy_row::<V, W>(sr.add(g * W), d.add(g * klen * W + kk * W));
-                }
+        for kk in 0..klen {
+            let sr = src.add(kk * ks);
+            // The next row starts a new stream: touch its first lines early.
+            let next = sr.add(ks);
+            for x in 0..4 {
+                V::prefetch(next.add(16 * x));
             }
-            first += G;
+            for p in 0..full {
+                copy_row::<V, W>(sr.add(p * W), dst.add(p * klen * W + kk * W));
+            }
         }
+        first = full;
     }
     for p in first..panels {
         let w0 = p * W;
