@@ -1,5 +1,5 @@
-//! Reports: renderers over the serde `Analysis` model (terminal table, JSON, CSV). Renderers never
-//! recompute analysis numbers; they only format them.
+//! Reports: renderers over the serde `Analysis` model (terminal table, JSON, CSV, HTML, SVG).
+//! Renderers never recompute analysis numbers; they only format them.
 
 pub mod error;
 pub mod html;
