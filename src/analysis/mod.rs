@@ -141,7 +141,11 @@ pub fn analyze_graph(
         };
         match costed {
             Ok(cost) => {
-                let est = estimate(&cost, &roof);
+                let op_roof = match cost.compute_precision {
+                    Some(p) if p != options.precision => Roof::of(device, p).unwrap_or(roof),
+                    _ => roof,
+                };
+                let est = estimate(&cost, &op_roof);
                 record.status = if cost.is_view {
                     NodeStatus::View
                 } else {

@@ -86,6 +86,7 @@ impl OpDef for Conv {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -166,6 +167,7 @@ impl OpDef for ConvTranspose {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -145,6 +145,7 @@ impl OpDef for Einsum {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -279,6 +279,7 @@ impl OpDef for ElementWise {
             transcendental: elements * self.per_element.transcendental * repeats,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

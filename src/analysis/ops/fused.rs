@@ -168,6 +168,7 @@ impl OpDef for ElementwiseChain {
             transcendental: elements * transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -74,6 +74,7 @@ impl OpDef for Gemm {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -131,6 +132,7 @@ impl OpDef for MatMul {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -94,6 +94,7 @@ impl OpDef for Recurrent {
             transcendental: steps * hidden * transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

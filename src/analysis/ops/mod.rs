@@ -67,6 +67,10 @@ pub struct OpCost {
     /// True for ops that only relabel a buffer (no kernel runs).
     #[serde(default)]
     pub is_view: bool,
+    /// Precision the op computes in when it differs from the analysis precision (an int8 kernel
+    /// inside an fp32 model): the roofline then uses the device's peak at this precision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_precision: Option<Precision>,
 }
 
 impl OpCost {

@@ -62,6 +62,7 @@ impl OpDef for BatchNorm {
             transcendental: channels,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -94,6 +95,7 @@ impl OpDef for LayerNorm {
             transcendental: rows,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -117,6 +119,7 @@ impl OpDef for InstanceNorm {
             transcendental: groups,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -137,6 +140,7 @@ impl OpDef for LpNorm {
             transcendental: rows,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -159,6 +163,7 @@ impl OpDef for Lrn {
             transcendental: elements,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -72,6 +72,7 @@ impl OpDef for WindowPool {
             transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -106,6 +107,7 @@ impl OpDef for GlobalPool {
             transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }

@@ -133,6 +133,7 @@ impl OpDef for Reduce {
             transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
@@ -219,6 +220,7 @@ impl OpDef for Softmax {
             transcendental,
             bytes: ctx.default_traffic()?,
             is_view: false,
+            compute_precision: None,
         })
     }
 }
