@@ -119,74 +119,127 @@ multiversion! {
 }
 
 multiversion! {
-    /// Depthwise convolution for one image: every channel convolved with its own kernel.
-    fn depthwise(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32]) {
+    /// Depthwise convolution for one image on NCHW rows, for planes wide enough to vectorise
+    /// along W: each input row is copied once into a zero-padded row split into `stride` phases,
+    /// so every tap of a kernel row is a contiguous, branch-free multiply-add and all the taps of
+    /// one kernel row are summed before the output row is touched.
+    fn depthwise_rows(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
         let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
         let (kh, kw) = (geom.kernel_h, geom.kernel_w);
-        let stride = geom.stride_w;
-        // Strided rows are split into `stride` phases (every stride-th element) so the inner
-        // loops stay contiguous and vectorise.
-        let phase_len = iw.div_ceil(stride);
-        let mut phases = vec![0.0f32; if stride > 1 { phase_len * stride * ih } else { 0 }];
+        let (stride, dil) = (geom.stride_w, geom.dilation_w);
+        // Padded row length: every tap of every output column in range.
+        let wp = ((ow - 1) * stride + (kw - 1) * dil + 1).max(iw + geom.pad_left);
+        let phase_len = wp.div_ceil(stride);
+        scratch.clear();
+        scratch.resize(wp + phase_len * stride, 0.0);
+        let (prow, phases) = scratch.split_at_mut(wp);
         for c in 0..geom.in_channels {
             let plane = &input[c * ih * iw..(c + 1) * ih * iw];
             let kernel = &weights[c * kh * kw..(c + 1) * kh * kw];
             let dst = &mut out[c * oh * ow..(c + 1) * oh * ow];
             dst.fill(bias.map_or(0.0, |b| b[c]));
-            if stride > 1 {
-                // Layout: [phase][row][k] = plane[row][k·stride + phase].
-                for row in 0..ih {
-                    let src = &plane[row * iw..(row + 1) * iw];
-                    for p in 0..stride {
-                        let base = (p * ih + row) * phase_len;
-                        for (d, &v) in phases[base..base + phase_len].iter_mut().zip(src.iter().skip(p).step_by(stride)) {
-                            *d = v;
-                        }
-                    }
-                }
-            }
-            for ky in 0..kh {
-                for y in 0..oh {
+            for y in 0..oh {
+                let dst_row = &mut dst[y * ow..(y + 1) * ow];
+                for ky in 0..kh {
                     let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
                     if iy < 0 || iy >= ih as isize {
                         continue;
                     }
                     let src = &plane[iy as usize * iw..(iy as usize + 1) * iw];
-                    let dst_row = &mut dst[y * ow..(y + 1) * ow];
-                    for kx in 0..kw {
-                        let w = kernel[ky * kw + kx];
-                        let x_offset = (kx * geom.dilation_w) as isize - geom.pad_left as isize;
-                        // Output columns whose input column is inside the image.
-                        let first = if x_offset < 0 {
-                            ((-x_offset) as usize).div_ceil(geom.stride_w)
-                        } else {
-                            0
-                        };
-                        let last = if (iw as isize) > x_offset {
-                            (((iw as isize - x_offset) as usize).div_ceil(geom.stride_w)).min(ow)
-                        } else {
-                            0
-                        };
-                        if last <= first {
-                            continue;
-                        }
-                        let src_start = ((first * geom.stride_w) as isize + x_offset) as usize;
-                        let dst_seg = &mut dst_row[first..last];
-                        if geom.stride_w == 1 {
-                            // Slices of equal length: no bounds checks, so the loop vectorises.
-                            let src_seg = &src[src_start..src_start + dst_seg.len()];
-                            for (d, &v) in dst_seg.iter_mut().zip(src_seg) {
-                                *d += w * v;
+                    prow.fill(0.0);
+                    prow[geom.pad_left..geom.pad_left + iw].copy_from_slice(src);
+                    let taps = &kernel[ky * kw..(ky + 1) * kw];
+                    if stride == 1 {
+                        for (kx, &w) in taps.iter().enumerate() {
+                            let seg = &prow[kx * dil..kx * dil + ow];
+                            for (d, &v) in dst_row.iter_mut().zip(seg) {
+                                *d = w.mul_add(v, *d);
                             }
-                        } else {
-                            let phase = src_start % stride;
-                            let start = (phase * ih + iy as usize) * phase_len + src_start / stride;
-                            let src_seg = &phases[start..start + dst_seg.len()];
-                            for (d, &v) in dst_seg.iter_mut().zip(src_seg) {
-                                *d += w * v;
+                        }
+                    } else {
+                        for p in 0..stride {
+                            for (d, &v) in phases[p * phase_len..(p + 1) * phase_len].iter_mut().zip(prow.iter().skip(p).step_by(stride)) {
+                                *d = v;
+                            }
+                        }
+                        for (kx, &w) in taps.iter().enumerate() {
+                            let offset = kx * dil;
+                            let start = (offset % stride) * phase_len + offset / stride;
+                            let seg = &phases[start..start + ow];
+                            for (d, &v) in dst_row.iter_mut().zip(seg) {
+                                *d = w.mul_add(v, *d);
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution of one image: channels-last for narrow planes, NCHW rows otherwise.
+fn depthwise(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
+    if geom.out_w < 16 {
+        depthwise_nhwc(geom, input, weights, bias, out, scratch);
+    } else {
+        depthwise_rows(geom, input, weights, bias, out, scratch);
+    }
+}
+
+multiversion! {
+    /// Depthwise convolution for one image, channels-last inside: the input is copied into a
+    /// zero-padded [H, W, C] buffer so every tap is one contiguous multiply-add over all
+    /// channels (vectorised over C whatever the plane size; a per-row NCHW loop runs 7-wide on
+    /// the 7×7 planes of MobileNet's last stages), then the [H, W, C] result is written back
+    /// as NCHW.
+    fn depthwise_nhwc(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
+        let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
+        let (kh, kw) = (geom.kernel_h, geom.kernel_w);
+        let c = geom.in_channels;
+        let hp = ((oh - 1) * geom.stride_h + (kh - 1) * geom.dilation_h + 1).max(ih + geom.pad_top);
+        let wp = ((ow - 1) * geom.stride_w + (kw - 1) * geom.dilation_w + 1).max(iw + geom.pad_left);
+        let padded_len = hp * wp * c;
+        let taps = kh * kw;
+        scratch.clear();
+        scratch.resize(padded_len + taps * c + ow * c, 0.0);
+        let (padded, rest) = scratch.split_at_mut(padded_len);
+        let (wt, acc_row) = rest.split_at_mut(taps * c);
+        for ch in 0..c {
+            let plane = &input[ch * ih * iw..(ch + 1) * ih * iw];
+            for (iy, row) in plane.chunks(iw).enumerate() {
+                let base = ((iy + geom.pad_top) * wp + geom.pad_left) * c + ch;
+                for (ix, &v) in row.iter().enumerate() {
+                    padded[base + ix * c] = v;
+                }
+            }
+            for t in 0..taps {
+                wt[t * c + ch] = weights[ch * taps + t];
+            }
+        }
+        for y in 0..oh {
+            for x in 0..ow {
+                let acc = &mut acc_row[x * c..(x + 1) * c];
+                match bias {
+                    Some(b) => acc.copy_from_slice(&b[..c]),
+                    None => acc.fill(0.0),
+                }
+                for ky in 0..kh {
+                    let row = (y * geom.stride_h + ky * geom.dilation_h) * wp;
+                    for kx in 0..kw {
+                        let at = (row + x * geom.stride_w + kx * geom.dilation_w) * c;
+                        let src = &padded[at..at + c];
+                        let w = &wt[(ky * kw + kx) * c..(ky * kw + kx + 1) * c];
+                        for ((a, &wv), &sv) in acc.iter_mut().zip(w).zip(src) {
+                            *a = wv.mul_add(sv, *a);
+                        }
+                    }
+                }
+            }
+            // Scatter the finished output row back to NCHW.
+            for ch in 0..c {
+                let dst = &mut out[ch * oh * ow + y * ow..ch * oh * ow + (y + 1) * ow];
+                for (x, d) in dst.iter_mut().enumerate() {
+                    *d = acc_row[x * c + ch];
                 }
             }
         }
@@ -208,6 +261,7 @@ pub fn conv2d(
     let out_plane = geom.out_h * geom.out_w;
     let out_image = geom.out_channels * out_plane;
     if geom.is_depthwise() {
+        let mut scratch = Vec::new();
         for n in 0..geom.batch {
             let out = &mut output[n * out_image..(n + 1) * out_image];
             depthwise(
@@ -216,6 +270,7 @@ pub fn conv2d(
                 weights,
                 epilogue.bias,
                 out,
+                &mut scratch,
             );
             if let Some(residual) = epilogue.residual {
                 for (o, r) in out
@@ -470,14 +525,22 @@ mod tests {
         let weights: Vec<f32> = (0..6 * 9).map(|i| (i % 7) as f32 * 0.25).collect();
         let image = &input[..6 * 9 * 10];
         let mut reference = vec![0.0; 6 * g.out_h * g.out_w];
-        depthwise::at(IsaLevel::Scalar, &g, image, &weights, None, &mut reference);
+        let mut scratch = Vec::new();
+        depthwise_rows::at(IsaLevel::Scalar, &g, image, &weights, None, &mut reference, &mut scratch);
+        let mut nhwc = vec![0.0; reference.len()];
+        depthwise_nhwc::at(IsaLevel::Scalar, &g, image, &weights, None, &mut nhwc, &mut scratch);
+        for (a, b) in nhwc.iter().zip(&reference) {
+            assert!((a - b).abs() < 1e-4, "channels-last and row kernels differ");
+        }
         let dense = geom(3, 4, 9, 3, 2, 1, 1, 1);
         let mut cols_ref = vec![0.0; dense.scratch_len()];
         im2col::at(IsaLevel::Scalar, &dense, image, &mut cols_ref);
         for level in available_levels() {
             let mut out = vec![0.0; reference.len()];
-            depthwise::at(level, &g, image, &weights, None, &mut out);
+            depthwise_rows::at(level, &g, image, &weights, None, &mut out, &mut scratch);
             assert_eq!(out, reference, "depthwise at {level:?}");
+            depthwise_nhwc::at(level, &g, image, &weights, None, &mut out, &mut scratch);
+            assert_eq!(out, nhwc, "channels-last depthwise at {level:?}");
             let mut cols = vec![0.0; dense.scratch_len()];
             im2col::at(level, &dense, image, &mut cols);
             assert_eq!(cols, cols_ref, "im2col at {level:?}");
@@ -493,5 +556,8 @@ mod tests {
         check(geom(6, 6, 9, 5, 2, 2, 6, 1)); // depthwise 5x5 stride 2
         check(geom(3, 4, 11, 3, 1, 2, 1, 2)); // dilated
         check(geom(8, 8, 7, 3, 2, 0, 8, 1)); // depthwise, no padding
+        check(geom(4, 4, 40, 3, 2, 1, 4, 1)); // depthwise rows, stride 2
+        check(geom(4, 4, 40, 5, 1, 2, 4, 1)); // depthwise rows, 5x5
+        check(geom(4, 4, 37, 3, 2, 1, 4, 2)); // depthwise rows, dilated, stride 2
     }
 }
