@@ -2,7 +2,8 @@
 """End-to-end latency of roofline's executor against onnxruntime, side by side in one run.
 
 For each model and thread count: onnxruntime (CPU, all graph optimisations, intra-op threads =
-N, sequential execution) and `roofline bench` (same N) on the same input shapes; prints the
+N, sequential execution) and `roofline bench --optimize` (same N; the advisor's float rewrites,
+the counterpart of onnxruntime's graph optimisations) on the same input shapes; prints the
 median latencies and the ratio roofline / onnxruntime (lower is better for roofline).
 
 Usage (project venv, release binary built):
@@ -72,7 +73,7 @@ def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
 
 def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: int, device: str) -> float:
     cmd = [str(BIN), "bench", spec if spec.startswith("builtin:") else str(path), "--threads", str(threads),
-           "--runs", str(runs), "--format", "json", "--device", device]
+           "--runs", str(runs), "--format", "json", "--device", device, "--optimize"]
     for name, shape in shapes.items():
         cmd += ["--input", f"{name}={'x'.join(map(str, shape))}"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout

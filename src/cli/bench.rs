@@ -55,6 +55,10 @@ pub struct BenchArgs {
     /// Rows of the per-op table (slowest first).
     #[arg(long, default_value_t = 25)]
     pub top: usize,
+    /// Apply the advisor's float rewrites (fold, bn-fold, fuse, eltwise) before running, as
+    /// runtimes do with their graph optimisations on; the ops then are the rewritten ones.
+    #[arg(long)]
+    pub optimize: bool,
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +128,18 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         warmup: 2,
         threads: args.model.threads.max(1),
         seed: 0,
+    };
+    let graph = if args.optimize {
+        let (_, rewritten) = roofline::advisor::advise(
+            graph,
+            &args.model.model,
+            &device,
+            &analyze,
+            &Default::default(),
+        )?;
+        rewritten
+    } else {
+        graph
     };
     let report = bench::bench_graph(graph, &args.model.model, &device, &analyze, &options)?;
     let text = match args.format {
