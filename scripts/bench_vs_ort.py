@@ -48,6 +48,7 @@ def model_file(spec: str) -> Path:
 
 def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
     options = ort.SessionOptions()
+    options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1

@@ -21,6 +21,10 @@ pub struct PlanOptions {
     pub threads: usize,
     /// Refuse plans whose buffers and materialised weights exceed this many bytes.
     pub memory_limit_bytes: u64,
+    /// GEMM blockings per shape (autotuned choices); `None`: the defaults.
+    pub tuning: Option<std::sync::Arc<std::sync::Mutex<super::tune::TuningCache>>>,
+    /// Tune shapes missing from `tuning` while planning.
+    pub tune: bool,
 }
 
 impl Default for PlanOptions {
@@ -28,6 +32,8 @@ impl Default for PlanOptions {
         PlanOptions {
             threads: 1,
             memory_limit_bytes: 16 << 30,
+            tuning: None,
+            tune: false,
         }
     }
 }
@@ -66,6 +72,7 @@ enum Kernel {
         bias: Option<Arc<Vec<f32>>>,
         activation: Activation,
         residual: bool,
+        config: gemm::GemmConfig,
     },
     /// A fused element-wise chain; per-channel constants index axis 1.
     Chain {
@@ -219,6 +226,7 @@ struct MatMulSpec {
     c: GemmC,
     beta: f32,
     activation: Activation,
+    config: gemm::GemmConfig,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -489,6 +497,16 @@ pub fn build_plan(
     if !missing.is_empty() {
         return Err(ExecError::MissingKernels(missing));
     }
+    let threads = options.threads.max(1);
+    let mut gemm_config = |m: usize, n: usize, k: usize| -> gemm::GemmConfig {
+        match &options.tuning {
+            Some(cache) => match cache.lock() {
+                Ok(mut cache) => cache.config(m, n, k, threads, options.tune),
+                Err(_) => gemm::GemmConfig::default(),
+            },
+            None => gemm::GemmConfig::default(),
+        }
+    };
     let mut slots: Vec<Slot> = vec![Slot::Unused; graph.values.len()];
     let mut weights_bytes = 0u64;
     let mut const_cache: HashMap<ValueId, Arc<RtTensor>> = HashMap::new();
@@ -530,7 +548,7 @@ pub fn build_plan(
                 }
             }
         }
-        let step = make_step(graph, id, index, &input_facts, &slots)?;
+        let step = make_step(graph, id, index, &input_facts, &slots, &mut gemm_config)?;
         if folded {
             // An opaque constant (e.g. a transposed weight): run its kernel once now.
             let outputs = run_once(graph, &step, &slots, options.threads, graph.opset)?;
@@ -761,6 +779,7 @@ fn make_step(
     index: usize,
     facts: &[Option<&TensorFact>],
     slots: &[Slot],
+    gemm_config: &mut dyn FnMut(usize, usize, usize) -> gemm::GemmConfig,
 ) -> Result<Step, ExecError> {
     let node = &graph.dag[id];
     let attrs = &node.attrs;
@@ -888,6 +907,11 @@ fn make_step(
                 bias,
                 activation: activation_attr(attrs),
                 residual: node.inputs.get(3).copied().flatten().is_some(),
+                config: gemm_config(
+                    geom.out_channels / geom.group,
+                    geom.out_h * geom.out_w,
+                    geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w,
+                ),
             }
         }
         "ConvTranspose" => {
@@ -992,6 +1016,7 @@ fn make_step(
                 c,
                 beta: attrs.float_or("beta", 1.0),
                 activation: activation_attr(attrs),
+                config: gemm_config(m, n, k),
             })
         }
         "MatMul" | "FusedMatMul" => {
@@ -1073,6 +1098,7 @@ fn make_step(
                 },
                 beta: 1.0,
                 activation: activation_attr(attrs),
+                config: gemm_config(m, n, k),
             })
         }
         "BatchNormalization" => {
@@ -1743,6 +1769,7 @@ fn run_kernel(
             bias,
             activation,
             residual,
+            config,
         } => {
             let residual = if *residual { Some(x(3)?) } else { None };
             let ep = ConvEpilogue {
@@ -1750,7 +1777,12 @@ fn run_kernel(
                 residual,
                 activation: *activation,
             };
-            conv::conv2d(
+            // The workspace scratch only ever grows: kernels sharing it never shrink it.
+            if scratch.len() < geom.scratch_len() {
+                scratch.resize(geom.scratch_len(), 0.0);
+            }
+            conv::conv2d_with(
+                config,
                 geom,
                 x(0)?,
                 weights,
@@ -1837,7 +1869,7 @@ fn run_kernel(
                         activation: spec.activation,
                     },
                 };
-                gemm::sgemm(&am, &bm, c_tile, spec.n, &ep, threads);
+                gemm::sgemm_with(&spec.config, &am, &bm, c_tile, spec.n, &ep, threads);
                 if let (GemmC::Scalar, Some(c)) = (&spec.c, scaled_c.as_deref()) {
                     c_tile.iter_mut().for_each(|v| *v += c[0]);
                     gemm::apply_activation(&spec.activation, c_tile);

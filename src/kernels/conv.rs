@@ -246,9 +246,25 @@ multiversion! {
     }
 }
 
-/// Runs the convolution. `weights` are `[out_channels, in_channels/group, kh, kw]`; `scratch`
-/// must hold `geom.scratch_len()` floats. `threads` parallelises the GEMMs.
+/// Runs the convolution with the default GEMM blocking. `weights` are
+/// `[out_channels, in_channels/group, kh, kw]`; `scratch` must hold `geom.scratch_len()` floats.
 pub fn conv2d(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    scratch: &mut [f32],
+    threads: usize,
+) {
+    conv2d_with(&gemm::GemmConfig::default(), geom, input, weights, epilogue, output, scratch, threads);
+}
+
+/// Runs the convolution with a given GEMM configuration (an autotuned blocking). `weights` are `[out_channels, in_channels/group, kh, kw]`; `scratch`
+/// must hold `geom.scratch_len()` floats. `threads` parallelises the GEMMs.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_with(
+    config: &gemm::GemmConfig,
     geom: &Conv2d,
     input: &[f32],
     weights: &[f32],
@@ -328,7 +344,7 @@ pub fn conv2d(
                 residual: epilogue.residual.map(|r| &r[start..end]),
                 activation: epilogue.activation,
             };
-            gemm::sgemm(&a, &b, &mut output[start..end], out_plane, &ep, threads);
+            gemm::sgemm_with(config, &a, &b, &mut output[start..end], out_plane, &ep, threads);
         }
     }
 }
@@ -351,7 +367,10 @@ pub fn conv_transpose2d(
     let taps = group_out * geom.kernel_h * geom.kernel_w;
     let in_plane = geom.in_h * geom.in_w;
     let out_plane = geom.out_h * geom.out_w;
-    scratch.resize(taps * in_plane, 0.0);
+    if scratch.len() < taps * in_plane {
+        scratch.resize(taps * in_plane, 0.0);
+    }
+    let scratch = &mut scratch[..taps * in_plane];
     for n in 0..geom.batch {
         for g in 0..geom.group {
             // Weights are [C_in, M/g, kh, kw]: the group's slice, viewed transposed.
