@@ -448,23 +448,40 @@ multiversion! {
         y.copy_from_slice(x);
         for step in steps {
             match step {
-                ChainStep::Unary(op) => {
-                    let op = *op;
+                ChainStep::Unary(op) => per_unary!(*op, |f| {
                     for v in y.iter_mut() {
-                        *v = apply_unary(op, *v);
+                        *v = f(*v);
                     }
-                }
+                }),
                 ChainStep::WithConstant { op, values, swapped } => {
                     let c = if values.len() == 1 { values[0] } else { values[channel] };
-                    let (op, swapped) = (*op, *swapped);
-                    for v in y.iter_mut() {
-                        *v = if swapped { apply_binary(op, c, *v) } else { apply_binary(op, *v, c) };
+                    if *swapped {
+                        per_binary!(*op, |f| {
+                            for v in y.iter_mut() {
+                                *v = f(c, *v);
+                            }
+                        })
+                    } else {
+                        per_binary!(*op, |f| {
+                            for v in y.iter_mut() {
+                                *v = f(*v, c);
+                            }
+                        })
                     }
                 }
                 ChainStep::WithInput { op, swapped } => {
-                    let (op, swapped) = (*op, *swapped);
-                    for (v, &orig) in y.iter_mut().zip(x) {
-                        *v = if swapped { apply_binary(op, orig, *v) } else { apply_binary(op, *v, orig) };
+                    if *swapped {
+                        per_binary!(*op, |f| {
+                            for (v, &orig) in y.iter_mut().zip(x) {
+                                *v = f(orig, *v);
+                            }
+                        })
+                    } else {
+                        per_binary!(*op, |f| {
+                            for (v, &orig) in y.iter_mut().zip(x) {
+                                *v = f(*v, orig);
+                            }
+                        })
                     }
                 }
             }

@@ -268,6 +268,8 @@ pub fn resize_2d(
     let xs: Vec<f32> = (0..out_w)
         .map(|x| source_coord(coord, x, scale_w, in_w, out_w))
         .collect();
+    // Nearest source column of every output column, computed once.
+    let nearest_x: Vec<usize> = xs.iter().map(|&sx| pick(sx, in_w)).collect();
     for p in 0..planes {
         let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
         let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
@@ -287,9 +289,9 @@ pub fn resize_2d(
                     dst[y * out_w + x] = top * (1.0 - fy) + bottom * fy;
                 }
             } else {
-                let iy = pick(sy, in_h);
-                for (x, &sx) in xs.iter().enumerate() {
-                    dst[y * out_w + x] = src[iy * in_w + pick(sx, in_w)];
+                let row = &src[pick(sy, in_h) * in_w..][..in_w];
+                for (d, &ix) in dst[y * out_w..(y + 1) * out_w].iter_mut().zip(&nearest_x) {
+                    *d = row[ix];
                 }
             }
         }
