@@ -15,7 +15,7 @@ use crate::analysis::graph::{Graph, Node};
 use crate::analysis::infer::NodeState;
 use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions};
 use crate::device::DeviceProfile;
-use crate::exec::{self, ExecError, PlanOptions};
+use crate::exec::{self, ExecError};
 
 pub const ADVICE_SCHEMA: &str = "roofline-advice";
 pub const ADVICE_SCHEMA_VERSION: u32 = 1;
@@ -151,6 +151,8 @@ pub struct AdviseOptions {
     pub verify: bool,
     pub runs: usize,
     pub threads: usize,
+    /// Autotune the GEMM blockings of the measured graphs (cached per device profile).
+    pub tune: bool,
 }
 
 impl Default for AdviseOptions {
@@ -161,6 +163,7 @@ impl Default for AdviseOptions {
             verify: false,
             runs: 10,
             threads: 1,
+            tune: false,
         }
     }
 }
@@ -188,15 +191,11 @@ fn measure(
 ) -> Result<(f64, Vec<(String, exec::RtTensor)>), AdvisorError> {
     let mut graph = graph.clone();
     let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
-    let plan = exec::build_plan(
-        &graph,
-        &order,
-        &states,
-        &PlanOptions {
-            threads: options.threads.max(1),
-            ..PlanOptions::default()
-        },
-    )?;
+    let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
+    let plan = exec::build_plan(&graph, &order, &states, &plan_options)?;
+    if options.tune {
+        exec::tune::save(&plan_options, "local");
+    }
     let inputs = crate::bench::random_inputs(&plan, 0);
     let mut ws = plan.workspace();
     let mut outputs = plan.run(&mut ws, &inputs, None)?;

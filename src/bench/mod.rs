@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
 use crate::device::DeviceProfile;
-use crate::exec::{self, build_plan, ExecError, PlanOptions, RtTensor};
+use crate::exec::{self, build_plan, ExecError, RtTensor};
 
 pub const BENCH_SCHEMA: &str = "roofline-bench";
 pub const BENCH_SCHEMA_VERSION: u32 = 1;
@@ -19,6 +19,8 @@ pub struct BenchOptions {
     pub warmup: usize,
     pub threads: usize,
     pub seed: u64,
+    /// Autotune GEMM blockings for this model's shapes (cached per device profile).
+    pub tune: bool,
 }
 
 impl Default for BenchOptions {
@@ -28,6 +30,7 @@ impl Default for BenchOptions {
             warmup: 2,
             threads: 1,
             seed: 0,
+            tune: false,
         }
     }
 }
@@ -127,15 +130,11 @@ pub fn bench_graph(
     let analysis = analysis::analyze_graph(graph.clone(), source, device, analyze)?;
     let mut graph = graph;
     let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
-    let plan = build_plan(
-        &graph,
-        &order,
-        &states,
-        &PlanOptions {
-            threads: options.threads,
-            ..PlanOptions::default()
-        },
-    )?;
+    let plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
+    let plan = build_plan(&graph, &order, &states, &plan_options)?;
+    if options.tune {
+        exec::tune::save(&plan_options, &device.id);
+    }
     let inputs = random_inputs(&plan, options.seed);
     let mut workspace = plan.workspace();
     for _ in 0..options.warmup.max(1) {

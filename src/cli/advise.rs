@@ -35,6 +35,9 @@ pub struct AdviseArgs {
     /// Run the original and every rewritten graph on this CPU and measure the gains.
     #[arg(long)]
     pub verify: bool,
+    /// Autotune GEMM blockings for the measured graphs (cached per device profile).
+    #[arg(long)]
+    pub tune: bool,
     /// Timed runs per measurement.
     #[arg(short, long, default_value_t = 10)]
     pub runs: usize,
@@ -76,6 +79,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         verify: args.verify,
         runs: args.runs,
         threads: args.model.threads.max(1),
+        tune: args.tune,
     };
     let (report, rewritten) =
         advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;

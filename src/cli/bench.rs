@@ -55,6 +55,9 @@ pub struct BenchArgs {
     /// Rows of the per-op table (slowest first).
     #[arg(long, default_value_t = 25)]
     pub top: usize,
+    /// Autotune GEMM blockings for this model's shapes first (cached per device profile).
+    #[arg(long)]
+    pub tune: bool,
     /// Apply the advisor's float rewrites (fold, bn-fold, fuse, eltwise) before running, as
     /// runtimes do with their graph optimisations on; the ops then are the rewritten ones.
     #[arg(long)]
@@ -128,6 +131,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         warmup: 2,
         threads: args.model.threads.max(1),
         seed: 0,
+        tune: args.tune,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

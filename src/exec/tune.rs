@@ -124,3 +124,24 @@ fn tune_shape(base: GemmConfig, m: usize, n: usize, k: usize, threads: usize) ->
         },
     )
 }
+
+/// Plan options that use (and, with `tune`, extend) the saved tuning cache of `device_id`.
+pub fn plan_options(threads: usize, device_id: &str, tune: bool) -> super::PlanOptions {
+    let tuning = TuningCache::path_for(device_id).map(|path| TuningCache::load(&path, device_id));
+    super::PlanOptions {
+        threads,
+        tuning: tuning.map(|c| std::sync::Arc::new(std::sync::Mutex::new(c))),
+        tune,
+        ..super::PlanOptions::default()
+    }
+}
+
+/// Saves the cache held by `options` (after tuning new shapes).
+pub fn save(options: &super::PlanOptions, device_id: &str) {
+    if let (Some(cache), Some(path)) = (&options.tuning, TuningCache::path_for(device_id)) {
+        if let Ok(cache) = cache.lock() {
+            // A cache that cannot be written only costs re-tuning next time.
+            let _ = cache.save(&path);
+        }
+    }
+}
