@@ -113,13 +113,14 @@ impl Settings {
         let budget = Duration::from_secs(if quick { 5 } else { 30 });
         let rerun_until = Some(started + budget.mul_f64(0.4));
         let extend_until = started + budget.mul_f64(0.5);
-        // A noisy round (best more than 3% above the median) is measured again: on a shared
-        // machine, one more round usually finds a quiet moment.
+        // Samples are short (1-2 ms) and many: on a shared machine a sample shorter than a
+        // scheduler time slice often runs undisturbed, and the best of many finds one. A noisy
+        // round (best more than 3-5% above the median) is measured again.
         if quick {
             Settings {
                 compute: SamplePlan {
-                    samples: 3,
-                    target_s: 0.003,
+                    samples: 7,
+                    target_s: 0.001,
                     noise_threshold: 0.03,
                     max_reruns: 1,
                     rerun_until,
@@ -131,8 +132,8 @@ impl Settings {
                     max_reruns: 1,
                     rerun_until,
                 },
-                clock_samples: 7,
-                clock_sample_s: 0.002,
+                clock_samples: 9,
+                clock_sample_s: 0.001,
                 points_per_octave: 2.0,
                 other_points_per_octave: 2.0,
                 dram_factor: 6,
@@ -144,8 +145,8 @@ impl Settings {
         } else {
             Settings {
                 compute: SamplePlan {
-                    samples: 7,
-                    target_s: 0.01,
+                    samples: 15,
+                    target_s: 0.002,
                     noise_threshold: 0.03,
                     max_reruns: 2,
                     rerun_until,
@@ -158,7 +159,7 @@ impl Settings {
                     rerun_until,
                 },
                 clock_samples: 15,
-                clock_sample_s: 0.005,
+                clock_sample_s: 0.002,
                 points_per_octave: 3.0,
                 other_points_per_octave: 2.0,
                 dram_factor: 8,
@@ -170,10 +171,6 @@ impl Settings {
         }
     }
 }
-
-/// A team figure below this fraction of the sum of its threads' separate best rates is flagged
-/// as contended.
-const CONTENDED_FRACTION: f64 = 0.75;
 
 /// A figure above its theoretical peak by more than this is flagged: the clock is measured
 /// seconds apart from the kernels, so a few percent of drift is not a bug.
@@ -382,10 +379,12 @@ pub fn run_probe(
     end_phase("theoretical peaks");
 
     // Compute kernels.
-    let mut compute_results = Vec::new();
+    let mut compute_results: Vec<ComputeMeasurement> = Vec::new();
     for kernel in &compute_kernels {
-        for &threads in &thread_counts {
-            let count = threads == 1 && counters_usable.is_ok();
+        let mut queue: std::collections::VecDeque<usize> = thread_counts.iter().copied().collect();
+        let mut retried_single = false;
+        while let Some(threads) = queue.pop_front() {
+            let count = threads == 1 && counters_usable.is_ok() && !retried_single;
             let (timing, clocks, check) = measure_compute(
                 kernel,
                 &cpus[..threads],
@@ -419,8 +418,7 @@ pub fn run_probe(
             if kernel.fallback {
                 flags.push(MeasurementFlag::Fallback);
             }
-            let separately: f64 = timing.per_thread_best.iter().sum();
-            if threads > 1 && timing.stats.best < CONTENDED_FRACTION * separately {
+            if timing.contended {
                 flags.push(MeasurementFlag::Contended);
             }
             if let Some(theory) = theory {
@@ -436,7 +434,7 @@ pub fn run_probe(
                     ));
                 }
             }
-            compute_results.push(ComputeMeasurement {
+            let measurement = ComputeMeasurement {
                 precision: kernel.precision,
                 mix: kernel.mix,
                 threads: threads as u32,
@@ -451,8 +449,40 @@ pub fn run_probe(
                 theoretical_flops_per_s: theory,
                 fraction_of_theoretical: theory.map(|t| timing.stats.best / t),
                 flags,
-            });
+            };
+            let same = |m: &ComputeMeasurement| {
+                m.precision == kernel.precision
+                    && m.mix == kernel.mix
+                    && m.threads == threads as u32
+            };
+            match compute_results.iter_mut().find(|m| same(m)) {
+                // A repeat keeps the better of the two measurements.
+                Some(earlier) => {
+                    let rounds = earlier.stats.reruns + 1;
+                    if measurement.flops_per_s > earlier.flops_per_s {
+                        *earlier = measurement;
+                    }
+                    earlier.stats.reruns = rounds;
+                }
+                None => compute_results.push(measurement),
+            }
             tracker.step(format!("{} on {threads} thread(s)", kernel.id));
+            // One thread alone must reach what each thread reached inside the team; if it did
+            // not, its samples were disturbed (another process on its core): measure it again.
+            if threads > 1 && !retried_single {
+                let best_in_team = timing.per_thread_best.iter().copied().fold(0.0, f64::max);
+                let single = compute_results.iter().find(|m| {
+                    m.precision == kernel.precision && m.mix == kernel.mix && m.threads == 1
+                });
+                let rerun_allowed = settings
+                    .compute
+                    .rerun_until
+                    .is_none_or(|deadline| Instant::now() < deadline);
+                if single.is_some_and(|m| m.flops_per_s < 0.97 * best_in_team) && rerun_allowed {
+                    queue.push_back(1);
+                    retried_single = true;
+                }
+            }
         }
     }
 
@@ -495,6 +525,25 @@ pub fn run_probe(
         warnings.push(format!(
             "{noisy} figure(s) stayed noisy after re-measuring (best more than 3-5% above the \
              median): other work shares these cores; the best sample is reported"
+        ));
+    }
+    let contended: Vec<String> = compute_results
+        .iter()
+        .filter(|c| c.flags.contains(&MeasurementFlag::Contended))
+        .map(|c| format!("{} {}", c.precision.name(), c.mix.name()))
+        .chain(
+            memory_levels
+                .iter()
+                .filter(|l| l.flags.contains(&MeasurementFlag::Contended))
+                .map(|l| format!("{} {}", l.level.name(), l.kernel.name())),
+        )
+        .collect();
+    if !contended.is_empty() {
+        warnings.push(format!(
+            "{} on {} threads: each thread reached its full rate alone but not all at once \
+             (other work shares these cores); see the per-thread figures",
+            contended.join(", "),
+            cpus.len()
         ));
     }
     for level in [
@@ -590,6 +639,24 @@ fn measure_compute(
     Ok((timing, clocks, check))
 }
 
+/// The last-level cache `threads` threads may reach together: the shared total the CPU
+/// reports, or one instance per thread if that is more. Virtual machines report one shared L3
+/// for vCPUs that run on different dies (seen on the development machine).
+fn reachable_last_cache(description: &CpuDescription, threads: usize) -> u64 {
+    let shared_total = cpu::cache_guide(description, threads)
+        .capacities
+        .last()
+        .map(|&(_, bytes)| bytes)
+        .unwrap_or(32 << 20);
+    let one_per_thread = description
+        .caches
+        .iter()
+        .max_by_key(|c| c.level)
+        .map(|c| c.size_bytes * threads as u64)
+        .unwrap_or(0);
+    shared_total.max(one_per_thread)
+}
+
 /// Per-thread working sets of the sweep: from 4 KiB in `points_per_octave` steps per doubling
 /// to `dram_factor` × the last-level cache the threads may reach (at least 64 MiB in all), so
 /// the DRAM plateau lies wholly past the cache. "May reach" assumes each thread could sit on a
@@ -602,19 +669,7 @@ fn sweep_sizes(
     dram_factor: u64,
     points_per_octave: f64,
 ) -> Vec<usize> {
-    let guide = cpu::cache_guide(description, threads);
-    let shared_total = guide
-        .capacities
-        .last()
-        .map(|&(_, bytes)| bytes)
-        .unwrap_or(32 << 20);
-    let one_per_thread = description
-        .caches
-        .iter()
-        .max_by_key(|c| c.level)
-        .map(|c| c.size_bytes * threads as u64)
-        .unwrap_or(0);
-    let largest_total = (shared_total.max(one_per_thread) * dram_factor).max(64 << 20);
+    let largest_total = (reachable_last_cache(description, threads) * dram_factor).max(64 << 20);
     let largest_per_thread = largest_total as f64 / threads as f64;
     let mut sizes = Vec::new();
     let mut step = 0.0;
@@ -751,6 +806,7 @@ fn measure_bandwidth(
                     bytes_per_s: timing.stats.best,
                     spread: timing.stats.spread,
                     noisy: timing.noisy,
+                    contended: timing.contended,
                 });
             }
             tracker.step(format!(
@@ -778,6 +834,7 @@ fn measure_bandwidth(
                         bytes_per_s: timing.stats.best,
                         spread: timing.stats.spread,
                         noisy: timing.noisy,
+                        contended: timing.contended,
                     });
                 }
                 extension.push(size);
@@ -809,19 +866,24 @@ fn measure_bandwidth(
         levels.extend(level_figures(
             sweep,
             &guide,
+            reachable_last_cache(description, threads),
             kernel_is_dram_only(sweep.kernel),
         ));
     }
 
     if !settings.sweep_every_kernel {
-        // Quick mode: the other kernels at the middle of each plateau the read sweep found.
+        // Quick mode: the other kernels at the middle of each cache plateau the read sweep
+        // found, and at the largest working set of its DRAM plateau (the least cache help).
         let read_levels: Vec<(MemoryLevel, u64)> = levels
             .iter()
             .filter(|l| l.kernel == BandwidthKernel::Read)
             .map(|l| {
                 let centre =
                     ((l.working_set_lo_bytes as f64) * (l.working_set_hi_bytes as f64)).sqrt();
-                (l.level, centre as u64)
+                match l.level {
+                    MemoryLevel::Dram => (l.level, l.working_set_hi_bytes),
+                    _ => (l.level, centre as u64),
+                }
             })
             .collect();
         for (level, centre_total) in read_levels {
@@ -841,6 +903,9 @@ fn measure_bandwidth(
                     let mut flags = Vec::new();
                     if timing.noisy {
                         flags.push(MeasurementFlag::Noisy);
+                    }
+                    if timing.contended {
+                        flags.push(MeasurementFlag::Contended);
                     }
                     levels.push(LevelBandwidth {
                         level,
@@ -893,6 +958,7 @@ fn find_plateaus(points: &[SweepPoint], guide: &CacheGuide) -> Vec<Plateau> {
 fn level_figures(
     sweep: &BandwidthSweep,
     guide: &CacheGuide,
+    reachable_cache: u64,
     dram_only: bool,
 ) -> Vec<LevelBandwidth> {
     let mut figures = Vec::new();
@@ -942,13 +1008,13 @@ fn level_figures(
         let (points, mut flags): (Vec<&SweepPoint>, Vec<MeasurementFlag>) =
             match (labelled, spanning) {
                 (Some(plateau), _) if level == MemoryLevel::Dram => {
-                    // The first points past the cache still hit it partly: keep those from
-                    // twice the last-level cache on, where there are enough.
+                    // The first points past the cache may still hit it partly: keep those from
+                    // four times the cache the threads may reach on, where there are enough.
                     let all = in_range(plateau.first_point, plateau.last_point);
                     let clear: Vec<&SweepPoint> = all
                         .iter()
                         .copied()
-                        .filter(|p| p.working_set_bytes >= 2 * last_cache)
+                        .filter(|p| p.working_set_bytes >= 4 * reachable_cache)
                         .collect();
                     (if clear.len() >= 2 { clear } else { all }, vec![])
                 }
@@ -975,6 +1041,9 @@ fn level_figures(
         values.sort_by(f64::total_cmp);
         if points.iter().filter(|p| p.noisy).count() * 2 > points.len() {
             flags.push(MeasurementFlag::Noisy);
+        }
+        if points.iter().filter(|p| p.contended).count() * 2 > points.len() {
+            flags.push(MeasurementFlag::Contended);
         }
         figures.push(LevelBandwidth {
             level,
@@ -1056,6 +1125,42 @@ fn build_profile(record: ProbeRecord) -> DeviceProfile {
                     }
                 ),
             });
+        }
+    }
+    // A roof for N threads is at least one thread's: N threads can leave all but one idle.
+    // When other work on the cores pushed the all-thread figure below that, one thread's
+    // figure stands in for it, and the source says so.
+    let floor_note = |measured: f64| {
+        format!(
+            "; the all-thread figure ({:.1} G/s) was below one thread's (other work on the \
+             cores): one thread's figure is used",
+            measured / 1e9
+        )
+    };
+    let single_compute: Vec<(Precision, f64)> = compute
+        .iter()
+        .filter(|c| c.threads == Some(1))
+        .map(|c| (c.precision, c.flops_per_s))
+        .collect();
+    for ceiling in compute.iter_mut().filter(|c| c.threads > Some(1)) {
+        if let Some(&(_, single)) = single_compute.iter().find(|(p, _)| *p == ceiling.precision) {
+            if ceiling.flops_per_s < single {
+                ceiling.source.push_str(&floor_note(ceiling.flops_per_s));
+                ceiling.flops_per_s = single;
+            }
+        }
+    }
+    let single_memory: Vec<(MemoryLevel, f64)> = memory
+        .iter()
+        .filter(|m| m.threads == Some(1))
+        .map(|m| (m.level, m.bytes_per_s))
+        .collect();
+    for ceiling in memory.iter_mut().filter(|m| m.threads > Some(1)) {
+        if let Some(&(_, single)) = single_memory.iter().find(|(l, _)| *l == ceiling.level) {
+            if ceiling.bytes_per_s < single {
+                ceiling.source.push_str(&floor_note(ceiling.bytes_per_s));
+                ceiling.bytes_per_s = single;
+            }
         }
     }
     let threads_used = record.cores.threads_used;

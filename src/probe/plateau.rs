@@ -25,6 +25,9 @@ pub struct PlateauSettings {
     pub band: f64,
     /// Fewest points a plateau may have.
     pub min_points: usize,
+    /// Fewest points of a plateau that ends the curve: the sweep stopped there (at its size or
+    /// time limit), and two flat points at the end are the best evidence there is.
+    pub min_points_at_end: usize,
 }
 
 impl Default for PlateauSettings {
@@ -34,6 +37,7 @@ impl Default for PlateauSettings {
         PlateauSettings {
             band: 0.2,
             min_points: 3,
+            min_points_at_end: 2,
         }
     }
 }
@@ -76,7 +80,10 @@ pub fn detect_plateaus(points: &[CurvePoint], settings: &PlateauSettings) -> Vec
             }
             break;
         }
-        if members.len() >= settings.min_points {
+        let at_end = end + 1 == points.len();
+        if members.len() >= settings.min_points
+            || (at_end && members.len() >= settings.min_points_at_end.max(1))
+        {
             plateaus.push(summarise(points, &members, start, end));
             start = end + 1;
         } else {
@@ -388,6 +395,24 @@ mod tests {
             })
             .collect();
         assert!(detect_plateaus(&curve, &PlateauSettings::default()).is_empty());
+    }
+
+    #[test]
+    fn two_flat_points_end_a_curve_with_a_plateau() {
+        let curve: Vec<CurvePoint> = [60e9, 61e9, 59e9, 60e9, 20e9, 20.5e9]
+            .iter()
+            .enumerate()
+            .map(|(i, &bw)| CurvePoint {
+                working_set_bytes: (64 * MIB) << i,
+                bytes_per_s: bw,
+            })
+            .collect();
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        assert_eq!(plateaus.len(), 2);
+        label_plateaus(&mut plateaus, &guide());
+        // The last plateau is main memory; the 60 GB/s one before it is unreported cache.
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20.25e9);
+        assert_eq!(unreported_cache_plateaus(&plateaus, &guide()).len(), 1);
     }
 
     #[test]

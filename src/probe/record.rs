@@ -326,6 +326,9 @@ pub struct SweepPoint {
     pub bytes_per_s: f64,
     pub spread: f64,
     pub noisy: bool,
+    /// See `MeasurementFlag::Contended`.
+    #[serde(default)]
+    pub contended: bool,
 }
 
 /// A flat stretch of a bandwidth curve.

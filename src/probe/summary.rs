@@ -311,6 +311,24 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
                 }
             );
         }
+        // Roofs that no row shows: one thread's figure standing in for a contended one.
+        for roof in profile.memory.iter().filter(|m| m.level == level) {
+            let shown = record.memory_levels.iter().any(|l| {
+                l.level == level
+                    && Some(l.threads) == roof.threads
+                    && l.bytes_per_s == roof.bytes_per_s
+            });
+            if !shown {
+                let _ = writeln!(
+                    out,
+                    "{:<6} {:>3} {:>7.1} GB/s  <- roof: one thread's figure (the all-thread \
+                     figures were lower: other work on the cores)",
+                    level.name(),
+                    roof.threads.unwrap_or(0),
+                    roof.bytes_per_s / 1e9
+                );
+            }
+        }
     }
 
     let _ = writeln!(out);

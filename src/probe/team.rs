@@ -43,7 +43,13 @@ pub struct TeamTiming {
     /// Each thread's best own rate.
     pub per_thread_best: Vec<f64>,
     pub noisy: bool,
+    /// The threads together stayed below `CONTENDED_FRACTION` of the sum of their separate
+    /// best rates: they seldom ran at full speed at the same time.
+    pub contended: bool,
 }
+
+/// See `TeamTiming::contended`.
+pub const CONTENDED_FRACTION: f64 = 0.75;
 
 /// A barrier whose waiters spin. The OS barrier puts early threads to sleep, and waking a
 /// halted vCPU costs tens to hundreds of microseconds in a VM: enough to skew the start of a
@@ -141,11 +147,8 @@ impl Worker<'_> {
                 (Some(deadline), Some(end)) => end >= deadline,
                 _ => false,
             };
-            if timing.stats.spread <= plan.noise_threshold
-                || reruns >= plan.max_reruns
-                || out_of_time
-            {
-                let noisy = timing.stats.spread > plan.noise_threshold;
+            let noisy = timing.stats.spread > plan.noise_threshold;
+            if (!noisy && !timing.contended) || reruns >= plan.max_reruns || out_of_time {
                 return TeamTiming { noisy, ..timing };
             }
             reruns += 1;
@@ -190,7 +193,7 @@ impl Worker<'_> {
                 }
             })
             .collect();
-        let per_thread_best = all
+        let per_thread_best: Vec<f64> = all
             .iter()
             .map(|spans| {
                 spans
@@ -202,9 +205,12 @@ impl Worker<'_> {
             })
             .collect();
         let last_end = all.iter().flatten().map(|span| span.end).max();
+        let stats = sample_stats(&team_rates, reruns);
+        let separately: f64 = per_thread_best.iter().sum();
         let timing = TeamTiming {
             passes,
-            stats: sample_stats(&team_rates, reruns),
+            contended: all.len() > 1 && stats.best < CONTENDED_FRACTION * separately,
+            stats,
             team_rates,
             per_thread_best,
             noisy: false,
