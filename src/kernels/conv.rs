@@ -120,55 +120,64 @@ multiversion! {
 
 multiversion! {
     /// Depthwise convolution for one image on NCHW rows, for planes wide enough to vectorise
-    /// along W: each input row is copied once into a zero-padded row split into `stride` phases,
-    /// so every tap of a kernel row is a contiguous, branch-free multiply-add and all the taps of
-    /// one kernel row are summed before the output row is touched.
+    /// along W. Each channel plane is first copied once into a zero-padded buffer whose rows
+    /// are split into `stride` phases (every stride-th column), so every kernel tap is a
+    /// contiguous, branch-free multiply-add over an output row.
     fn depthwise_rows(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
         let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
         let (kh, kw) = (geom.kernel_h, geom.kernel_w);
         let (stride, dil) = (geom.stride_w, geom.dilation_w);
-        // Padded row length: every tap of every output column in range.
+        let hp = (oh - 1) * geom.stride_h + (kh - 1) * geom.dilation_h + 1;
         let wp = ((ow - 1) * stride + (kw - 1) * dil + 1).max(iw + geom.pad_left);
         let phase_len = wp.div_ceil(stride);
+        let row_len = phase_len * stride;
         scratch.clear();
-        scratch.resize(wp + phase_len * stride, 0.0);
-        let (prow, phases) = scratch.split_at_mut(wp);
+        scratch.resize(hp * row_len, 0.0);
+        let padded = &mut scratch[..];
         for c in 0..geom.in_channels {
             let plane = &input[c * ih * iw..(c + 1) * ih * iw];
             let kernel = &weights[c * kh * kw..(c + 1) * kh * kw];
             let dst = &mut out[c * oh * ow..(c + 1) * oh * ow];
+            // Padded, phase-split copy of the plane (rows outside the image stay zero).
+            for row in 0..hp {
+                let iy = row as isize - geom.pad_top as isize;
+                let line = &mut padded[row * row_len..(row + 1) * row_len];
+                if iy < 0 || iy >= ih as isize {
+                    line.fill(0.0);
+                    continue;
+                }
+                let src = &plane[iy as usize * iw..(iy as usize + 1) * iw];
+                if stride == 1 {
+                    line[..geom.pad_left].fill(0.0);
+                    line[geom.pad_left..geom.pad_left + iw].copy_from_slice(src);
+                    line[geom.pad_left + iw..].fill(0.0);
+                } else {
+                    for p in 0..stride {
+                        let phase = &mut line[p * phase_len..(p + 1) * phase_len];
+                        // Columns j whose source j·stride + p − pad_left lies inside the row.
+                        let first = geom.pad_left.saturating_sub(p).div_ceil(stride).min(phase_len);
+                        let last = (iw + geom.pad_left).saturating_sub(p).div_ceil(stride).min(phase_len).max(first);
+                        phase[..first].fill(0.0);
+                        phase[last..].fill(0.0);
+                        let src_start = first * stride + p - geom.pad_left;
+                        for (d, &v) in phase[first..last].iter_mut().zip(src[src_start..].iter().step_by(stride)) {
+                            *d = v;
+                        }
+                    }
+                }
+            }
             dst.fill(bias.map_or(0.0, |b| b[c]));
             for y in 0..oh {
                 let dst_row = &mut dst[y * ow..(y + 1) * ow];
                 for ky in 0..kh {
-                    let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
-                    if iy < 0 || iy >= ih as isize {
-                        continue;
-                    }
-                    let src = &plane[iy as usize * iw..(iy as usize + 1) * iw];
-                    prow.fill(0.0);
-                    prow[geom.pad_left..geom.pad_left + iw].copy_from_slice(src);
-                    let taps = &kernel[ky * kw..(ky + 1) * kw];
-                    if stride == 1 {
-                        for (kx, &w) in taps.iter().enumerate() {
-                            let seg = &prow[kx * dil..kx * dil + ow];
-                            for (d, &v) in dst_row.iter_mut().zip(seg) {
-                                *d = w.mul_add(v, *d);
-                            }
-                        }
-                    } else {
-                        for p in 0..stride {
-                            for (d, &v) in phases[p * phase_len..(p + 1) * phase_len].iter_mut().zip(prow.iter().skip(p).step_by(stride)) {
-                                *d = v;
-                            }
-                        }
-                        for (kx, &w) in taps.iter().enumerate() {
-                            let offset = kx * dil;
-                            let start = (offset % stride) * phase_len + offset / stride;
-                            let seg = &phases[start..start + ow];
-                            for (d, &v) in dst_row.iter_mut().zip(seg) {
-                                *d = w.mul_add(v, *d);
-                            }
+                    let row = y * geom.stride_h + ky * geom.dilation_h;
+                    let line = &padded[row * row_len..(row + 1) * row_len];
+                    for (kx, &w) in kernel[ky * kw..(ky + 1) * kw].iter().enumerate() {
+                        let offset = kx * dil;
+                        let start = (offset % stride) * phase_len + offset / stride;
+                        let seg = &line[start..start + ow];
+                        for (d, &v) in dst_row.iter_mut().zip(seg) {
+                            *d = w.mul_add(v, *d);
                         }
                     }
                 }
