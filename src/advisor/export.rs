@@ -12,6 +12,9 @@ use crate::analysis::onnx_proto::{
 use crate::analysis::ops::fused::DOMAIN;
 use crate::analysis::tensor::{DType, Dim, Tensor, TensorData};
 
+/// QDQ and Cast forms of the quantized and half-precision ops.
+mod qdq;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("constant `{0}` was never evaluated (its producer was removed); cannot export it")]
@@ -44,6 +47,12 @@ fn tensor_proto(name: &str, tensor: &Tensor) -> Result<TensorProto, ExportError>
                     DType::I16 | DType::U16 => out.extend_from_slice(&(v as i16).to_le_bytes()),
                     DType::I8 => out.push(v as i8 as u8),
                     DType::U8 | DType::Bool => out.push(v as u8),
+                    DType::Bf16 => out.extend_from_slice(
+                        &crate::kernels::qgemm::f32_to_bf16(v as f32).to_le_bytes(),
+                    ),
+                    DType::F16 => {
+                        out.extend_from_slice(&crate::exec::quant::f32_to_f16(v as f32).to_le_bytes())
+                    }
                     other => {
                         return Err(ExportError::Node {
                             node: name.to_string(),
@@ -507,6 +516,7 @@ impl Writer<'_> {
                     current = target;
                 }
             }
+            "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul" | "FakeQuant" => self.quantized(node)?,
             other => {
                 return Err(ExportError::Node {
                     node: node.name.clone(),

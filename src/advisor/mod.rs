@@ -1,4 +1,5 @@
-//! Advisor: graph rewrites (folding, BN folding, epilogue fusion, element-wise chains), each with
+//! Advisor: graph rewrites (folding, BN folding, epilogue fusion, element-wise chains, and the
+//! opt-in int8 / bf16 / fp16 quantization of `quantize.rs`), each with
 //! its gain predicted by the roofline and, on the local CPU, measured by running the original and
 //! the rewritten graph with the tool's own kernels. Composes `analysis` (predictions) and `exec`
 //! (measurements); `export` writes the rewritten model back as standard ONNX.
@@ -6,6 +7,7 @@
 pub mod edit;
 pub mod export;
 pub mod passes;
+pub mod quantize;
 
 use std::collections::HashMap;
 
@@ -28,8 +30,10 @@ pub enum AdvisorError {
     Exec(#[from] ExecError),
     #[error("pass `{pass}` left an invalid graph: {reason}")]
     InvalidAfterPass { pass: String, reason: String },
-    #[error("unknown pass `{0}` (available: fold, bn-fold, fuse, eltwise)")]
+    #[error("unknown pass `{0}` (available: fold, bn-fold, fuse, eltwise, int8, bf16, fp16)")]
     UnknownPass(String),
+    #[error("{0}")]
+    Quantization(String),
 }
 
 /// A named rewrite over the IR. It edits the node list; the driver re-infers, validates and
@@ -40,6 +44,36 @@ pub trait Pass {
     /// `states` are the inference states of `ed.nodes` (same order).
     fn run(&self, ed: &mut edit::Editor, states: &[NodeState])
         -> Result<Vec<Change>, AdvisorError>;
+
+    /// `run` with the driver's context (device, options, shared quantization state); passes
+    /// that need it (calibration, roofline decisions) override this one.
+    fn run_with(
+        &self,
+        ed: &mut edit::Editor,
+        states: &[NodeState],
+        _ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
+        self.run(ed, states)
+    }
+
+    /// Applied when `--apply` names no pass (the quantization passes are opt-in).
+    fn default_enabled(&self) -> bool {
+        true
+    }
+
+    /// Whether `--verify` can measure the rewrite (false for a precision with no kernel).
+    fn measured(&self) -> bool {
+        true
+    }
+}
+
+/// What a pass may read besides the graph: the device, the options, and the state the
+/// quantization passes share with the driver.
+pub struct PassContext<'a> {
+    pub device: &'a DeviceProfile,
+    pub analyze: &'a AnalyzeOptions,
+    pub options: &'a AdviseOptions,
+    pub quant: quantize::SharedQuantState,
 }
 
 /// One rewrite a pass made.
@@ -140,6 +174,9 @@ pub struct AdviceReport {
     pub left_alone: Vec<LeftAlone>,
     pub before: Analysis,
     pub after: Analysis,
+    /// Quantization decisions and the accuracy proxy (when an int8/bf16/fp16 pass ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<quantize::QuantizationReport>,
 }
 
 #[derive(Clone, Debug)]
@@ -153,6 +190,11 @@ pub struct AdviseOptions {
     pub threads: usize,
     /// Autotune the GEMM blockings of the measured graphs (cached per device profile).
     pub tune: bool,
+    /// Directory of .npy calibration inputs for `int8` (default: random inputs).
+    pub calibration_dir: Option<std::path::PathBuf>,
+    pub calibration_method: quantize::CalibrationMethod,
+    /// Random calibration inputs when no directory is given.
+    pub calibration_samples: usize,
 }
 
 impl Default for AdviseOptions {
@@ -164,6 +206,9 @@ impl Default for AdviseOptions {
             runs: 10,
             threads: 1,
             tune: false,
+            calibration_dir: None,
+            calibration_method: quantize::CalibrationMethod::MinMax,
+            calibration_samples: quantize::DEFAULT_SAMPLES,
         }
     }
 }
@@ -178,7 +223,13 @@ pub fn select_passes(options: &AdviseOptions) -> Result<Vec<Box<dyn Pass>>, Advi
     }
     Ok(all
         .into_iter()
-        .filter(|p| options.apply.is_empty() || options.apply.iter().any(|n| n == p.name()))
+        .filter(|p| {
+            if options.apply.is_empty() {
+                p.default_enabled()
+            } else {
+                options.apply.iter().any(|n| n == p.name())
+            }
+        })
         .filter(|p| !options.skip.iter().any(|n| n == p.name()))
         .collect())
 }
@@ -271,7 +322,7 @@ fn left_alone(after: &Analysis) -> Vec<LeftAlone> {
         .take(10)
         .map(|n| {
             let intensity = n.intensity.unwrap_or(0.0);
-            let heavy = matches!(n.op_type.as_str(), "Conv" | "FusedConv" | "Gemm" | "FusedGemm" | "MatMul" | "FusedMatMul" | "ConvTranspose");
+            let heavy = matches!(n.op_type.as_str(), "Conv" | "FusedConv" | "Gemm" | "FusedGemm" | "MatMul" | "FusedMatMul" | "ConvTranspose" | "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul");
             let reason = match n.bound {
                 analysis::Bound::Compute => format!(
                     "compute-bound (intensity {intensity:.1} FLOP/B above the ridge at {ridge:.1}): removing memory traffic cannot speed it up; only a faster compute roof (int8/fp16 where the device has one) or fewer FLOPs (pruning) can"
@@ -312,6 +363,12 @@ pub fn advise(
         None
     };
     let first_measure = measured_prev.as_ref().map(|m| m.0);
+    let ctx = PassContext {
+        device,
+        analyze,
+        options,
+        quant: Default::default(),
+    };
     let mut outcomes = Vec::new();
     let mut last_analysis = before.clone();
     for pass in selected {
@@ -323,7 +380,7 @@ pub fn advise(
         let mut next = current.clone();
         let changes = {
             let mut ed = edit::Editor::new(&mut next);
-            let changes = pass.run(&mut ed, &state_list)?;
+            let changes = pass.run_with(&mut ed, &state_list, &ctx)?;
             ed.finish();
             changes
         };
@@ -339,12 +396,13 @@ pub fn advise(
                 reason,
             })?;
         let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
-        let measured = if verify && !changes.is_empty() {
+        let measured = if verify && !changes.is_empty() && pass.measured() {
             Some(measure(&next, analyze, options)?)
         } else {
             None
         };
         let (measured_before, measured_after) = match (&measured_prev, &measured) {
+            _ if !pass.measured() => (None, None),
             (Some(b), Some(a)) => (Some(b.0), Some(a.0)),
             (Some(b), None) if verify => (Some(b.0), Some(b.0)),
             _ => (None, None),
@@ -425,11 +483,41 @@ pub fn advise(
             max_relative_output_error: max_error,
         },
         left_alone: left_alone(&last_analysis),
+        quantization: quantization_report(&ctx, &original, &current)?,
         passes: outcomes,
         before,
         after: last_analysis,
     };
     Ok((report, current))
+}
+
+/// The quantization section: decisions the passes recorded and, when any op changed
+/// precision, the accuracy proxy of the final graph against the fp32 original.
+fn quantization_report(
+    ctx: &PassContext,
+    original: &Graph,
+    rewritten: &Graph,
+) -> Result<Option<quantize::QuantizationReport>, AdvisorError> {
+    let (any, converted) = {
+        let q = ctx.quant.borrow();
+        (
+            !q.report.decisions.is_empty() || !q.report.notes.is_empty(),
+            q.report.decisions.iter().any(|d| d.decision != "fp32"),
+        )
+    };
+    if !any {
+        return Ok(None);
+    }
+    let accuracy = if converted {
+        Some(quantize::accuracy(original, rewritten, ctx)?)
+    } else {
+        None
+    };
+    let mut report = ctx.quant.borrow().report.clone();
+    report.accuracy = accuracy;
+    let notes = quantize::summary_notes(&report);
+    report.notes.extend(notes);
+    Ok(Some(report))
 }
 
 fn output_error(

@@ -15,6 +15,9 @@ pub fn all_passes() -> Vec<Box<dyn Pass>> {
         Box::new(BnFold),
         Box::new(Fuse),
         Box::new(Eltwise),
+        Box::new(super::quantize::Int8),
+        Box::new(super::quantize::Half::bf16()),
+        Box::new(super::quantize::Half::fp16()),
     ]
 }
 

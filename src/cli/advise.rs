@@ -19,6 +19,14 @@ pub enum AdviseFormat {
     Html,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CalibrationArg {
+    /// Minimum and maximum observed.
+    Minmax,
+    /// The 0.01% and 99.99% percentiles (outliers clipped).
+    Percentile,
+}
+
 #[derive(Args, Debug)]
 pub struct AdviseArgs {
     #[command(flatten)]
@@ -26,7 +34,8 @@ pub struct AdviseArgs {
     /// Device for the predictions: `local` (measurable with --verify), a catalogue name, a file.
     #[arg(short, long, default_value = "local")]
     pub device: String,
-    /// Passes to apply, comma-separated (fold, bn-fold, fuse, eltwise); default all.
+    /// Passes to apply, comma-separated (fold, bn-fold, fuse, eltwise, and the opt-in int8, bf16,
+    /// fp16); default the first four.
     #[arg(long, value_delimiter = ',')]
     pub apply: Vec<String>,
     /// Passes to skip, comma-separated.
@@ -41,6 +50,16 @@ pub struct AdviseArgs {
     /// Timed runs per measurement.
     #[arg(short, long, default_value_t = 10)]
     pub runs: usize,
+    /// int8 calibration inputs: a directory of .npy files (one per sample; for several model
+    /// inputs, one sub-directory per sample with <input>.npy). Default: random inputs.
+    #[arg(long, value_name = "DIR")]
+    pub calibration: Option<PathBuf>,
+    /// How int8 activation ranges are derived from the calibration runs.
+    #[arg(long, value_enum, default_value = "minmax")]
+    pub calibration_method: CalibrationArg,
+    /// Random calibration inputs when no --calibration directory is given.
+    #[arg(long, default_value_t = advisor::quantize::DEFAULT_SAMPLES)]
+    pub calibration_samples: usize,
     #[arg(short, long, value_enum, default_value = "table")]
     pub format: AdviseFormat,
     /// Write the rewritten model as standard ONNX.
@@ -80,6 +99,12 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         runs: args.runs,
         threads: args.model.threads.max(1),
         tune: args.tune,
+        calibration_dir: args.calibration.clone(),
+        calibration_method: match args.calibration_method {
+            CalibrationArg::Minmax => advisor::quantize::CalibrationMethod::MinMax,
+            CalibrationArg::Percentile => advisor::quantize::CalibrationMethod::Percentile,
+        },
+        calibration_samples: args.calibration_samples.max(1),
     };
     let (report, rewritten) =
         advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
@@ -193,6 +218,9 @@ pub fn render_table(report: &AdviceReport) -> String {
             );
         }
     }
+    if let Some(q) = &report.quantization {
+        render_quantization(&mut out, q);
+    }
     if !report.left_alone.is_empty() {
         let _ = writeln!(out, "\nleft alone (largest remaining ops)");
         for l in report.left_alone.iter().take(6) {
@@ -200,4 +228,50 @@ pub fn render_table(report: &AdviceReport) -> String {
         }
     }
     out
+}
+
+fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationReport) {
+    let _ = writeln!(out, "\nquantization ({})", if q.calibration.is_empty() { "no calibration" } else { &q.calibration });
+    if let Some(a) = &q.accuracy {
+        let _ = writeln!(
+            out,
+            "  accuracy proxy vs fp32 on {} input(s): cosine min {:.5} mean {:.5}; max abs error {:.3e} (outputs up to {:.3e}){}",
+            a.samples,
+            a.cosine_min,
+            a.cosine_mean,
+            a.max_abs_error,
+            a.max_abs_reference,
+            a.top1_agreement
+                .map(|t| format!("; top-1 agreement {:.1}%", t * 100.0))
+                .unwrap_or_default()
+        );
+    }
+    let mut kept: Vec<_> = q.decisions.iter().filter(|d| d.decision == "fp32").collect();
+    let converted = q.decisions.len() - kept.len();
+    let _ = writeln!(out, "  {} op(s) converted, {} left in fp32", converted, kept.len());
+    kept.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
+    for d in kept.iter().take(8) {
+        let _ = writeln!(out, "  kept fp32  {} ({}): {}", d.node, d.op_type, d.reason);
+    }
+    let mut done: Vec<_> = q.decisions.iter().filter(|d| d.decision != "fp32").collect();
+    done.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
+    for d in done.iter().take(5) {
+        let _ = writeln!(
+            out,
+            "  {:<9}  {} ({}): {} -> {} ({:.2}x; q/dq {}{})",
+            d.decision,
+            d.node,
+            d.op_type,
+            fmt_seconds(d.predicted_fp32_s),
+            fmt_seconds(d.predicted_lowp_s),
+            d.predicted_gain,
+            fmt_seconds(d.predicted_qdq_s),
+            d.predicted_dynamic_s
+                .map(|s| format!("; dynamic int8 {}", fmt_seconds(s)))
+                .unwrap_or_default()
+        );
+    }
+    for n in &q.notes {
+        let _ = writeln!(out, "  note: {n}");
+    }
 }

@@ -97,7 +97,17 @@ pub fn load_graph(model: &str) -> Result<(Graph, Option<Bindings>)> {
         )?;
         Ok((graph, Some((builtin.default_bindings)())))
     } else {
-        Ok((import::load_graph(std::path::Path::new(model))?, None))
+        let mut graph = import::load_graph(std::path::Path::new(model))?;
+        // QDQ models (onnxruntime's static quantizer, `advise -o` with int8) run on the int8
+        // kernels: the standard form is lowered to the tool's quantized ops before planning.
+        let lowered = roofline::exec::quant::lower_qdq(&mut graph);
+        if !lowered.is_empty() {
+            eprintln!(
+                "QDQ form lowered: {} QConv, {} QMatMul, {} FakeQuant, {} float fallback(s)",
+                lowered.qconv, lowered.qmatmul, lowered.fake_quant, lowered.float_fallback
+            );
+        }
+        Ok((graph, None))
     }
 }
 

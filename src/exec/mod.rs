@@ -4,6 +4,7 @@
 
 pub mod npy;
 pub mod plan;
+pub mod quant;
 pub mod tune;
 
 use std::path::PathBuf;

@@ -206,6 +206,8 @@ enum Kernel {
     },
     /// Integer/bool ops evaluated through the analysis op's constant evaluator.
     Generic,
+    /// Quantized / half-precision ops and (De)QuantizeLinear (`exec::quant`).
+    Quant(Arc<super::quant::QuantStep>),
 }
 
 #[derive(Clone, Debug)]
@@ -397,6 +399,7 @@ pub fn supported(op_type: &str) -> bool {
             | "Not"
             | "Xor"
     ) || unary_of(op_type, &Default::default(), &[]).is_some()
+        || super::quant::handles("", op_type)
 }
 
 fn unary_of(
@@ -482,7 +485,7 @@ pub fn build_plan(
                     !matches!(
                         n.op_type.as_str(),
                         "FusedConv" | "FusedGemm" | "FusedMatMul" | "ElementwiseChain"
-                    )
+                    ) && !super::quant::handles(&n.domain, &n.op_type)
                 } else {
                     !supported(&n.op_type) || !(n.domain.is_empty() || n.domain == "ai.onnx")
                 }
@@ -817,6 +820,16 @@ fn make_step(
     let mut scratch = 0usize;
     let op = node.op_type.as_str();
     let kernel = match op {
+        // Quantized ops and (De)QuantizeLinear: `exec::quant`.
+        _ if super::quant::handles(&node.domain, op) => {
+            let out_facts: Vec<&TensorFact> =
+                node.outputs.iter().map(|&v| &graph.values[v].fact).collect();
+            let konst = |i: usize| const_f32(slots, node.inputs.get(i).copied().flatten());
+            let (q, f) = super::quant::prepare(node, facts, &out_facts, &konst)
+                .map_err(|e| node_error(node, e))?;
+            flops = f;
+            Kernel::Quant(Arc::new(q))
+        }
         _ if !all_float_io
             && !matches!(
                 op,
@@ -2102,6 +2115,18 @@ fn run_kernel(
                 data: RtData::I64(v.to_vec()),
             }),
         },
+        Kernel::Quant(q) => {
+            let qins: Vec<Option<super::quant::QIn>> = ins
+                .iter()
+                .map(|i| {
+                    i.map(|r| match r {
+                        InRef::F32(v) => super::quant::QIn::F32(v),
+                        InRef::I64(v) => super::quant::QIn::I64(v),
+                    })
+                })
+                .collect();
+            q.run(&qins, outs, dynamic_out, threads)?;
+        }
         Kernel::Generic => return Err("internal: generic kernels run through the evaluator".into()),
     }
     Ok(())

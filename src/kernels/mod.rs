@@ -10,3 +10,4 @@ pub mod movement;
 pub mod norm;
 pub mod pool;
 pub mod simd;
+pub mod qgemm;

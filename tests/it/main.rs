@@ -8,3 +8,4 @@ mod common;
 mod corpus;
 mod exec_vs_ort;
 mod fuzz_loader;
+mod quant;

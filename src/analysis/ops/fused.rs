@@ -17,6 +17,9 @@ use crate::analysis::tensor::TensorFact;
 
 pub const DOMAIN: &str = "roofline";
 
+/// Quantized and half-precision ops (`QConv`, `QMatMul`, `HalfConv`, `HalfMatMul`, `FakeQuant`).
+pub mod quant;
+
 struct FusedConv;
 struct FusedGemm;
 struct FusedMatMul;
@@ -28,7 +31,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "FusedGemm" => &FusedGemm,
         "FusedMatMul" => &FusedMatMul,
         "ElementwiseChain" => &ElementwiseChain,
-        _ => return None,
+        _ => return quant::lookup(op_type),
     })
 }
 

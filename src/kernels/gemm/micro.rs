@@ -64,8 +64,9 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
     let mut acc = [[V::zero(); NV]; MR];
     for i in 0..MR {
         if i < m_eff {
-            V::prefetch(c.add(i * ldc));
-            V::prefetch(c.add(i * ldc + nr - 1));
+            // wrapping_add: an edge tile's row may end before `nr - 1` (a prefetch never faults).
+            V::prefetch(c.wrapping_add(i * ldc));
+            V::prefetch(c.wrapping_add(i * ldc + nr - 1));
         }
     }
     let mut ap = a;

@@ -68,9 +68,10 @@ pub(crate) unsafe fn pack<V: Vf32, const W: usize>(
         for kk in 0..klen {
             let sr = src.add(kk * ks);
             // The next row starts a new stream: touch its first lines early.
-            let next = sr.add(ks);
+            // (wrapping: past the last row this points outside the slice; prefetches never fault.)
+            let next = sr.wrapping_add(ks);
             for x in 0..4 {
-                V::prefetch(next.add(16 * x));
+                V::prefetch(next.wrapping_add(16 * x));
             }
             for p in 0..full {
                 copy_row::<V, W>(sr.add(p * W), dst.add(p * klen * W + kk * W));

@@ -757,7 +757,7 @@ fn selection_is_cached_and_named() {
     assert!(["avx512", "avx2+fma", "scalar"].contains(&isa_name()));
     assert_eq!(isa_name(), Isa::detect().name());
     assert!(Isa::detect().is_available());
-    for isa in Isa::ALL {
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
         assert_eq!(isa::table(isa).isa, isa);
     }
 }
