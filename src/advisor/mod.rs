@@ -351,6 +351,8 @@ pub fn advise(
     analyze: &AnalyzeOptions,
     options: &AdviseOptions,
 ) -> Result<(AdviceReport, Graph), AdvisorError> {
+    // Measurements run on `options.threads`: predict with the ceilings of that thread count.
+    let device = &device.for_threads(options.threads.max(1) as u32);
     let selected = select_passes(options)?;
     let verify = options.verify && device.source == crate::device::ProfileSource::Probed;
     let mut current = graph;

@@ -127,6 +127,8 @@ pub fn bench_graph(
     analyze: &AnalyzeOptions,
     options: &BenchOptions,
 ) -> Result<BenchReport, BenchError> {
+    // Predict with the ceilings measured at the thread count the run uses.
+    let device = &device.for_threads(options.threads.max(1) as u32);
     let analysis = analysis::analyze_graph(graph.clone(), source, device, analyze)?;
     let mut graph = graph;
     let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;

@@ -151,6 +151,58 @@ impl DeviceProfile {
             .max_by_key(|c| c.threads.unwrap_or(u32::MAX))
     }
 
+    /// The profile as seen by a run on `threads` threads: where ceilings were measured per
+    /// thread count (probed profiles), keep for each precision and level the entry with the
+    /// most threads not above `threads`; whole-device figures (no thread count) are kept.
+    pub fn for_threads(&self, threads: u32) -> DeviceProfile {
+        let mut out = self.clone();
+        let best = |t: Option<u32>, others: &mut dyn Iterator<Item = Option<u32>>| -> bool {
+            match t {
+                None => true,
+                Some(t) if t > threads => false,
+                Some(t) => others.flatten().filter(|&o| o <= threads).all(|o| o <= t),
+            }
+        };
+        out.compute = self
+            .compute
+            .iter()
+            .filter(|c| {
+                let mut peers = self
+                    .compute
+                    .iter()
+                    .filter(|o| o.precision == c.precision)
+                    .map(|o| o.threads);
+                best(c.threads, &mut peers)
+            })
+            .cloned()
+            .collect();
+        out.memory = self
+            .memory
+            .iter()
+            .filter(|m| {
+                let mut peers = self
+                    .memory
+                    .iter()
+                    .filter(|o| o.level == m.level)
+                    .map(|o| o.threads);
+                best(m.threads, &mut peers)
+            })
+            .cloned()
+            .collect();
+        // A precision or level measured only with more threads keeps its figure.
+        for c in &self.compute {
+            if !out.compute.iter().any(|o| o.precision == c.precision) {
+                out.compute.push(c.clone());
+            }
+        }
+        for m in &self.memory {
+            if !out.memory.iter().any(|o| o.level == m.level) {
+                out.memory.push(m.clone());
+            }
+        }
+        out
+    }
+
     /// Bandwidth of a memory level, at the largest measured thread count.
     pub fn memory_ceiling(&self, level: MemoryLevel) -> Option<&MemoryCeiling> {
         self.memory
@@ -232,5 +284,58 @@ impl DeviceProfile {
             path: path.to_path_buf(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ceiling(precision: Precision, threads: Option<u32>, flops: f64) -> ComputeCeiling {
+        ComputeCeiling {
+            precision,
+            flops_per_s: flops,
+            threads,
+            theoretical_flops_per_s: None,
+            source: String::new(),
+        }
+    }
+
+    #[test]
+    fn for_threads_picks_the_matching_measurement() {
+        let profile = DeviceProfile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            id: "t".into(),
+            name: "t".into(),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![
+                ceiling(Precision::Fp32, Some(1), 100.0),
+                ceiling(Precision::Fp32, Some(2), 190.0),
+                ceiling(Precision::Int8, Some(2), 800.0),
+            ],
+            memory: vec![MemoryCeiling {
+                level: MemoryLevel::Dram,
+                bytes_per_s: 30.0,
+                capacity_bytes: None,
+                threads: Some(1),
+                source: String::new(),
+            }],
+            launch_overhead_s: 0.0,
+            launch_overhead_source: String::new(),
+            l2_bytes: None,
+            sources: vec![],
+            notes: String::new(),
+            probe: None,
+        };
+        assert_eq!(profile.peak_flops(Precision::Fp32), Some(190.0));
+        let one = profile.for_threads(1);
+        assert_eq!(one.peak_flops(Precision::Fp32), Some(100.0));
+        // Measured only with 2 threads: kept rather than dropped.
+        assert_eq!(one.peak_flops(Precision::Int8), Some(800.0));
+        assert_eq!(
+            profile.for_threads(4).peak_flops(Precision::Fp32),
+            Some(190.0)
+        );
     }
 }
