@@ -251,3 +251,41 @@ fn subgraph_ops_load_and_are_reported_not_costed() {
         "--strict turns the warning into status 1"
     );
 }
+
+#[test]
+fn bench_lists_missing_kernels_before_running() {
+    use prost::Message;
+    // Einsum is analysed (and costed) but the executor has no kernel for it.
+    use roofline::builtin::{GraphBuilder, SigDim, WeightFill};
+    let mut b = GraphBuilder::new(WeightFill::Random(2));
+    let x = b.input("x", 1, &[SigDim::Fixed(4), SigDim::Fixed(8)]);
+    let w = b.weight("w", &[8, 3], 8);
+    let y = b.node(
+        "Einsum",
+        &[&x, &w],
+        vec![roofline::analysis::onnx_proto::AttributeProto {
+            name: "equation".into(),
+            r#type: 3,
+            s: "ij,jk->ik".as_bytes().to_vec().into(),
+            ..Default::default()
+        }],
+    );
+    b.output(&y, 1, &[SigDim::Fixed(4), SigDim::Fixed(3)]);
+    let dir = tempdir();
+    let path = dir.join("einsum.onnx");
+    std::fs::write(&path, b.finish("einsum").encode_to_vec()).unwrap();
+    let analyzed = roofline(&["analyze", path.to_str().unwrap(), "--format", "json"]);
+    assert!(analyzed.status.success(), "{}", stderr(&analyzed));
+    let out = roofline(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--device",
+        "rtx2080ti",
+        "--runs",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("no kernel") && err.contains("Einsum"), "{err}");
+    assert!(!err.contains("panicked"));
+}
