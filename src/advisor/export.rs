@@ -50,9 +50,8 @@ fn tensor_proto(name: &str, tensor: &Tensor) -> Result<TensorProto, ExportError>
                     DType::Bf16 => out.extend_from_slice(
                         &crate::kernels::qgemm::f32_to_bf16(v as f32).to_le_bytes(),
                     ),
-                    DType::F16 => {
-                        out.extend_from_slice(&crate::exec::quant::f32_to_f16(v as f32).to_le_bytes())
-                    }
+                    DType::F16 => out
+                        .extend_from_slice(&crate::exec::quant::f32_to_f16(v as f32).to_le_bytes()),
                     other => {
                         return Err(ExportError::Node {
                             node: name.to_string(),
@@ -516,7 +515,9 @@ impl Writer<'_> {
                     current = target;
                 }
             }
-            "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul" | "FakeQuant" => self.quantized(node)?,
+            "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul" | "FakeQuant" => {
+                self.quantized(node)?
+            }
             other => {
                 return Err(ExportError::Node {
                     node: node.name.clone(),

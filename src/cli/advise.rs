@@ -231,7 +231,15 @@ pub fn render_table(report: &AdviceReport) -> String {
 }
 
 fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationReport) {
-    let _ = writeln!(out, "\nquantization ({})", if q.calibration.is_empty() { "no calibration" } else { &q.calibration });
+    let _ = writeln!(
+        out,
+        "\nquantization ({})",
+        if q.calibration.is_empty() {
+            "no calibration"
+        } else {
+            &q.calibration
+        }
+    );
     if let Some(a) = &q.accuracy {
         let _ = writeln!(
             out,
@@ -246,14 +254,27 @@ fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationRepo
                 .unwrap_or_default()
         );
     }
-    let mut kept: Vec<_> = q.decisions.iter().filter(|d| d.decision == "fp32").collect();
+    let mut kept: Vec<_> = q
+        .decisions
+        .iter()
+        .filter(|d| d.decision == "fp32")
+        .collect();
     let converted = q.decisions.len() - kept.len();
-    let _ = writeln!(out, "  {} op(s) converted, {} left in fp32", converted, kept.len());
+    let _ = writeln!(
+        out,
+        "  {} op(s) converted, {} left in fp32",
+        converted,
+        kept.len()
+    );
     kept.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
     for d in kept.iter().take(8) {
         let _ = writeln!(out, "  kept fp32  {} ({}): {}", d.node, d.op_type, d.reason);
     }
-    let mut done: Vec<_> = q.decisions.iter().filter(|d| d.decision != "fp32").collect();
+    let mut done: Vec<_> = q
+        .decisions
+        .iter()
+        .filter(|d| d.decision != "fp32")
+        .collect();
     done.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
     for d in done.iter().take(5) {
         let _ = writeln!(

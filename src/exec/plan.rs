@@ -822,8 +822,11 @@ fn make_step(
     let kernel = match op {
         // Quantized ops and (De)QuantizeLinear: `exec::quant`.
         _ if super::quant::handles(&node.domain, op) => {
-            let out_facts: Vec<&TensorFact> =
-                node.outputs.iter().map(|&v| &graph.values[v].fact).collect();
+            let out_facts: Vec<&TensorFact> = node
+                .outputs
+                .iter()
+                .map(|&v| &graph.values[v].fact)
+                .collect();
             let konst = |i: usize| const_f32(slots, node.inputs.get(i).copied().flatten());
             let (q, f) = super::quant::prepare(node, facts, &out_facts, &konst)
                 .map_err(|e| node_error(node, e))?;

@@ -40,7 +40,9 @@ fn key(config: &GemmConfig, m: usize, n: usize, k: usize, threads: usize) -> Str
 impl TuningCache {
     /// Where the cache of `device_id` lives (beside the probe profile).
     pub fn path_for(device_id: &str) -> Option<PathBuf> {
-        let dir = crate::probe::default_profile_path()?.parent()?.to_path_buf();
+        let dir = crate::probe::default_profile_path()?
+            .parent()?
+            .to_path_buf();
         Some(dir.join(format!("gemm-tuning-{device_id}.json")))
     }
 
@@ -64,12 +66,24 @@ impl TuningCache {
     }
 
     /// The configuration for this shape: cached, or tuned now when `tune` is set.
-    pub fn config(&mut self, m: usize, n: usize, k: usize, threads: usize, tune: bool) -> GemmConfig {
+    pub fn config(
+        &mut self,
+        m: usize,
+        n: usize,
+        k: usize,
+        threads: usize,
+        tune: bool,
+    ) -> GemmConfig {
         let base = GemmConfig::default();
         if let Some(t) = self.entries.get(&key(&base, m, n, k, threads)) {
             return GemmConfig {
                 isa: base.isa,
-                blocking: Blocking { mc: t.mc, kc: t.kc, nc: t.nc, nc_short: t.nc_short },
+                blocking: Blocking {
+                    mc: t.mc,
+                    kc: t.kc,
+                    nc: t.nc,
+                    nc_short: t.nc_short,
+                },
             };
         }
         if !tune || m.saturating_mul(n).saturating_mul(k) > MAX_TUNED_VOLUME || m < 2 || n < 2 {
@@ -82,13 +96,35 @@ impl TuningCache {
 }
 
 /// Times the candidates on random operands of this shape; best of a few calls each.
-fn tune_shape(base: GemmConfig, m: usize, n: usize, k: usize, threads: usize) -> (GemmConfig, TunedBlocking) {
+fn tune_shape(
+    base: GemmConfig,
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+) -> (GemmConfig, TunedBlocking) {
     let a: Vec<f32> = (0..m * k).map(|i| ((i * 31) % 17) as f32 * 0.01).collect();
     let b: Vec<f32> = (0..k * n).map(|i| ((i * 7) % 13) as f32 * 0.01).collect();
     let mut c = vec![0.0f32; m * n];
-    let am = MatRef { data: &a, rows: m, cols: k, row_stride: k, col_stride: 1 };
-    let bm = MatRef { data: &b, rows: k, cols: n, row_stride: n, col_stride: 1 };
-    let ep = Epilogue { bias: BiasKind::None, residual: None, activation: Activation::None };
+    let am = MatRef {
+        data: &a,
+        rows: m,
+        cols: k,
+        row_stride: k,
+        col_stride: 1,
+    };
+    let bm = MatRef {
+        data: &b,
+        rows: k,
+        cols: n,
+        row_stride: n,
+        col_stride: 1,
+    };
+    let ep = Epilogue {
+        bias: BiasKind::None,
+        residual: None,
+        activation: Activation::None,
+    };
     let flops = 2.0 * (m * n * k) as f64;
     let d = base.blocking;
     let mut candidates = vec![d];
@@ -96,11 +132,20 @@ fn tune_shape(base: GemmConfig, m: usize, n: usize, k: usize, threads: usize) ->
         candidates.push(Blocking { kc, ..d });
     }
     candidates.push(Blocking { mc: d.mc / 2, ..d });
-    candidates.push(Blocking { nc_short: d.nc_short * 2, ..d });
-    candidates.push(Blocking { nc_short: (d.nc_short / 2).max(1), ..d });
+    candidates.push(Blocking {
+        nc_short: d.nc_short * 2,
+        ..d
+    });
+    candidates.push(Blocking {
+        nc_short: (d.nc_short / 2).max(1),
+        ..d
+    });
     let mut rates = Vec::with_capacity(candidates.len());
     for blocking in &candidates {
-        let config = GemmConfig { isa: base.isa, blocking: *blocking };
+        let config = GemmConfig {
+            isa: base.isa,
+            blocking: *blocking,
+        };
         gemm::sgemm_with(&config, &am, &bm, &mut c, n, &ep, threads);
         let mut best = f64::INFINITY;
         for _ in 0..3 {
@@ -110,10 +155,15 @@ fn tune_shape(base: GemmConfig, m: usize, n: usize, k: usize, threads: usize) ->
         }
         rates.push(flops / best / 1e9);
     }
-    let winner = (0..candidates.len()).max_by(|&x, &y| rates[x].total_cmp(&rates[y])).unwrap_or(0);
+    let winner = (0..candidates.len())
+        .max_by(|&x, &y| rates[x].total_cmp(&rates[y]))
+        .unwrap_or(0);
     let chosen = candidates[winner];
     (
-        GemmConfig { isa: base.isa, blocking: chosen },
+        GemmConfig {
+            isa: base.isa,
+            blocking: chosen,
+        },
         TunedBlocking {
             mc: chosen.mc,
             kc: chosen.kc,

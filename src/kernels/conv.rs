@@ -187,7 +187,14 @@ multiversion! {
 }
 
 /// Depthwise convolution of one image: channels-last for narrow planes, NCHW rows otherwise.
-fn depthwise(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
+fn depthwise(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) {
     if geom.out_w < 16 {
         depthwise_nhwc(geom, input, weights, bias, out, scratch);
     } else {
@@ -266,7 +273,16 @@ pub fn conv2d(
     scratch: &mut [f32],
     threads: usize,
 ) {
-    conv2d_with(&gemm::GemmConfig::default(), geom, input, weights, epilogue, output, scratch, threads);
+    conv2d_with(
+        &gemm::GemmConfig::default(),
+        geom,
+        input,
+        weights,
+        epilogue,
+        output,
+        scratch,
+        threads,
+    );
 }
 
 /// Runs the convolution with a given GEMM configuration (an autotuned blocking). `weights` are `[out_channels, in_channels/group, kh, kw]`; `scratch`
@@ -353,7 +369,15 @@ pub fn conv2d_with(
                 residual: epilogue.residual.map(|r| &r[start..end]),
                 activation: epilogue.activation,
             };
-            gemm::sgemm_with(config, &a, &b, &mut output[start..end], out_plane, &ep, threads);
+            gemm::sgemm_with(
+                config,
+                &a,
+                &b,
+                &mut output[start..end],
+                out_plane,
+                &ep,
+                threads,
+            );
         }
     }
 }
@@ -554,9 +578,25 @@ mod tests {
         let image = &input[..6 * 9 * 10];
         let mut reference = vec![0.0; 6 * g.out_h * g.out_w];
         let mut scratch = Vec::new();
-        depthwise_rows::at(IsaLevel::Scalar, &g, image, &weights, None, &mut reference, &mut scratch);
+        depthwise_rows::at(
+            IsaLevel::Scalar,
+            &g,
+            image,
+            &weights,
+            None,
+            &mut reference,
+            &mut scratch,
+        );
         let mut nhwc = vec![0.0; reference.len()];
-        depthwise_nhwc::at(IsaLevel::Scalar, &g, image, &weights, None, &mut nhwc, &mut scratch);
+        depthwise_nhwc::at(
+            IsaLevel::Scalar,
+            &g,
+            image,
+            &weights,
+            None,
+            &mut nhwc,
+            &mut scratch,
+        );
         for (a, b) in nhwc.iter().zip(&reference) {
             assert!((a - b).abs() < 1e-4, "channels-last and row kernels differ");
         }

@@ -9,5 +9,5 @@ pub mod math;
 pub mod movement;
 pub mod norm;
 pub mod pool;
-pub mod simd;
 pub mod qgemm;
+pub mod simd;

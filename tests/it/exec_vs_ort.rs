@@ -74,7 +74,8 @@ fn compare(model: &Path, reference_dir: &Path) -> Result<String, String> {
     let mut ws = plan.workspace();
     // Run twice on the same workspace: buffers and scratch reused across runs must not change
     // the result (a shrinking scratch once broke the second run).
-    plan.run(&mut ws, &inputs, None).map_err(|e| e.to_string())?;
+    plan.run(&mut ws, &inputs, None)
+        .map_err(|e| e.to_string())?;
     let outputs: HashMap<String, exec::RtTensor> = plan
         .run(&mut ws, &inputs, None)
         .map_err(|e| e.to_string())?
