@@ -869,43 +869,9 @@ fn make_step(
             }
         }
         "Conv" | "FusedConv" => {
-            let x = shape_of(0)?;
-            let w = shape_of(1)?;
-            let y = out_shape(0)?;
-            if x.len() != 4 && x.len() != 3 {
-                return Err(node_error(
-                    node,
-                    "only 1-D and 2-D convolutions have kernels",
-                ));
-            }
-            let kernel: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
-            let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
-            let window = spatial::forward_window(attrs, &spatial_in, &kernel, false)
-                .map_err(|e| node_error(node, e))?;
-            let two_d = x.len() == 4;
-            let count = spatial_in.len();
-            let geom = Conv2d {
-                batch: x[0],
-                in_channels: x[1],
-                in_h: if two_d { x[2] } else { 1 },
-                in_w: *x.last().unwrap_or(&1),
-                out_channels: y[1],
-                kernel_h: if two_d { w[2] } else { 1 },
-                kernel_w: *w.last().unwrap_or(&1),
-                stride_h: if two_d { window.strides[0] as usize } else { 1 },
-                stride_w: *window.strides.last().unwrap_or(&1) as usize,
-                dilation_h: if two_d {
-                    window.dilations[0] as usize
-                } else {
-                    1
-                },
-                dilation_w: *window.dilations.last().unwrap_or(&1) as usize,
-                pad_top: if two_d { window.pads[0] as usize } else { 0 },
-                pad_left: window.pads[count - 1] as usize,
-                out_h: if two_d { y[2] } else { 1 },
-                out_w: *y.last().unwrap_or(&1),
-                group: attrs.int_or("group", 1).max(1) as usize,
-            };
+            let geom =
+                super::quant::conv_geometry(attrs, &shape_of(0)?, &shape_of(1)?, &out_shape(0)?)
+                    .map_err(|e| node_error(node, e))?;
             let weights = const_f32(slots, node.inputs[1])
                 .ok_or_else(|| node_error(node, "convolution weights must be constant"))?;
             let bias = match node.inputs.get(2).copied().flatten() {
