@@ -283,6 +283,43 @@ pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
         o.measured_speedup.map(|m| format!("{m:.2}x")).unwrap_or_else(|| "-".into()),
         o.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
     ));
+    if let Some(q) = &report.quantization {
+        body.push_str(&format!(
+            "<h3>Quantization</h3><p>{}</p>",
+            escape(&q.calibration)
+        ));
+        if let Some(a) = &q.accuracy {
+            body.push_str(&format!(
+                "<p>Accuracy proxy on {} calibration input(s): cosine similarity min {:.5} (mean {:.5}), max abs error {:.3e} against outputs up to {:.3e}{}.</p>",
+                a.samples,
+                a.cosine_min,
+                a.cosine_mean,
+                a.max_abs_error,
+                a.max_abs_reference,
+                a.top1_agreement.map(|t| format!(", top-1 agreement {:.1}%", t * 100.0)).unwrap_or_default()
+            ));
+        }
+        body.push_str("<table><thead><tr><th>op</th><th>type</th><th>pass</th><th>decision</th><th>fp32</th><th>low precision (q/dq)</th><th>dynamic int8</th><th>gain</th><th>reason</th></tr></thead><tbody>");
+        for d in &q.decisions {
+            body.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{} ({})</td><td class=\"num\">{}</td><td class=\"num\">{:.2}x</td><td>{}</td></tr>",
+                escape(&d.node),
+                escape(&d.op_type),
+                escape(&d.pass),
+                escape(&d.decision),
+                roofline::report::units::fmt_seconds(d.predicted_fp32_s),
+                roofline::report::units::fmt_seconds(d.predicted_lowp_s),
+                roofline::report::units::fmt_seconds(d.predicted_qdq_s),
+                d.predicted_dynamic_s.map(roofline::report::units::fmt_seconds).unwrap_or_else(|| "-".into()),
+                d.predicted_gain,
+                escape(&d.reason)
+            ));
+        }
+        body.push_str("</tbody></table>");
+        for note in &q.notes {
+            body.push_str(&format!("<p>{}</p>", escape(note)));
+        }
+    }
     body.push_str("<h3>Ops left alone</h3><ul>");
     for l in &report.left_alone {
         body.push_str(&format!(
