@@ -22,28 +22,56 @@ pub struct Pool2d {
 }
 
 multiversion! {
+    /// Separable max pooling: a horizontal pass takes, for every input row, the maximum over
+    /// each output column's kernel window (once per row, not once per output row that reads
+    /// it), then a vertical pass takes the maximum of `kernel_h` of those rows, contiguously.
     pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
         let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+        let mut hmax = vec![f32::NEG_INFINITY; ih * ow];
+        // Valid kernel columns of each output column: the window clipped to the row.
+        let spans: Vec<(usize, usize, usize)> = (0..ow)
+            .map(|x| {
+                let x0 = (x * p.stride_w) as isize - p.pad_left as isize;
+                let mut taps = Vec::with_capacity(p.kernel_w);
+                for kx in 0..p.kernel_w {
+                    let ix = x0 + (kx * p.dilation_w) as isize;
+                    if ix >= 0 && ix < iw as isize {
+                        taps.push(ix as usize);
+                    }
+                }
+                match (taps.first(), taps.last()) {
+                    (Some(&a), Some(&b)) => (a, b, taps.len()),
+                    _ => (0, 0, 0),
+                }
+            })
+            .collect();
         for plane in 0..p.planes {
             let src = &input[plane * ih * iw..(plane + 1) * ih * iw];
+            for (row, h) in src.chunks(iw).zip(hmax.chunks_mut(ow)) {
+                for (x, out) in h.iter_mut().enumerate() {
+                    let (first, last, count) = spans[x];
+                    let mut m = f32::NEG_INFINITY;
+                    if count > 0 {
+                        let mut ix = first;
+                        while ix <= last {
+                            m = m.max(row[ix]);
+                            ix += p.dilation_w;
+                        }
+                    }
+                    *out = m;
+                }
+            }
             let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
-            dst.fill(f32::NEG_INFINITY);
-            for ky in 0..p.kernel_h {
-                for y in 0..oh {
+            for (y, out_row) in dst.chunks_mut(ow).enumerate() {
+                out_row.fill(f32::NEG_INFINITY);
+                for ky in 0..p.kernel_h {
                     let iy = (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
                     if iy < 0 || iy >= ih as isize {
                         continue;
                     }
-                    let row = &src[iy as usize * iw..(iy as usize + 1) * iw];
-                    let out_row = &mut dst[y * ow..(y + 1) * ow];
-                    for kx in 0..p.kernel_w {
-                        let offset = (kx * p.dilation_w) as isize - p.pad_left as isize;
-                        for (x, o) in out_row.iter_mut().enumerate() {
-                            let ix = (x * p.stride_w) as isize + offset;
-                            if ix >= 0 && ix < iw as isize {
-                                *o = o.max(row[ix as usize]);
-                            }
-                        }
+                    let h = &hmax[iy as usize * ow..(iy as usize + 1) * ow];
+                    for (o, &v) in out_row.iter_mut().zip(h) {
+                        *o = o.max(v);
                     }
                 }
             }
@@ -95,6 +123,76 @@ multiversion! {
             } else {
                 plane.iter().sum::<f32>() / plane_size as f32
             };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_max(p: &Pool2d, input: &[f32]) -> Vec<f32> {
+        let mut out = vec![f32::NEG_INFINITY; p.planes * p.out_h * p.out_w];
+        for plane in 0..p.planes {
+            for y in 0..p.out_h {
+                for x in 0..p.out_w {
+                    for ky in 0..p.kernel_h {
+                        for kx in 0..p.kernel_w {
+                            let iy =
+                                (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
+                            let ix =
+                                (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
+                            if iy >= 0
+                                && ix >= 0
+                                && (iy as usize) < p.in_h
+                                && (ix as usize) < p.in_w
+                            {
+                                let v =
+                                    input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize];
+                                let o = &mut out[(plane * p.out_h + y) * p.out_w + x];
+                                *o = o.max(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn separable_max_pool_matches_the_window_loop_on_every_isa() {
+        for (k, s, pad, d, hw) in [
+            (3, 2, 1, 1, 112),
+            (2, 2, 0, 1, 9),
+            (3, 1, 1, 2, 10),
+            (3, 2, 0, 1, 7),
+        ] {
+            let out = (hw + 2 * pad - d * (k - 1) - 1) / s + 1;
+            let p = Pool2d {
+                planes: 3,
+                in_h: hw,
+                in_w: hw + 1,
+                kernel_h: k,
+                kernel_w: k,
+                stride_h: s,
+                stride_w: s,
+                dilation_h: d,
+                dilation_w: d,
+                pad_top: pad,
+                pad_left: pad,
+                out_h: out,
+                out_w: (hw + 1 + 2 * pad - d * (k - 1) - 1) / s + 1,
+            };
+            let input: Vec<f32> = (0..3 * hw * (hw + 1))
+                .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+                .collect();
+            let want = naive_max(&p, &input);
+            for level in crate::kernels::simd::available_levels() {
+                let mut got = vec![0.0; want.len()];
+                max_pool::at(level, &p, &input, &mut got);
+                assert_eq!(got, want, "{p:?} at {level:?}");
+            }
         }
     }
 }
