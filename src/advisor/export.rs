@@ -460,50 +460,30 @@ impl Writer<'_> {
                                 }
                             }
                         }
-                        ["const", op, index, swapped] | ["input", op, swapped, index] => {
-                            let other = if parts[0] == "const" {
-                                let i: usize = index.parse().unwrap_or(1);
-                                self.name(node.inputs.get(i).copied().flatten())
-                            } else {
-                                chain_input.clone()
+                        // A binary step with a constant operand (`const:OP:INDEX:SWAPPED`) or
+                        // with the chain's own input (`input:OP:SWAPPED`).
+                        ["const", op, _, swapped] | ["input", op, swapped] => {
+                            let other = match parts.as_slice() {
+                                ["const", _, index, _] => self.name(
+                                    node.inputs
+                                        .get(index.parse().unwrap_or(1))
+                                        .copied()
+                                        .flatten(),
+                                ),
+                                _ => chain_input.clone(),
                             };
-                            let swapped = if parts[0] == "const" {
-                                *swapped == "1"
-                            } else {
-                                parts[2] == "1"
-                            };
-                            let op_name = match *op {
-                                "add" => "Add",
-                                "sub" => "Sub",
-                                "mul" => "Mul",
-                                "div" => "Div",
-                                "pow" => "Pow",
-                                "max" => "Max",
-                                _ => "Min",
-                            };
-                            let ins = if swapped {
+                            let ins = if *swapped == "1" {
                                 vec![other, current]
                             } else {
                                 vec![current, other]
                             };
-                            self.emit(op_name, &step_name, ins, vec![target.clone()], vec![]);
-                        }
-                        ["input", op, swapped] => {
-                            let op_name = match *op {
-                                "add" => "Add",
-                                "sub" => "Sub",
-                                "mul" => "Mul",
-                                "div" => "Div",
-                                "pow" => "Pow",
-                                "max" => "Max",
-                                _ => "Min",
-                            };
-                            let ins = if *swapped == "1" {
-                                vec![chain_input.clone(), current]
-                            } else {
-                                vec![current, chain_input.clone()]
-                            };
-                            self.emit(op_name, &step_name, ins, vec![target.clone()], vec![]);
+                            self.emit(
+                                onnx_binary(op),
+                                &step_name,
+                                ins,
+                                vec![target.clone()],
+                                vec![],
+                            );
                         }
                         _ => {
                             return Err(ExportError::Node {
@@ -526,6 +506,19 @@ impl Writer<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The ONNX operator of a chain step's binary op name.
+fn onnx_binary(op: &str) -> &'static str {
+    match op {
+        "add" => "Add",
+        "sub" => "Sub",
+        "mul" => "Mul",
+        "div" => "Div",
+        "pow" => "Pow",
+        "max" => "Max",
+        _ => "Min",
     }
 }
 

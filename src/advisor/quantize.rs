@@ -850,18 +850,7 @@ fn decision(
 ) -> QuantDecision {
     let (fp32, lowp, ideal) = match costed {
         Some(c) => (c.fp32, c.lowp, c.ideal),
-        None => {
-            let none = Estimate {
-                intensity: None,
-                attainable_flops: 0.0,
-                bound: Bound::None,
-                compute_s: 0.0,
-                memory_s: 0.0,
-                overhead_s: 0.0,
-                predicted_s: 0.0,
-            };
-            (none, none, none)
-        }
+        None => (Estimate::NONE, Estimate::NONE, Estimate::NONE),
     };
     QuantDecision {
         node: node.name.clone(),

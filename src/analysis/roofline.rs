@@ -87,18 +87,23 @@ pub struct Estimate {
     pub predicted_s: f64,
 }
 
+impl Estimate {
+    /// No kernel runs: no work, no time.
+    pub const NONE: Estimate = Estimate {
+        intensity: None,
+        attainable_flops: 0.0,
+        bound: Bound::None,
+        compute_s: 0.0,
+        memory_s: 0.0,
+        overhead_s: 0.0,
+        predicted_s: 0.0,
+    };
+}
+
 /// Estimates one op against a roof.
 pub fn estimate(cost: &OpCost, roof: &Roof) -> Estimate {
     if cost.is_view {
-        return Estimate {
-            intensity: None,
-            attainable_flops: 0.0,
-            bound: Bound::None,
-            compute_s: 0.0,
-            memory_s: 0.0,
-            overhead_s: 0.0,
-            predicted_s: 0.0,
-        };
+        return Estimate::NONE;
     }
     let work = (cost.flops + cost.transcendental) as f64;
     let bytes = cost.bytes.total() as f64;

@@ -80,6 +80,7 @@ fn inner_ctx<'a>(ctx: &'a InferCtx<'a>, op_type: &'a str, inputs: usize) -> Infe
     }
 }
 
+/// Cost of the standard op a fused op is built on, from its first `inputs` inputs.
 fn base_cost(ctx: &CostCtx, op_type: &str, inputs: usize) -> OpResult<OpCost> {
     let inner = CostCtx {
         node: OpNode {

@@ -20,7 +20,7 @@
 //! activations in and out (quantization happens in registers), weights at 1 byte (int8) or 2
 //! bytes (bf16/fp16), scales and bias as f32.
 
-use super::super::{CostCtx, InferCtx, OpCost, OpDef, OpNode, OpResult};
+use super::super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use super::{activation_cost, inner_ctx};
 use crate::analysis::tensor::{DType, TensorFact};
 use crate::device::Precision;
@@ -64,21 +64,7 @@ pub fn half_precision(dtype: &str) -> Option<Precision> {
     }
 }
 
-fn base_cost(ctx: &CostCtx, op_type: &str, inputs: usize) -> OpResult<OpCost> {
-    let inner = CostCtx {
-        node: OpNode {
-            name: ctx.node.name,
-            op_type,
-            attrs: ctx.node.attrs,
-            opset: ctx.node.opset,
-        },
-        inputs: ctx.inputs.iter().take(inputs).copied().collect(),
-        outputs: ctx.outputs.clone(),
-        precision: ctx.precision,
-    };
-    let op = super::super::lookup("", op_type).ok_or("internal: base op missing")?;
-    op.cost(&inner)
-}
+use super::base_cost;
 
 /// Epilogue FLOPs per output element: activation, residual add, bias add (MatMul only: Conv's
 /// formula counts its bias already).
