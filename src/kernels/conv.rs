@@ -1,7 +1,8 @@
 //! 2-D convolution (NCHW): 1×1 stride-1 convolutions are plain GEMMs on the input, depthwise
-//! convolutions run a direct kernel, everything else goes through explicit im2col + GEMM per
+//! convolutions run the direct kernel of `depthwise.rs`, everything else goes through explicit im2col + GEMM per
 //! group. The GEMM epilogue carries bias, residual and activation.
 
+use super::depthwise;
 use super::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
 use super::simd::multiversion;
 
@@ -118,150 +119,6 @@ multiversion! {
     }
 }
 
-multiversion! {
-    /// Depthwise convolution for one image on NCHW rows, for planes wide enough to vectorise
-    /// along W. Each channel plane is first copied once into a zero-padded buffer whose rows
-    /// are split into `stride` phases (every stride-th column), so every kernel tap is a
-    /// contiguous, branch-free multiply-add over an output row.
-    fn depthwise_rows(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
-        let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
-        let (kh, kw) = (geom.kernel_h, geom.kernel_w);
-        let (stride, dil) = (geom.stride_w, geom.dilation_w);
-        let hp = (oh - 1) * geom.stride_h + (kh - 1) * geom.dilation_h + 1;
-        let wp = ((ow - 1) * stride + (kw - 1) * dil + 1).max(iw + geom.pad_left);
-        let phase_len = wp.div_ceil(stride);
-        let row_len = phase_len * stride;
-        scratch.clear();
-        scratch.resize(hp * row_len, 0.0);
-        let padded = &mut scratch[..];
-        for c in 0..geom.in_channels {
-            let plane = &input[c * ih * iw..(c + 1) * ih * iw];
-            let kernel = &weights[c * kh * kw..(c + 1) * kh * kw];
-            let dst = &mut out[c * oh * ow..(c + 1) * oh * ow];
-            // Padded, phase-split copy of the plane (rows outside the image stay zero).
-            for row in 0..hp {
-                let iy = row as isize - geom.pad_top as isize;
-                let line = &mut padded[row * row_len..(row + 1) * row_len];
-                if iy < 0 || iy >= ih as isize {
-                    line.fill(0.0);
-                    continue;
-                }
-                let src = &plane[iy as usize * iw..(iy as usize + 1) * iw];
-                if stride == 1 {
-                    line[..geom.pad_left].fill(0.0);
-                    line[geom.pad_left..geom.pad_left + iw].copy_from_slice(src);
-                    line[geom.pad_left + iw..].fill(0.0);
-                } else {
-                    for p in 0..stride {
-                        let phase = &mut line[p * phase_len..(p + 1) * phase_len];
-                        // Columns j whose source j·stride + p − pad_left lies inside the row.
-                        let first = geom.pad_left.saturating_sub(p).div_ceil(stride).min(phase_len);
-                        let last = (iw + geom.pad_left).saturating_sub(p).div_ceil(stride).min(phase_len).max(first);
-                        phase[..first].fill(0.0);
-                        phase[last..].fill(0.0);
-                        let src_start = first * stride + p - geom.pad_left;
-                        for (d, &v) in phase[first..last].iter_mut().zip(src[src_start..].iter().step_by(stride)) {
-                            *d = v;
-                        }
-                    }
-                }
-            }
-            dst.fill(bias.map_or(0.0, |b| b[c]));
-            for y in 0..oh {
-                let dst_row = &mut dst[y * ow..(y + 1) * ow];
-                for ky in 0..kh {
-                    let row = y * geom.stride_h + ky * geom.dilation_h;
-                    let line = &padded[row * row_len..(row + 1) * row_len];
-                    for (kx, &w) in kernel[ky * kw..(ky + 1) * kw].iter().enumerate() {
-                        let offset = kx * dil;
-                        let start = (offset % stride) * phase_len + offset / stride;
-                        let seg = &line[start..start + ow];
-                        for (d, &v) in dst_row.iter_mut().zip(seg) {
-                            *d = w.mul_add(v, *d);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Depthwise convolution of one image: channels-last for narrow planes, NCHW rows otherwise.
-fn depthwise(
-    geom: &Conv2d,
-    input: &[f32],
-    weights: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-    scratch: &mut Vec<f32>,
-) {
-    if geom.out_w < 16 {
-        depthwise_nhwc(geom, input, weights, bias, out, scratch);
-    } else {
-        depthwise_rows(geom, input, weights, bias, out, scratch);
-    }
-}
-
-multiversion! {
-    /// Depthwise convolution for one image, channels-last inside: the input is copied into a
-    /// zero-padded [H, W, C] buffer so every tap is one contiguous multiply-add over all
-    /// channels (vectorised over C whatever the plane size; a per-row NCHW loop runs 7-wide on
-    /// the 7×7 planes of MobileNet's last stages), then the [H, W, C] result is written back
-    /// as NCHW.
-    fn depthwise_nhwc(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>, out: &mut [f32], scratch: &mut Vec<f32>) {
-        let (ih, iw, oh, ow) = (geom.in_h, geom.in_w, geom.out_h, geom.out_w);
-        let (kh, kw) = (geom.kernel_h, geom.kernel_w);
-        let c = geom.in_channels;
-        let hp = ((oh - 1) * geom.stride_h + (kh - 1) * geom.dilation_h + 1).max(ih + geom.pad_top);
-        let wp = ((ow - 1) * geom.stride_w + (kw - 1) * geom.dilation_w + 1).max(iw + geom.pad_left);
-        let padded_len = hp * wp * c;
-        let taps = kh * kw;
-        scratch.clear();
-        scratch.resize(padded_len + taps * c + ow * c, 0.0);
-        let (padded, rest) = scratch.split_at_mut(padded_len);
-        let (wt, acc_row) = rest.split_at_mut(taps * c);
-        for ch in 0..c {
-            let plane = &input[ch * ih * iw..(ch + 1) * ih * iw];
-            for (iy, row) in plane.chunks(iw).enumerate() {
-                let base = ((iy + geom.pad_top) * wp + geom.pad_left) * c + ch;
-                for (ix, &v) in row.iter().enumerate() {
-                    padded[base + ix * c] = v;
-                }
-            }
-            for t in 0..taps {
-                wt[t * c + ch] = weights[ch * taps + t];
-            }
-        }
-        for y in 0..oh {
-            for x in 0..ow {
-                let acc = &mut acc_row[x * c..(x + 1) * c];
-                match bias {
-                    Some(b) => acc.copy_from_slice(&b[..c]),
-                    None => acc.fill(0.0),
-                }
-                for ky in 0..kh {
-                    let row = (y * geom.stride_h + ky * geom.dilation_h) * wp;
-                    for kx in 0..kw {
-                        let at = (row + x * geom.stride_w + kx * geom.dilation_w) * c;
-                        let src = &padded[at..at + c];
-                        let w = &wt[(ky * kw + kx) * c..(ky * kw + kx + 1) * c];
-                        for ((a, &wv), &sv) in acc.iter_mut().zip(w).zip(src) {
-                            *a = wv.mul_add(sv, *a);
-                        }
-                    }
-                }
-            }
-            // Scatter the finished output row back to NCHW.
-            for ch in 0..c {
-                let dst = &mut out[ch * oh * ow + y * ow..ch * oh * ow + (y + 1) * ow];
-                for (x, d) in dst.iter_mut().enumerate() {
-                    *d = acc_row[x * c + ch];
-                }
-            }
-        }
-    }
-}
-
 /// Runs the convolution with the default GEMM blocking. `weights` are
 /// `[out_channels, in_channels/group, kh, kw]`; `scratch` must hold `geom.scratch_len()` floats.
 pub fn conv2d(
@@ -302,27 +159,7 @@ pub fn conv2d_with(
     let out_plane = geom.out_h * geom.out_w;
     let out_image = geom.out_channels * out_plane;
     if geom.is_depthwise() {
-        let mut scratch = Vec::new();
-        for n in 0..geom.batch {
-            let out = &mut output[n * out_image..(n + 1) * out_image];
-            depthwise(
-                geom,
-                &input[n * in_image..(n + 1) * in_image],
-                weights,
-                epilogue.bias,
-                out,
-                &mut scratch,
-            );
-            if let Some(residual) = epilogue.residual {
-                for (o, r) in out
-                    .iter_mut()
-                    .zip(&residual[n * out_image..(n + 1) * out_image])
-                {
-                    *o += r;
-                }
-            }
-            gemm::apply_activation(&epilogue.activation, out);
-        }
+        depthwise::depthwise_conv2d(geom, input, weights, epilogue, output, threads);
         return;
     }
     let group_in = geom.in_channels / geom.group;
@@ -570,45 +407,14 @@ mod tests {
     }
 
     #[test]
-    fn im2col_and_depthwise_agree_across_isa_variants() {
-        // Every variant of the multiversioned loops produces the same bits as the scalar one.
-        let g = geom(6, 6, 9, 3, 2, 1, 6, 1);
+    fn im2col_agrees_across_isa_variants() {
+        // Every variant of the multiversioned loop produces the same bits as the scalar one.
         let input: Vec<f32> = (0..2 * 6 * 9 * 10).map(|i| (i % 13) as f32 - 6.0).collect();
-        let weights: Vec<f32> = (0..6 * 9).map(|i| (i % 7) as f32 * 0.25).collect();
         let image = &input[..6 * 9 * 10];
-        let mut reference = vec![0.0; 6 * g.out_h * g.out_w];
-        let mut scratch = Vec::new();
-        depthwise_rows::at(
-            IsaLevel::Scalar,
-            &g,
-            image,
-            &weights,
-            None,
-            &mut reference,
-            &mut scratch,
-        );
-        let mut nhwc = vec![0.0; reference.len()];
-        depthwise_nhwc::at(
-            IsaLevel::Scalar,
-            &g,
-            image,
-            &weights,
-            None,
-            &mut nhwc,
-            &mut scratch,
-        );
-        for (a, b) in nhwc.iter().zip(&reference) {
-            assert!((a - b).abs() < 1e-4, "channels-last and row kernels differ");
-        }
         let dense = geom(3, 4, 9, 3, 2, 1, 1, 1);
         let mut cols_ref = vec![0.0; dense.scratch_len()];
         im2col::at(IsaLevel::Scalar, &dense, image, &mut cols_ref);
         for level in available_levels() {
-            let mut out = vec![0.0; reference.len()];
-            depthwise_rows::at(level, &g, image, &weights, None, &mut out, &mut scratch);
-            assert_eq!(out, reference, "depthwise at {level:?}");
-            depthwise_nhwc::at(level, &g, image, &weights, None, &mut out, &mut scratch);
-            assert_eq!(out, nhwc, "channels-last depthwise at {level:?}");
             let mut cols = vec![0.0; dense.scratch_len()];
             im2col::at(level, &dense, image, &mut cols);
             assert_eq!(cols, cols_ref, "im2col at {level:?}");

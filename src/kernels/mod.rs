@@ -3,6 +3,7 @@
 //! version; ISA variants are picked at run time (`is_x86_feature_detected!`) once and cached.
 
 pub mod conv;
+pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod math;

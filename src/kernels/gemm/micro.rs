@@ -85,19 +85,44 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
         ap = ap.add(MR);
         bp = bp.add(nr);
     }
-    if m_eff == MR && n_eff == nr && epi.plain() {
-        for (i, row) in acc.iter().enumerate() {
-            for (v, accv) in row.iter().enumerate() {
-                let p = c.add(i * ldc + v * V::LANES);
-                let x = if epi.accumulate {
-                    V::add(V::load(p), *accv)
-                } else {
-                    *accv
-                };
-                V::store(p, x);
+    if m_eff == MR && n_eff == nr {
+        if epi.plain() {
+            for (i, row) in acc.iter().enumerate() {
+                for (v, accv) in row.iter().enumerate() {
+                    let p = c.add(i * ldc + v * V::LANES);
+                    let x = if epi.accumulate {
+                        V::add(V::load(p), *accv)
+                    } else {
+                        *accv
+                    };
+                    V::store(p, x);
+                }
             }
+            return;
         }
-        return;
+        if epi.bias_col.is_null() {
+            // A full tile with a per-row bias, residual and activation (the fused conv case):
+            // applied in registers, so the epilogue costs no spill and no second pass.
+            for (i, row) in acc.iter().enumerate() {
+                let bias = if epi.bias_row.is_null() {
+                    V::zero()
+                } else {
+                    V::splat(*epi.bias_row.add(i))
+                };
+                for (v, accv) in row.iter().enumerate() {
+                    let p = c.add(i * ldc + v * V::LANES);
+                    let mut x = V::add(*accv, bias);
+                    if epi.accumulate {
+                        x = V::add(x, V::load(p));
+                    }
+                    if !epi.residual.is_null() {
+                        x = V::add(x, V::load(epi.residual.add(i * ldc + v * V::LANES)));
+                    }
+                    V::store(p, activate(epi.act, x));
+                }
+            }
+            return;
+        }
     }
     // Edge tile or a fused epilogue: spill to an aligned stack tile, then the general store.
     let mut tile = [[V::zero(); NV]; MR];

@@ -23,20 +23,21 @@
 //! residual too short, a view reaching past its slice): these are programming errors of the
 //! caller, which has validated the model before running it.
 
-mod act;
+pub(crate) mod act;
 mod buf;
 mod driver;
 mod gemv;
 mod isa;
 mod micro;
 mod pack;
-mod simd;
+pub(crate) mod simd;
 #[cfg(test)]
 mod tests;
 
 use std::sync::OnceLock;
 
 use buf::AlignedBuf;
+pub(crate) use driver::parallel_for;
 use driver::{Job, Opnd, Src};
 use isa::Kernel;
 use pack::PackedView;

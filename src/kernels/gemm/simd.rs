@@ -48,6 +48,9 @@ pub(crate) trait Vf32: Copy {
     /// `mag` (non-negative) with the sign bit of `from`.
     unsafe fn with_sign_of(mag: Self, from: Self) -> Self;
     unsafe fn hsum(a: Self) -> f32;
+    /// Splits the `2 * LANES` values `a ‖ b` into their even- and odd-indexed halves (the
+    /// stride-2 deinterleave of a row, used to build phase planes for strided convolutions).
+    unsafe fn deinterleave2(a: Self, b: Self) -> (Self, Self);
     /// Prefetch hint for the cache line holding `p` (no-op where there is none).
     #[inline(always)]
     unsafe fn prefetch(_p: *const f32) {}
@@ -162,6 +165,10 @@ impl Vf32 for f32 {
     unsafe fn hsum(a: Self) -> f32 {
         a
     }
+    #[inline(always)]
+    unsafe fn deinterleave2(a: Self, b: Self) -> (Self, Self) {
+        (a, b)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -256,6 +263,16 @@ impl Vf32 for __m256 {
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
         _mm_cvtss_f32(s)
+    }
+    #[inline(always)]
+    unsafe fn deinterleave2(a: Self, b: Self) -> (Self, Self) {
+        // Within each 128-bit lane: [a0 a2 b0 b2 | a4 a6 b4 b6]; then 64-bit blocks 0,2,1,3.
+        let even = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+        let odd = _mm256_shuffle_ps::<0b11_01_11_01>(a, b);
+        let fix = |v: __m256| {
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
+        };
+        (fix(even), fix(odd))
     }
     #[inline(always)]
     unsafe fn prefetch(p: *const f32) {
@@ -363,6 +380,15 @@ impl Vf32 for __m512 {
     #[inline(always)]
     unsafe fn hsum(a: Self) -> f32 {
         _mm512_reduce_add_ps(a)
+    }
+    #[inline(always)]
+    unsafe fn deinterleave2(a: Self, b: Self) -> (Self, Self) {
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        (
+            _mm512_permutex2var_ps(a, even, b),
+            _mm512_permutex2var_ps(a, odd, b),
+        )
     }
     #[inline(always)]
     unsafe fn prefetch(p: *const f32) {

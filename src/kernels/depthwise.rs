@@ -1,0 +1,581 @@
+//! Depthwise 2-D convolution (NCHW, one filter per channel) as a direct kernel.
+//!
+//! Each channel plane is copied once into `stride_h × stride_w` zero-padded *phase planes*:
+//! phase `(q, p)` holds the padded input rows `≡ q (mod stride_h)` and columns
+//! `≡ p (mod stride_w)`, every phase plane `phase_cols` wide. In that layout the input element
+//! that output `(y, x)` needs for tap `(ky, kx)` sits at the output's flattened grid index
+//! `y · phase_cols + x` plus a constant per-tap offset, so each tap is one contiguous,
+//! branch-free multiply-add over the whole output grid whatever the stride, dilation or
+//! padding: a stride-2 convolution costs no more per output than a stride-1 one, and a 7×7
+//! plane vectorises like a 112×112 one. The grid is `phase_cols ≥ out_w` wide; the extra
+//! columns are computed and dropped when rows are written out.
+//!
+//! Every block of four vectors sums all taps in registers (bias folded into the initial
+//! value) and is stored once; the epilogue (residual, activation) is applied while the grid
+//! rows, still in L1, are copied to the output. Channels are split across `threads` workers.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use super::conv::{Conv2d, ConvEpilogue};
+use super::gemm::act::activate;
+use super::gemm::simd::Vf32;
+use super::gemm::{parallel_for, Activation, Isa};
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{__m256, __m512};
+
+/// Output-grid floats computed per block before the rows are written out (stays in L1).
+const GRID_BLOCK_FLOATS: usize = 2048;
+
+/// Where each tap of one convolution reads inside the phase planes.
+#[derive(Debug)]
+struct PhaseLayout {
+    phase_rows: usize,
+    phase_cols: usize,
+    /// Floats per phase plane: rows × cols plus slack for the extra columns of the last row.
+    phase_len: usize,
+    /// Per tap (row-major over the kernel): offset of its read for grid index 0.
+    tap_offsets: Vec<usize>,
+    /// Per column phase p: the phase columns `first..last` whose source column
+    /// `j·stride_w + p − pad_left` lies inside the input row (the rest are padding zeros).
+    /// Computed once: two divisions per row and phase cost as much as a 56-wide row copy.
+    column_spans: Vec<(usize, usize)>,
+}
+
+impl PhaseLayout {
+    fn new(g: &Conv2d) -> PhaseLayout {
+        let reach_rows = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
+        let reach_cols = (g.kernel_w - 1) * g.dilation_w / g.stride_w;
+        let phase_rows = g.out_h + reach_rows;
+        let phase_cols = g.out_w + reach_cols;
+        let phase_len = phase_rows * phase_cols + reach_cols;
+        let mut tap_offsets = Vec::with_capacity(g.kernel_h * g.kernel_w);
+        for ky in 0..g.kernel_h {
+            for kx in 0..g.kernel_w {
+                let (row, col) = (ky * g.dilation_h, kx * g.dilation_w);
+                let phase = (row % g.stride_h) * g.stride_w + col % g.stride_w;
+                tap_offsets
+                    .push(phase * phase_len + (row / g.stride_h) * phase_cols + col / g.stride_w);
+            }
+        }
+        let column_spans = (0..g.stride_w)
+            .map(|p| {
+                let sw = g.stride_w;
+                let first = g.pad_left.saturating_sub(p).div_ceil(sw).min(phase_cols);
+                let last = (g.in_w + g.pad_left)
+                    .saturating_sub(p)
+                    .div_ceil(sw)
+                    .min(phase_cols)
+                    .max(first);
+                (first, last)
+            })
+            .collect();
+        PhaseLayout {
+            phase_rows,
+            phase_cols,
+            phase_len,
+            tap_offsets,
+            column_spans,
+        }
+    }
+
+    fn phases_len(&self, g: &Conv2d) -> usize {
+        g.stride_h * g.stride_w * self.phase_len
+    }
+
+    /// Grid rows per block.
+    fn block_rows(&self, g: &Conv2d) -> usize {
+        (GRID_BLOCK_FLOATS / self.phase_cols).clamp(1, g.out_h)
+    }
+}
+
+/// Everything the workers share.
+struct Job<'a> {
+    geom: &'a Conv2d,
+    layout: PhaseLayout,
+    input: &'a [f32],
+    weights: &'a [f32],
+    epilogue: &'a ConvEpilogue<'a>,
+    output: OutPtr,
+}
+
+/// The output, written by several workers at disjoint channel planes.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each worker writes only the planes of its own channels.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+thread_local! {
+    /// Phase planes and grid block of the current worker, reused across calls.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Depthwise convolution with the best kernels this CPU has. `weights` are
+/// `[channels, 1, kh, kw]`; `output` is `[batch, channels, out_h, out_w]`.
+pub fn depthwise_conv2d(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    threads: usize,
+) {
+    depthwise_conv2d_with(
+        Isa::detect(),
+        geom,
+        input,
+        weights,
+        epilogue,
+        output,
+        threads,
+    );
+}
+
+/// As [`depthwise_conv2d`] with a chosen ISA variant (falls back to scalar when the CPU lacks it).
+///
+/// # Panics
+/// When a slice is shorter than the geometry says (a caller bug: shapes are validated first).
+pub fn depthwise_conv2d_with(
+    isa: Isa,
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    threads: usize,
+) {
+    assert!(geom.is_depthwise() || geom.in_channels == geom.out_channels);
+    let channels = geom.batch * geom.in_channels;
+    let taps = geom.kernel_h * geom.kernel_w;
+    let out_len = channels * geom.out_h * geom.out_w;
+    assert!(
+        input.len() >= channels * geom.in_h * geom.in_w,
+        "depthwise input too short"
+    );
+    assert!(
+        weights.len() >= geom.in_channels * taps,
+        "depthwise weights too short"
+    );
+    assert!(output.len() >= out_len, "depthwise output too short");
+    assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.in_channels));
+    assert!(epilogue.residual.is_none_or(|r| r.len() >= out_len));
+    let isa = if isa.is_available() { isa } else { Isa::Scalar };
+    let job = Job {
+        geom,
+        layout: PhaseLayout::new(geom),
+        input,
+        weights,
+        epilogue,
+        output: OutPtr(output.as_mut_ptr()),
+    };
+    let tasks = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(channels)
+    };
+    let per_task = channels.div_ceil(tasks.max(1));
+    parallel_for(threads, tasks, |task| {
+        let range = task * per_task..((task + 1) * per_task).min(channels);
+        // SAFETY: `isa` is available (checked above); slices were checked against the geometry.
+        unsafe {
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => run_avx512(&job, range),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx2Fma => run_avx2(&job, range),
+                _ => run::<f32>(&job, range),
+            }
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn run_avx512(job: &Job, channels: Range<usize>) {
+    run::<__m512>(job, channels)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2(job: &Job, channels: Range<usize>) {
+    run::<__m256>(job, channels)
+}
+
+/// Convolves the channel planes `channels` (indices over batch × channels).
+#[inline(always)]
+unsafe fn run<V: Vf32>(job: &Job, channels: Range<usize>) {
+    let g = job.geom;
+    let lay = &job.layout;
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let phases_len = lay.phases_len(g);
+    let grid_len = lay.block_rows(g) * lay.phase_cols;
+    // Taken out of the thread-local rather than used inside `with`: a closure would not
+    // inherit this function's target features, and the vector code must run here.
+    let mut scratch = SCRATCH.with(|cell| cell.take());
+    if scratch.len() < phases_len + grid_len {
+        // Zeroed once: the slack after each phase plane is only ever read into the grid
+        // columns that are dropped, but it must hold finite values.
+        scratch.clear();
+        scratch.resize(phases_len + grid_len, 0.0);
+    }
+    let (phases, rest) = scratch.split_at_mut(phases_len);
+    let grid = &mut rest[..grid_len];
+    for plane_index in channels {
+        let channel = plane_index % g.in_channels;
+        let plane = &job.input[plane_index * in_plane..(plane_index + 1) * in_plane];
+        fill_phases::<V>(g, lay, plane, phases);
+        let kernel = &job.weights[channel * taps..(channel + 1) * taps];
+        let bias = job.epilogue.bias.map_or(0.0, |b| b[channel]);
+        let out = job.output.0.add(plane_index * out_plane);
+        let residual = job
+            .epilogue
+            .residual
+            .map(|r| r[plane_index * out_plane..].as_ptr());
+        let block_rows = lay.block_rows(g);
+        let mut y0 = 0;
+        while y0 < g.out_h {
+            let rows = block_rows.min(g.out_h - y0);
+            accumulate::<V>(
+                phases.as_ptr(),
+                &lay.tap_offsets,
+                kernel,
+                bias,
+                y0 * lay.phase_cols,
+                rows * lay.phase_cols,
+                grid.as_mut_ptr(),
+            );
+            for r in 0..rows {
+                let y = y0 + r;
+                write_row::<V>(
+                    grid.as_ptr().add(r * lay.phase_cols),
+                    out.add(y * g.out_w),
+                    g.out_w,
+                    residual.map(|p| p.add(y * g.out_w)),
+                    &job.epilogue.activation,
+                );
+            }
+            y0 += rows;
+        }
+    }
+    SCRATCH.with(|cell| cell.replace(scratch));
+}
+
+/// Copies one channel plane into its zero-padded phase planes.
+#[inline(always)]
+unsafe fn fill_phases<V: Vf32>(g: &Conv2d, lay: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
+    let (sh, sw) = (g.stride_h, g.stride_w);
+    let cols = lay.phase_cols;
+    let spans = &lay.column_spans;
+    for q in 0..sh {
+        for i in 0..lay.phase_rows {
+            let iy = (i * sh + q) as isize - g.pad_top as isize;
+            let row_start = |p: usize| (q * sw + p) * lay.phase_len + i * cols;
+            if iy < 0 || iy >= g.in_h as isize {
+                for p in 0..sw {
+                    zero_span::<V>(&mut phases[row_start(p)..row_start(p) + cols]);
+                }
+                continue;
+            }
+            let src = &plane[iy as usize * g.in_w..(iy as usize + 1) * g.in_w];
+            for (p, &(first, last)) in spans.iter().enumerate() {
+                let dst = &mut phases[row_start(p)..row_start(p) + cols];
+                zero_span::<V>(&mut dst[..first]);
+                zero_span::<V>(&mut dst[last..]);
+                if last == first {
+                    continue;
+                }
+                let src_start = first * sw + p - g.pad_left;
+                let dst = &mut dst[first..last];
+                match sw {
+                    1 => copy_span::<V>(&src[src_start..src_start + dst.len()], dst),
+                    2 => gather_even::<V>(&src[src_start..], dst),
+                    _ => {
+                        for (d, s) in dst.iter_mut().zip(src[src_start..].iter().step_by(sw)) {
+                            *d = *s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Vector copy with a masked tail: planes have short rows (7 to 112 floats), where a call to
+/// `memcpy` per row costs more than the copy.
+#[inline(always)]
+unsafe fn copy_span<V: Vf32>(src: &[f32], dst: &mut [f32]) {
+    let n = dst.len().min(src.len());
+    let mut j = 0;
+    while j < n {
+        let lanes = (n - j).min(V::LANES);
+        V::store_n(dst.as_mut_ptr().add(j), V::load_n(src.as_ptr().add(j), lanes), lanes);
+        j += lanes;
+    }
+}
+
+/// Vector zero fill with a masked tail (see [`copy_span`]).
+#[inline(always)]
+unsafe fn zero_span<V: Vf32>(dst: &mut [f32]) {
+    let mut j = 0;
+    while j < dst.len() {
+        let lanes = (dst.len() - j).min(V::LANES);
+        V::store_n(dst.as_mut_ptr().add(j), V::zero(), lanes);
+        j += lanes;
+    }
+}
+
+/// `dst[j] = src[2j]` for every j, vectorised with a two-register deinterleave.
+#[inline(always)]
+unsafe fn gather_even<V: Vf32>(src: &[f32], dst: &mut [f32]) {
+    let l = V::LANES;
+    let n = dst.len();
+    debug_assert!(src.len() > 2 * (n - 1));
+    let mut j = 0;
+    // Full vectors while both source registers lie inside `src`.
+    while j + l <= n && 2 * j + 2 * l <= src.len() {
+        let (even, _) = V::deinterleave2(
+            V::load(src.as_ptr().add(2 * j)),
+            V::load(src.as_ptr().add(2 * j + l)),
+        );
+        V::store(dst.as_mut_ptr().add(j), even);
+        j += l;
+    }
+    for (jj, d) in dst.iter_mut().enumerate().skip(j) {
+        *d = src[2 * jj];
+    }
+}
+
+/// `grid[i] = bias + Σ_t w_t · phases[tap_t + start + i]` for `i < len`.
+#[inline(always)]
+unsafe fn accumulate<V: Vf32>(
+    phases: *const f32,
+    tap_offsets: &[usize],
+    kernel: &[f32],
+    bias: f32,
+    start: usize,
+    len: usize,
+    grid: *mut f32,
+) {
+    let l = V::LANES;
+    let mut x = 0;
+    // Four independent accumulators hide the FMA latency.
+    while x + 4 * l <= len {
+        let mut acc = [V::splat(bias); 4];
+        for (&offset, &w) in tap_offsets.iter().zip(kernel) {
+            let src = phases.add(offset + start + x);
+            let w = V::splat(w);
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = V::fma(V::load(src.add(v * l)), w, *a);
+            }
+        }
+        for (v, a) in acc.iter().enumerate() {
+            V::store(grid.add(x + v * l), *a);
+        }
+        x += 4 * l;
+    }
+    if x < len {
+        // The last partial block: up to four vectors, the later ones masked.
+        let lanes = |v: usize| (len - x).saturating_sub(v * l).min(l);
+        let mut acc = [V::splat(bias); 4];
+        for (&offset, &w) in tap_offsets.iter().zip(kernel) {
+            let src = phases.add(offset + start + x);
+            let w = V::splat(w);
+            for (v, a) in acc.iter_mut().enumerate() {
+                *a = V::fma(V::load_n(src.add(v * l), lanes(v)), w, *a);
+            }
+        }
+        for (v, a) in acc.iter().enumerate() {
+            V::store_n(grid.add(x + v * l), *a, lanes(v));
+        }
+    }
+}
+
+/// `dst[x] = act(src[x] + residual[x])` for `x < n`.
+#[inline(always)]
+unsafe fn write_row<V: Vf32>(
+    src: *const f32,
+    dst: *mut f32,
+    n: usize,
+    residual: Option<*const f32>,
+    activation: &Activation,
+) {
+    let l = V::LANES;
+    let mut x = 0;
+    while x < n {
+        let lanes = (n - x).min(l);
+        let mut v = V::load_n(src.add(x), lanes);
+        if let Some(r) = residual {
+            v = V::add(v, V::load_n(r.add(x), lanes));
+        }
+        V::store_n(dst.add(x), activate(activation, v), lanes);
+        x += lanes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct loop over every output and tap, the reference.
+    fn naive(g: &Conv2d, input: &[f32], weights: &[f32], epi: &ConvEpilogue) -> Vec<f32> {
+        let mut out = vec![0.0; g.batch * g.out_channels * g.out_h * g.out_w];
+        for n in 0..g.batch {
+            for c in 0..g.in_channels {
+                for y in 0..g.out_h {
+                    for x in 0..g.out_w {
+                        let mut acc = epi.bias.map_or(0.0, |b| b[c]) as f64;
+                        for ky in 0..g.kernel_h {
+                            for kx in 0..g.kernel_w {
+                                let iy = (y * g.stride_h + ky * g.dilation_h) as isize
+                                    - g.pad_top as isize;
+                                let ix = (x * g.stride_w + kx * g.dilation_w) as isize
+                                    - g.pad_left as isize;
+                                if iy < 0
+                                    || ix < 0
+                                    || iy >= g.in_h as isize
+                                    || ix >= g.in_w as isize
+                                {
+                                    continue;
+                                }
+                                let v = input[((n * g.in_channels + c) * g.in_h + iy as usize)
+                                    * g.in_w
+                                    + ix as usize];
+                                acc += v as f64
+                                    * weights[(c * g.kernel_h + ky) * g.kernel_w + kx] as f64;
+                            }
+                        }
+                        let at = ((n * g.in_channels + c) * g.out_h + y) * g.out_w + x;
+                        let mut v = acc as f32;
+                        if let Some(r) = epi.residual {
+                            v += r[at];
+                        }
+                        out[at] = crate::kernels::gemm::activation_scalar(&epi.activation, v);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn geom(
+        channels: usize,
+        h: usize,
+        w: usize,
+        k: (usize, usize),
+        stride: (usize, usize),
+        pad: (usize, usize, usize, usize),
+        dil: usize,
+    ) -> Conv2d {
+        let (top, left, bottom, right) = pad;
+        Conv2d {
+            batch: 2,
+            in_channels: channels,
+            in_h: h,
+            in_w: w,
+            out_channels: channels,
+            kernel_h: k.0,
+            kernel_w: k.1,
+            stride_h: stride.0,
+            stride_w: stride.1,
+            dilation_h: dil,
+            dilation_w: dil,
+            pad_top: top,
+            pad_left: left,
+            out_h: (h + top + bottom - dil * (k.0 - 1) - 1) / stride.0 + 1,
+            out_w: (w + left + right - dil * (k.1 - 1) - 1) / stride.1 + 1,
+            group: channels,
+        }
+    }
+
+    fn check(g: Conv2d, activation: Activation, with_residual: bool) {
+        let input: Vec<f32> = (0..g.batch * g.in_channels * g.in_h * g.in_w)
+            .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+            .collect();
+        let weights: Vec<f32> = (0..g.in_channels * g.kernel_h * g.kernel_w)
+            .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
+        let out_len = g.batch * g.out_channels * g.out_h * g.out_w;
+        let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+        let epi = ConvEpilogue {
+            bias: Some(&bias),
+            residual: with_residual.then_some(&residual[..]),
+            activation,
+        };
+        let want = naive(&g, &input, &weights, &epi);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for threads in [1, 2] {
+                // NaN-filled, so any output left unwritten fails.
+                let mut got = vec![f32::NAN; out_len];
+                depthwise_conv2d_with(isa, &g, &input, &weights, &epi, &mut got, threads);
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                        "{isa:?} threads {threads} {g:?} at {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_direct_loop_for_every_stride_padding_and_isa() {
+        let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
+        // MobileNet shapes: 3×3 stride 1 and 2 on wide, narrow and 7×7 planes.
+        check(
+            geom(5, 40, 37, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+            relu6,
+            false,
+        );
+        check(
+            geom(4, 40, 41, (3, 3), (2, 2), (1, 1, 1, 1), 1),
+            relu6,
+            false,
+        );
+        check(
+            geom(6, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geom(7, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+            Activation::Relu,
+            true,
+        );
+        // 5×5 (EfficientNet, MnasNet), dilated, stride 3, asymmetric and no padding, 1×k.
+        check(
+            geom(3, 19, 23, (5, 5), (2, 2), (2, 2, 2, 2), 1),
+            Activation::HardSwish,
+            false,
+        );
+        check(
+            geom(3, 21, 20, (3, 3), (1, 1), (2, 2, 2, 2), 2),
+            Activation::None,
+            true,
+        );
+        check(
+            geom(3, 17, 18, (3, 3), (3, 3), (0, 1, 2, 0), 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geom(2, 9, 50, (1, 7), (1, 2), (0, 3, 0, 3), 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geom(2, 6, 5, (3, 3), (1, 1), (0, 0, 0, 0), 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geom(2, 4, 4, (1, 1), (2, 2), (0, 0, 0, 0), 1),
+            Activation::None,
+            false,
+        );
+    }
+}
