@@ -234,31 +234,92 @@ pub fn select_passes(options: &AdviseOptions) -> Result<Vec<Box<dyn Pass>>, Advi
         .collect())
 }
 
-/// Median end-to-end latency (ms) of a graph with the tool's kernels, and its outputs.
-fn measure(
-    graph: &Graph,
-    analyze: &AnalyzeOptions,
-    options: &AdviseOptions,
-) -> Result<(f64, Vec<(String, exec::RtTensor)>), AdvisorError> {
-    let mut graph = graph.clone();
-    let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
-    let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
-    let plan = exec::build_plan(&graph, &order, &states, &plan_options)?;
-    if options.tune {
-        exec::tune::save(&plan_options, "local");
+/// Graph versions prepared for timing. Versions are timed *interleaved* (each round runs every
+/// version, warm, starting from a different one each round), so slow drift of a shared, noisy
+/// machine (another tenant, frequency changes) hits all versions alike; a gain is the median of
+/// the per-round ratios, not a ratio of two medians taken minutes apart.
+struct Measurements {
+    versions: Vec<MeasuredVersion>,
+}
+
+struct MeasuredVersion {
+    plan: exec::Plan,
+    workspace: exec::plan::Workspace,
+    inputs: HashMap<String, exec::RtTensor>,
+    outputs: Vec<(String, exec::RtTensor)>,
+    /// Milliseconds per round.
+    times_ms: Vec<f64>,
+}
+
+impl Measurements {
+    /// Plans a graph version and runs it twice (warm-up; the outputs are kept for the
+    /// accuracy check). Returns its index.
+    fn add(
+        &mut self,
+        graph: &Graph,
+        analyze: &AnalyzeOptions,
+        options: &AdviseOptions,
+    ) -> Result<usize, AdvisorError> {
+        let mut graph = graph.clone();
+        let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
+        let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
+        let plan = exec::build_plan(&graph, &order, &states, &plan_options)?;
+        if options.tune {
+            exec::tune::save(&plan_options, "local");
+        }
+        let inputs = crate::bench::random_inputs(&plan, 0);
+        let mut workspace = plan.workspace();
+        let mut outputs = plan.run(&mut workspace, &inputs, None)?;
+        outputs = plan.run(&mut workspace, &inputs, None).unwrap_or(outputs);
+        self.versions.push(MeasuredVersion {
+            plan,
+            workspace,
+            inputs,
+            outputs,
+            times_ms: Vec::new(),
+        });
+        Ok(self.versions.len() - 1)
     }
-    let inputs = crate::bench::random_inputs(&plan, 0);
-    let mut ws = plan.workspace();
-    let mut outputs = plan.run(&mut ws, &inputs, None)?;
-    outputs = plan.run(&mut ws, &inputs, None).unwrap_or(outputs);
-    let mut times = Vec::with_capacity(options.runs.max(1));
-    for _ in 0..options.runs.max(1) {
-        let start = std::time::Instant::now();
-        plan.run(&mut ws, &inputs, None)?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
+
+    /// `rounds` interleaved rounds over every version.
+    fn time(&mut self, rounds: usize) -> Result<(), AdvisorError> {
+        let count = self.versions.len();
+        for round in 0..rounds.max(1) {
+            for k in 0..count {
+                let v = &mut self.versions[(round + k) % count];
+                // One untimed run first: the timed one then starts from this version's own
+                // cache state (weights and activations resident as in steady-state inference),
+                // not from the previous version's.
+                v.plan.run(&mut v.workspace, &v.inputs, None)?;
+                let start = std::time::Instant::now();
+                v.plan.run(&mut v.workspace, &v.inputs, None)?;
+                v.times_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(())
     }
-    times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], outputs))
+
+    fn median_ms(&self, version: usize) -> f64 {
+        median(self.versions[version].times_ms.clone())
+    }
+
+    /// Speed-up of `after` over `before`: the median of the per-round ratios.
+    fn speedup(&self, before: usize, after: usize) -> f64 {
+        let (b, a) = (
+            &self.versions[before].times_ms,
+            &self.versions[after].times_ms,
+        );
+        median(b.iter().zip(a).map(|(b, a)| b / a.max(1e-12)).collect())
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => 0.5 * (values[n / 2 - 1] + values[n / 2]),
+    }
 }
 
 fn fusion_groups(changes: &[Change], before: &Analysis, after: &Analysis) -> Vec<FusionGroup> {
@@ -359,12 +420,18 @@ pub fn advise(
     analysis::prepare_graph(&mut current, &analyze.bindings)?;
     let original = current.clone();
     let before = analysis::analyze_graph(current.clone(), source, device, analyze)?;
+    let mut measurements = Measurements {
+        versions: Vec::new(),
+    };
+    // Index of the measured version the next pass starts from.
     let mut measured_prev = if verify {
-        Some(measure(&current, analyze, options)?)
+        Some(measurements.add(&current, analyze, options)?)
     } else {
         None
     };
-    let first_measure = measured_prev.as_ref().map(|m| m.0);
+    let original_version = measured_prev;
+    // Per outcome: the measured versions before and after it.
+    let mut measured_pairs: Vec<Option<(usize, usize)>> = Vec::new();
     let ctx = PassContext {
         device,
         analyze,
@@ -399,22 +466,18 @@ pub fn advise(
             })?;
         let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
         let measured = if verify && !changes.is_empty() && pass.measured() {
-            Some(measure(&next, analyze, options)?)
+            Some(measurements.add(&next, analyze, options)?)
         } else {
             None
         };
-        let (measured_before, measured_after) = match (&measured_prev, &measured) {
-            _ if !pass.measured() => (None, None),
-            (Some(b), Some(a)) => (Some(b.0), Some(a.0)),
-            (Some(b), None) if verify => (Some(b.0), Some(b.0)),
-            _ => (None, None),
-        };
+        measured_pairs.push(match (measured_prev, measured) {
+            _ if !pass.measured() => None,
+            (Some(b), Some(a)) => Some((b, a)),
+            (Some(b), None) if verify => Some((b, b)),
+            _ => None,
+        });
         let predicted_speedup = last_analysis.summary.predicted_latency_s
             / after.summary.predicted_latency_s.max(1e-15);
-        let measured_speedup = match (measured_before, measured_after) {
-            (Some(b), Some(a)) => Some(b / a),
-            _ => None,
-        };
         outcomes.push(PassOutcome {
             name: pass.name().into(),
             description: pass.description().into(),
@@ -428,10 +491,11 @@ pub fn advise(
             bytes_saved: (last_analysis.summary.bytes_read + last_analysis.summary.bytes_written)
                 as i64
                 - (after.summary.bytes_read + after.summary.bytes_written) as i64,
-            measured_latency_before_ms: measured_before,
-            measured_latency_after_ms: measured_after,
-            measured_speedup,
-            prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
+            // Filled in after the interleaved timing below.
+            measured_latency_before_ms: None,
+            measured_latency_after_ms: None,
+            measured_speedup: None,
+            prediction_error: None,
         });
         if measured.is_some() {
             measured_prev = measured;
@@ -441,31 +505,44 @@ pub fn advise(
     }
     let predicted_speedup =
         before.summary.predicted_latency_s / last_analysis.summary.predicted_latency_s.max(1e-15);
-    let (measured_after, max_error) = match (&measured_prev, verify) {
-        (Some((ms, outputs)), true) => {
-            let (_, original_outputs) = measure(
-                &original,
-                analyze,
-                &AdviseOptions {
-                    runs: 1,
-                    ..options.clone()
-                },
-            )?;
-            (Some(*ms), Some(output_error(&original_outputs, outputs)))
+    measurements.time(options.runs)?;
+    for (outcome, pair) in outcomes.iter_mut().zip(&measured_pairs) {
+        if let Some((b, a)) = *pair {
+            let speedup = if a == b {
+                1.0
+            } else {
+                measurements.speedup(b, a)
+            };
+            outcome.measured_latency_before_ms = Some(measurements.median_ms(b));
+            outcome.measured_latency_after_ms = Some(measurements.median_ms(a));
+            outcome.measured_speedup = Some(speedup);
+            outcome.prediction_error = Some((outcome.predicted_speedup - speedup) / speedup);
         }
-        _ => (None, None),
-    };
-    let measured_speedup = match (first_measure, measured_after) {
-        (Some(b), Some(a)) => Some(b / a),
-        _ => None,
-    };
+    }
+    let (first_measure, measured_after, measured_speedup, max_error) =
+        match (original_version, measured_prev) {
+            (Some(first), Some(last)) => (
+                Some(measurements.median_ms(first)),
+                Some(measurements.median_ms(last)),
+                Some(if first == last {
+                    1.0
+                } else {
+                    measurements.speedup(first, last)
+                }),
+                Some(output_error(
+                    &measurements.versions[first].outputs,
+                    &measurements.versions[last].outputs,
+                )),
+            ),
+            _ => (None, None, None, None),
+        };
     let report = AdviceReport {
         schema: ADVICE_SCHEMA.into(),
         schema_version: ADVICE_SCHEMA_VERSION,
         verified: verify,
         verification_note: if verify {
             format!(
-                "measured on this CPU with the tool's kernels, median of {} runs, {} thread(s)",
+                "measured on this CPU with the tool's kernels: {} interleaved rounds (median latency; gains are medians of per-round ratios), {} thread(s)",
                 options.runs.max(1),
                 options.threads.max(1)
             )

@@ -311,7 +311,11 @@ unsafe fn copy_span<V: Vf32>(src: &[f32], dst: &mut [f32]) {
     let mut j = 0;
     while j < n {
         let lanes = (n - j).min(V::LANES);
-        V::store_n(dst.as_mut_ptr().add(j), V::load_n(src.as_ptr().add(j), lanes), lanes);
+        V::store_n(
+            dst.as_mut_ptr().add(j),
+            V::load_n(src.as_ptr().add(j), lanes),
+            lanes,
+        );
         j += lanes;
     }
 }
