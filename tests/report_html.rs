@@ -750,3 +750,98 @@ fn multi_device_html_runs_in_headless_chromium() {
         drawn_ops(&analyses),
     );
 }
+
+/// Probe for the advice view: counts what the browser actually laid out.
+const ADVICE_PROBE: &str = r##"<script>
+(function () {
+  var root = document.documentElement;
+  var rows = document.querySelectorAll('#rewrites tr[data-pass]');
+  root.setAttribute("data-probe-pass-rows", String(rows.length));
+  var overall = document.querySelector('#rewrites tr[data-pass="overall"]');
+  root.setAttribute("data-probe-overall", overall ? overall.cells[3].textContent.trim() : "none");
+  var before = document.querySelector('svg.roofline-chart .series[data-name="before rewrites"]');
+  root.setAttribute("data-probe-before-points",
+    String(before ? before.querySelectorAll('.series-point').length : -1));
+  var visible = before ? before.getBoundingClientRect() : null;
+  root.setAttribute("data-probe-before-visible", String(!!visible && visible.width > 0 && visible.height > 0));
+  root.setAttribute("data-probe-left-alone", String(document.querySelectorAll('#rewrites li.left-alone').length));
+})();
+</script>"##;
+
+/// `roofline advise --verify --format html` on MobileNetV2 with the float passes and int8: the
+/// page must load without a script error, draw the original ops as a second series on the
+/// rewritten graph's roofline, list every pass with its measured gain, the quantization
+/// decisions and the ops left alone.
+#[test]
+fn advice_before_after_view_runs_in_headless_chromium() {
+    use roofline::advisor::{self, AdviseOptions};
+    if !chromium_available() {
+        return;
+    }
+    let model = builtin::find("mobilenetv2").expect("built-in model");
+    let proto = model.build(WeightFill::Random(3));
+    let graph =
+        import::import_model(&proto, Path::new("."), Path::new("mobilenetv2")).expect("import");
+    let analyze = AnalyzeOptions {
+        bindings: (model.default_bindings)(),
+        ..AnalyzeOptions::default()
+    };
+    // Measured on this CPU: only a probed profile is measured, the figures do not matter here.
+    let mut device = cpu_profile();
+    device.source = roofline::device::ProfileSource::Probed;
+    let options = AdviseOptions {
+        apply: ["fold", "bn-fold", "fuse", "eltwise", "int8"]
+            .map(String::from)
+            .to_vec(),
+        verify: true,
+        runs: 2,
+        calibration_samples: 2,
+        ..AdviseOptions::default()
+    };
+    let (report, _) =
+        advisor::advise(graph, "builtin:mobilenetv2", &device, &analyze, &options).expect("advise");
+    assert!(report.verified);
+    assert!(
+        !report.left_alone.is_empty(),
+        "MobileNetV2 has ops no rewrite helps"
+    );
+    let overall = report
+        .overall
+        .measured_speedup
+        .expect("measured overall gain");
+    let before_points = report
+        .before
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0)
+        .filter(|n| n.intensity.is_some())
+        .count();
+    let html = roofline::report::advice::render_advice_html(&report).expect("html");
+    assert!(html.contains("Quantization") && html.contains("Accuracy proxy"));
+    let drawn = drawn_ops(std::slice::from_ref(&report.after));
+    check_in_browser(&html, "browser-advice-mobilenetv2", drawn);
+    let html = html.replacen("</body>", &format!("{ADVICE_PROBE}</body>"), 1);
+    let path = out_dir().join("browser-advice-probe.html");
+    std::fs::write(&path, html).expect("write report");
+    let url = format!(
+        "file://{}",
+        path.canonicalize().expect("absolute path").display()
+    );
+    let (dom, stderr) = run_chromium(&["--dump-dom".to_string(), url]);
+    assert!(
+        !dom.contains("data-report-error=\"1\""),
+        "script error; chromium said:\n{stderr}"
+    );
+    for expected in [
+        format!("data-probe-pass-rows=\"{}\"", report.passes.len() + 1),
+        format!("data-probe-overall=\"{overall:.2}x\""),
+        format!("data-probe-before-points=\"{before_points}\""),
+        "data-probe-before-visible=\"true\"".to_string(),
+        format!("data-probe-left-alone=\"{}\"", report.left_alone.len()),
+    ] {
+        assert!(
+            dom.contains(&expected),
+            "expected {expected} in the advice view"
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! Reports: renderers over the serde `Analysis` model (terminal table, JSON, CSV, HTML, SVG).
 //! Renderers never recompute analysis numbers; they only format them.
 
+pub mod advice;
 pub mod error;
 pub mod html;
 mod label_layout;
