@@ -113,8 +113,5 @@ pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> 
         }],
         ..HtmlOptions::default()
     };
-    Ok(render_html_with(
-        std::slice::from_ref(&report.after),
-        &options,
-    )?)
+    render_html_with(std::slice::from_ref(&report.after), &options)
 }
