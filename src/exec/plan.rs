@@ -73,6 +73,8 @@ enum Kernel {
         activation: Activation,
         residual: bool,
         config: gemm::GemmConfig,
+        /// The weights packed for `config` once at plan time (not for depthwise).
+        packed: Option<Arc<conv::PackedConvWeights>>,
     },
     /// A fused element-wise chain; per-channel constants index axis 1.
     Chain {
@@ -263,6 +265,7 @@ pub struct Plan {
     pub peak_activation_bytes: u64,
     /// Bytes the activations would take without reuse.
     pub unplanned_activation_bytes: u64,
+    /// Constants as f32, plus the GEMM-packed copies of convolution weights.
     pub weights_bytes: u64,
     graph_names: Vec<String>,
     /// Generic steps need the graph's node attributes.
@@ -552,6 +555,14 @@ pub fn build_plan(
             }
         }
         let step = make_step(graph, id, index, &input_facts, &slots, &mut gemm_config)?;
+        if let Kernel::Conv {
+            packed: Some(packed),
+            ..
+        } = &step.kernel
+        {
+            // The packed copy lives next to the constant it was packed from.
+            weights_bytes += packed.bytes() as u64;
+        }
         if folded {
             // An opaque constant (e.g. a transposed weight): run its kernel once now.
             let outputs = run_once(graph, &step, &slots, options.threads, graph.opset)?;
@@ -883,17 +894,20 @@ fn make_step(
             };
             flops = geom.flops();
             scratch = geom.scratch_len();
+            let config = gemm_config(
+                geom.out_channels / geom.group,
+                geom.out_h * geom.out_w,
+                geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w,
+            );
+            let packed = conv::PackedConvWeights::new(&config, &geom, &weights).map(Arc::new);
             Kernel::Conv {
                 geom,
                 weights,
                 bias,
                 activation: activation_attr(attrs),
                 residual: node.inputs.get(3).copied().flatten().is_some(),
-                config: gemm_config(
-                    geom.out_channels / geom.group,
-                    geom.out_h * geom.out_w,
-                    geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w,
-                ),
+                config,
+                packed,
             }
         }
         "ConvTranspose" => {
@@ -1752,6 +1766,7 @@ fn run_kernel(
             activation,
             residual,
             config,
+            packed,
         } => {
             let residual = if *residual { Some(x(3)?) } else { None };
             let ep = ConvEpilogue {
@@ -1763,11 +1778,12 @@ fn run_kernel(
             if scratch.len() < geom.scratch_len() {
                 scratch.resize(geom.scratch_len(), 0.0);
             }
-            conv::conv2d_with(
+            conv::conv2d_prepacked(
                 config,
                 geom,
                 x(0)?,
                 weights,
+                packed.as_deref(),
                 &ep,
                 outs[0],
                 &mut scratch[..geom.scratch_len()],

@@ -142,6 +142,55 @@ pub fn conv2d(
     );
 }
 
+/// Convolution weights packed once for the GEMM path, one [`gemm::PackedA`] per group, so a run
+/// does not repack them (at 7×7 planes each weight is used for only 49 columns: packing per run
+/// cost about as much as the multiply).
+pub struct PackedConvWeights {
+    groups: Vec<gemm::PackedA>,
+}
+
+impl std::fmt::Debug for PackedConvWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedConvWeights({} groups, {} bytes)",
+            self.groups.len(),
+            self.bytes()
+        )
+    }
+}
+
+impl PackedConvWeights {
+    /// `None` for geometries that do not take the GEMM path (depthwise).
+    pub fn new(
+        config: &gemm::GemmConfig,
+        geom: &Conv2d,
+        weights: &[f32],
+    ) -> Option<PackedConvWeights> {
+        if geom.is_depthwise() {
+            return None;
+        }
+        let group_out = geom.out_channels / geom.group;
+        let taps = geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w;
+        let groups = (0..geom.group)
+            .map(|g| {
+                let a = MatRef::row_major(
+                    &weights[g * group_out * taps..(g + 1) * group_out * taps],
+                    group_out,
+                    taps,
+                );
+                gemm::PackedA::with_config(&a, config)
+            })
+            .collect();
+        Some(PackedConvWeights { groups })
+    }
+
+    /// Bytes held by the packed panels.
+    pub fn bytes(&self) -> usize {
+        self.groups.iter().map(|p| p.bytes()).sum()
+    }
+}
+
 /// Runs the convolution with a given GEMM configuration (an autotuned blocking). `weights` are `[out_channels, in_channels/group, kh, kw]`; `scratch`
 /// must hold `geom.scratch_len()` floats. `threads` parallelises the GEMMs.
 #[allow(clippy::too_many_arguments)]
@@ -150,6 +199,25 @@ pub fn conv2d_with(
     geom: &Conv2d,
     input: &[f32],
     weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    scratch: &mut [f32],
+    threads: usize,
+) {
+    conv2d_prepacked(
+        config, geom, input, weights, None, epilogue, output, scratch, threads,
+    );
+}
+
+/// [`conv2d_with`] with the weights also given pre-packed (from [`PackedConvWeights::new`] with
+/// the same `config` and geometry); `weights` are still used by the depthwise path.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_prepacked(
+    config: &gemm::GemmConfig,
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    packed: Option<&PackedConvWeights>,
     epilogue: &ConvEpilogue,
     output: &mut [f32],
     scratch: &mut [f32],
@@ -206,15 +274,25 @@ pub fn conv2d_with(
                 residual: epilogue.residual.map(|r| &r[start..end]),
                 activation: epilogue.activation,
             };
-            gemm::sgemm_with(
-                config,
-                &a,
-                &b,
-                &mut output[start..end],
-                out_plane,
-                &ep,
-                threads,
-            );
+            match packed {
+                Some(p) => gemm::sgemm_packed_a(
+                    &p.groups[g],
+                    &b,
+                    &mut output[start..end],
+                    out_plane,
+                    &ep,
+                    threads,
+                ),
+                None => gemm::sgemm_with(
+                    config,
+                    &a,
+                    &b,
+                    &mut output[start..end],
+                    out_plane,
+                    &ep,
+                    threads,
+                ),
+            }
         }
     }
 }

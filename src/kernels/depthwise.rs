@@ -247,12 +247,12 @@ unsafe fn run<V: Vf32>(job: &Job, channels: Range<usize>) {
     // inherit this function's target features, and the vector code must run here.
     let mut scratch = SCRATCH.with(|cell| cell.take());
     if scratch.len() < phases_len + grid_len {
-        // Zeroed once: the slack after each phase plane is only ever read into the grid
-        // columns that are dropped, but it must hold finite values.
-        scratch.clear();
         scratch.resize(phases_len + grid_len, 0.0);
     }
     let (phases, rest) = scratch.split_at_mut(phases_len);
+    // Padding (and the slack after each plane) is zeroed once per call; the channels then only
+    // rewrite the interior (see `fill_phases`).
+    phases.fill(0.0);
     let grid = &mut rest[..grid_len];
     for plane_index in channels {
         let channel = plane_index % g.in_channels;
@@ -312,107 +312,109 @@ unsafe fn run<V: Vf32>(job: &Job, channels: Range<usize>) {
     SCRATCH.with(|cell| cell.replace(scratch));
 }
 
-/// Copies one channel plane into its zero-padded phase planes.
+/// Copies one channel plane into the interior of its phase planes. Only positions that hold an
+/// input element are written, and they are the same for every channel, so the padding zeroed
+/// once per call stays zero: no per-row fills (the rows are short, 7 to 114 floats, and the
+/// per-row bookkeeping cost more than the copies).
 #[inline(always)]
 unsafe fn fill_phases<V: Vf32>(g: &Conv2d, lay: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
     let (sh, sw) = (g.stride_h, g.stride_w);
     let cols = lay.phase_cols;
-    let spans = &lay.column_spans;
-    // Input rows in order (phase row i of every row phase q in turn), so the plane is read
-    // sequentially and the hardware prefetcher keeps up.
-    for i in 0..lay.phase_rows {
-        for q in 0..sh {
-            let iy = (i * sh + q) as isize - g.pad_top as isize;
-            let row_start = |p: usize| (q * sw + p) * lay.phase_len + i * cols;
-            if iy < 0 || iy >= g.in_h as isize {
-                for p in 0..sw {
-                    zero_span::<V>(&mut phases[row_start(p)..row_start(p) + cols]);
-                }
-                continue;
+    let (pt, pl) = (g.pad_top, g.pad_left);
+    // Input rows that land inside the phase planes (the bottom ones may be beyond any window).
+    let rows = g.in_h.min((lay.phase_rows * sh).saturating_sub(pt));
+    let base = phases.as_mut_ptr();
+    let (mut i, mut q) = (pt / sh, pt % sh);
+    for iy in 0..rows {
+        let src = plane.as_ptr().add(iy * g.in_w);
+        let row = |p: usize| base.add((q * sw + p) * lay.phase_len + i * cols);
+        match sw {
+            1 => {
+                let n = g.in_w.min(cols.saturating_sub(pl));
+                copy_raw::<V>(src, row(0).add(pl), n);
             }
-            let src = &plane[iy as usize * g.in_w..(iy as usize + 1) * g.in_w];
-            for (p, &(first, last)) in spans.iter().enumerate() {
-                let dst = &mut phases[row_start(p)..row_start(p) + cols];
-                zero_span::<V>(&mut dst[..first]);
-                zero_span::<V>(&mut dst[last..]);
-                if last == first {
-                    continue;
-                }
-                let src_start = first * sw + p - g.pad_left;
-                let dst = &mut dst[first..last];
-                match sw {
-                    1 => copy_span::<V>(&src[src_start..src_start + dst.len()], dst),
-                    2 => gather_even::<V>(&src[src_start..], dst),
-                    _ => {
-                        for (d, s) in dst.iter_mut().zip(src[src_start..].iter().step_by(sw)) {
-                            *d = *s;
-                        }
+            2 => {
+                // Source column c goes to phase (c + pl) % 2 at index (c + pl) / 2: even columns
+                // to phase pl % 2 from index pl / 2, odd ones to the other from (pl + 1) / 2.
+                let (even_at, odd_at) = (pl / 2, (pl + 1) / 2);
+                let even_n = g.in_w.div_ceil(2).min(cols.saturating_sub(even_at));
+                let odd_n = (g.in_w / 2).min(cols.saturating_sub(odd_at));
+                deinterleave_raw::<V>(
+                    src,
+                    g.in_w,
+                    row(pl % 2).add(even_at),
+                    even_n,
+                    row((pl + 1) % 2).add(odd_at),
+                    odd_n,
+                );
+            }
+            _ => {
+                for (p, &(first, last)) in lay.column_spans.iter().enumerate() {
+                    let dst = row(p);
+                    for j in first..last {
+                        *dst.add(j) = *src.add(j * sw + p - pl);
                     }
                 }
             }
         }
+        q += 1;
+        if q == sh {
+            q = 0;
+            i += 1;
+        }
     }
 }
 
-/// Vector copy with a masked tail: planes have short rows (7 to 112 floats), where a call to
-/// `memcpy` per row costs more than the copy.
+/// `dst[j] = src[j]` for `j < n`, full registers unmasked, the tail masked.
 #[inline(always)]
-unsafe fn copy_span<V: Vf32>(src: &[f32], dst: &mut [f32]) {
-    let n = dst.len().min(src.len());
+unsafe fn copy_raw<V: Vf32>(src: *const f32, dst: *mut f32, n: usize) {
     let mut j = 0;
-    // Full registers unmasked (masked stores are slower on some cores), the tail masked.
     while j + V::LANES <= n {
-        V::store(dst.as_mut_ptr().add(j), V::load(src.as_ptr().add(j)));
+        V::store(dst.add(j), V::load(src.add(j)));
         j += V::LANES;
     }
     if j < n {
-        V::store_n(
-            dst.as_mut_ptr().add(j),
-            V::load_n(src.as_ptr().add(j), n - j),
-            n - j,
-        );
+        V::store_n(dst.add(j), V::load_n(src.add(j), n - j), n - j);
     }
 }
 
-/// Vector zero fill with a masked tail (see [`copy_span`]).
+/// Splits the `len` floats at `src` into `even[k] = src[2k]` (`k < even_n`) and
+/// `odd[k] = src[2k + 1]` (`k < odd_n`) in one pass.
 #[inline(always)]
-unsafe fn zero_span<V: Vf32>(dst: &mut [f32]) {
-    let n = dst.len();
-    let mut j = 0;
-    while j + V::LANES <= n {
-        V::store(dst.as_mut_ptr().add(j), V::zero());
-        j += V::LANES;
-    }
-    if j < n {
-        V::store_n(dst.as_mut_ptr().add(j), V::zero(), n - j);
-    }
-}
-
-/// `dst[j] = src[2j]` for every j, vectorised with a two-register deinterleave.
-#[inline(always)]
-unsafe fn gather_even<V: Vf32>(src: &[f32], dst: &mut [f32]) {
+unsafe fn deinterleave_raw<V: Vf32>(
+    src: *const f32,
+    len: usize,
+    even: *mut f32,
+    even_n: usize,
+    odd: *mut f32,
+    odd_n: usize,
+) {
     let l = V::LANES;
-    let n = dst.len();
-    debug_assert!(src.len() > 2 * (n - 1));
-    let mut j = 0;
-    // Full vectors while both source registers lie inside `src`.
-    while j + l <= n && 2 * j + 2 * l <= src.len() {
-        let (even, _) = V::deinterleave2(
-            V::load(src.as_ptr().add(2 * j)),
-            V::load(src.as_ptr().add(2 * j + l)),
-        );
-        V::store(dst.as_mut_ptr().add(j), even);
-        j += l;
+    let n = even_n.max(odd_n);
+    let mut k = 0;
+    while k + l <= n && 2 * k + 2 * l <= len {
+        let (e, o) = V::deinterleave2(V::load(src.add(2 * k)), V::load(src.add(2 * k + l)));
+        if k + l <= even_n {
+            V::store(even.add(k), e);
+        } else {
+            V::store_n(even.add(k), e, even_n.saturating_sub(k));
+        }
+        if k + l <= odd_n {
+            V::store(odd.add(k), o);
+        } else {
+            V::store_n(odd.add(k), o, odd_n.saturating_sub(k));
+        }
+        k += l;
     }
-    if j < n {
-        // Masked tail: the source may end before the second register's last lane.
-        let avail = src.len() - 2 * j;
-        let (a, b) = (avail.min(l), avail.saturating_sub(l).min(l));
-        let (even, _) = V::deinterleave2(
-            V::load_n(src.as_ptr().add(2 * j), a),
-            V::load_n(src.as_ptr().add(2 * j + l), b),
+    while k < n {
+        let avail = len.saturating_sub(2 * k);
+        let (e, o) = V::deinterleave2(
+            V::load_n(src.add(2 * k), avail.min(l)),
+            V::load_n(src.add(2 * k + l), avail.saturating_sub(l).min(l)),
         );
-        V::store_n(dst.as_mut_ptr().add(j), even, n - j);
+        V::store_n(even.add(k), e, even_n.saturating_sub(k).min(l));
+        V::store_n(odd.add(k), o, odd_n.saturating_sub(k).min(l));
+        k += l;
     }
 }
 

@@ -414,6 +414,10 @@ impl PackedA {
     pub fn config(&self) -> &GemmConfig {
         &self.cfg
     }
+    /// Bytes of the packed panels.
+    pub fn bytes(&self) -> usize {
+        self.buf.as_slice().len() * 4
+    }
 
     fn view(&self) -> PackedView<'_> {
         PackedView {
