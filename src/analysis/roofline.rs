@@ -40,6 +40,8 @@ pub struct Roof {
     pub peak_flops: f64,
     pub bandwidth_bytes_per_s: f64,
     pub launch_overhead_s: f64,
+    /// The device's fp32 peak, the rate of an op's [`OpCost::vector_flops`].
+    pub vector_peak_flops: f64,
 }
 
 impl Roof {
@@ -66,6 +68,7 @@ impl Roof {
             peak_flops,
             bandwidth_bytes_per_s,
             launch_overhead_s: device.launch_overhead_s,
+            vector_peak_flops: device.peak_flops(Precision::Fp32).unwrap_or(peak_flops),
         })
     }
 
@@ -108,11 +111,20 @@ pub fn estimate(cost: &OpCost, roof: &Roof) -> Estimate {
     let work = (cost.flops + cost.transcendental) as f64;
     let bytes = cost.bytes.total() as f64;
     let intensity = (bytes > 0.0).then(|| work / bytes);
-    let attainable_flops = match intensity {
-        Some(i) => roof.peak_flops.min(i * roof.bandwidth_bytes_per_s),
-        None => roof.peak_flops,
+    let vector_work = (cost.vector_flops as f64).min(work);
+    let compute_s =
+        (work - vector_work) / roof.peak_flops + vector_work / roof.vector_peak_flops.max(1.0);
+    // The op's own compute roof: its work over its compute time (the device peak unless part
+    // of the work runs at the vector rate).
+    let op_peak = if compute_s > 0.0 {
+        work / compute_s
+    } else {
+        roof.peak_flops
     };
-    let compute_s = work / roof.peak_flops;
+    let attainable_flops = match intensity {
+        Some(i) => op_peak.min(i * roof.bandwidth_bytes_per_s),
+        None => op_peak,
+    };
     let memory_s = bytes / roof.bandwidth_bytes_per_s;
     let overhead_s = roof.launch_overhead_s;
     let bound = if overhead_s > compute_s.max(memory_s) {
@@ -144,6 +156,7 @@ mod tests {
             peak_flops: 10e12,
             bandwidth_bytes_per_s: 500e9,
             launch_overhead_s: 2e-6,
+            vector_peak_flops: 10e12,
         }
     }
 
@@ -171,6 +184,23 @@ mod tests {
         assert_eq!(e.intensity, Some(100.0));
         assert_eq!(e.attainable_flops, 10e12);
         assert!((e.predicted_s - (1e-4 + 2e-6)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn vector_work_runs_at_the_fp32_rate() {
+        // An int8 op on a device with a 4x faster int8 peak: 1 GOP of dot products at 40 T/s
+        // plus 0.5 GFLOP of dequantization at the 10 TFLOP/s fp32 rate.
+        let int8_roof = Roof {
+            peak_flops: 40e12,
+            ..roof()
+        };
+        let mut c = cost(1_500_000_000, 10_000_000);
+        c.vector_flops = 500_000_000;
+        let e = estimate(&c, &int8_roof);
+        assert!((e.compute_s - (1e9 / 40e12 + 0.5e9 / 10e12)).abs() < 1e-15);
+        assert_eq!(e.bound, Bound::Compute);
+        // Its own compute roof: 1.5 GOP over 75 us = 20 T/s, half the int8 peak.
+        assert!((e.attainable_flops - 20e12).abs() < 1e3);
     }
 
     #[test]

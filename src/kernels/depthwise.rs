@@ -336,7 +336,7 @@ unsafe fn fill_phases<V: Vf32>(g: &Conv2d, lay: &PhaseLayout, plane: &[f32], pha
             2 => {
                 // Source column c goes to phase (c + pl) % 2 at index (c + pl) / 2: even columns
                 // to phase pl % 2 from index pl / 2, odd ones to the other from (pl + 1) / 2.
-                let (even_at, odd_at) = (pl / 2, (pl + 1) / 2);
+                let (even_at, odd_at) = (pl / 2, pl.div_ceil(2));
                 let even_n = g.in_w.div_ceil(2).min(cols.saturating_sub(even_at));
                 let odd_n = (g.in_w / 2).min(cols.saturating_sub(odd_at));
                 deinterleave_raw::<V>(

@@ -87,6 +87,7 @@ impl OpDef for Conv {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -168,6 +169,7 @@ impl OpDef for ConvTranspose {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

@@ -146,6 +146,7 @@ impl OpDef for Einsum {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

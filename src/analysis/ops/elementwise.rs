@@ -280,6 +280,7 @@ impl OpDef for ElementWise {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

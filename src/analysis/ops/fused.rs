@@ -173,6 +173,7 @@ impl OpDef for ElementwiseChain {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

@@ -75,6 +75,7 @@ impl OpDef for Gemm {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -133,6 +134,7 @@ impl OpDef for MatMul {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

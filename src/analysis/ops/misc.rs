@@ -95,6 +95,7 @@ impl OpDef for Recurrent {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

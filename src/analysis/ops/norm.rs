@@ -63,6 +63,7 @@ impl OpDef for BatchNorm {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -96,6 +97,7 @@ impl OpDef for LayerNorm {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -120,6 +122,7 @@ impl OpDef for InstanceNorm {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -141,6 +144,7 @@ impl OpDef for LpNorm {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -164,6 +168,7 @@ impl OpDef for Lrn {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

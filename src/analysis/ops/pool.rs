@@ -73,6 +73,7 @@ impl OpDef for WindowPool {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -108,6 +109,7 @@ impl OpDef for GlobalPool {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

@@ -134,6 +134,7 @@ impl OpDef for Reduce {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }
@@ -221,6 +222,7 @@ impl OpDef for Softmax {
             bytes: ctx.default_traffic()?,
             is_view: false,
             compute_precision: None,
+            vector_flops: 0,
         })
     }
 }

@@ -16,7 +16,8 @@
 //! Cost: the base op's MACs, FLOPs and epilogue at the op's own compute precision
 //! (`compute_precision` Int8 / Bf16 / Fp16), plus the quantize (3 FLOPs per input element:
 //! multiply, round, add zero point) and dequantize (2 per output; 5 more with an output grid)
-//! arithmetic, counted as work at the op's rate. Traffic is what the kernel moves: f32
+//! arithmetic, counted as work at the fp32 vector rate (`OpCost::vector_flops`: an int8 unit
+//! does not run it). Traffic is what the kernel moves: f32
 //! activations in and out (quantization happens in registers), weights at 1 byte (int8) or 2
 //! bytes (bf16/fp16), scales and bias as f32.
 
@@ -80,6 +81,7 @@ fn epilogue_flops(ctx: &CostCtx, cost: &mut OpCost, matmul_bias: bool) -> OpResu
 
 fn quantized_cost(ctx: &CostCtx, base: &str) -> OpResult<OpCost> {
     let mut cost = base_cost(ctx, base, if base == "Conv" { 3 } else { 2 })?;
+    let before_epilogue = cost.flops;
     epilogue_flops(ctx, &mut cost, base == "MatMul")?;
     let inputs = ctx
         .input(slot::X)?
@@ -88,6 +90,8 @@ fn quantized_cost(ctx: &CostCtx, base: &str) -> OpResult<OpCost> {
     let outputs = ctx.output_elements(0)?;
     let requant = ctx.inputs.get(slot::Y_SCALE).copied().flatten().is_some();
     cost.flops += 3 * inputs + 2 * outputs + if requant { 5 * outputs } else { 0 };
+    // Epilogue and (de)quantization run as f32 vector code, not on the int8 dot products.
+    cost.vector_flops = cost.flops - before_epilogue;
     cost.bytes = ctx.default_traffic()?;
     cost.compute_precision = Some(Precision::Int8);
     Ok(cost)
@@ -97,7 +101,9 @@ fn half_cost(ctx: &CostCtx, base: &str) -> OpResult<OpCost> {
     let precision = half_precision(ctx.attrs().string("dtype").unwrap_or(""))
         .ok_or("`dtype` must be bf16 or fp16")?;
     let mut cost = base_cost(ctx, base, if base == "Conv" { 3 } else { 2 })?;
+    let before_epilogue = cost.flops;
     epilogue_flops(ctx, &mut cost, base == "MatMul")?;
+    cost.vector_flops = cost.flops - before_epilogue;
     let mut traffic = ctx.default_traffic()?;
     // The weights are stored at half width whatever the analysis precision.
     let w = ctx.input(slot::W)?;
