@@ -468,6 +468,8 @@ fn estimate_candidate(
     ideal_cost.bytes.act_read = lowp_cost.bytes.act_read * width / 4;
     ideal_cost.bytes.act_written = lowp_cost.bytes.act_written * width / 4;
     ideal_cost.flops = fp32_cost.flops;
+    // No float boundaries: nothing left that runs at the fp32 vector rate.
+    ideal_cost.vector_flops = 0;
     let fp32 = estimate(&fp32_cost, &base);
     let lowp = estimate(&lowp_cost, &lowp_roof);
     let ideal = estimate(&ideal_cost, &lowp_roof);

@@ -40,7 +40,9 @@ pub struct Roof {
     pub peak_flops: f64,
     pub bandwidth_bytes_per_s: f64,
     pub launch_overhead_s: f64,
-    /// The device's fp32 peak, the rate of an op's [`OpCost::vector_flops`].
+    /// The device's fp32 peak, the rate of an op's [`OpCost::vector_flops`] (0 in reports
+    /// written before the field existed: treated as the op's own peak).
+    #[serde(default)]
     pub vector_peak_flops: f64,
 }
 
@@ -112,8 +114,12 @@ pub fn estimate(cost: &OpCost, roof: &Roof) -> Estimate {
     let bytes = cost.bytes.total() as f64;
     let intensity = (bytes > 0.0).then(|| work / bytes);
     let vector_work = (cost.vector_flops as f64).min(work);
-    let compute_s =
-        (work - vector_work) / roof.peak_flops + vector_work / roof.vector_peak_flops.max(1.0);
+    let vector_peak = if roof.vector_peak_flops > 0.0 {
+        roof.vector_peak_flops
+    } else {
+        roof.peak_flops
+    };
+    let compute_s = (work - vector_work) / roof.peak_flops + vector_work / vector_peak;
     // The op's own compute roof: its work over its compute time (the device peak unless part
     // of the work runs at the vector rate).
     let op_peak = if compute_s > 0.0 {

@@ -192,6 +192,9 @@ pub fn depthwise_conv2d_with(
     assert!(output.len() >= out_len, "depthwise output too short");
     assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.in_channels));
     assert!(epilogue.residual.is_none_or(|r| r.len() >= out_len));
+    if out_len == 0 {
+        return;
+    }
     let isa = if isa.is_available() { isa } else { Isa::Scalar };
     let job = Job {
         geom,
@@ -342,9 +345,9 @@ unsafe fn fill_phases<V: Vf32>(g: &Conv2d, lay: &PhaseLayout, plane: &[f32], pha
                 deinterleave_raw::<V>(
                     src,
                     g.in_w,
-                    row(pl % 2).add(even_at),
+                    row(pl % 2).wrapping_add(even_at),
                     even_n,
-                    row((pl + 1) % 2).add(odd_at),
+                    row((pl + 1) % 2).wrapping_add(odd_at),
                     odd_n,
                 );
             }
@@ -397,23 +400,23 @@ unsafe fn deinterleave_raw<V: Vf32>(
         if k + l <= even_n {
             V::store(even.add(k), e);
         } else {
-            V::store_n(even.add(k), e, even_n.saturating_sub(k));
+            V::store_n(even.wrapping_add(k), e, even_n.saturating_sub(k));
         }
         if k + l <= odd_n {
             V::store(odd.add(k), o);
         } else {
-            V::store_n(odd.add(k), o, odd_n.saturating_sub(k));
+            V::store_n(odd.wrapping_add(k), o, odd_n.saturating_sub(k));
         }
         k += l;
     }
     while k < n {
         let avail = len.saturating_sub(2 * k);
         let (e, o) = V::deinterleave2(
-            V::load_n(src.add(2 * k), avail.min(l)),
-            V::load_n(src.add(2 * k + l), avail.saturating_sub(l).min(l)),
+            V::load_n(src.wrapping_add(2 * k), avail.min(l)),
+            V::load_n(src.wrapping_add(2 * k + l), avail.saturating_sub(l).min(l)),
         );
-        V::store_n(even.add(k), e, even_n.saturating_sub(k).min(l));
-        V::store_n(odd.add(k), o, odd_n.saturating_sub(k).min(l));
+        V::store_n(even.wrapping_add(k), e, even_n.saturating_sub(k).min(l));
+        V::store_n(odd.wrapping_add(k), o, odd_n.saturating_sub(k).min(l));
         k += l;
     }
 }
@@ -454,11 +457,11 @@ unsafe fn accumulate<V: Vf32>(
             let src = phases.add(offset + start + x);
             let w = V::splat(w);
             for (v, a) in acc.iter_mut().enumerate() {
-                *a = V::fma(V::load_n(src.add(v * l), lanes(v)), w, *a);
+                *a = V::fma(V::load_n(src.wrapping_add(v * l), lanes(v)), w, *a);
             }
         }
         for (v, a) in acc.iter().enumerate() {
-            V::store_n(grid.add(x + v * l), *a, lanes(v));
+            V::store_n(grid.wrapping_add(x + v * l), *a, lanes(v));
         }
     }
 }
@@ -525,7 +528,7 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
                         let input = if full {
                             V::load(src.add(v * l))
                         } else {
-                            V::load_n(src.add(v * l), lanes(v))
+                            V::load_n(src.wrapping_add(v * l), lanes(v))
                         };
                         *a = V::fma(input, w[ky * 3 + kx], *a);
                     }
@@ -539,7 +542,7 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
                 let n = lanes(v);
                 let mut value = *a;
                 if let Some(res) = block.residual {
-                    let res = res.add(at + v * l);
+                    let res = res.wrapping_add(at + v * l);
                     value = V::add(
                         value,
                         if full {
@@ -553,7 +556,7 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
                 if full {
                     V::store(dst.add(v * l), value);
                 } else {
-                    V::store_n(dst.add(v * l), value, n);
+                    V::store_n(dst.wrapping_add(v * l), value, n);
                 }
             }
         }
@@ -752,5 +755,16 @@ mod tests {
             Activation::None,
             false,
         );
+        // An empty batch is a no-op, not a division by zero.
+        let empty = Conv2d {
+            batch: 0,
+            ..geom(2, 4, 4, (3, 3), (1, 1), (1, 1, 1, 1), 1)
+        };
+        let epi = ConvEpilogue {
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+        };
+        depthwise_conv2d(&empty, &[], &[0.0; 18], &epi, &mut [], 2);
     }
 }

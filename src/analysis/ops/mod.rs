@@ -71,8 +71,9 @@ pub struct OpCost {
     /// inside an fp32 model): the roofline then uses the device's peak at this precision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_precision: Option<Precision>,
-    /// The part of `flops` that runs at the fp32 vector rate whatever `compute_precision` says:
-    /// the quantize, dequantize and epilogue arithmetic around an int8 or bf16 dot product.
+    /// The part of the work (`flops + transcendental`) that runs at the fp32 vector rate
+    /// whatever `compute_precision` says: the quantize, dequantize and epilogue arithmetic
+    /// (activation functions included) around an int8 or bf16 dot product.
     /// An int8 unit does not speed it up, and on short reductions (a 1×1 conv over 16
     /// channels) it rivals the dot products themselves.
     #[serde(default, skip_serializing_if = "is_zero")]

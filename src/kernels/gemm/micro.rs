@@ -104,16 +104,17 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
             // A full tile with a per-row bias, residual and activation (the fused conv case):
             // applied in registers, so the epilogue costs no spill and no second pass.
             for (i, row) in acc.iter().enumerate() {
-                let bias = if epi.bias_row.is_null() {
-                    V::zero()
-                } else {
-                    V::splat(*epi.bias_row.add(i))
-                };
+                let bias = (!epi.bias_row.is_null()).then(|| V::splat(*epi.bias_row.add(i)));
                 for (v, accv) in row.iter().enumerate() {
                     let p = c.add(i * ldc + v * V::LANES);
-                    let mut x = V::add(*accv, bias);
+                    // The same order as `store_tile` (C, then bias, then residual), so full
+                    // and edge tiles round alike.
+                    let mut x = *accv;
                     if epi.accumulate {
                         x = V::add(x, V::load(p));
+                    }
+                    if let Some(b) = bias {
+                        x = V::add(x, b);
                     }
                     if !epi.residual.is_null() {
                         x = V::add(x, V::load(epi.residual.add(i * ldc + v * V::LANES)));

@@ -91,7 +91,7 @@ fn quantized_cost(ctx: &CostCtx, base: &str) -> OpResult<OpCost> {
     let requant = ctx.inputs.get(slot::Y_SCALE).copied().flatten().is_some();
     cost.flops += 3 * inputs + 2 * outputs + if requant { 5 * outputs } else { 0 };
     // Epilogue and (de)quantization run as f32 vector code, not on the int8 dot products.
-    cost.vector_flops = cost.flops - before_epilogue;
+    cost.vector_flops = cost.flops - before_epilogue + cost.transcendental;
     cost.bytes = ctx.default_traffic()?;
     cost.compute_precision = Some(Precision::Int8);
     Ok(cost)
@@ -103,7 +103,7 @@ fn half_cost(ctx: &CostCtx, base: &str) -> OpResult<OpCost> {
     let mut cost = base_cost(ctx, base, if base == "Conv" { 3 } else { 2 })?;
     let before_epilogue = cost.flops;
     epilogue_flops(ctx, &mut cost, base == "MatMul")?;
-    cost.vector_flops = cost.flops - before_epilogue;
+    cost.vector_flops = cost.flops - before_epilogue + cost.transcendental;
     let mut traffic = ctx.default_traffic()?;
     // The weights are stored at half width whatever the analysis precision.
     let w = ctx.input(slot::W)?;
