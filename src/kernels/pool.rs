@@ -25,40 +25,50 @@ multiversion! {
     /// Separable max pooling: a horizontal pass takes, for every input row, the maximum over
     /// each output column's kernel window (once per row, not once per output row that reads
     /// it), then a vertical pass takes the maximum of `kernel_h` of those rows, contiguously.
+    /// The horizontal pass splits the −∞-padded row into `stride_w` phases (columns ≡ p mod
+    /// stride), so each kernel tap is one contiguous, vectorised max over the output row.
     pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
         let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+        if ow == 0 || oh == 0 {
+            return;
+        }
+        let (sw, dw) = (p.stride_w, p.dilation_w);
+        let width = (ow - 1) * sw + (p.kernel_w - 1) * dw + 1;
+        let phase_len = width.div_ceil(sw);
+        let mut padded = vec![f32::NEG_INFINITY; phase_len * sw];
+        let mut phases = vec![f32::NEG_INFINITY; phase_len * sw];
+        let pad_left = p.pad_left.min(padded.len());
+        let copied = iw.min(padded.len() - pad_left);
         let mut hmax = vec![f32::NEG_INFINITY; ih * ow];
-        // Valid kernel columns of each output column: the window clipped to the row.
-        let spans: Vec<(usize, usize, usize)> = (0..ow)
-            .map(|x| {
-                let x0 = (x * p.stride_w) as isize - p.pad_left as isize;
-                let mut taps = Vec::with_capacity(p.kernel_w);
-                for kx in 0..p.kernel_w {
-                    let ix = x0 + (kx * p.dilation_w) as isize;
-                    if ix >= 0 && ix < iw as isize {
-                        taps.push(ix as usize);
-                    }
-                }
-                match (taps.first(), taps.last()) {
-                    (Some(&a), Some(&b)) => (a, b, taps.len()),
-                    _ => (0, 0, 0),
-                }
-            })
-            .collect();
         for plane in 0..p.planes {
             let src = &input[plane * ih * iw..(plane + 1) * ih * iw];
             for (row, h) in src.chunks(iw).zip(hmax.chunks_mut(ow)) {
-                for (x, out) in h.iter_mut().enumerate() {
-                    let (first, last, count) = spans[x];
-                    let mut m = f32::NEG_INFINITY;
-                    if count > 0 {
-                        let mut ix = first;
-                        while ix <= last {
-                            m = m.max(row[ix]);
-                            ix += p.dilation_w;
+                // Borders stay −∞ from the allocation; only the interior is rewritten.
+                padded[pad_left..pad_left + copied].copy_from_slice(&row[..copied]);
+                let phased: &[f32] = match sw {
+                    1 => &padded,
+                    2 => {
+                        let (even, odd) = phases.split_at_mut(phase_len);
+                        for ((pair, e), o) in padded.chunks_exact(2).zip(even).zip(odd) {
+                            *e = pair[0];
+                            *o = pair[1];
                         }
+                        &phases
                     }
-                    *out = m;
+                    _ => {
+                        for (j, &v) in padded.iter().enumerate() {
+                            phases[(j % sw) * phase_len + j / sw] = v;
+                        }
+                        &phases
+                    }
+                };
+                h.fill(f32::NEG_INFINITY);
+                for kx in 0..p.kernel_w {
+                    let offset = kx * dw;
+                    let start = (offset % sw) * phase_len + offset / sw;
+                    for (o, &v) in h.iter_mut().zip(&phased[start..start + ow]) {
+                        *o = o.max(v);
+                    }
                 }
             }
             let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
@@ -167,6 +177,9 @@ mod tests {
             (2, 2, 0, 1, 9),
             (3, 1, 1, 2, 10),
             (3, 2, 0, 1, 7),
+            (3, 3, 1, 1, 11),
+            (5, 2, 2, 1, 13),
+            (1, 2, 0, 1, 6),
         ] {
             let out = (hw + 2 * pad - d * (k - 1) - 1) / s + 1;
             let p = Pool2d {
