@@ -450,6 +450,35 @@ mod tests {
                 "{geom:?} at {i}: {g} vs {w}"
             );
         }
+        // The plan's path: weights packed once per GEMM variant, one and two threads.
+        for isa in gemm::Isa::ALL {
+            let Some(config) = gemm::GemmConfig::for_isa(isa) else {
+                continue;
+            };
+            let packed = PackedConvWeights::new(&config, &geom, &weights);
+            assert_eq!(packed.is_none(), geom.is_depthwise());
+            for threads in [1, 2] {
+                let mut got = vec![f32::NAN; want.len()];
+                let mut scratch = vec![f32::NAN; geom.scratch_len()];
+                conv2d_prepacked(
+                    &config,
+                    &geom,
+                    &input,
+                    &weights,
+                    packed.as_ref(),
+                    &ep,
+                    &mut got,
+                    &mut scratch,
+                    threads,
+                );
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() < 1e-3 * (1.0 + w.abs()),
+                        "{isa:?} prepacked, {threads} threads, {geom:?} at {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -511,5 +540,8 @@ mod tests {
         check(geom(4, 4, 40, 3, 2, 1, 4, 1)); // depthwise rows, stride 2
         check(geom(4, 4, 40, 5, 1, 2, 4, 1)); // depthwise rows, 5x5
         check(geom(4, 4, 37, 3, 2, 1, 4, 2)); // depthwise rows, dilated, stride 2
+        check(geom(3, 5, 12, 7, 2, 3, 1, 1)); // 7x7 stride 2 stem
+        check(geom(8, 6, 9, 1, 2, 0, 1, 1)); // 1x1 stride 2 (im2col, not pointwise)
+        check(geom(70, 13, 6, 3, 1, 1, 1, 1)); // K = 630 taps: several k-blocks
     }
 }
