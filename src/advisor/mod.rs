@@ -195,6 +195,9 @@ pub struct AdviseOptions {
     pub calibration_method: quantize::CalibrationMethod,
     /// Random calibration inputs when no directory is given.
     pub calibration_samples: usize,
+    /// Memory the plans kept alive for interleaved `--verify` timing may take together; a
+    /// graph version past it is timed on its own and its plan dropped.
+    pub live_plan_budget_bytes: u64,
 }
 
 impl Default for AdviseOptions {
@@ -209,6 +212,7 @@ impl Default for AdviseOptions {
             calibration_dir: None,
             calibration_method: quantize::CalibrationMethod::MinMax,
             calibration_samples: quantize::DEFAULT_SAMPLES,
+            live_plan_budget_bytes: DEFAULT_LIVE_PLAN_BUDGET_BYTES,
         }
     }
 }
@@ -238,17 +242,40 @@ pub fn select_passes(options: &AdviseOptions) -> Result<Vec<Box<dyn Pass>>, Advi
 /// version, warm, starting from a different one each round), so slow drift of a shared, noisy
 /// machine (another tenant, frequency changes) hits all versions alike; a gain is the median of
 /// the per-round ratios, not a ratio of two medians taken minutes apart.
+///
+/// Every live version holds its own plan (weights and their packed copies), so versions are
+/// kept alive only within [`AdviseOptions::live_plan_budget_bytes`]; a version past the budget is timed on its
+/// own as soon as it is planned and its plan dropped, and its gains are ratios of medians.
 struct Measurements {
     versions: Vec<MeasuredVersion>,
+    live_bytes: u64,
 }
 
+/// Default of [`AdviseOptions::live_plan_budget_bytes`].
+pub const DEFAULT_LIVE_PLAN_BUDGET_BYTES: u64 = 4 << 30;
+
 struct MeasuredVersion {
-    plan: exec::Plan,
-    workspace: exec::plan::Workspace,
+    /// `None` once timed on its own (over the live-plan budget).
+    live: Option<(exec::Plan, exec::plan::Workspace)>,
     inputs: HashMap<String, exec::RtTensor>,
     outputs: Vec<(String, exec::RtTensor)>,
     /// Milliseconds per round.
     times_ms: Vec<f64>,
+    interleaved: bool,
+}
+
+/// One warm-up run, then one timed run (ms).
+fn timed_run(
+    plan: &exec::Plan,
+    workspace: &mut exec::plan::Workspace,
+    inputs: &HashMap<String, exec::RtTensor>,
+) -> Result<f64, AdvisorError> {
+    // The untimed run first: the timed one then starts from this version's own cache state
+    // (weights and activations resident as in steady-state inference), not another version's.
+    plan.run(workspace, inputs, None)?;
+    let start = std::time::Instant::now();
+    plan.run(workspace, inputs, None)?;
+    Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
 impl Measurements {
@@ -271,29 +298,44 @@ impl Measurements {
         let mut workspace = plan.workspace();
         let mut outputs = plan.run(&mut workspace, &inputs, None)?;
         outputs = plan.run(&mut workspace, &inputs, None).unwrap_or(outputs);
+        let plan_bytes = plan.weights_bytes + plan.peak_activation_bytes;
+        let keep = self.versions.is_empty()
+            || self.live_bytes + plan_bytes <= options.live_plan_budget_bytes;
+        let mut times_ms = Vec::new();
+        if keep {
+            self.live_bytes += plan_bytes;
+        } else {
+            for _ in 0..options.runs.max(1) {
+                times_ms.push(timed_run(&plan, &mut workspace, &inputs)?);
+            }
+        }
         self.versions.push(MeasuredVersion {
-            plan,
-            workspace,
+            live: keep.then_some((plan, workspace)),
             inputs,
             outputs,
-            times_ms: Vec::new(),
+            times_ms,
+            interleaved: keep,
         });
         Ok(self.versions.len() - 1)
     }
 
-    /// `rounds` interleaved rounds over every version.
+    /// Versions timed on their own (over the live-plan budget).
+    fn sequential_count(&self) -> usize {
+        self.versions.iter().filter(|v| !v.interleaved).count()
+    }
+
+    /// `rounds` interleaved rounds over every live version.
     fn time(&mut self, rounds: usize) -> Result<(), AdvisorError> {
-        let count = self.versions.len();
+        let live: Vec<usize> = (0..self.versions.len())
+            .filter(|&i| self.versions[i].live.is_some())
+            .collect();
         for round in 0..rounds.max(1) {
-            for k in 0..count {
-                let v = &mut self.versions[(round + k) % count];
-                // One untimed run first: the timed one then starts from this version's own
-                // cache state (weights and activations resident as in steady-state inference),
-                // not from the previous version's.
-                v.plan.run(&mut v.workspace, &v.inputs, None)?;
-                let start = std::time::Instant::now();
-                v.plan.run(&mut v.workspace, &v.inputs, None)?;
-                v.times_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            for k in 0..live.len() {
+                let v = &mut self.versions[live[(round + k) % live.len()]];
+                if let Some((plan, workspace)) = &mut v.live {
+                    let ms = timed_run(plan, workspace, &v.inputs)?;
+                    v.times_ms.push(ms);
+                }
             }
         }
         Ok(())
@@ -303,13 +345,21 @@ impl Measurements {
         median(self.versions[version].times_ms.clone())
     }
 
-    /// Speed-up of `after` over `before`: the median of the per-round ratios.
+    /// Speed-up of `after` over `before`: the median of the per-round ratios when both were
+    /// timed interleaved, else the ratio of their medians.
     fn speedup(&self, before: usize, after: usize) -> f64 {
-        let (b, a) = (
-            &self.versions[before].times_ms,
-            &self.versions[after].times_ms,
-        );
-        median(b.iter().zip(a).map(|(b, a)| b / a.max(1e-12)).collect())
+        let (b, a) = (&self.versions[before], &self.versions[after]);
+        if b.interleaved && a.interleaved {
+            median(
+                b.times_ms
+                    .iter()
+                    .zip(&a.times_ms)
+                    .map(|(b, a)| b / a.max(1e-12))
+                    .collect(),
+            )
+        } else {
+            self.median_ms(before) / self.median_ms(after).max(1e-12)
+        }
     }
 }
 
@@ -422,6 +472,7 @@ pub fn advise(
     let before = analysis::analyze_graph(current.clone(), source, device, analyze)?;
     let mut measurements = Measurements {
         versions: Vec::new(),
+        live_bytes: 0,
     };
     // Index of the measured version the next pass starts from.
     let mut measured_prev = if verify {
@@ -541,8 +592,12 @@ pub fn advise(
         schema_version: ADVICE_SCHEMA_VERSION,
         verified: verify,
         verification_note: if verify {
+            let sequential = match measurements.sequential_count() {
+                0 => String::new(),
+                n => format!("; {n} graph version(s) timed on their own, their gains ratios of medians (keeping every version's plan alive would pass the {:.1} GiB budget)", options.live_plan_budget_bytes as f64 / (1u64 << 30) as f64),
+            };
             format!(
-                "measured on this CPU with the tool's kernels: {} interleaved rounds (median latency; gains are medians of per-round ratios), {} thread(s)",
+                "measured on this CPU with the tool's kernels: {} interleaved rounds (median latency; gains are medians of per-round ratios), {} thread(s){sequential}",
                 options.runs.max(1),
                 options.threads.max(1)
             )

@@ -105,6 +105,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
             CalibrationArg::Percentile => advisor::quantize::CalibrationMethod::Percentile,
         },
         calibration_samples: args.calibration_samples.max(1),
+        ..AdviseOptions::default()
     };
     let (report, rewritten) =
         advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;

@@ -248,3 +248,36 @@ fn exported_rewrites_run_in_onnxruntime_with_the_same_outputs() {
         );
     }
 }
+
+#[test]
+fn verify_times_versions_interleaved_or_alone_past_the_memory_budget() {
+    let (graph, options) = builtin_graph("tinycnn");
+    let mut device = find_device("rtx2080ti").unwrap().to_profile();
+    // Measurements only run for a probed profile; the figures themselves do not matter here.
+    device.source = roofline::device::ProfileSource::Probed;
+    for (budget, alone) in [(u64::MAX, false), (1, true)] {
+        let advise_options = AdviseOptions {
+            verify: true,
+            runs: 3,
+            live_plan_budget_bytes: budget,
+            ..AdviseOptions::default()
+        };
+        let (report, _) =
+            advisor::advise(graph.clone(), "tinycnn", &device, &options, &advise_options).unwrap();
+        assert!(report.verified);
+        assert_eq!(
+            report.verification_note.contains("timed on their own"),
+            alone,
+            "{}",
+            report.verification_note
+        );
+        let overall = report.overall.measured_speedup.expect("measured");
+        assert!(overall.is_finite() && overall > 0.0);
+        for pass in report.passes.iter().filter(|p| !p.changes.is_empty()) {
+            let gain = pass.measured_speedup.expect("measured pass");
+            assert!(gain.is_finite() && gain > 0.0, "{}: {gain}", pass.name);
+            assert!(pass.measured_latency_after_ms.unwrap() > 0.0);
+        }
+        assert!(report.overall.max_relative_output_error.unwrap() < 1e-4);
+    }
+}
