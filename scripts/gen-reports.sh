@@ -2,7 +2,8 @@
 # Regenerates the sample reports committed under reports/:
 #   reports/resnet50-rtx2080ti.{html,svg}, reports/mobilenetv2-rtx2080ti.{html,svg},
 #   reports/resnet50-rtx2080ti-vs-a100.html (two devices side by side),
-#   reports/resnet50-local.{html,svg} when a probed profile of this machine exists
+#   reports/resnet50-local.{html,svg} and reports/mobilenetv2-advise-local.html (the advisor's
+#   before/after view, measured here) when a probed profile of this machine exists
 #   (`roofline probe` saves it; pass SKIP_LOCAL=1 to leave it out).
 # Usage: scripts/gen-reports.sh            (from anywhere in the repository)
 set -euo pipefail
@@ -37,6 +38,11 @@ render resnet50-rtx2080ti-vs-a100.html builtin:resnet50 --device rtx2080ti --dev
 if [[ -z "${SKIP_LOCAL:-}" ]] && "$bin" analyze builtin:resnet50 --device local --format json -o /dev/null 2>/dev/null; then
     render resnet50-local.html builtin:resnet50 --device local --format html
     render resnet50-local.svg builtin:resnet50 --device local --format svg
+    # The advisor's before/after view, measured on this CPU (float rewrites and int8).
+    rm -f "$out/mobilenetv2-advise-local.html"
+    "$bin" advise builtin:mobilenetv2 --device local --verify --runs 10 \
+        --apply fold,bn-fold,fuse,eltwise,int8 --format html --report "$out/mobilenetv2-advise-local.html"
+    printf '%-40s %8d bytes\n' "$out/mobilenetv2-advise-local.html" "$(wc -c <"$out/mobilenetv2-advise-local.html")"
 else
     echo "gen-reports: no probed profile of this machine (run \`roofline probe\`); skipped resnet50-local" >&2
 fi
