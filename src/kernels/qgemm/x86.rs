@@ -79,7 +79,7 @@ unsafe fn tile_512<const M: usize, const NV: usize, const BCAST_U8: bool>(t: &Ti
         a = a.add(M * 4);
         b = b.add(NV * 64);
     }
-    epilogue_512::<M, NV>(&acc, t, !BCAST_U8);
+    epilogue_512::<M, NV>(acc, t, !BCAST_U8);
 }
 
 /// Whether the activation is applied in registers (else via the vectorised slice kernel).
@@ -127,14 +127,10 @@ pub(crate) unsafe fn quantize_512(y: __m512, inv: __m512, zp: __m512i) -> __m512
     )
 }
 
+/// Requantization constants of a tile (`inv`, `scale`, `zp`; zeros when there is no output grid).
 #[inline(always)]
-unsafe fn epilogue_512<const M: usize, const NV: usize>(
-    acc: &[[__m512i; NV]; M],
-    t: &Tile,
-    ch_row: bool,
-) {
-    let simple = in_register(&t.act);
-    let (inv, scale, zp) = match t.requant {
+unsafe fn requant_512(t: &Tile) -> (__m512, __m512, __m512i) {
+    match t.requant {
         Some(rq) => (
             _mm512_set1_ps(1.0 / rq.scale),
             _mm512_set1_ps(rq.scale),
@@ -145,77 +141,107 @@ unsafe fn epilogue_512<const M: usize, const NV: usize>(
             _mm512_setzero_ps(),
             _mm512_setzero_si512(),
         ),
+    }
+}
+
+/// The tile's epilogue, one row at a time with the row index a constant: the accumulators stay
+/// in registers (a loop over rows with a run-time bound spilled all of them to the stack,
+/// which on short reductions, K = 16, cost a quarter of the tile).
+#[inline(always)]
+unsafe fn epilogue_512<const M: usize, const NV: usize>(
+    acc: [[__m512i; NV]; M],
+    t: &Tile,
+    ch_row: bool,
+) {
+    let rq = requant_512(t);
+    macro_rules! rows {
+        ($($r:literal)*) => {
+            $(
+                if $r < t.m_eff {
+                    if let Some(row) = acc.get($r) {
+                        row_epilogue_512::<NV>(row, $r, t, ch_row, rq);
+                    }
+                }
+            )*
+        };
+    }
+    rows!(0 1 2 3 4 5 6 7);
+    debug_assert!(M <= 8, "epilogue_512 handles up to 8 rows");
+}
+
+#[inline(always)]
+unsafe fn row_epilogue_512<const NV: usize>(
+    row: &[__m512i; NV],
+    r: usize,
+    t: &Tile,
+    ch_row: bool,
+    (inv, scale, zp): (__m512, __m512, __m512i),
+) {
+    let simple = in_register(&t.act);
+    let (corr_r, mul_r, bias_r) = if ch_row {
+        (
+            _mm512_set1_epi32(*t.corr.add(r)),
+            _mm512_set1_ps(*t.mul.add(r)),
+            _mm512_set1_ps(*t.bias.add(r)),
+        )
+    } else {
+        (
+            _mm512_setzero_si512(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+        )
     };
-    for (r, row) in acc.iter().enumerate() {
-        if r >= t.m_eff {
+    let mut ys = [_mm512_setzero_ps(); 4];
+    for (v, a) in row.iter().enumerate() {
+        let j = v * 16;
+        if j >= t.n_eff {
             break;
         }
-        let (corr_r, mul_r, bias_r) = if ch_row {
-            (
-                _mm512_set1_epi32(*t.corr.add(r)),
-                _mm512_set1_ps(*t.mul.add(r)),
-                _mm512_set1_ps(*t.bias.add(r)),
-            )
+        let mask = lane_mask(t.n_eff - j);
+        let (corr, mul, bias) = if ch_row {
+            (corr_r, mul_r, bias_r)
         } else {
             (
-                _mm512_setzero_si512(),
-                _mm512_setzero_ps(),
-                _mm512_setzero_ps(),
+                _mm512_maskz_loadu_epi32(mask, t.corr.add(j)),
+                _mm512_maskz_loadu_ps(mask, t.mul.add(j)),
+                _mm512_maskz_loadu_ps(mask, t.bias.add(j)),
             )
         };
-        let mut ys = [_mm512_setzero_ps(); 4];
-        for (v, a) in row.iter().enumerate() {
-            let j = v * 16;
-            if j >= t.n_eff {
-                break;
-            }
-            let mask = lane_mask(t.n_eff - j);
-            let (corr, mul, bias) = if ch_row {
-                (corr_r, mul_r, bias_r)
-            } else {
-                (
-                    _mm512_maskz_loadu_epi32(mask, t.corr.add(j)),
-                    _mm512_maskz_loadu_ps(mask, t.mul.add(j)),
-                    _mm512_maskz_loadu_ps(mask, t.bias.add(j)),
-                )
-            };
-            let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(*a, corr)), mul, bias);
-            if !t.residual.is_null() {
-                y = _mm512_add_ps(
-                    y,
-                    _mm512_maskz_loadu_ps(mask, t.residual.add(r * t.ldc + j)),
-                );
-            }
-            ys[v] = activate_512(&t.act, y);
+        let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(*a, corr)), mul, bias);
+        if !t.residual.is_null() {
+            y = _mm512_add_ps(
+                y,
+                _mm512_maskz_loadu_ps(mask, t.residual.add(r * t.ldc + j)),
+            );
         }
-        if !simple {
-            let mut tmp = [0f32; 64];
-            for (v, y) in ys.iter().enumerate().take(NV) {
-                _mm512_storeu_ps(tmp.as_mut_ptr().add(v * 16), *y);
-            }
-            gemm::apply_activation(&t.act, &mut tmp[..t.n_eff.min(NV * 16)]);
-            for (v, y) in ys.iter_mut().enumerate().take(NV) {
-                *y = _mm512_loadu_ps(tmp.as_ptr().add(v * 16));
-            }
+        ys[v] = activate_512(&t.act, y);
+    }
+    if !simple {
+        let mut tmp = [0f32; 64];
+        for (v, y) in ys.iter().enumerate().take(NV) {
+            _mm512_storeu_ps(tmp.as_mut_ptr().add(v * 16), *y);
         }
-        for (v, &y) in ys.iter().enumerate().take(NV) {
-            let j = v * 16;
-            if j >= t.n_eff {
-                break;
-            }
-            let mask = lane_mask(t.n_eff - j);
-            let at = r * t.ldc + j;
-            match t.requant {
-                None => _mm512_mask_storeu_ps(t.c_f32.add(at), mask, y),
-                Some(_) => {
-                    let q = quantize_512(y, inv, zp);
-                    if t.c_u8.is_null() {
-                        let back =
-                            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, zp)), scale);
-                        _mm512_mask_storeu_ps(t.c_f32.add(at), mask, back);
-                    } else {
-                        _mm512_mask_cvtusepi32_storeu_epi8(t.c_u8.add(at) as *mut _, mask, q);
-                    }
+        gemm::apply_activation(&t.act, &mut tmp[..t.n_eff.min(NV * 16)]);
+        for (v, y) in ys.iter_mut().enumerate().take(NV) {
+            *y = _mm512_loadu_ps(tmp.as_ptr().add(v * 16));
+        }
+    }
+    for (v, &y) in ys.iter().enumerate().take(NV) {
+        let j = v * 16;
+        if j >= t.n_eff {
+            break;
+        }
+        let mask = lane_mask(t.n_eff - j);
+        let at = r * t.ldc + j;
+        match t.requant {
+            None => _mm512_mask_storeu_ps(t.c_f32.add(at), mask, y),
+            Some(_) => {
+                let q = quantize_512(y, inv, zp);
+                if t.c_u8.is_null() {
+                    let back = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, zp)), scale);
+                    _mm512_mask_storeu_ps(t.c_f32.add(at), mask, back);
+                } else {
+                    _mm512_mask_cvtusepi32_storeu_epi8(t.c_u8.add(at) as *mut _, mask, q);
                 }
             }
         }
