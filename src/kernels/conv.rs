@@ -133,7 +133,7 @@ fn im2col_threaded(
     assert!(cols.len() >= channels * rows_per_channel && image.len() >= channels * in_plane);
     let tasks = threads.min(channels).max(1);
     let per_task = channels.div_ceil(tasks);
-    let out = SharedOut(cols.as_mut_ptr());
+    let out = gemm::SendPtr(cols.as_mut_ptr());
     gemm::parallel_for(threads, tasks, |task| {
         let (c0, c1) = (task * per_task, ((task + 1) * per_task).min(channels));
         if c0 >= c1 {
@@ -154,19 +154,6 @@ fn im2col_threaded(
         };
         im2col(&sub, &image[c0 * in_plane..c1 * in_plane], dst);
     });
-}
-
-/// The im2col output, written by several workers at disjoint rows.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: each worker writes only its own channels' rows.
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    fn get(&self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// Runs the convolution with the default GEMM blocking. `weights` are
@@ -421,55 +408,65 @@ pub fn conv_transpose2d(
     }
 }
 
+/// Direct loop over every output, tap and input channel in f64 (grouped, strided, dilated,
+/// padded), then the epilogue: the reference the convolution kernels are tested against.
+#[cfg(test)]
+pub(crate) fn reference_conv(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+) -> Vec<f32> {
+    let g = geom;
+    let (gi, go) = (g.in_channels / g.group, g.out_channels / g.group);
+    let mut out = vec![0.0; g.batch * g.out_channels * g.out_h * g.out_w];
+    for n in 0..g.batch {
+        for m in 0..g.out_channels {
+            let group = m / go;
+            for y in 0..g.out_h {
+                for x in 0..g.out_w {
+                    let mut acc = epilogue.bias.map_or(0.0, |b| b[m]) as f64;
+                    for c in 0..gi {
+                        for ky in 0..g.kernel_h {
+                            for kx in 0..g.kernel_w {
+                                let iy = (y * g.stride_h + ky * g.dilation_h) as isize
+                                    - g.pad_top as isize;
+                                let ix = (x * g.stride_w + kx * g.dilation_w) as isize
+                                    - g.pad_left as isize;
+                                if iy < 0
+                                    || ix < 0
+                                    || iy >= g.in_h as isize
+                                    || ix >= g.in_w as isize
+                                {
+                                    continue;
+                                }
+                                let iv = input[((n * g.in_channels + group * gi + c) * g.in_h
+                                    + iy as usize)
+                                    * g.in_w
+                                    + ix as usize];
+                                let wv =
+                                    weights[((m * gi + c) * g.kernel_h + ky) * g.kernel_w + kx];
+                                acc += iv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    let at = ((n * g.out_channels + m) * g.out_h + y) * g.out_w + x;
+                    let mut v = acc as f32;
+                    if let Some(r) = epilogue.residual {
+                        v += r[at];
+                    }
+                    out[at] = gemm::activation_scalar(&epilogue.activation, v);
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::simd::{available_levels, IsaLevel};
-
-    /// Direct 7-loop convolution, the reference.
-    fn naive(geom: &Conv2d, input: &[f32], weights: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
-        let mut out = vec![0.0; geom.batch * geom.out_channels * geom.out_h * geom.out_w];
-        let gi = geom.in_channels / geom.group;
-        let go = geom.out_channels / geom.group;
-        for n in 0..geom.batch {
-            for m in 0..geom.out_channels {
-                let g = m / go;
-                for y in 0..geom.out_h {
-                    for x in 0..geom.out_w {
-                        let mut acc = bias.map_or(0.0, |b| b[m]) as f64;
-                        for c in 0..gi {
-                            for ky in 0..geom.kernel_h {
-                                for kx in 0..geom.kernel_w {
-                                    let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize
-                                        - geom.pad_top as isize;
-                                    let ix = (x * geom.stride_w + kx * geom.dilation_w) as isize
-                                        - geom.pad_left as isize;
-                                    if iy < 0
-                                        || ix < 0
-                                        || iy >= geom.in_h as isize
-                                        || ix >= geom.in_w as isize
-                                    {
-                                        continue;
-                                    }
-                                    let ic = g * gi + c;
-                                    let iv = input[((n * geom.in_channels + ic) * geom.in_h
-                                        + iy as usize)
-                                        * geom.in_w
-                                        + ix as usize];
-                                    let wv = weights
-                                        [((m * gi + c) * geom.kernel_h + ky) * geom.kernel_w + kx];
-                                    acc += iv as f64 * wv as f64;
-                                }
-                            }
-                        }
-                        out[((n * geom.out_channels + m) * geom.out_h + y) * geom.out_w + x] =
-                            acc as f32;
-                    }
-                }
-            }
-        }
-        out
-    }
 
     fn check(geom: Conv2d) {
         let input: Vec<f32> = (0..geom.batch * geom.in_channels * geom.in_h * geom.in_w)
@@ -480,14 +477,14 @@ mod tests {
                 .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
                 .collect();
         let bias: Vec<f32> = (0..geom.out_channels).map(|i| i as f32 * 0.1).collect();
-        let want = naive(&geom, &input, &weights, Some(&bias));
-        let mut got = vec![0.0; want.len()];
-        let mut scratch = vec![0.0; geom.scratch_len()];
         let ep = ConvEpilogue {
             bias: Some(&bias),
             residual: None,
             activation: Activation::None,
         };
+        let want = reference_conv(&geom, &input, &weights, &ep);
+        let mut got = vec![0.0; want.len()];
+        let mut scratch = vec![0.0; geom.scratch_len()];
         conv2d(&geom, &input, &weights, &ep, &mut got, &mut scratch, 1);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(

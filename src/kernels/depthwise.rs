@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::conv::{Conv2d, ConvEpilogue};
 use super::gemm::act::activate;
 use super::gemm::simd::Vf32;
-use super::gemm::{parallel_for, Activation, Isa};
+use super::gemm::{parallel_for, Activation, Isa, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m256, __m512};
@@ -128,15 +128,9 @@ struct Job<'a> {
     input: &'a [f32],
     weights: &'a [f32],
     epilogue: &'a ConvEpilogue<'a>,
-    output: OutPtr,
+    /// Each worker writes only the planes of its own channels.
+    output: SendPtr<f32>,
 }
-
-/// The output, written by several workers at disjoint channel planes.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: each worker writes only the planes of its own channels.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 thread_local! {
     /// Phase planes and grid block of the current worker, reused across calls.
@@ -202,7 +196,7 @@ pub fn depthwise_conv2d_with(
         input,
         weights,
         epilogue,
-        output: OutPtr(output.as_mut_ptr()),
+        output: SendPtr(output.as_mut_ptr()),
     };
     let tasks = if threads <= 1 {
         1
@@ -622,47 +616,6 @@ unsafe fn write_row<V: Vf32>(
 mod tests {
     use super::*;
 
-    /// Direct loop over every output and tap, the reference.
-    fn naive(g: &Conv2d, input: &[f32], weights: &[f32], epi: &ConvEpilogue) -> Vec<f32> {
-        let mut out = vec![0.0; g.batch * g.out_channels * g.out_h * g.out_w];
-        for n in 0..g.batch {
-            for c in 0..g.in_channels {
-                for y in 0..g.out_h {
-                    for x in 0..g.out_w {
-                        let mut acc = epi.bias.map_or(0.0, |b| b[c]) as f64;
-                        for ky in 0..g.kernel_h {
-                            for kx in 0..g.kernel_w {
-                                let iy = (y * g.stride_h + ky * g.dilation_h) as isize
-                                    - g.pad_top as isize;
-                                let ix = (x * g.stride_w + kx * g.dilation_w) as isize
-                                    - g.pad_left as isize;
-                                if iy < 0
-                                    || ix < 0
-                                    || iy >= g.in_h as isize
-                                    || ix >= g.in_w as isize
-                                {
-                                    continue;
-                                }
-                                let v = input[((n * g.in_channels + c) * g.in_h + iy as usize)
-                                    * g.in_w
-                                    + ix as usize];
-                                acc += v as f64
-                                    * weights[(c * g.kernel_h + ky) * g.kernel_w + kx] as f64;
-                            }
-                        }
-                        let at = ((n * g.in_channels + c) * g.out_h + y) * g.out_w + x;
-                        let mut v = acc as f32;
-                        if let Some(r) = epi.residual {
-                            v += r[at];
-                        }
-                        out[at] = crate::kernels::gemm::activation_scalar(&epi.activation, v);
-                    }
-                }
-            }
-        }
-        out
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn geom(
         channels: usize,
@@ -709,7 +662,7 @@ mod tests {
             residual: with_residual.then_some(&residual[..]),
             activation,
         };
-        let want = naive(&g, &input, &weights, &epi);
+        let want = crate::kernels::conv::reference_conv(&g, &input, &weights, &epi);
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             for threads in [1, 2] {
                 // NaN-filled, so any output left unwritten fails.

@@ -113,16 +113,18 @@ pub(crate) struct Job<'a> {
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
 unsafe impl Sync for Job<'_> {}
 
-/// A raw output pointer handed to tasks that write disjoint parts of it. Read it through
-/// `get()` so closures capture the wrapper (which is `Sync`), not the bare pointer field.
+/// A raw output pointer handed to tasks that write disjoint parts of it (every threaded kernel
+/// uses this one). Read it through `get()` so closures capture the wrapper (which is `Sync`),
+/// not the bare pointer field.
 #[derive(Clone, Copy)]
-struct SyncMut(*mut f32);
-// SAFETY: used only to hand disjoint output regions to tasks.
-unsafe impl Send for SyncMut {}
-unsafe impl Sync for SyncMut {}
+pub(crate) struct SendPtr<T>(pub *mut T);
+// SAFETY: used only to hand disjoint output regions to tasks; the pointee outlives them.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
 
-impl SyncMut {
-    fn get(&self) -> *mut f32 {
+impl<T> SendPtr<T> {
+    pub fn get(self) -> *mut T {
         self.0
     }
 }
@@ -135,7 +137,7 @@ fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
     }
     let p = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .thread_name(move |i| format!("gemm{threads}-{i}"))
+        .thread_name(move |i| format!("kernels{threads}-{i}"))
         .build()
         .ok()?;
     let p = Arc::new(p);
@@ -203,7 +205,7 @@ pub(crate) fn pack_whole(
     assert!(dst.len() >= PackedView::size(src.len, k, w));
     let tasks = panels.min(threads.max(1) * 2).max(1);
     let per = panels.div_ceil(tasks);
-    let out = SyncMut(dst.as_mut_ptr());
+    let out = SendPtr(dst.as_mut_ptr());
     parallel_for(threads, panels.div_ceil(per), |t| {
         let p0 = t * per;
         let p1 = (p0 + per).min(panels);
@@ -550,7 +552,7 @@ fn gemv(job: &Job, threads: usize) -> bool {
         .min(outputs * k / min_gemv_elems_per_thread())
         .min(chunks)
         .max(1);
-    let c = SyncMut(job.c);
+    let c = SendPtr(job.c);
     let xp = SyncPtr(x.as_ptr());
     parallel_for(t, chunks, |ci| {
         let o0 = ci * chunk;
@@ -599,7 +601,7 @@ fn gemv(job: &Job, threads: usize) -> bool {
     true
 }
 
-/// Read-only counterpart of [`SyncMut`].
+/// Read-only counterpart of [`SendPtr`].
 #[derive(Clone, Copy)]
 struct SyncPtr(*const f32);
 // SAFETY: read-only pointers into slices borrowed for the whole call.

@@ -5,8 +5,8 @@
 //! accumulators stay in registers for the whole k loop; each k step loads `NV` vectors of B and
 //! broadcasts `MR` scalars of A (folded into the FMAs' memory operands on AVX-512).
 //!
-//! The epilogue is applied while the tile is in registers or in a stack copy of it (edge tiles,
-//! and tiles that need bias/residual/activation): C is written once per k-block, and the last
+//! The epilogue is applied while the tile is in registers (full tiles) or in a stack copy of it
+//! (edge tiles), both through `finish`: C is written once per k-block, and the last
 //! k-block writes the final value with bias, residual and activation already applied.
 
 use super::act::activate;
@@ -26,18 +26,6 @@ pub(crate) struct TileEpi<'a> {
     /// Residual at the tile's origin, with C's leading dimension, or null.
     pub residual: *const f32,
     pub act: &'a Activation,
-}
-
-impl TileEpi<'_> {
-    /// Nothing to do beyond storing or accumulating the raw products.
-    #[inline(always)]
-    pub fn plain(&self) -> bool {
-        !self.last
-            || (self.bias_row.is_null()
-                && self.bias_col.is_null()
-                && self.residual.is_null()
-                && matches!(self.act, Activation::None))
-    }
 }
 
 /// Signature of the per-ISA tile store (a separate, non-inlined function so the hot k loop
@@ -86,46 +74,28 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
         bp = bp.add(nr);
     }
     if m_eff == MR && n_eff == nr {
-        if epi.plain() {
-            for (i, row) in acc.iter().enumerate() {
-                for (v, accv) in row.iter().enumerate() {
-                    let p = c.add(i * ldc + v * V::LANES);
-                    let x = if epi.accumulate {
-                        V::add(V::load(p), *accv)
-                    } else {
-                        *accv
-                    };
-                    V::store(p, x);
-                }
+        // A full tile: finished in registers (no spill, no second pass over C).
+        for (i, row) in acc.iter().enumerate() {
+            let crow = c.add(i * ldc);
+            let bias_row = row_bias::<V>(epi, i);
+            let residual = offset(epi.residual, i * ldc);
+            for (v, accv) in row.iter().enumerate() {
+                let j = v * V::LANES;
+                let x = finish(
+                    *accv,
+                    epi,
+                    crow.add(j),
+                    bias_row,
+                    offset(epi.bias_col, j),
+                    offset(residual, j),
+                    |p| V::load(p),
+                );
+                V::store(crow.add(j), x);
             }
-            return;
         }
-        if epi.bias_col.is_null() {
-            // A full tile with a per-row bias, residual and activation (the fused conv case):
-            // applied in registers, so the epilogue costs no spill and no second pass.
-            for (i, row) in acc.iter().enumerate() {
-                let bias = (!epi.bias_row.is_null()).then(|| V::splat(*epi.bias_row.add(i)));
-                for (v, accv) in row.iter().enumerate() {
-                    let p = c.add(i * ldc + v * V::LANES);
-                    // The same order as `store_tile` (C, then bias, then residual), so full
-                    // and edge tiles round alike.
-                    let mut x = *accv;
-                    if epi.accumulate {
-                        x = V::add(x, V::load(p));
-                    }
-                    if let Some(b) = bias {
-                        x = V::add(x, b);
-                    }
-                    if !epi.residual.is_null() {
-                        x = V::add(x, V::load(epi.residual.add(i * ldc + v * V::LANES)));
-                    }
-                    V::store(p, activate(epi.act, x));
-                }
-            }
-            return;
-        }
+        return;
     }
-    // Edge tile or a fused epilogue: spill to an aligned stack tile, then the general store.
+    // Edge tile: spill to an aligned stack tile, then the general (masked) store.
     let mut tile = [[V::zero(); NV]; MR];
     for (t, row) in tile.iter_mut().zip(acc.iter()) {
         for (tv, accv) in t.iter_mut().zip(row.iter()) {
@@ -133,6 +103,54 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
         }
     }
     store(tile.as_ptr() as *const f32, nr, m_eff, n_eff, c, ldc, epi);
+}
+
+/// `p + n`, or null when `p` is null (an absent bias or residual stays absent).
+#[inline(always)]
+unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
+    if p.is_null() {
+        p
+    } else {
+        p.add(n)
+    }
+}
+
+/// The per-row bias of tile row `i`, splat, on the last k-block.
+#[inline(always)]
+unsafe fn row_bias<V: Vf32>(epi: &TileEpi, i: usize) -> Option<V> {
+    (epi.last && !epi.bias_row.is_null()).then(|| V::splat(*epi.bias_row.add(i)))
+}
+
+/// One vector of C's new value: the products `x`, plus C when accumulating; on the last k-block
+/// also the row bias, column bias and residual, then the activation. `ld` loads the lanes the
+/// vector covers. The one definition of the epilogue's order, shared by the full-tile and edge
+/// paths so they round alike.
+#[inline(always)]
+unsafe fn finish<V: Vf32>(
+    mut x: V,
+    epi: &TileEpi,
+    c: *const f32,
+    bias_row: Option<V>,
+    bias_col: *const f32,
+    residual: *const f32,
+    ld: impl Fn(*const f32) -> V,
+) -> V {
+    if epi.accumulate {
+        x = V::add(x, ld(c));
+    }
+    if epi.last {
+        if let Some(b) = bias_row {
+            x = V::add(x, b);
+        }
+        if !bias_col.is_null() {
+            x = V::add(x, ld(bias_col));
+        }
+        if !residual.is_null() {
+            x = V::add(x, ld(residual));
+        }
+        x = activate(epi.act, x);
+    }
+    x
 }
 
 /// Writes an `m_eff × n_eff` tile held at `tile` (leading dimension `tile_ld`) into C,
@@ -150,37 +168,22 @@ pub(crate) unsafe fn store_tile<V: Vf32>(
     for i in 0..m_eff {
         let t = tile.add(i * tile_ld);
         let crow = c.add(i * ldc);
-        let brow = if epi.last && !epi.bias_row.is_null() {
-            Some(V::splat(*epi.bias_row.add(i)))
-        } else {
-            None
-        };
-        let res = if epi.residual.is_null() {
-            epi.residual
-        } else {
-            epi.residual.add(i * ldc)
-        };
+        let bias_row = row_bias::<V>(epi, i);
+        let residual = offset(epi.residual, i * ldc);
         let mut j = 0;
         while j < n_eff {
             let w = n_eff - j;
             let full = w >= V::LANES;
             let ld = |p: *const f32| if full { V::load(p) } else { V::load_n(p, w) };
-            let mut v = V::load(t.add(j));
-            if epi.accumulate {
-                v = V::add(v, ld(crow.add(j)));
-            }
-            if epi.last {
-                if let Some(b) = brow {
-                    v = V::add(v, b);
-                }
-                if !epi.bias_col.is_null() {
-                    v = V::add(v, ld(epi.bias_col.add(j)));
-                }
-                if !res.is_null() {
-                    v = V::add(v, ld(res.add(j)));
-                }
-                v = activate(epi.act, v);
-            }
+            let v = finish(
+                V::load(t.add(j)),
+                epi,
+                crow.add(j),
+                bias_row,
+                offset(epi.bias_col, j),
+                offset(residual, j),
+                ld,
+            );
             if full {
                 V::store(crow.add(j), v);
             } else {

@@ -58,9 +58,7 @@ mod tests;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-use std::sync::{Arc, Mutex, OnceLock};
-
-use rayon::prelude::*;
+use std::sync::OnceLock;
 
 pub use bf16::{
     bgemm_wx, bgemm_wx_with, bgemm_xw, bgemm_xw_with, f32_to_bf16, BActSrc, BEpilogue, BIsa,
@@ -470,46 +468,8 @@ fn kernels(isa: QIsa) -> &'static QKernels {
     }
 }
 
-/// Raw pointer that may cross threads (disjoint regions are written by each task).
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub *mut T);
-// SAFETY: tasks write disjoint tiles; the pointer outlives the parallel region.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    pub fn get(self) -> *mut T {
-        self.0
-    }
-}
-
-fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
-    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = pools.iter().find(|(t, _)| *t == threads) {
-        return Some(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(move |i| format!("qgemm{threads}-{i}"))
-        .build()
-        .ok()?;
-    let p = Arc::new(p);
-    pools.push((threads, p.clone()));
-    Some(p)
-}
-
-/// Runs `f(0..tasks)` on `threads` workers (inline for one thread or one task).
-pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Sync + Send) {
-    if threads > 1 && tasks > 1 {
-        if let Some(p) = pool(threads) {
-            p.install(|| (0..tasks).into_par_iter().for_each(&f));
-            return;
-        }
-    }
-    (0..tasks).for_each(f);
-}
+// The threading helpers are the GEMM's: one pool of workers for every kernel.
+pub(crate) use crate::kernels::gemm::{parallel_for, SendPtr};
 
 thread_local! {
     static PANEL: std::cell::Cell<Option<AlignedBytes>> = const { std::cell::Cell::new(None) };

@@ -334,43 +334,12 @@ fn check_leading_dimension(isa: QIsa) {
 
 /// Direct convolution on dequantized values (the exact result of the int8 arithmetic).
 fn naive_conv(g: &Conv2d, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f32> {
-    let (gi, go) = (g.in_channels / g.group, g.out_channels / g.group);
-    let mut out = vec![0.0; g.batch * g.out_channels * g.out_h * g.out_w];
-    for n in 0..g.batch {
-        for m in 0..g.out_channels {
-            let grp = m / go;
-            for y in 0..g.out_h {
-                for xo in 0..g.out_w {
-                    let mut acc = bias[m] as f64;
-                    for c in 0..gi {
-                        for ky in 0..g.kernel_h {
-                            for kx in 0..g.kernel_w {
-                                let iy = (y * g.stride_h + ky * g.dilation_h) as isize
-                                    - g.pad_top as isize;
-                                let ix = (xo * g.stride_w + kx * g.dilation_w) as isize
-                                    - g.pad_left as isize;
-                                if iy < 0
-                                    || ix < 0
-                                    || iy >= g.in_h as isize
-                                    || ix >= g.in_w as isize
-                                {
-                                    continue;
-                                }
-                                let xi = ((n * g.in_channels + grp * gi + c) * g.in_h
-                                    + iy as usize)
-                                    * g.in_w
-                                    + ix as usize;
-                                let wi = ((m * gi + c) * g.kernel_h + ky) * g.kernel_w + kx;
-                                acc += x[xi] as f64 * w[wi] as f64;
-                            }
-                        }
-                    }
-                    out[((n * g.out_channels + m) * g.out_h + y) * g.out_w + xo] = acc as f32;
-                }
-            }
-        }
-    }
-    out
+    let epilogue = crate::kernels::conv::ConvEpilogue {
+        bias: Some(bias),
+        residual: None,
+        activation: Activation::None,
+    };
+    crate::kernels::conv::reference_conv(g, x, w, &epilogue)
 }
 
 #[allow(clippy::too_many_arguments)]
