@@ -134,7 +134,7 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 }
 
 struct Shape {
-    name: &'static str,
+    name: String,
     m: usize,
     n: usize,
     k: usize,
@@ -142,57 +142,56 @@ struct Shape {
     packed_a: bool,
 }
 
-const SHAPES: &[Shape] = &[
-    Shape {
-        name: "1024³",
-        m: 1024,
-        n: 1024,
-        k: 1024,
-        packed_a: false,
-    },
-    Shape {
-        name: "2048³",
-        m: 2048,
-        n: 2048,
-        k: 2048,
-        packed_a: false,
-    },
-    Shape {
-        name: "conv 64×3136×576",
-        m: 64,
-        n: 3136,
-        k: 576,
-        packed_a: false,
-    },
-    Shape {
-        name: "conv 64×3136×576 (packed A)",
-        m: 64,
-        n: 3136,
-        k: 576,
-        packed_a: true,
-    },
-    Shape {
-        name: "conv 256×784×1152",
-        m: 256,
-        n: 784,
-        k: 1152,
-        packed_a: false,
-    },
-    Shape {
-        name: "conv 256×784×1152 (packed A)",
-        m: 256,
-        n: 784,
-        k: 1152,
-        packed_a: true,
-    },
-    Shape {
-        name: "gemv 1000×1×2048",
-        m: 1000,
-        n: 1,
-        k: 2048,
-        packed_a: false,
-    },
+const SHAPES: &[(&str, usize, usize, usize, bool)] = &[
+    ("1024³", 1024, 1024, 1024, false),
+    ("2048³", 2048, 2048, 2048, false),
+    ("conv 64×3136×576", 64, 3136, 576, false),
+    ("conv 64×3136×576 (packed A)", 64, 3136, 576, true),
+    ("conv 256×784×1152", 256, 784, 1152, false),
+    ("conv 256×784×1152 (packed A)", 256, 784, 1152, true),
+    ("gemv 1000×1×2048", 1000, 1, 2048, false),
 ];
+
+/// The built-in shapes, or those of `GEMM_BENCH_SHAPES` (`MxNxK` or `MxNxKp` for pre-packed
+/// A, comma-separated) when set, so a model's own GEMM shapes can be checked in isolation.
+fn shapes() -> Vec<Shape> {
+    let shape = |name: String, m, n, k, packed_a| Shape {
+        name,
+        m,
+        n,
+        k,
+        packed_a,
+    };
+    match std::env::var("GEMM_BENCH_SHAPES") {
+        Ok(list) => list
+            .split(',')
+            .map(|spec| {
+                let spec = spec.trim();
+                let packed = spec.ends_with('p');
+                let dims: Vec<usize> = spec
+                    .trim_end_matches('p')
+                    .split('x')
+                    .map(|d| {
+                        d.parse()
+                            .expect("GEMM_BENCH_SHAPES: MxNxK[p], comma-separated")
+                    })
+                    .collect();
+                assert_eq!(
+                    dims.len(),
+                    3,
+                    "GEMM_BENCH_SHAPES: MxNxK[p], comma-separated"
+                );
+                let suffix = if packed { " (packed A)" } else { "" };
+                let name = format!("{}×{}×{}{suffix}", dims[0], dims[1], dims[2]);
+                shape(name, dims[0], dims[1], dims[2], packed)
+            })
+            .collect(),
+        Err(_) => SHAPES
+            .iter()
+            .map(|&(name, m, n, k, packed)| shape(name.to_string(), m, n, k, packed))
+            .collect(),
+    }
+}
 
 struct Problem {
     a: Vec<f32>,
@@ -320,7 +319,8 @@ fn summary(cfg: &GemmConfig) {
     let mut rows = Vec::new();
     let mut best_peak = vec![0.0f64; all + 1];
     let mut best_peak_cpu = 0.0f64;
-    for s in SHAPES {
+    let shapes = shapes();
+    for s in &shapes {
         let mut p = Problem::new(s, cfg);
         for &threads in &thread_counts {
             let st = measure(&mut p, cfg, threads, budget);
@@ -413,13 +413,15 @@ fn criterion_benches(c: &mut Criterion, cfg: &GemmConfig) {
     g.sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(3));
-    for s in SHAPES {
+    let shapes = shapes();
+    for s in &shapes {
         let mut p = Problem::new(s, cfg);
         g.throughput(Throughput::Elements(p.flops() as u64));
         for threads in if all > 1 { vec![1, all] } else { vec![1] } {
-            g.bench_function(BenchmarkId::new(s.name, format!("{threads}t")), |bch| {
-                bch.iter(|| p.run(cfg, threads))
-            });
+            g.bench_function(
+                BenchmarkId::new(s.name.as_str(), format!("{threads}t")),
+                |bch| bch.iter(|| p.run(cfg, threads)),
+            );
         }
     }
     g.finish();

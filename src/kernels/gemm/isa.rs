@@ -70,7 +70,26 @@ macro_rules! isa_kernels {
                 n_eff: usize,
                 epi: &TileEpi,
             ) {
-                micro::micro::<$V, MR, $nv>(kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile)
+                // Edge tiles run a smaller instance: a third, two thirds or all of the rows,
+                // one vector or all of them.
+                const R1: usize = if MR >= 3 { MR / 3 } else { MR };
+                const R2: usize = if MR >= 3 { 2 * (MR / 3) } else { MR };
+                const LANES: usize = <$V as Vf32>::LANES;
+                macro_rules! run {
+                    ($rows:expr, $vecs:expr) => {
+                        micro::micro::<$V, MR, $nv, { $rows }, { $vecs }>(
+                            kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile,
+                        )
+                    };
+                }
+                match (m_eff > R2, m_eff > R1, n_eff > LANES) {
+                    (true, _, true) => run!(MR, $nv),
+                    (true, _, false) => run!(MR, 1),
+                    (false, true, true) => run!(R2, $nv),
+                    (false, true, false) => run!(R2, 1),
+                    (false, false, true) => run!(R1, $nv),
+                    (false, false, false) => run!(R1, 1),
+                }
             }
 
             $(#[$attr])*

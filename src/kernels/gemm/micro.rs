@@ -35,9 +35,20 @@ pub(crate) type StoreTileFn = unsafe fn(*const f32, usize, usize, usize, *mut f3
 /// The generic microkernel. `a`: `kc × MR` packed panel; `b`: `kc × NR` packed panel, aligned
 /// to the vector width; `c`: the tile's origin in C (leading dimension `ldc`), of which only
 /// `m_eff × n_eff` is written.
+///
+/// Only the first `ROWS` rows and `VECS` vectors of the packed panels are computed: edge
+/// tiles use a smaller instance (`m_eff <= ROWS`, `n_eff <= VECS · LANES`) instead of doing
+/// the whole tile's FMAs for a few rows or columns. A 64-channel conv with 12-row tiles would
+/// otherwise compute 72 rows, and a 196-pixel one 224 columns.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
+pub(crate) unsafe fn micro<
+    V: Vf32,
+    const MR: usize,
+    const NV: usize,
+    const ROWS: usize,
+    const VECS: usize,
+>(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -48,19 +59,21 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
     epi: &TileEpi,
     store: StoreTileFn,
 ) {
+    debug_assert!(ROWS <= MR && VECS <= NV && m_eff <= ROWS && n_eff <= VECS * V::LANES);
     let nr = NV * V::LANES;
-    let mut acc = [[V::zero(); NV]; MR];
-    for i in 0..MR {
+    let tile_nr = VECS * V::LANES;
+    let mut acc = [[V::zero(); VECS]; ROWS];
+    for i in 0..ROWS {
         if i < m_eff {
             // wrapping_add: an edge tile's row may end before `nr - 1` (a prefetch never faults).
             V::prefetch(c.wrapping_add(i * ldc));
-            V::prefetch(c.wrapping_add(i * ldc + nr - 1));
+            V::prefetch(c.wrapping_add(i * ldc + tile_nr - 1));
         }
     }
     let mut ap = a;
     let mut bp = b;
     for _ in 0..kc {
-        let mut bv = [V::zero(); NV];
+        let mut bv = [V::zero(); VECS];
         for (v, bvv) in bv.iter_mut().enumerate() {
             *bvv = V::load_aligned(bp.add(v * V::LANES));
         }
@@ -73,7 +86,7 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
         ap = ap.add(MR);
         bp = bp.add(nr);
     }
-    if m_eff == MR && n_eff == nr {
+    if m_eff == ROWS && n_eff == tile_nr {
         // A full tile: finished in registers (no spill, no second pass over C).
         for (i, row) in acc.iter().enumerate() {
             let crow = c.add(i * ldc);
@@ -96,13 +109,21 @@ pub(crate) unsafe fn micro<V: Vf32, const MR: usize, const NV: usize>(
         return;
     }
     // Edge tile: spill to an aligned stack tile, then the general (masked) store.
-    let mut tile = [[V::zero(); NV]; MR];
+    let mut tile = [[V::zero(); VECS]; ROWS];
     for (t, row) in tile.iter_mut().zip(acc.iter()) {
         for (tv, accv) in t.iter_mut().zip(row.iter()) {
             V::store(tv as *mut V as *mut f32, *accv);
         }
     }
-    store(tile.as_ptr() as *const f32, nr, m_eff, n_eff, c, ldc, epi);
+    store(
+        tile.as_ptr() as *const f32,
+        tile_nr,
+        m_eff,
+        n_eff,
+        c,
+        ldc,
+        epi,
+    );
 }
 
 /// `p + n`, or null when `p` is null (an absent bias or residual stays absent).

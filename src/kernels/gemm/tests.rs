@@ -465,6 +465,20 @@ pub(super) fn epilogues(isa: Isa) {
                 );
                 case.check_all(&cfg, 1, "epilogue");
                 case.check_all(&tiny, 1, "epilogue tiny blocking");
+                // Edge tiles that exactly fill a smaller microkernel instance (a third of
+                // the rows, one vector), so they finish in registers too.
+                let case = Case::new(
+                    &mut rng,
+                    mr + mr / 3,
+                    nr + nr / 2,
+                    19,
+                    Layout::RowMajor,
+                    Layout::RowMajor,
+                    bias_kind,
+                    residual,
+                    act,
+                );
+                case.check_all(&cfg, 1, "epilogue, small-instance edge tiles");
             }
         }
     }
