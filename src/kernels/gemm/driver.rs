@@ -387,9 +387,12 @@ pub(crate) fn drive(job: &Job, threads: usize) {
         unsafe { run_region(job, 0, m, 0, n) };
         return;
     }
+    // Prefer splitting along the pre-packed operand's other dimension (nothing to pack up
+    // front) when that gives every thread four tiles or more: with fewer, one tile more or less
+    // per thread unbalances them (5 tiles on 2 threads: 3 + 2).
     let split_n = match (job.a, job.b) {
-        (Opnd::Packed(_), _) if n_tiles >= 2 * t => true,
-        (_, Opnd::Packed(_)) if m_tiles >= 2 * t => false,
+        (Opnd::Packed(_), _) if n_tiles >= 4 * t => true,
+        (_, Opnd::Packed(_)) if m_tiles >= 4 * t => false,
         _ => n_tiles * nr >= m_tiles * mr,
     };
     // The operand every task reads whole: pack it once, in parallel, unless it already is.

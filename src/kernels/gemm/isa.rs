@@ -30,6 +30,8 @@ pub(crate) struct Kernel {
     pub isa: Isa,
     pub mr: usize,
     pub nr: usize,
+    /// Floats per vector: an edge tile of at most this many columns runs a one-vector instance.
+    pub lanes: usize,
     pub blocking: Blocking,
     pub micro: MicroFn,
     pub pack_a: PackFn,
@@ -41,6 +43,37 @@ pub(crate) struct Kernel {
     pub epilogue_vec: EpiVecFn,
     pub act_slice: SliceFn,
     pub erf_slice: ErfFn,
+}
+
+/// The row counts of the smaller microkernel instances edge tiles run (a third and two thirds
+/// of `mr`; an edge tile with more rows runs the full instance).
+pub(crate) const fn edge_rows(mr: usize) -> (usize, usize) {
+    if mr >= 3 {
+        (mr / 3, 2 * (mr / 3))
+    } else {
+        (mr, mr)
+    }
+}
+
+impl Kernel {
+    /// Rows and columns the microkernels compute for an `m × n` C, edge tiles included.
+    pub fn computed_extent(&self, m: usize, n: usize) -> (usize, usize) {
+        let (r1, r2) = edge_rows(self.mr);
+        let rows = m / self.mr * self.mr
+            + match m % self.mr {
+                0 => 0,
+                r if r <= r1 => r1,
+                r if r <= r2 => r2,
+                _ => self.mr,
+            };
+        let cols = n / self.nr * self.nr
+            + match n % self.nr {
+                0 => 0,
+                r if r <= self.lanes => self.lanes,
+                _ => self.nr,
+            };
+        (rows, cols)
+    }
 }
 
 macro_rules! isa_kernels {
@@ -56,7 +89,8 @@ macro_rules! isa_kernels {
             use std::arch::x86_64::*;
 
             pub const MR: usize = $mr;
-            pub const NR: usize = $nv * <$V as Vf32>::LANES;
+            pub const LANES: usize = <$V as Vf32>::LANES;
+            pub const NR: usize = $nv * LANES;
 
             $(#[$attr])*
             #[allow(clippy::too_many_arguments)]
@@ -72,9 +106,8 @@ macro_rules! isa_kernels {
             ) {
                 // Edge tiles run a smaller instance: a third, two thirds or all of the rows,
                 // one vector or all of them.
-                const R1: usize = if MR >= 3 { MR / 3 } else { MR };
-                const R2: usize = if MR >= 3 { 2 * (MR / 3) } else { MR };
-                const LANES: usize = <$V as Vf32>::LANES;
+                const R1: usize = super::edge_rows(MR).0;
+                const R2: usize = super::edge_rows(MR).1;
                 macro_rules! run {
                     ($rows:expr, $vecs:expr) => {
                         micro::micro::<$V, MR, $nv, { $rows }, { $vecs }>(
@@ -216,6 +249,7 @@ macro_rules! kernel_table {
             isa: $isa,
             mr: $m::MR,
             nr: $m::NR,
+            lanes: $m::LANES,
             blocking: $blocking,
             micro: $m::micro,
             pack_a: $m::pack_a,

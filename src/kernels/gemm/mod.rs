@@ -189,6 +189,14 @@ impl Isa {
         })
     }
 
+    /// Multiply-adds per k step this variant's microkernels really do for an `m × n` C: edge
+    /// tiles compute whole (smaller) instances, so a 49-column C costs 64 columns with 32-wide
+    /// tiles. Used to choose between computing C and Cᵀ.
+    pub fn computed_work(self, m: usize, n: usize) -> usize {
+        let (rows, cols) = isa::table(self).computed_extent(m, n);
+        rows * cols
+    }
+
     /// Microkernel tile `(MR, NR)`.
     pub fn tile(self) -> (usize, usize) {
         let k = isa::table(self);
@@ -468,6 +476,10 @@ impl PackedB {
     }
     pub fn config(&self) -> &GemmConfig {
         &self.cfg
+    }
+    /// Bytes of the packed panels.
+    pub fn bytes(&self) -> usize {
+        self.buf.as_slice().len() * 4
     }
 
     fn view(&self) -> PackedView<'_> {
