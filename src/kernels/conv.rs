@@ -199,9 +199,30 @@ multiversion! {
                             }
                             dst_row[last.max(first).min(ow)..].fill(0.0);
                         } else {
-                            for (x, d) in dst_row.iter_mut().enumerate() {
-                                let ix = (x * geom.stride_w) as isize + x_offset;
-                                *d = if ix >= 0 && ix < geom.in_w as isize { src[ix as usize] } else { 0.0 };
+                            // Outputs whose tap lands inside the row: x in [first, last).
+                            let sw = geom.stride_w as isize;
+                            let first = ((-x_offset).max(0) + sw - 1) / sw;
+                            let last = ((geom.in_w as isize - x_offset + sw - 1) / sw).clamp(0, ow as isize);
+                            let (first, last) = (first.min(last) as usize, last as usize);
+                            dst_row[..first].fill(0.0);
+                            dst_row[last..].fill(0.0);
+                            let s0 = (first as isize * sw + x_offset) as usize;
+                            let dst = &mut dst_row[first..last];
+                            if geom.stride_w == 2 {
+                                // Pairs, so the loop vectorises as a deinterleave; the last
+                                // output's pair may end past the row.
+                                let n = dst.len();
+                                let paired = if s0 + 2 * n <= src.len() { n } else { n.saturating_sub(1) };
+                                for (d, pair) in dst[..paired].iter_mut().zip(src[s0..s0 + 2 * paired].chunks_exact(2)) {
+                                    *d = pair[0];
+                                }
+                                for (x, d) in dst.iter_mut().enumerate().skip(paired) {
+                                    *d = src[s0 + 2 * x];
+                                }
+                            } else {
+                                for (d, s) in dst.iter_mut().zip(src[s0..].iter().step_by(geom.stride_w)) {
+                                    *d = *s;
+                                }
                             }
                         }
                     }
