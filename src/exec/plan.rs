@@ -1741,6 +1741,42 @@ fn input<'a>(ins: &[Option<InRef<'a>>], i: usize) -> Result<InRef<'a>, String> {
         .ok_or_else(|| format!("missing input #{i}"))
 }
 
+/// Elements per thread below which an element-wise op stays on one thread: waking a worker
+/// costs microseconds, and 64 Ki floats stream in about 10 µs.
+const MIN_ELEMENTWISE_PER_THREAD: usize = 1 << 16;
+/// Piece boundaries of flat element-wise ops fall on whole vectors (64 bytes).
+const VECTOR_ALIGN: usize = 16;
+
+/// Runs `f(first_element, piece)` over `out` split into up to `threads` contiguous pieces of
+/// whole `unit`s (a plane, a vector), in parallel when each piece is large enough. The
+/// element-wise ops use it so an unfused graph gets the same threads as the fused one.
+fn par_pieces(
+    out: &mut [f32],
+    unit: usize,
+    threads: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    let units = out.len().div_ceil(unit.max(1));
+    let pieces = threads
+        .min(out.len() / MIN_ELEMENTWISE_PER_THREAD)
+        .min(units)
+        .max(1);
+    if pieces == 1 {
+        f(0, out);
+        return;
+    }
+    let per_piece = units.div_ceil(pieces) * unit;
+    let len = out.len();
+    let base = gemm::SendPtr(out.as_mut_ptr());
+    gemm::parallel_for(threads, len.div_ceil(per_piece), |piece| {
+        let start = piece * per_piece;
+        let end = (start + per_piece).min(len);
+        // SAFETY: pieces are disjoint ranges of `out`, which outlives the parallel loop.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+        f(start, chunk);
+    });
+}
+
 /// Runs a non-generic kernel. Integer outputs (ArgMax, Cast to int) go to `dynamic_out`.
 fn run_kernel(
     step: &Step,
@@ -1757,7 +1793,11 @@ fn run_kernel(
             channels,
             channel_size,
         } => {
-            elementwise::chain(steps, x(0)?, outs[0], *channels, *channel_size);
+            let (x, block) = (x(0)?, (*channel_size).max(1));
+            par_pieces(outs[0], block, threads, |off, y| {
+                let xs = &x[off..off + y.len()];
+                elementwise::chain(steps, xs, y, off / block, *channels, *channel_size)
+            });
         }
         Kernel::Conv {
             geom,
@@ -1874,14 +1914,30 @@ fn run_kernel(
                 }
             }
         }
-        Kernel::Unary(op) => elementwise::unary(*op, x(0)?, outs[0]),
+        Kernel::Unary(op) => {
+            let x = x(0)?;
+            par_pieces(outs[0], VECTOR_ALIGN, threads, |off, y| {
+                elementwise::unary(*op, &x[off..off + y.len()], y)
+            });
+        }
         Kernel::Binary {
             op,
             a_shape,
             b_shape,
             out_shape,
         } => {
-            elementwise::binary(*op, x(0)?, a_shape, x(1)?, b_shape, outs[0], out_shape);
+            let (a, b) = (x(0)?, x(1)?);
+            if a_shape == out_shape && b_shape == out_shape {
+                // Same shapes (a residual Add): split flat.
+                par_pieces(outs[0], VECTOR_ALIGN, threads, |off, y| {
+                    let n = y.len();
+                    let piece = [n];
+                    let (a, b) = (&a[off..off + n], &b[off..off + n]);
+                    elementwise::binary(*op, a, &piece, b, &piece, y, &piece);
+                });
+            } else {
+                elementwise::binary(*op, a, a_shape, b, b_shape, outs[0], out_shape);
+            }
         }
         Kernel::Variadic {
             op,
@@ -1921,7 +1977,13 @@ fn run_kernel(
             plane,
             scale,
             shift,
-        } => norm::scale_shift(x(0)?, *channels, *plane, scale, shift, outs[0]),
+        } => {
+            let (x, unit) = (x(0)?, (*plane).max(1));
+            par_pieces(outs[0], unit, threads, |off, y| {
+                let xs = &x[off..off + y.len()];
+                norm::scale_shift(xs, off / unit, *channels, *plane, scale, shift, y)
+            });
+        }
         Kernel::LayerNorm { row_len, eps } => {
             let gamma = ins.get(1).copied().flatten().map(InRef::f32).transpose()?;
             let beta = ins.get(2).copied().flatten().map(InRef::f32).transpose()?;
@@ -2439,5 +2501,71 @@ fn parse_chain_step(
             swapped: *swapped == "1",
         }),
         _ => Err(format!("bad chain step `{step}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_wise_pieces_cover_the_tensor_once_and_keep_channels() {
+        // 3 channels of 50 000-element planes: big enough that 2 threads split it, with piece
+        // boundaries inside a channel's run of planes.
+        let (channels, plane, images) = (3, 50_000, 2);
+        let len = channels * plane * images;
+        let x: Vec<f32> = (0..len).map(|i| (i % 97) as f32 - 40.0).collect();
+        let scale = [0.5, -2.0, 3.0];
+        let shift = [1.0, 0.25, -7.0];
+        let mut whole = vec![0.0; len];
+        norm::scale_shift(&x, 0, channels, plane, &scale, &shift, &mut whole);
+        let steps = vec![
+            elementwise::ChainStep::WithConstant {
+                op: Binary::Mul,
+                values: scale.to_vec(),
+                swapped: false,
+            },
+            elementwise::ChainStep::WithConstant {
+                op: Binary::Add,
+                values: shift.to_vec(),
+                swapped: false,
+            },
+        ];
+        for threads in [1, 2, 3] {
+            let mut pieces = vec![f32::NAN; len];
+            let starts = std::sync::Mutex::new(Vec::new());
+            par_pieces(&mut pieces, plane, threads, |off, y| {
+                starts.lock().unwrap().push(off);
+                norm::scale_shift(
+                    &x[off..off + y.len()],
+                    off / plane,
+                    channels,
+                    plane,
+                    &scale,
+                    &shift,
+                    y,
+                )
+            });
+            assert_eq!(pieces, whole, "scale_shift in pieces, {threads} threads");
+            let starts = starts.into_inner().unwrap();
+            assert_eq!(starts.len(), threads, "one piece per thread");
+            assert!(
+                starts.iter().all(|s| s % plane == 0),
+                "pieces start on planes"
+            );
+            let mut chained = vec![f32::NAN; len];
+            par_pieces(&mut chained, plane, threads, |off, y| {
+                let xs = &x[off..off + y.len()];
+                elementwise::chain(&steps, xs, y, off / plane, channels, plane)
+            });
+            assert_eq!(chained, whole, "chain in pieces, {threads} threads");
+        }
+        // Small tensors stay on one thread.
+        let mut small = vec![0.0f32; 1000];
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        par_pieces(&mut small, 16, 2, |_, _| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_eq!(calls.into_inner(), 1);
     }
 }

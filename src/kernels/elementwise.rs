@@ -434,11 +434,23 @@ pub enum ChainStep {
 }
 
 /// Applies a fused chain in one pass. `channel_size` is the number of contiguous elements per
-/// channel (H·W for NCHW), used by per-channel constants.
-pub fn chain(steps: &[ChainStep], x: &[f32], y: &mut [f32], channels: usize, channel_size: usize) {
+/// channel (H·W for NCHW), used by per-channel constants; `x` starts at channel block
+/// `first_block` of the tensor (a thread's share of it).
+pub fn chain(
+    steps: &[ChainStep],
+    x: &[f32],
+    y: &mut [f32],
+    first_block: usize,
+    channels: usize,
+    channel_size: usize,
+) {
     let block = channel_size.max(1);
     for (b, (xs, ys)) in x.chunks(block).zip(y.chunks_mut(block)).enumerate() {
-        let channel = if channels > 0 { b % channels } else { 0 };
+        let channel = if channels > 0 {
+            (first_block + b) % channels
+        } else {
+            0
+        };
         chain_block(steps, xs, ys, channel);
     }
 }
@@ -590,7 +602,7 @@ mod tests {
         ];
         let x = [-4.0, -1.0, 0.0, 2.0, 5.0];
         let mut y = [0.0; 5];
-        chain(&steps, &x, &mut y, 0, 5);
+        chain(&steps, &x, &mut y, 0, 0, 5);
         for (v, &xi) in y.iter().zip(&x) {
             assert!((v - apply_unary(Unary::HardSwish, xi)).abs() < 1e-6);
         }

@@ -6,9 +6,10 @@ use super::simd::multiversion;
 
 multiversion! {
     /// y = x·scale[c] + shift[c] over planes of `plane` elements (BN folded to scale and shift).
-    pub fn scale_shift(x: &[f32], channels: usize, plane: usize, scale: &[f32], shift: &[f32], y: &mut [f32]) {
+    /// `x` starts at plane number `first_plane` of the tensor (a thread's share of it).
+    pub fn scale_shift(x: &[f32], first_plane: usize, channels: usize, plane: usize, scale: &[f32], shift: &[f32], y: &mut [f32]) {
         for (i, (xs, ys)) in x.chunks(plane.max(1)).zip(y.chunks_mut(plane.max(1))).enumerate() {
-            let c = i % channels.max(1);
+            let c = (first_plane + i) % channels.max(1);
             let (a, b) = (scale[c], shift[c]);
             for (o, &v) in ys.iter_mut().zip(xs) {
                 *o = v.mul_add(a, b);
