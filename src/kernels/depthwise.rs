@@ -702,6 +702,23 @@ mod tests {
             Activation::Relu,
             true,
         );
+        // Narrow stride-1 rows: 5×5 with asymmetric padding over two AVX2 vectors, dilated
+        // 3×3, and a row one lane wide.
+        check(
+            geom(3, 12, 13, (5, 5), (1, 1), (2, 1, 2, 3), 1),
+            Activation::HardSwish,
+            true,
+        );
+        check(
+            geom(2, 11, 12, (3, 3), (1, 1), (2, 2, 2, 2), 2),
+            relu6,
+            true,
+        );
+        check(
+            geom(2, 5, 1, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+            Activation::None,
+            false,
+        );
         // 5×5 (EfficientNet, MnasNet), dilated, stride 3, asymmetric and no padding, 1×k.
         check(
             geom(3, 19, 23, (5, 5), (2, 2), (2, 2, 2, 2), 1),

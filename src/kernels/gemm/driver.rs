@@ -24,6 +24,9 @@ use super::micro::TileEpi;
 use super::pack::PackedView;
 use super::{BiasKind, Epilogue, MatRef};
 
+/// Floats of a packed B block (k-block × columns) small enough to stay in L1 (16 KiB) while
+/// every row panel of A runs over it.
+const SMALL_B_BLOCK: usize = 4096;
 /// Minimum work per thread before another thread is worth waking (about 15 µs of FMAs).
 const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
 /// Minimum matrix elements per thread for the memory-bound GEMV.
@@ -253,6 +256,34 @@ unsafe fn macro_kernel(
     last: bool,
 ) {
     let (mr, nr) = (job.kern.mr, job.kern.nr);
+    if kl * ncl <= SMALL_B_BLOCK {
+        // A short k: writing C dominates. Row-panel order writes MR rows of C at a time in long
+        // contiguous runs (the whole B block sits in L1), where column-panel order would touch
+        // every row of C per NR columns.
+        let mut ir = 0;
+        while ir < mcl {
+            let m_eff = (mcl - ir).min(mr);
+            let mut jr = 0;
+            while jr < ncl {
+                let n_eff = (ncl - jr).min(nr);
+                let (i, j) = (ic + ir, jc + jr);
+                let te = tile_epi(job, i, j, first, last);
+                (job.kern.micro)(
+                    kl,
+                    ap.add(ir * kl),
+                    bp.add(jr * kl),
+                    job.c.add(i * job.ldc + j),
+                    job.ldc,
+                    m_eff,
+                    n_eff,
+                    &te,
+                );
+                jr += nr;
+            }
+            ir += mr;
+        }
+        return;
+    }
     let mut jr = 0;
     while jr < ncl {
         let n_eff = (ncl - jr).min(nr);
