@@ -38,6 +38,8 @@ const SHAPES_WX: &[(usize, usize, usize)] = &[
     (9, 100, 64),
     (17, 16, 130),
     (64, 49, 72),
+    // Edge tiles that exactly fill the smaller instances (4 rows, one vector).
+    (12, 48, 20),
 ];
 
 const SHAPES_XW: &[(usize, usize, usize)] = &[
@@ -48,6 +50,7 @@ const SHAPES_XW: &[(usize, usize, usize)] = &[
     (4, 32, 16),
     (9, 100, 64),
     (21, 17, 130),
+    (12, 48, 20),
 ];
 
 /// (x scale, zero point) that maps [-1, 1] onto the u8 grid.

@@ -30,19 +30,38 @@ pub(crate) static AVXVNNI: QKernels = QKernels {
 // ---------------------------------------------------------------------------------------------
 // AVX-512 VNNI: tiles of MR × (NV · 16)
 
+// Edge tiles run a smaller instance (half the rows, one vector) over the same packed panels,
+// instead of the full tile's dot products for a few rows or columns: a 196-pixel plane fills
+// 208 columns instead of 224.
+macro_rules! edge_dispatch {
+    ($t:expr, $bcast_u8:literal) => {{
+        let t = $t;
+        match (t.m_eff > 4, t.n_eff > 16) {
+            (true, true) => tile_512::<8, 2, 8, 2, $bcast_u8>(t),
+            (true, false) => tile_512::<8, 1, 8, 2, $bcast_u8>(t),
+            (false, true) => tile_512::<4, 2, 8, 2, $bcast_u8>(t),
+            (false, false) => tile_512::<4, 1, 8, 2, $bcast_u8>(t),
+        }
+    }};
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn wx_512(t: &Tile) {
-    tile_512::<8, 2, false>(t)
+    edge_dispatch!(t, false)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn xw_512(t: &Tile) {
-    tile_512::<8, 2, true>(t)
+    edge_dispatch!(t, true)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 unsafe fn xw1_512(t: &Tile) {
-    tile_512::<1, 2, true>(t)
+    if t.n_eff > 16 {
+        tile_512::<1, 2, 1, 2, true>(t)
+    } else {
+        tile_512::<1, 1, 1, 2, true>(t)
+    }
 }
 
 /// Lanes `0..w` (w ≥ 16: all).
@@ -55,8 +74,19 @@ pub(crate) fn lane_mask(w: usize) -> __mmask16 {
     }
 }
 
+/// One `M × NV·16` tile over panels packed `PM` rows by `PNV` vectors wide (`M ≤ PM`,
+/// `NV ≤ PNV`: edge tiles compute only the rows and vectors they cover).
 #[inline(always)]
-unsafe fn tile_512<const M: usize, const NV: usize, const BCAST_U8: bool>(t: &Tile) {
+unsafe fn tile_512<
+    const M: usize,
+    const NV: usize,
+    const PM: usize,
+    const PNV: usize,
+    const BCAST_U8: bool,
+>(
+    t: &Tile,
+) {
+    debug_assert!(M <= PM && NV <= PNV && t.m_eff <= M && t.n_eff <= NV * 16);
     let mut acc = [[_mm512_setzero_si512(); NV]; M];
     let mut a = t.bcast;
     let mut b = t.vec;
@@ -76,8 +106,8 @@ unsafe fn tile_512<const M: usize, const NV: usize, const BCAST_U8: bool>(t: &Ti
                 };
             }
         }
-        a = a.add(M * 4);
-        b = b.add(NV * 64);
+        a = a.add(PM * 4);
+        b = b.add(PNV * 64);
     }
     epilogue_512::<M, NV>(acc, t, !BCAST_U8);
 }
