@@ -50,14 +50,25 @@ impl Conv2d {
         if self.is_depthwise() {
             return 0;
         }
-        let transposed = gemm::Isa::ALL
-            .iter()
-            .any(|&isa| gemm_layout(isa, self) == GemmLayout::PixelMajor);
-        self.im2col_len() + if transposed { self.transposed_len() } else { 0 }
+        self.im2col_len()
+            + if self.any_pixel_major() {
+                self.transposed_len()
+            } else {
+                0
+            }
     }
 
+    /// Whether some GEMM variant runs this convolution pixel-major.
+    fn any_pixel_major(&self) -> bool {
+        gemm::Isa::ALL
+            .iter()
+            .any(|&isa| gemm_layout(isa, self) == GemmLayout::PixelMajor)
+    }
+
+    /// Floats of explicit im2col: only the pixel-major path writes the matrix out (the
+    /// channel-major GEMM packs it block by block straight from the image).
     fn im2col_len(&self) -> usize {
-        if self.is_pointwise() {
+        if self.is_pointwise() || !self.any_pixel_major() {
             0
         } else {
             (self.in_channels / self.group)
@@ -169,6 +180,89 @@ fn transpose_epilogue(
     });
 }
 
+/// Output columns `x_first..x_last` whose tap `kx` reads inside the input row (the others read
+/// padding).
+fn valid_columns(geom: &Conv2d, kx: usize) -> (usize, usize) {
+    let sw = geom.stride_w as isize;
+    let x_offset = (kx * geom.dilation_w) as isize - geom.pad_left as isize;
+    let first = ((-x_offset).max(0) + sw - 1) / sw;
+    let last = ((geom.in_w as isize - x_offset + sw - 1) / sw).clamp(0, geom.out_w as isize);
+    (first.min(last) as usize, last as usize)
+}
+
+/// One kernel tap and the output columns it reads inside the input row ([`valid_columns`]).
+#[derive(Clone, Copy)]
+struct Tap {
+    ky: usize,
+    kx: usize,
+    valid: (usize, usize),
+}
+
+impl Tap {
+    fn new(geom: &Conv2d, ky: usize, kx: usize) -> Tap {
+        Tap {
+            ky,
+            kx,
+            valid: valid_columns(geom, kx),
+        }
+    }
+}
+
+/// Output pixels `x0..x0 + dst.len()` of output row `oy` for `tap` of one input plane: the
+/// in-bounds span gathered (a copy for stride 1, a vectorised deinterleave for stride 2),
+/// padding as zeros.
+#[inline(always)]
+fn gather_row(geom: &Conv2d, plane: &[f32], oy: usize, tap: Tap, x0: usize, dst: &mut [f32]) {
+    let Tap { ky, kx, valid } = tap;
+    let iy = (oy * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
+    if iy < 0 || iy >= geom.in_h as isize {
+        dst.fill(0.0);
+        return;
+    }
+    let src = &plane[iy as usize * geom.in_w..(iy as usize + 1) * geom.in_w];
+    let x1 = x0 + dst.len();
+    let first = valid.0.clamp(x0, x1);
+    let last = valid.1.clamp(first, x1);
+    dst[..first - x0].fill(0.0);
+    dst[last - x0..].fill(0.0);
+    if first == last {
+        return;
+    }
+    let dst = &mut dst[first - x0..last - x0];
+    let s0 = first * geom.stride_w + kx * geom.dilation_w - geom.pad_left;
+    match geom.stride_w {
+        1 => {
+            for (d, s) in dst.iter_mut().zip(&src[s0..]) {
+                *d = *s;
+            }
+        }
+        2 => {
+            // Pairs, so the loop vectorises as a deinterleave; the last output's pair may end
+            // past the row.
+            let n = dst.len();
+            let paired = if s0 + 2 * n <= src.len() {
+                n
+            } else {
+                n.saturating_sub(1)
+            };
+            for (d, pair) in dst[..paired]
+                .iter_mut()
+                .zip(src[s0..s0 + 2 * paired].chunks_exact(2))
+            {
+                *d = pair[0];
+            }
+            for (x, d) in dst.iter_mut().enumerate().skip(paired) {
+                *d = src[s0 + 2 * x];
+            }
+        }
+        stride => {
+            for (d, s) in dst.iter_mut().zip(src[s0..].iter().step_by(stride)) {
+                *d = *s;
+            }
+        }
+    }
+}
+
 multiversion! {
     fn im2col(geom: &Conv2d, input: &[f32], out: &mut [f32]) {
         let (oh, ow) = (geom.out_h, geom.out_w);
@@ -178,58 +272,90 @@ multiversion! {
             let plane = &input[c * geom.in_h * geom.in_w..(c + 1) * geom.in_h * geom.in_w];
             for ky in 0..geom.kernel_h {
                 for kx in 0..geom.kernel_w {
+                    let tap = Tap::new(geom, ky, kx);
                     let dst = &mut out[row * oh * ow..(row + 1) * oh * ow];
-                    for y in 0..oh {
-                        let iy = (y * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
-                        let dst_row = &mut dst[y * ow..(y + 1) * ow];
-                        if iy < 0 || iy >= geom.in_h as isize {
-                            dst_row.fill(0.0);
-                            continue;
-                        }
-                        let src = &plane[iy as usize * geom.in_w..(iy as usize + 1) * geom.in_w];
-                        let x_offset = (kx * geom.dilation_w) as isize - geom.pad_left as isize;
-                        if geom.stride_w == 1 {
-                            // Contiguous copy of the valid span, zeros at the borders.
-                            let first = (-x_offset).max(0) as usize;
-                            let last = ((geom.in_w as isize - x_offset).min(ow as isize)).max(0) as usize;
-                            dst_row[..first.min(ow)].fill(0.0);
-                            if last > first {
-                                let s = (first as isize + x_offset) as usize;
-                                dst_row[first..last].copy_from_slice(&src[s..s + last - first]);
-                            }
-                            dst_row[last.max(first).min(ow)..].fill(0.0);
-                        } else {
-                            // Outputs whose tap lands inside the row: x in [first, last).
-                            let sw = geom.stride_w as isize;
-                            let first = ((-x_offset).max(0) + sw - 1) / sw;
-                            let last = ((geom.in_w as isize - x_offset + sw - 1) / sw).clamp(0, ow as isize);
-                            let (first, last) = (first.min(last) as usize, last as usize);
-                            dst_row[..first].fill(0.0);
-                            dst_row[last..].fill(0.0);
-                            let s0 = (first as isize * sw + x_offset) as usize;
-                            let dst = &mut dst_row[first..last];
-                            if geom.stride_w == 2 {
-                                // Pairs, so the loop vectorises as a deinterleave; the last
-                                // output's pair may end past the row.
-                                let n = dst.len();
-                                let paired = if s0 + 2 * n <= src.len() { n } else { n.saturating_sub(1) };
-                                for (d, pair) in dst[..paired].iter_mut().zip(src[s0..s0 + 2 * paired].chunks_exact(2)) {
-                                    *d = pair[0];
-                                }
-                                for (x, d) in dst.iter_mut().enumerate().skip(paired) {
-                                    *d = src[s0 + 2 * x];
-                                }
-                            } else {
-                                for (d, s) in dst.iter_mut().zip(src[s0..].iter().step_by(geom.stride_w)) {
-                                    *d = *s;
-                                }
-                            }
-                        }
+                    for (y, dst_row) in dst.chunks_exact_mut(ow).enumerate() {
+                        gather_row(geom, plane, y, tap, 0, dst_row);
                     }
                     row += 1;
                 }
             }
         }
+    }
+}
+
+multiversion! {
+    /// A block of one group's im2col matrix written straight into the GEMM's packed panels
+    /// (`gemm::PackSource::pack` layout).
+    fn pack_im2col(geom: &Conv2d, image: &[f32], block: PackBlock, dst: &mut [f32]) {
+        let PackBlock { k0, klen, j0, wlen, w } = block;
+        let ow = geom.out_w;
+        let taps = geom.kernel_h * geom.kernel_w;
+        let in_plane = geom.in_h * geom.in_w;
+        // Runs of pixels inside one output row and one panel, (row, column, length, offset of
+        // their first lane at kk = 0): the same for every k row.
+        let mut runs = Vec::with_capacity(wlen / ow.min(w).max(1) + wlen / w + 2);
+        let mut t = 0;
+        while t < wlen {
+            let (oy, ox) = ((j0 + t) / ow, (j0 + t) % ow);
+            let lane = t % w;
+            let len = (ow - ox).min(w - lane).min(wlen - t);
+            runs.push((oy, ox, len, t / w * klen * w + lane));
+            t += len;
+        }
+        let panels = wlen.div_ceil(w);
+        let tail = panels * w - wlen;
+        for kk in 0..klen {
+            let row = k0 + kk;
+            let (c, tap) = (row / taps, row % taps);
+            let tap = Tap::new(geom, tap / geom.kernel_w, tap % geom.kernel_w);
+            let plane = &image[c * in_plane..(c + 1) * in_plane];
+            for &(oy, ox, len, offset) in &runs {
+                let at = offset + kk * w;
+                gather_row(geom, plane, oy, tap, ox, &mut dst[at..at + len]);
+            }
+            if tail > 0 {
+                let at = (panels - 1) * klen * w + kk * w + w - tail;
+                dst[at..at + tail].fill(0.0);
+            }
+        }
+    }
+}
+
+/// Rows `k0..k0 + klen` and pixels `j0..j0 + wlen` of an im2col matrix, in `w`-wide panels.
+#[derive(Clone, Copy, Debug)]
+struct PackBlock {
+    k0: usize,
+    klen: usize,
+    j0: usize,
+    wlen: usize,
+    w: usize,
+}
+
+/// The im2col matrix (`taps × pixels`) of one image and group as a GEMM operand that packs its
+/// own blocks: never written out whole. At 56×56 it is 7 MB, which explicit im2col wrote to
+/// L3 and the packing read back.
+struct Im2colSource<'a> {
+    geom: &'a Conv2d,
+    image: &'a [f32],
+}
+
+impl gemm::PackSource for Im2colSource<'_> {
+    fn cols(&self) -> usize {
+        self.geom.out_h * self.geom.out_w
+    }
+
+    unsafe fn pack(&self, k0: usize, klen: usize, j0: usize, wlen: usize, w: usize, dst: *mut f32) {
+        // SAFETY: the caller provides `wlen.div_ceil(w) · klen · w` floats at `dst`.
+        let dst = std::slice::from_raw_parts_mut(dst, wlen.div_ceil(w) * klen * w);
+        let block = PackBlock {
+            k0,
+            klen,
+            j0,
+            wlen,
+            w,
+        };
+        pack_im2col(self.geom, self.image, block, dst);
     }
 }
 
@@ -419,24 +545,11 @@ pub fn conv2d_prepacked(
         for g in 0..geom.group {
             let image = &input[n * in_image + g * group_in * geom.in_h * geom.in_w
                 ..n * in_image + (g + 1) * group_in * geom.in_h * geom.in_w];
-            let b_data: &[f32] = if geom.is_pointwise() {
-                image
-            } else {
-                im2col_threaded(geom, group_in, image, cols, threads);
-                cols
-            };
             let w = MatRef::row_major(
                 &weights[g * group_out * taps..(g + 1) * group_out * taps],
                 group_out,
                 taps,
             );
-            let x = MatRef {
-                data: b_data,
-                rows: taps,
-                cols: out_plane,
-                row_stride: out_plane,
-                col_stride: 1,
-            };
             let start = n * out_image + g * group_out * out_plane;
             let end = start + group_out * out_plane;
             let bias = epilogue
@@ -451,14 +564,30 @@ pub fn conv2d_prepacked(
                         residual,
                         activation: epilogue.activation,
                     };
-                    match packed.map(|p| &p.groups[g]) {
-                        Some(PackedGroup::ChannelMajor(pw)) => {
-                            gemm::sgemm_packed_a(pw, &x, out, out_plane, &ep, threads)
+                    let owned;
+                    let pw = match packed.map(|p| &p.groups[g]) {
+                        Some(PackedGroup::ChannelMajor(pw)) => pw,
+                        _ => {
+                            owned = gemm::PackedA::with_config(&w, config);
+                            &owned
                         }
-                        _ => gemm::sgemm_with(config, &w, &x, out, out_plane, &ep, threads),
+                    };
+                    if geom.is_pointwise() {
+                        let x = MatRef::row_major(image, taps, out_plane);
+                        gemm::sgemm_packed_a(pw, &x, out, out_plane, &ep, threads);
+                    } else {
+                        let cols = Im2colSource { geom, image };
+                        gemm::sgemm_packed_a_source(pw, &cols, out, out_plane, &ep, threads);
                     }
                 }
                 GemmLayout::PixelMajor => {
+                    let b_data: &[f32] = if geom.is_pointwise() {
+                        image
+                    } else {
+                        im2col_threaded(geom, group_in, image, cols, threads);
+                        cols
+                    };
+                    let x = MatRef::row_major(b_data, taps, out_plane);
                     // Yᵀ = colsᵀ·Wᵀ with the bias per column; the residual is added (and the
                     // activation applied after it) in the transpose.
                     let yt = &mut transposed[..out_plane * group_out];
@@ -737,12 +866,66 @@ mod tests {
         let input: Vec<f32> = (0..2 * 6 * 9 * 10).map(|i| (i % 13) as f32 - 6.0).collect();
         let image = &input[..6 * 9 * 10];
         let dense = geom(3, 4, 9, 3, 2, 1, 1, 1);
-        let mut cols_ref = vec![0.0; dense.scratch_len()];
+        let len = 6 * 9 * dense.out_h * dense.out_w;
+        let mut cols_ref = vec![0.0; len];
         im2col::at(IsaLevel::Scalar, &dense, image, &mut cols_ref);
         for level in available_levels() {
-            let mut cols = vec![0.0; dense.scratch_len()];
+            let mut cols = vec![0.0; len];
             im2col::at(level, &dense, image, &mut cols);
             assert_eq!(cols, cols_ref, "im2col at {level:?}");
+        }
+    }
+
+    #[test]
+    fn packed_im2col_blocks_match_the_explicit_matrix() {
+        // Blocks of the self-packing operand equal the explicit im2col matrix laid out in
+        // panels, for strides 1, 2 and 3, padding, dilation, and blocks that start mid-row and
+        // end mid-panel.
+        for g in [
+            geom(3, 4, 9, 3, 1, 1, 1, 1),
+            geom(2, 4, 11, 3, 2, 1, 1, 1),
+            geom(2, 4, 12, 3, 3, 2, 1, 2),
+            geom(3, 4, 12, 7, 2, 3, 1, 1),
+        ] {
+            let channels = g.in_channels;
+            let image: Vec<f32> = (0..channels * g.in_h * g.in_w)
+                .map(|i| i as f32 + 1.0)
+                .collect();
+            let (k, n) = (channels * g.kernel_h * g.kernel_w, g.out_h * g.out_w);
+            let mut cols = vec![0.0; k * n];
+            im2col(&g, &image, &mut cols);
+            for (k0, klen, j0, wlen, w) in [
+                (0, k, 0, n, 16),
+                (2, 5, 7, n - 7, 8),
+                (1, 3, 13, (n - 13).min(30), 32),
+            ] {
+                let panels = wlen.div_ceil(w);
+                for level in available_levels() {
+                    let mut packed = vec![f32::NAN; panels * klen * w];
+                    let block = PackBlock {
+                        k0,
+                        klen,
+                        j0,
+                        wlen,
+                        w,
+                    };
+                    pack_im2col::at(level, &g, &image, block, &mut packed);
+                    for p in 0..panels {
+                        for kk in 0..klen {
+                            for lane in 0..w {
+                                let j = p * w + lane;
+                                let want = if j < wlen {
+                                    cols[(k0 + kk) * n + j0 + j]
+                                } else {
+                                    0.0
+                                };
+                                let got = packed[p * klen * w + kk * w + lane];
+                                assert_eq!(got, want, "{g:?} {level:?} block ({k0},{klen},{j0},{wlen},{w}) panel {p} row {kk} lane {lane}");
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -94,6 +94,22 @@ impl Src {
 pub(crate) enum Opnd<'a> {
     Raw(Src),
     Packed(PackedView<'a>),
+    /// A B operand that is never written out whole: it packs its own blocks (a convolution's
+    /// im2col matrix, built straight into the packed panels).
+    Source(&'a dyn PackSource),
+}
+
+/// A `k × n` B operand that packs itself.
+pub(crate) trait PackSource: Sync {
+    /// Columns (`n`).
+    fn cols(&self) -> usize;
+    /// Packs rows `k0..k0 + klen` of columns `j0..j0 + wlen` into `w`-wide panels at `dst`:
+    /// panel `p` at `dst + p·klen·w`, element `(kk, lane)` at `kk·w + lane`, lanes past `wlen`
+    /// of the last panel zero (the layout of `pack.rs`).
+    ///
+    /// # Safety
+    /// `dst` must hold `wlen.div_ceil(w) · klen · w` floats; the ranges lie inside the operand.
+    unsafe fn pack(&self, k0: usize, klen: usize, j0: usize, wlen: usize, w: usize, dst: *mut f32);
 }
 
 /// One GEMM call, validated.
@@ -217,6 +233,45 @@ pub(crate) fn pack_whole(
     });
 }
 
+/// [`pack_whole`] for a self-packing operand: every k-block of panel ranges split over
+/// `threads` workers.
+fn pack_whole_source(
+    src: &dyn PackSource,
+    k: usize,
+    kc: usize,
+    w: usize,
+    dst: &mut [f32],
+    threads: usize,
+) {
+    let len = src.cols();
+    let panels = len.div_ceil(w);
+    let padded = panels * w;
+    assert!(dst.len() >= PackedView::size(len, k, w));
+    let tasks = panels.min(threads.max(1) * 2).max(1);
+    let per = panels.div_ceil(tasks);
+    let out = SendPtr(dst.as_mut_ptr());
+    parallel_for(threads, panels.div_ceil(per), |t| {
+        let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
+        let wlen = (p1 * w).min(len) - p0 * w;
+        let mut k0 = 0;
+        while k0 < k {
+            let klen = (k - k0).min(kc);
+            // SAFETY: tasks write disjoint panel ranges of each k-block inside `dst`.
+            unsafe {
+                src.pack(
+                    k0,
+                    klen,
+                    p0 * w,
+                    wlen,
+                    w,
+                    out.get().add(k0 * padded + p0 * klen * w),
+                )
+            };
+            k0 += klen;
+        }
+    });
+}
+
 /// The tile epilogue for the tile at `(i, j)` of a k-block.
 #[inline]
 fn tile_epi<'e>(job: &'e Job, i: usize, j: usize, first: bool, last: bool) -> TileEpi<'e> {
@@ -326,9 +381,10 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
     let a_len = match job.a {
         Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc,
         Opnd::Packed(_) => 0,
+        Opnd::Source(_) => unreachable!("only B operands pack themselves"),
     };
     let b_len = match job.b {
-        Opnd::Raw(_) => nc.min((j1 - j0).div_ceil(nr) * nr) * job.kc,
+        Opnd::Raw(_) | Opnd::Source(_) => nc.min((j1 - j0).div_ceil(nr) * nr) * job.kc,
         Opnd::Packed(_) => 0,
     };
     with_scratch(&SCRATCH_A, a_len, |abuf: &mut AlignedBuf| {
@@ -341,11 +397,16 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
                     (kern.pack_a)(s.at(ic, k0), s.ws, s.ks, mcl, kl, abuf);
                     abuf as *const f32
                 }
+                Opnd::Source(_) => unreachable!("only B operands pack themselves"),
             };
             let b_block = |k0: usize, kl: usize, jc: usize, ncl: usize| match job.b {
                 Opnd::Packed(v) => v.panel(k0, kl, jc / nr),
                 Opnd::Raw(s) => {
                     (kern.pack_b)(s.at(jc, k0), s.ws, s.ks, ncl, kl, bbuf);
+                    bbuf as *const f32
+                }
+                Opnd::Source(src) => {
+                    src.pack(k0, kl, jc, ncl, nr, bbuf);
                     bbuf as *const f32
                 }
             };
@@ -401,7 +462,8 @@ pub(crate) fn drive(job: &Job, threads: usize) {
         unsafe { epilogue_only(job) };
         return;
     }
-    if (m == 1 || n == 1) && gemv(job, threads) {
+    let self_packing = matches!(job.b, Opnd::Source(_));
+    if (m == 1 || n == 1) && !self_packing && gemv(job, threads) {
         return;
     }
     let kern = job.kern;
@@ -450,6 +512,21 @@ pub(crate) fn drive(job: &Job, threads: usize) {
     };
     match whole {
         Opnd::Packed(_) => run(job),
+        Opnd::Source(src) => {
+            let size = PackedView::size(src.cols(), k, nr);
+            with_scratch(&SCRATCH_WHOLE, size, |buf| {
+                let data = &mut buf.as_mut_slice()[..size];
+                pack_whole_source(src, k, job.kc, nr, data, t);
+                let view = Opnd::Packed(PackedView {
+                    data,
+                    len: src.cols(),
+                    k,
+                    kc: job.kc,
+                    w: nr,
+                });
+                run(&Job { b: view, ..*job });
+            });
+        }
         Opnd::Raw(src) => {
             let w = if is_a { mr } else { nr };
             let size = PackedView::size(src.len, k, w);
@@ -533,6 +610,7 @@ fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
             }
             tmp
         }
+        Opnd::Source(_) => unreachable!("self-packing operands take the blocked path"),
     }
 }
 
@@ -560,7 +638,7 @@ fn gemv(job: &Job, threads: usize) -> bool {
             ptr: s.ptr,
             cs: s.ks,
         },
-        Opnd::Raw(_) => return false,
+        Opnd::Raw(_) | Opnd::Source(_) => return false,
     };
     let mut tmp = Vec::new();
     let x = vector_of(vec_op, k, &mut tmp);

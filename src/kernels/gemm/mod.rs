@@ -37,7 +37,7 @@ mod tests;
 use std::sync::OnceLock;
 
 use buf::AlignedBuf;
-pub(crate) use driver::{parallel_for, SendPtr};
+pub(crate) use driver::{parallel_for, PackSource, SendPtr};
 use driver::{Job, Opnd, Src};
 use isa::Kernel;
 use pack::PackedView;
@@ -523,6 +523,37 @@ pub fn sgemm_packed_a(
         k: a.cols,
         a: Opnd::Packed(a.view()),
         b: Opnd::Raw(Src::of_b(b)),
+        c: c.as_mut_ptr(),
+        ldc,
+        epi: epilogue,
+        mc: bl.mc,
+        kc: bl.kc,
+        nc: bl.nc,
+        nc_short: bl.nc_short,
+    };
+    driver::drive(&job, threads);
+}
+
+/// [`sgemm_packed_a`] with a B (`a.cols() × b.cols()`) that packs itself block by block (a
+/// convolution's im2col matrix), so it is never written out whole.
+pub(crate) fn sgemm_packed_a_source(
+    a: &PackedA,
+    b: &dyn driver::PackSource,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
+    let kern = a.cfg.kernel();
+    let bl = a.cfg.normalized();
+    validate(a.rows, a.cols, a.cols, b.cols(), c, ldc, epilogue);
+    let job = Job {
+        kern,
+        m: a.rows,
+        n: b.cols(),
+        k: a.cols,
+        a: Opnd::Packed(a.view()),
+        b: Opnd::Source(b),
         c: c.as_mut_ptr(),
         ldc,
         epi: epilogue,
