@@ -894,11 +894,8 @@ fn make_step(
             };
             flops = geom.flops();
             scratch = geom.scratch_len();
-            let config = gemm_config(
-                geom.out_channels / geom.group,
-                geom.out_h * geom.out_w,
-                geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w,
-            );
+            let (m, n, k) = geom.gemm_shape(gemm::GemmConfig::default().isa);
+            let config = gemm_config(m, n, k);
             let packed = conv::PackedConvWeights::new(&config, &geom, &weights).map(Arc::new);
             Kernel::Conv {
                 geom,

@@ -58,6 +58,18 @@ impl Conv2d {
             }
     }
 
+    /// `(m, n, k)` of the GEMM one image and group runs as on `isa` (pixel-major convolutions
+    /// run `pixels × channels`): the shape to tune the blocking for.
+    pub fn gemm_shape(&self, isa: gemm::Isa) -> (usize, usize, usize) {
+        let channels = self.out_channels / self.group;
+        let pixels = self.out_h * self.out_w;
+        let taps = self.in_channels / self.group * self.kernel_h * self.kernel_w;
+        match gemm_layout(isa, self) {
+            GemmLayout::ChannelMajor => (channels, pixels, taps),
+            GemmLayout::PixelMajor => (pixels, channels, taps),
+        }
+    }
+
     /// Whether some GEMM variant runs this convolution pixel-major.
     fn any_pixel_major(&self) -> bool {
         gemm::Isa::ALL
@@ -976,6 +988,8 @@ mod tests {
             gemm_layout(gemm::Isa::Avx512, &stage4),
             GemmLayout::PixelMajor
         );
+        // The autotuner is asked for the shape that runs: pixels × channels × taps.
+        assert_eq!(stage4.gemm_shape(gemm::Isa::Avx512), (49, 512, 4608));
         assert_eq!(
             gemm_layout(gemm::Isa::Avx512, &geom(64, 64, 56, 3, 1, 1, 1, 1)),
             GemmLayout::ChannelMajor
