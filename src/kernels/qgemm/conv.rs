@@ -14,7 +14,7 @@ use super::bf16::{self, BActSrc, BEpilogue, BIsa, PackedBWeights};
 use super::pack::{im2col_u16, im2col_u8, quantize_u8, to_bf16};
 use super::{qgemm_wx_with, ActSrc, ChannelCoeffs, PackedQWeights, QIsa, QOut, Requant};
 use crate::kernels::conv::Conv2d;
-use crate::kernels::gemm::Activation;
+use crate::kernels::gemm::{parallel_for, Activation, SendPtr};
 
 thread_local! {
     static IMAGE: Cell<Option<Vec<u8>>> = const { Cell::new(None) };
@@ -154,13 +154,17 @@ impl QConv2d {
                             zero_point: self.x_zero_point,
                         }
                     } else {
-                        quantize_u8(image, qimg, self.x_scale, self.x_zero_point);
-                        let sub = Conv2d {
-                            in_channels: gin,
-                            group: 1,
-                            ..*g
-                        };
-                        im2col_u8(&sub, gin, qimg, cols, self.x_zero_point as u8);
+                        let (scale, zp) = (self.x_scale, self.x_zero_point);
+                        lower_threaded(
+                            g,
+                            gin,
+                            image,
+                            qimg,
+                            cols,
+                            threads,
+                            |x, q| quantize_u8(x, q, scale, zp),
+                            |sub, c, q, out| im2col_u8(sub, c, q, out, zp as u8),
+                        );
                         ActSrc::U8 {
                             data: cols,
                             ld: out_plane,
@@ -283,13 +287,16 @@ impl BConv2d {
                             ld: in_plane,
                         }
                     } else {
-                        to_bf16(image, himg);
-                        let sub = Conv2d {
-                            in_channels: gin,
-                            group: 1,
-                            ..*g
-                        };
-                        im2col_u16(&sub, gin, himg, cols, 0u16);
+                        lower_threaded(
+                            g,
+                            gin,
+                            image,
+                            himg,
+                            cols,
+                            threads,
+                            to_bf16,
+                            |sub, c, h, out| im2col_u16(sub, c, h, out, 0u16),
+                        );
                         BActSrc::Bf16 {
                             data: cols,
                             ld: out_plane,
@@ -314,4 +321,55 @@ impl BConv2d {
             }
         });
     }
+}
+
+/// Converts one group's `channels` f32 planes to `T` (`convert`: quantize, or round to bf16)
+/// and writes their im2col rows (`im2col(geom, channels, converted, rows)`), split over
+/// channel ranges across `threads` workers. Both steps are per channel; run serially before the
+/// threaded GEMM they took as long as it at 14×14 on two threads.
+#[allow(clippy::too_many_arguments)]
+fn lower_threaded<T: Copy + Send + Sync>(
+    geom: &Conv2d,
+    channels: usize,
+    image: &[f32],
+    converted: &mut [T],
+    cols: &mut [T],
+    threads: usize,
+    convert: impl Fn(&[f32], &mut [T]) + Sync + Send,
+    im2col: impl Fn(&Conv2d, usize, &[T], &mut [T]) + Sync + Send,
+) {
+    let in_plane = geom.in_h * geom.in_w;
+    let rows_per_channel = geom.kernel_h * geom.kernel_w * geom.out_h * geom.out_w;
+    assert!(image.len() >= channels * in_plane && converted.len() >= channels * in_plane);
+    assert!(cols.len() >= channels * rows_per_channel);
+    let tasks = threads.min(channels).max(1);
+    let per_task = channels.div_ceil(tasks);
+    let (conv_out, cols_out) = (SendPtr(converted.as_mut_ptr()), SendPtr(cols.as_mut_ptr()));
+    parallel_for(threads, tasks, |task| {
+        let (c0, c1) = (task * per_task, ((task + 1) * per_task).min(channels));
+        if c0 >= c1 {
+            return;
+        }
+        // SAFETY: task `task` writes only the planes and rows of channels c0..c1, disjoint from
+        // every other task's, inside the two buffers (checked above).
+        let (planes, rows) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(
+                    conv_out.get().add(c0 * in_plane),
+                    (c1 - c0) * in_plane,
+                ),
+                std::slice::from_raw_parts_mut(
+                    cols_out.get().add(c0 * rows_per_channel),
+                    (c1 - c0) * rows_per_channel,
+                ),
+            )
+        };
+        convert(&image[c0 * in_plane..c1 * in_plane], planes);
+        let sub = Conv2d {
+            in_channels: c1 - c0,
+            group: 1,
+            ..*geom
+        };
+        im2col(&sub, c1 - c0, planes, rows);
+    });
 }

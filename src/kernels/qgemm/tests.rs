@@ -591,7 +591,7 @@ fn check_bf16(isa: BIsa) {
         let x: Vec<f32> = (0..b * c * g.in_h * g.in_w).map(|_| r.f32()).collect();
         let conv = BConv2d::with_isa(isa, g, &wb, Some(&bias));
         let mut out = vec![f32::NAN; b * m * g.out_h * g.out_w];
-        conv.run(&x, None, Activation::None, &mut out, 1);
+        conv.run(&x, None, Activation::None, &mut out, 3);
         let xr: Vec<f32> = x.iter().map(|&v| bf(v) as f32).collect();
         let wr: Vec<f32> = w.iter().map(|&v| bf(v) as f32).collect();
         let want = naive_conv(&g, &xr, &wr, &bias);
