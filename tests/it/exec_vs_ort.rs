@@ -69,44 +69,54 @@ fn compare(model: &Path, reference_dir: &Path) -> Result<String, String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    let plan = exec::build_plan(&graph, &order, &states, &PlanOptions::default())
-        .map_err(|e| e.to_string())?;
-    let mut ws = plan.workspace();
-    // Run twice on the same workspace: buffers and scratch reused across runs must not change
-    // the result (a shrinking scratch once broke the second run).
-    plan.run(&mut ws, &inputs, None)
-        .map_err(|e| e.to_string())?;
-    let outputs: HashMap<String, exec::RtTensor> = plan
-        .run(&mut ws, &inputs, None)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .collect();
     let mut report = Vec::new();
-    for output in manifest["outputs"].as_array().unwrap() {
-        let name = output["name"].as_str().unwrap();
-        let want = npy::read_npy(&reference_dir.join(output["file"].as_str().unwrap()))
+    // One thread, then two: the threaded paths (GEMM splits, element-wise pieces, depthwise
+    // channels, int8 lowering) must give the same answers on real graphs.
+    for threads in [1, 2] {
+        let options = PlanOptions {
+            threads,
+            ..PlanOptions::default()
+        };
+        let plan =
+            exec::build_plan(&graph, &order, &states, &options).map_err(|e| e.to_string())?;
+        let mut ws = plan.workspace();
+        // Run twice on the same workspace: buffers and scratch reused across runs must not
+        // change the result (a shrinking scratch once broke the second run).
+        plan.run(&mut ws, &inputs, None)
             .map_err(|e| e.to_string())?;
-        let got = outputs
-            .get(name)
-            .ok_or_else(|| format!("output {name} missing"))?;
-        if got.shape != want.shape {
-            return Err(format!(
-                "{name}: shape {:?} vs onnxruntime {:?}",
-                got.shape, want.shape
+        let outputs: HashMap<String, exec::RtTensor> = plan
+            .run(&mut ws, &inputs, None)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .collect();
+        for output in manifest["outputs"].as_array().unwrap() {
+            let name = output["name"].as_str().unwrap();
+            let want = npy::read_npy(&reference_dir.join(output["file"].as_str().unwrap()))
+                .map_err(|e| e.to_string())?;
+            let got = outputs
+                .get(name)
+                .ok_or_else(|| format!("output {name} missing"))?;
+            if got.shape != want.shape {
+                return Err(format!(
+                    "{name}: shape {:?} vs onnxruntime {:?}",
+                    got.shape, want.shape
+                ));
+            }
+            let (g, w) = (got.to_f32(), want.to_f32());
+            let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let max_err = g
+                .iter()
+                .zip(&w)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            if max_err.is_nan() || max_err > ATOL + RTOL * scale {
+                return Err(format!(
+                    "{name}, {threads} thread(s): max abs error {max_err:e} exceeds {ATOL:e} + {RTOL:e}·{scale:e}"
+                ));
+            }
+            report.push(format!(
+                "{name} ({threads}t): max err {max_err:.2e} (scale {scale:.2e})"
             ));
         }
-        let (g, w) = (got.to_f32(), want.to_f32());
-        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let max_err = g
-            .iter()
-            .zip(&w)
-            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-        if max_err.is_nan() || max_err > ATOL + RTOL * scale {
-            return Err(format!(
-                "{name}: max abs error {max_err:e} exceeds {ATOL:e} + {RTOL:e}·{scale:e}"
-            ));
-        }
-        report.push(format!("{name}: max err {max_err:.2e} (scale {scale:.2e})"));
     }
     Ok(report.join("; "))
 }
