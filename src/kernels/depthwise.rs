@@ -190,6 +190,25 @@ pub fn depthwise_conv2d_with(
         return;
     }
     let isa = if isa.is_available() { isa } else { Isa::Scalar };
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && SmallPlaneTaps::applies(geom) {
+        let small = SmallPlaneTaps::new(geom);
+        let blocks = channels.div_ceil(16);
+        let tasks = if threads <= 1 {
+            1
+        } else {
+            (threads * 4).min(blocks)
+        };
+        let per_task = blocks.div_ceil(tasks.max(1)) * 16;
+        let out = SendPtr(output.as_mut_ptr());
+        parallel_for(threads, channels.div_ceil(per_task), |task| {
+            let range = task * per_task..((task + 1) * per_task).min(channels);
+            // SAFETY: AVX-512F is available; slices were checked against the geometry, and
+            // each task writes only the planes of its own channels.
+            unsafe { small_planes_avx512(geom, &small, input, weights, epilogue, out, range) }
+        });
+        return;
+    }
     let job = Job {
         geom,
         layout: PhaseLayout::new(geom),
@@ -583,6 +602,245 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
     }
 }
 
+/// Small planes, sixteen channels at a time, one per AVX-512 lane: each input pixel of sixteen
+/// planes is gathered into one vector, every tap is then one FMA for sixteen channels with no
+/// masking or padding logic, and each output vector is scattered back to the sixteen planes.
+/// At 7×7 and 14×14 the per-channel kernel spends most of its time on fixed costs (copying the
+/// plane, short masked rows); here those are shared by sixteen channels.
+struct SmallPlaneTaps {
+    /// Per output pixel `p`, its taps are entries `starts[p]..starts[p + 1]`.
+    starts: Vec<u32>,
+    /// Tap index (into the channel's kernel) and input pixel of each entry; taps that fall in
+    /// the padding are left out.
+    taps: Vec<(u32, u32)>,
+    /// Per output pixel whose taps all fall inside the input (the interior), the input pixel of
+    /// tap 0; `u32::MAX` at the borders.
+    interior: Vec<u32>,
+    /// Input-pixel offset of each tap from tap 0 (the same for every interior pixel).
+    tap_offsets: Vec<u32>,
+}
+
+impl SmallPlaneTaps {
+    /// Output and input planes small enough for the gathered input (`in_plane` vectors) to
+    /// stay in L1/L2.
+    fn applies(g: &Conv2d) -> bool {
+        g.out_h * g.out_w <= 256 && g.in_h * g.in_w <= 1024
+    }
+
+    fn new(g: &Conv2d) -> SmallPlaneTaps {
+        let mut starts = Vec::with_capacity(g.out_h * g.out_w + 1);
+        let mut taps = Vec::new();
+        for y in 0..g.out_h {
+            for x in 0..g.out_w {
+                starts.push(taps.len() as u32);
+                for ky in 0..g.kernel_h {
+                    let iy = (y * g.stride_h + ky * g.dilation_h) as isize - g.pad_top as isize;
+                    if iy < 0 || iy >= g.in_h as isize {
+                        continue;
+                    }
+                    for kx in 0..g.kernel_w {
+                        let ix =
+                            (x * g.stride_w + kx * g.dilation_w) as isize - g.pad_left as isize;
+                        if ix >= 0 && ix < g.in_w as isize {
+                            let tap = ky * g.kernel_w + kx;
+                            taps.push((tap as u32, (iy as usize * g.in_w + ix as usize) as u32));
+                        }
+                    }
+                }
+            }
+        }
+        starts.push(taps.len() as u32);
+        let kernel_taps = g.kernel_h * g.kernel_w;
+        let interior = (0..g.out_h * g.out_w)
+            .map(|p| {
+                let entries = &taps[starts[p] as usize..starts[p + 1] as usize];
+                if entries.len() == kernel_taps {
+                    entries[0].1
+                } else {
+                    u32::MAX
+                }
+            })
+            .collect();
+        let tap_offsets = (0..kernel_taps)
+            .map(|t| {
+                let (ky, kx) = (t / g.kernel_w, t % g.kernel_w);
+                (ky * g.dilation_h * g.in_w + kx * g.dilation_w) as u32
+            })
+            .collect();
+        SmallPlaneTaps {
+            starts,
+            taps,
+            interior,
+            tap_offsets,
+        }
+    }
+}
+
+/// Transposes the 16×16 block `rows` (row `i` = 16 floats) in place: 64 shuffles in four
+/// rounds (pairs of rows, pairs of pairs by 64-bit halves, then 128-bit lanes twice).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose16(rows: &mut [__m512; 16]) {
+    use std::arch::x86_64::*;
+    let r = *rows;
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i + k]: column k (and k + 4, k + 8, k + 12 in the upper 128-bit lanes) of rows
+    // 4i..4i + 4.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for i in 0..4 {
+        let pd = |v: __m512| _mm512_castps_pd(v);
+        let (a, b) = (pd(t[4 * i]), pd(t[4 * i + 2]));
+        let (c, d) = (pd(t[4 * i + 1]), pd(t[4 * i + 3]));
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    for k in 0..4 {
+        let v_lo = _mm512_shuffle_f32x4::<0x88>(u[k], u[4 + k]);
+        let w_lo = _mm512_shuffle_f32x4::<0xDD>(u[k], u[4 + k]);
+        let v_hi = _mm512_shuffle_f32x4::<0x88>(u[8 + k], u[12 + k]);
+        let w_hi = _mm512_shuffle_f32x4::<0xDD>(u[8 + k], u[12 + k]);
+        rows[k] = _mm512_shuffle_f32x4::<0x88>(v_lo, v_hi);
+        rows[k + 8] = _mm512_shuffle_f32x4::<0xDD>(v_lo, v_hi);
+        rows[k + 4] = _mm512_shuffle_f32x4::<0x88>(w_lo, w_hi);
+        rows[k + 12] = _mm512_shuffle_f32x4::<0xDD>(w_lo, w_hi);
+    }
+}
+
+/// The planes `planes` (indices over batch × channels) with [`SmallPlaneTaps`]. Sixteen
+/// planes are brought into pixel-major vectors (lane = plane) by 16×16 transposes of
+/// 16-pixel blocks, and the results go back the same way.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn small_planes_avx512(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: SendPtr<f32>,
+    planes: Range<usize>,
+) {
+    use std::arch::x86_64::*;
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let zero = _mm512_setzero_ps();
+    let mut pixels_in = vec![zero; in_plane.next_multiple_of(16)];
+    let mut pixels_out = vec![zero; out_plane.next_multiple_of(16)];
+    let mut kernel = vec![zero; taps];
+    let mut block = [zero; 16];
+    let pixel_mask = |q0: usize, len: usize| -> __mmask16 {
+        let m = (len - q0).min(16);
+        ((1u32 << m) - 1) as __mmask16
+    };
+    let mut p0 = planes.start;
+    while p0 < planes.end {
+        let n = (planes.end - p0).min(16);
+        // Lane l: plane p0 + l, channel (p0 + l) mod C (one division per block: the lanes'
+        // channels are consecutive, wrapping at C); lanes past n get index 0 and compute zeros.
+        let c0 = p0 % g.in_channels;
+        let channels: [i32; 16] = std::array::from_fn(|l| {
+            let c = c0 + l;
+            match (l < n, c >= g.in_channels) {
+                (false, _) => 0,
+                (true, false) => c as i32,
+                (true, true) => (c - g.in_channels) as i32,
+            }
+        });
+        let channels = _mm512_loadu_si512(channels.as_ptr() as *const _);
+        let lane_mask = ((1u32 << n) - 1) as __mmask16;
+        let first_tap = _mm512_mullo_epi32(channels, _mm512_set1_epi32(taps as i32));
+        for (t, k) in kernel.iter_mut().enumerate() {
+            let index = _mm512_add_epi32(first_tap, _mm512_set1_epi32(t as i32));
+            *k =
+                _mm512_mask_i32gather_ps::<4>(zero, lane_mask, index, weights.as_ptr() as *const _);
+        }
+        let bias = match epilogue.bias {
+            Some(b) => {
+                _mm512_mask_i32gather_ps::<4>(zero, lane_mask, channels, b.as_ptr() as *const _)
+            }
+            None => zero,
+        };
+        let base = input.as_ptr().add(p0 * in_plane);
+        for q0 in (0..in_plane).step_by(16) {
+            let m = pixel_mask(q0, in_plane);
+            for (l, row) in block.iter_mut().enumerate() {
+                *row = if l < n {
+                    _mm512_maskz_loadu_ps(m, base.add(l * in_plane + q0))
+                } else {
+                    zero
+                };
+            }
+            transpose16(&mut block);
+            pixels_in[q0..q0 + 16].copy_from_slice(&block);
+        }
+        // Four pixels at a time: four independent FMA chains (one chain per pixel would wait
+        // on the FMA latency at every tap).
+        let fma_entry = |acc: __m512, e: usize| {
+            let (tap, at) = *small.taps.get_unchecked(e);
+            _mm512_fmadd_ps(
+                *kernel.get_unchecked(tap as usize),
+                *pixels_in.get_unchecked(at as usize),
+                acc,
+            )
+        };
+        for p in (0..out_plane).step_by(4) {
+            let group = (out_plane - p).min(4);
+            if group == 4 && small.interior[p..p + 4].iter().all(|&b| b != u32::MAX) {
+                // Interior: the same tap offsets for all four, one offset load per four FMAs.
+                let base: [usize; 4] = std::array::from_fn(|i| small.interior[p + i] as usize);
+                let mut acc = [bias; 4];
+                for (k, &off) in kernel.iter().zip(&small.tap_offsets) {
+                    for i in 0..4 {
+                        let x = *pixels_in.get_unchecked(base[i] + off as usize);
+                        acc[i] = _mm512_fmadd_ps(*k, x, acc[i]);
+                    }
+                }
+                pixels_out[p..p + 4].copy_from_slice(&acc);
+                continue;
+            }
+            let start: [usize; 4] =
+                std::array::from_fn(|i| small.starts[p + i.min(group - 1)] as usize);
+            let end: [usize; 4] =
+                std::array::from_fn(|i| small.starts[p + i.min(group - 1) + 1] as usize);
+            let common = (0..4).map(|i| end[i] - start[i]).min().unwrap_or(0);
+            let mut acc = [bias; 4];
+            for e in 0..common {
+                for i in 0..4 {
+                    acc[i] = fma_entry(acc[i], start[i] + e);
+                }
+            }
+            for i in 0..group {
+                for e in start[i] + common..end[i] {
+                    acc[i] = fma_entry(acc[i], e);
+                }
+                pixels_out[p + i] = acc[i];
+            }
+        }
+        let out = output.get().add(p0 * out_plane);
+        let residual = epilogue.residual.map(|r| r.as_ptr().add(p0 * out_plane));
+        for q0 in (0..out_plane).step_by(16) {
+            let m = pixel_mask(q0, out_plane);
+            block.copy_from_slice(&pixels_out[q0..q0 + 16]);
+            transpose16(&mut block);
+            for (l, row) in block.iter().enumerate().take(n) {
+                let at = l * out_plane + q0;
+                let mut v = *row;
+                if let Some(r) = residual {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r.add(at)));
+                }
+                _mm512_mask_storeu_ps(out.add(at), m, activate(&epilogue.activation, v));
+            }
+        }
+        p0 += n;
+    }
+}
+
 /// `dst[x] = act(src[x] + residual[x])` for `x < n`.
 #[inline(always)]
 unsafe fn write_row<V: Vf32>(
@@ -700,6 +958,20 @@ mod tests {
         check(
             geom(7, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
             Activation::Relu,
+            true,
+        );
+        // Small planes with more than sixteen planes (AVX-512 runs them sixteen channels per
+        // vector): blocks that wrap from one image's channels to the next image's, a partial
+        // last block, stride 2, dilation, asymmetric padding, residual.
+        check(geom(20, 9, 9, (3, 3), (1, 1), (1, 1, 1, 1), 1), relu6, true);
+        check(
+            geom(18, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+            Activation::HardSwish,
+            false,
+        );
+        check(
+            geom(17, 11, 13, (5, 5), (1, 1), (3, 1, 4, 2), 2),
+            Activation::None,
             true,
         );
         // Narrow stride-1 rows: 5×5 with asymmetric padding over two AVX2 vectors, dilated
