@@ -13,6 +13,12 @@
 //! Every block of four vectors sums all taps in registers (bias folded into the initial
 //! value) and is stored once; the epilogue (residual, activation) is applied while the grid
 //! rows, still in L1, are copied to the output. Channels are split across `threads` workers.
+//!
+//! Small planes (7×7, 14×14: at most 256 outputs) spend most of that per-channel work on fixed
+//! costs, so on AVX-512 they run sixteen channels at a time instead, one per lane: blocks of
+//! sixteen pixels of sixteen planes are transposed in registers into pixel vectors, each tap is
+//! one FMA for sixteen channels (the taps of every output pixel listed once per call, borders
+//! included), and the results are transposed back with the epilogue.
 
 use std::cell::RefCell;
 use std::ops::Range;
