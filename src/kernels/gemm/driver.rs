@@ -220,21 +220,13 @@ pub(crate) fn pack_whole(
     threads: usize,
 ) {
     let w = if is_a { kern.mr } else { kern.nr };
-    let panels = src.len.div_ceil(w);
-    assert!(dst.len() >= PackedView::size(src.len, k, w));
-    let tasks = panels.min(threads.max(1) * 2).max(1);
-    let per = panels.div_ceil(tasks);
-    let out = SendPtr(dst.as_mut_ptr());
-    parallel_for(threads, panels.div_ceil(per), |t| {
-        let p0 = t * per;
-        let p1 = (p0 + per).min(panels);
-        // SAFETY: tasks write disjoint panel ranges of `dst`, which holds the whole layout.
-        unsafe { pack_panels(kern, is_a, src, k, kc, p0, p1, out.get()) }
+    pack_panel_ranges(src.len, k, w, dst, threads, |p0, p1, out| {
+        // SAFETY: `out` holds the whole layout; this range's panels are written only here.
+        unsafe { pack_panels(kern, is_a, src, k, kc, p0, p1, out) }
     });
 }
 
-/// [`pack_whole`] for a self-packing operand: every k-block of panel ranges split over
-/// `threads` workers.
+/// [`pack_whole`] for a self-packing operand.
 fn pack_whole_source(
     src: &dyn PackSource,
     k: usize,
@@ -244,19 +236,13 @@ fn pack_whole_source(
     threads: usize,
 ) {
     let len = src.cols();
-    let panels = len.div_ceil(w);
-    let padded = panels * w;
-    assert!(dst.len() >= PackedView::size(len, k, w));
-    let tasks = panels.min(threads.max(1) * 2).max(1);
-    let per = panels.div_ceil(tasks);
-    let out = SendPtr(dst.as_mut_ptr());
-    parallel_for(threads, panels.div_ceil(per), |t| {
-        let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
+    let padded = len.div_ceil(w) * w;
+    pack_panel_ranges(len, k, w, dst, threads, |p0, p1, out| {
         let wlen = (p1 * w).min(len) - p0 * w;
         let mut k0 = 0;
         while k0 < k {
             let klen = (k - k0).min(kc);
-            // SAFETY: tasks write disjoint panel ranges of each k-block inside `dst`.
+            // SAFETY: panels p0..p1 of k-block k0 lie inside `out`, which holds the layout.
             unsafe {
                 src.pack(
                     k0,
@@ -264,11 +250,33 @@ fn pack_whole_source(
                     p0 * w,
                     wlen,
                     w,
-                    out.get().add(k0 * padded + p0 * klen * w),
+                    out.add(k0 * padded + p0 * klen * w),
                 )
             };
             k0 += klen;
         }
+    });
+}
+
+/// Splits the `len.div_ceil(w)` panels of a whole packed operand into up to two ranges per
+/// thread and runs `pack(p0, p1, dst)` for each range on `threads` workers; ranges write
+/// disjoint panels of `dst`.
+fn pack_panel_ranges(
+    len: usize,
+    k: usize,
+    w: usize,
+    dst: &mut [f32],
+    threads: usize,
+    pack: impl Fn(usize, usize, *mut f32) + Sync + Send,
+) {
+    let panels = len.div_ceil(w);
+    assert!(dst.len() >= PackedView::size(len, k, w));
+    let tasks = panels.min(threads.max(1) * 2).max(1);
+    let per = panels.div_ceil(tasks);
+    let out = SendPtr(dst.as_mut_ptr());
+    parallel_for(threads, panels.div_ceil(per), |t| {
+        let (p0, p1) = (t * per, ((t + 1) * per).min(panels));
+        pack(p0, p1, out.get());
     });
 }
 
