@@ -490,6 +490,9 @@ pub(crate) fn with_panel<R>(len: usize, f: impl FnOnce(&mut AlignedBytes) -> R) 
     r
 }
 
+/// Packed activation panels per chunk of `qgemm_wx` (stays in L1).
+const CHUNK_BYTES: usize = 32 << 10;
+
 /// Minimum multiply-adds per task before another thread is worth waking.
 const MIN_MACS_PER_TASK: usize = 1 << 21;
 
@@ -582,36 +585,53 @@ pub fn qgemm_wx_with(
         let (tn, tm) = (task % n_tasks, task / n_tasks);
         let (p0, p1) = (tn * n_per, ((tn + 1) * n_per).min(n_panels));
         let (q0, q1) = (tm * m_per, ((tm + 1) * m_per).min(m_panels));
-        with_panel(quads * nr * 4, |buf| {
-            for p in p0..p1 {
-                let j0 = p * nr;
-                let n_eff = nr.min(n - j0);
-                // SAFETY: the panel holds quads × nr × 4 bytes; the source view was checked.
-                unsafe { (kern.pack_kmajor)(x, k, j0, n_eff, nr, buf.as_mut_ptr()) };
-                for mp in q0..q1 {
-                    let c0 = mp * mr;
-                    let off = c0 * ldc + j0;
-                    let tile = Tile {
-                        quads,
-                        bcast: w.panel_ptr(mp),
-                        vec: buf.as_ptr(),
-                        m_eff: mr.min(m - c0),
-                        n_eff,
-                        c_f32: offset(c_f32.get(), off),
-                        c_u8: offset(c_u8.get(), off),
-                        ldc,
-                        residual: epi
-                            .residual
-                            .map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(off)),
-                        requant,
-                        corr: epi.corr.as_ptr().wrapping_add(c0),
-                        mul: epi.mul.as_ptr().wrapping_add(c0),
-                        bias: epi.bias.as_ptr().wrapping_add(c0),
-                        act: epi.activation,
+        // Pixel panels are packed a chunk at a time (as many as fit in 32 KiB), then every
+        // channel panel runs over the whole chunk: with a short K, writing C dominates, and
+        // this writes each output row in long runs instead of one tile-width per channel panel.
+        let panel_bytes = quads * nr * 4;
+        let chunk = (CHUNK_BYTES / panel_bytes).clamp(1, (p1 - p0).max(1));
+        with_panel(chunk * panel_bytes, |buf| {
+            let mut pc = p0;
+            while pc < p1 {
+                let pe = (pc + chunk).min(p1);
+                for p in pc..pe {
+                    let j0 = p * nr;
+                    // SAFETY: the buffer holds `chunk` panels; the source view was checked.
+                    unsafe {
+                        let dst = buf.as_mut_ptr().add((p - pc) * panel_bytes);
+                        (kern.pack_kmajor)(x, k, j0, nr.min(n - j0), nr, dst)
                     };
-                    // SAFETY: the tile lies inside C (checked), the panels are fully packed.
-                    unsafe { (kern.wx)(&tile) };
                 }
+                for mp in q0..q1 {
+                    for p in pc..pe {
+                        let j0 = p * nr;
+                        let n_eff = nr.min(n - j0);
+                        let c0 = mp * mr;
+                        let off = c0 * ldc + j0;
+                        let tile = Tile {
+                            quads,
+                            bcast: w.panel_ptr(mp),
+                            // SAFETY: panel p of the chunk lies inside the buffer.
+                            vec: unsafe { buf.as_ptr().add((p - pc) * panel_bytes) },
+                            m_eff: mr.min(m - c0),
+                            n_eff,
+                            c_f32: offset(c_f32.get(), off),
+                            c_u8: offset(c_u8.get(), off),
+                            ldc,
+                            residual: epi
+                                .residual
+                                .map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(off)),
+                            requant,
+                            corr: epi.corr.as_ptr().wrapping_add(c0),
+                            mul: epi.mul.as_ptr().wrapping_add(c0),
+                            bias: epi.bias.as_ptr().wrapping_add(c0),
+                            act: epi.activation,
+                        };
+                        // SAFETY: the tile lies inside C (checked), the panels are fully packed.
+                        unsafe { (kern.wx)(&tile) };
+                    }
+                }
+                pc = pe;
             }
         });
     });

@@ -40,6 +40,8 @@ const SHAPES_WX: &[(usize, usize, usize)] = &[
     (64, 49, 72),
     // Edge tiles that exactly fill the smaller instances (4 rows, one vector).
     (12, 48, 20),
+    // Pixel panels packed in several chunks (three 8 KiB panels per chunk), the last partial.
+    (10, 300, 260),
 ];
 
 const SHAPES_XW: &[(usize, usize, usize)] = &[
