@@ -1774,6 +1774,27 @@ fn par_pieces(
     });
 }
 
+/// A pooling over `geom.planes` planes split into whole planes across the plan's threads
+/// ([`par_pieces`]): `pool(sub, input planes, output planes)` with `sub.planes` the piece's count.
+fn par_planes(
+    geom: &pool::Pool2d,
+    input: &[f32],
+    output: &mut [f32],
+    threads: usize,
+    pool: impl Fn(&pool::Pool2d, &[f32], &mut [f32]) + Sync + Send,
+) {
+    let (in_plane, out_plane) = (geom.in_h * geom.in_w, (geom.out_h * geom.out_w).max(1));
+    par_pieces(output, out_plane, threads, |off, y| {
+        let (first, planes) = (off / out_plane, y.len() / out_plane);
+        let sub = pool::Pool2d { planes, ..*geom };
+        pool(
+            &sub,
+            &input[first * in_plane..(first + planes) * in_plane],
+            y,
+        );
+    });
+}
+
 /// Runs a non-generic kernel. Integer outputs (ArgMax, Cast to int) go to `dynamic_out`.
 fn run_kernel(
     step: &Step,
@@ -2016,13 +2037,23 @@ fn run_kernel(
             inner,
             log,
         } => norm::softmax(x(0)?, *outer, *axis_len, *inner, *log, outs[0]),
-        Kernel::MaxPool(geom) => pool::max_pool(geom, x(0)?, outs[0]),
+        Kernel::MaxPool(geom) => {
+            let x = x(0)?;
+            par_planes(geom, x, outs[0], threads, |sub, xs, y| {
+                pool::max_pool(sub, xs, y)
+            });
+        }
         Kernel::AvgPool {
             geom,
             include_pad,
             pad_bottom,
             pad_right,
-        } => pool::avg_pool(geom, *include_pad, *pad_bottom, *pad_right, x(0)?, outs[0]),
+        } => {
+            let x = x(0)?;
+            par_planes(geom, x, outs[0], threads, |sub, xs, y| {
+                pool::avg_pool(sub, *include_pad, *pad_bottom, *pad_right, xs, y)
+            });
+        }
         Kernel::GlobalPool { plane, max } => pool::global_pool(x(0)?, *plane, *max, outs[0]),
         Kernel::Transpose { shape, perm } => movement::transpose(x(0)?, shape, perm, outs[0]),
         Kernel::Concat { axis, shapes } => {
