@@ -242,33 +242,39 @@ fn gather_row(geom: &Conv2d, plane: &[f32], oy: usize, tap: Tap, x0: usize, dst:
     }
     let dst = &mut dst[first - x0..last - x0];
     let s0 = first * geom.stride_w + kx * geom.dilation_w - geom.pad_left;
-    match geom.stride_w {
+    copy_strided(dst, &src[s0..], geom.stride_w);
+}
+
+/// `dst[i] = src[i · stride]`: a copy for stride 1, a vectorised deinterleave for stride 2.
+#[inline(always)]
+fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
+    match stride {
         1 => {
-            for (d, s) in dst.iter_mut().zip(&src[s0..]) {
+            for (d, s) in dst.iter_mut().zip(src) {
                 *d = *s;
             }
         }
         2 => {
             // Pairs, so the loop vectorises as a deinterleave; the last output's pair may end
-            // past the row.
+            // past the source.
             let n = dst.len();
-            let paired = if s0 + 2 * n <= src.len() {
+            let paired = if 2 * n <= src.len() {
                 n
             } else {
                 n.saturating_sub(1)
             };
             for (d, pair) in dst[..paired]
                 .iter_mut()
-                .zip(src[s0..s0 + 2 * paired].chunks_exact(2))
+                .zip(src[..2 * paired].chunks_exact(2))
             {
                 *d = pair[0];
             }
             for (x, d) in dst.iter_mut().enumerate().skip(paired) {
-                *d = src[s0 + 2 * x];
+                *d = src[2 * x];
             }
         }
         stride => {
-            for (d, s) in dst.iter_mut().zip(src[s0..].iter().step_by(stride)) {
+            for (d, s) in dst.iter_mut().zip(src.iter().step_by(stride)) {
                 *d = *s;
             }
         }
@@ -315,20 +321,57 @@ multiversion! {
             runs.push((oy, ox, len, t / w * klen * w + lane));
             t += len;
         }
+        // Per kernel tap, the runs resolved into copies and zero fills: (offset of the first
+        // lane at kk = 0, source offset in the input plane or None for padding, length). Worked
+        // out once per block, so the k rows only copy.
+        let mut segments: Vec<(usize, Option<usize>, usize)> = Vec::with_capacity(taps * runs.len() * 2);
+        let mut tap_start = Vec::with_capacity(taps + 1);
+        for t in 0..taps {
+            tap_start.push(segments.len());
+            let (ky, kx) = (t / geom.kernel_w, t % geom.kernel_w);
+            let (valid_first, valid_last) = valid_columns(geom, kx);
+            for &(oy, ox, len, offset) in &runs {
+                let iy = (oy * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
+                if iy < 0 || iy >= geom.in_h as isize {
+                    segments.push((offset, None, len));
+                    continue;
+                }
+                let first = valid_first.clamp(ox, ox + len);
+                let last = valid_last.clamp(first, ox + len);
+                if first > ox {
+                    segments.push((offset, None, first - ox));
+                }
+                if last > first {
+                    let src = iy as usize * geom.in_w + first * geom.stride_w + kx * geom.dilation_w
+                        - geom.pad_left;
+                    segments.push((offset + first - ox, Some(src), last - first));
+                }
+                if ox + len > last {
+                    segments.push((offset + last - ox, None, ox + len - last));
+                }
+            }
+        }
+        tap_start.push(segments.len());
         let panels = wlen.div_ceil(w);
         let tail = panels * w - wlen;
+        let (mut c, mut t) = (k0 / taps, k0 % taps);
         for kk in 0..klen {
-            let row = k0 + kk;
-            let (c, tap) = (row / taps, row % taps);
-            let tap = Tap::new(geom, tap / geom.kernel_w, tap % geom.kernel_w);
             let plane = &image[c * in_plane..(c + 1) * in_plane];
-            for &(oy, ox, len, offset) in &runs {
+            for &(offset, src, len) in &segments[tap_start[t]..tap_start[t + 1]] {
                 let at = offset + kk * w;
-                gather_row(geom, plane, oy, tap, ox, &mut dst[at..at + len]);
+                let d = &mut dst[at..at + len];
+                match src {
+                    None => d.fill(0.0),
+                    Some(s0) => copy_strided(d, &plane[s0..], geom.stride_w),
+                }
             }
             if tail > 0 {
                 let at = (panels - 1) * klen * w + kk * w + w - tail;
                 dst[at..at + tail].fill(0.0);
+            }
+            t += 1;
+            if t == taps {
+                (c, t) = (c + 1, 0);
             }
         }
     }
