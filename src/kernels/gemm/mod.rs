@@ -315,18 +315,42 @@ pub fn sgemm_with(
     epilogue: &Epilogue,
     threads: usize,
 ) {
-    let kern = cfg.kernel();
-    let bl = cfg.normalized();
     assert!(a.in_bounds(), "sgemm: A view reaches past its data");
     assert!(b.in_bounds(), "sgemm: B view reaches past its data");
     validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
+    run(
+        cfg,
+        (a.rows, b.cols, a.cols),
+        Opnd::Raw(Src::of_a(a)),
+        Opnd::Raw(Src::of_b(b)),
+        c,
+        ldc,
+        epilogue,
+        threads,
+    );
+}
+
+/// Drives one validated `m × n × k` GEMM with `cfg`'s kernel and blocking: the one place every
+/// entry point builds its [`Job`].
+#[allow(clippy::too_many_arguments)]
+fn run(
+    cfg: &GemmConfig,
+    (m, n, k): (usize, usize, usize),
+    a: Opnd,
+    b: Opnd,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: &Epilogue,
+    threads: usize,
+) {
+    let bl = cfg.normalized();
     let job = Job {
-        kern,
-        m: a.rows,
-        n: b.cols,
-        k: a.cols,
-        a: Opnd::Raw(Src::of_a(a)),
-        b: Opnd::Raw(Src::of_b(b)),
+        kern: cfg.kernel(),
+        m,
+        n,
+        k,
+        a,
+        b,
         c: c.as_mut_ptr(),
         ldc,
         epi: epilogue,
@@ -512,26 +536,18 @@ pub fn sgemm_packed_a(
     epilogue: &Epilogue,
     threads: usize,
 ) {
-    let kern = a.cfg.kernel();
-    let bl = a.cfg.normalized();
     assert!(b.in_bounds(), "sgemm: B view reaches past its data");
     validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
-    let job = Job {
-        kern,
-        m: a.rows,
-        n: b.cols,
-        k: a.cols,
-        a: Opnd::Packed(a.view()),
-        b: Opnd::Raw(Src::of_b(b)),
-        c: c.as_mut_ptr(),
+    run(
+        &a.cfg,
+        (a.rows, b.cols, a.cols),
+        Opnd::Packed(a.view()),
+        Opnd::Raw(Src::of_b(b)),
+        c,
         ldc,
-        epi: epilogue,
-        mc: bl.mc,
-        kc: bl.kc,
-        nc: bl.nc,
-        nc_short: bl.nc_short,
-    };
-    driver::drive(&job, threads);
+        epilogue,
+        threads,
+    );
 }
 
 /// [`sgemm_packed_a`] with a B (`a.cols() × b.cols()`) that packs itself block by block (a
@@ -544,25 +560,17 @@ pub(crate) fn sgemm_packed_a_source(
     epilogue: &Epilogue,
     threads: usize,
 ) {
-    let kern = a.cfg.kernel();
-    let bl = a.cfg.normalized();
     validate(a.rows, a.cols, a.cols, b.cols(), c, ldc, epilogue);
-    let job = Job {
-        kern,
-        m: a.rows,
-        n: b.cols(),
-        k: a.cols,
-        a: Opnd::Packed(a.view()),
-        b: Opnd::Source(b),
-        c: c.as_mut_ptr(),
+    run(
+        &a.cfg,
+        (a.rows, b.cols(), a.cols),
+        Opnd::Packed(a.view()),
+        Opnd::Source(b),
+        c,
         ldc,
-        epi: epilogue,
-        mc: bl.mc,
-        kc: bl.kc,
-        nc: bl.nc,
-        nc_short: bl.nc_short,
-    };
-    driver::drive(&job, threads);
+        epilogue,
+        threads,
+    );
 }
 
 /// [`sgemm`] with a pre-packed B (uses the variant and blocking it was packed with).
@@ -574,24 +582,16 @@ pub fn sgemm_packed_b(
     epilogue: &Epilogue,
     threads: usize,
 ) {
-    let kern = b.cfg.kernel();
-    let bl = b.cfg.normalized();
     assert!(a.in_bounds(), "sgemm: A view reaches past its data");
     validate(a.rows, a.cols, b.rows, b.cols, c, ldc, epilogue);
-    let job = Job {
-        kern,
-        m: a.rows,
-        n: b.cols,
-        k: a.cols,
-        a: Opnd::Raw(Src::of_a(a)),
-        b: Opnd::Packed(b.view()),
-        c: c.as_mut_ptr(),
+    run(
+        &b.cfg,
+        (a.rows, b.cols, a.cols),
+        Opnd::Raw(Src::of_a(a)),
+        Opnd::Packed(b.view()),
+        c,
         ldc,
-        epi: epilogue,
-        mc: bl.mc,
-        kc: bl.kc,
-        nc: bl.nc,
-        nc_short: bl.nc_short,
-    };
-    driver::drive(&job, threads);
+        epilogue,
+        threads,
+    );
 }

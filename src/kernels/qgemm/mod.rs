@@ -514,18 +514,70 @@ fn check_epi(epi: &QEpilogue, channels: usize, c_len: usize) {
     }
 }
 
-fn out_ptrs(out: &mut QOut) -> (SendPtr<f32>, SendPtr<u8>, Option<Requant>) {
-    match out {
-        QOut::F32 { data, requant } => (
-            SendPtr(data.as_mut_ptr()),
-            SendPtr(std::ptr::null_mut()),
-            *requant,
-        ),
-        QOut::U8 { data, requant } => (
-            SendPtr(std::ptr::null_mut()),
-            SendPtr(data.as_mut_ptr()),
-            Some(*requant),
-        ),
+/// Where the tiles of one GEMM call write, and what all its tiles share.
+#[derive(Clone, Copy)]
+struct TileTarget {
+    c_f32: SendPtr<f32>,
+    c_u8: SendPtr<u8>,
+    requant: Option<Requant>,
+    ldc: usize,
+    quads: usize,
+}
+
+impl TileTarget {
+    fn new(out: &mut QOut, ldc: usize, quads: usize) -> TileTarget {
+        let (c_f32, c_u8, requant) = match out {
+            QOut::F32 { data, requant } => (
+                SendPtr(data.as_mut_ptr()),
+                SendPtr(std::ptr::null_mut()),
+                *requant,
+            ),
+            QOut::U8 { data, requant } => (
+                SendPtr(std::ptr::null_mut()),
+                SendPtr(data.as_mut_ptr()),
+                Some(*requant),
+            ),
+        };
+        TileTarget {
+            c_f32,
+            c_u8,
+            requant,
+            ldc,
+            quads,
+        }
+    }
+
+    /// The tile of `m_eff × n_eff` outputs at element `off` of C whose first channel (row in
+    /// `wx`, column in `xw`) is `ch0`, from the given broadcast and vector panels.
+    #[allow(clippy::too_many_arguments)]
+    fn tile(
+        &self,
+        epi: &QEpilogue,
+        bcast: *const u8,
+        vec: *const u8,
+        m_eff: usize,
+        n_eff: usize,
+        off: usize,
+        ch0: usize,
+    ) -> Tile {
+        Tile {
+            quads: self.quads,
+            bcast,
+            vec,
+            m_eff,
+            n_eff,
+            c_f32: offset(self.c_f32.get(), off),
+            c_u8: offset(self.c_u8.get(), off),
+            ldc: self.ldc,
+            residual: epi
+                .residual
+                .map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(off)),
+            requant: self.requant,
+            corr: epi.corr.as_ptr().wrapping_add(ch0),
+            mul: epi.mul.as_ptr().wrapping_add(ch0),
+            bias: epi.bias.as_ptr().wrapping_add(ch0),
+            act: epi.activation,
+        }
     }
 }
 
@@ -569,7 +621,7 @@ pub fn qgemm_wx_with(
     let quads = w.quads();
     let n_panels = n.div_ceil(nr);
     let m_panels = m.div_ceil(mr);
-    let (c_f32, c_u8, requant) = out_ptrs(&mut out);
+    let target = TileTarget::new(&mut out, ldc, quads);
     // Split pixels first; split channels too when there are too few pixel panels.
     let macs = m * n * k;
     let wanted = if threads > 1 {
@@ -607,26 +659,17 @@ pub fn qgemm_wx_with(
                         let j0 = p * nr;
                         let n_eff = nr.min(n - j0);
                         let c0 = mp * mr;
-                        let off = c0 * ldc + j0;
-                        let tile = Tile {
-                            quads,
-                            bcast: w.panel_ptr(mp),
-                            // SAFETY: panel p of the chunk lies inside the buffer.
-                            vec: unsafe { buf.as_ptr().add((p - pc) * panel_bytes) },
-                            m_eff: mr.min(m - c0),
+                        // SAFETY: panel p of the chunk lies inside the buffer.
+                        let vec = unsafe { buf.as_ptr().add((p - pc) * panel_bytes) };
+                        let tile = target.tile(
+                            epi,
+                            w.panel_ptr(mp),
+                            vec,
+                            mr.min(m - c0),
                             n_eff,
-                            c_f32: offset(c_f32.get(), off),
-                            c_u8: offset(c_u8.get(), off),
-                            ldc,
-                            residual: epi
-                                .residual
-                                .map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(off)),
-                            requant,
-                            corr: epi.corr.as_ptr().wrapping_add(c0),
-                            mul: epi.mul.as_ptr().wrapping_add(c0),
-                            bias: epi.bias.as_ptr().wrapping_add(c0),
-                            act: epi.activation,
-                        };
+                            c0 * ldc + j0,
+                            c0,
+                        );
                         // SAFETY: the tile lies inside C (checked), the panels are fully packed.
                         unsafe { (kern.wx)(&tile) };
                     }
@@ -707,7 +750,7 @@ pub fn qgemm_xw_with(
     let quads = w.quads();
     let n_panels = n.div_ceil(nr);
     let m_panels = m.div_ceil(mr);
-    let (c_f32, c_u8, requant) = out_ptrs(&mut out);
+    let target = TileTarget::new(&mut out, ldc, quads);
     let macs = m * n * k;
     let wanted = if threads > 1 {
         (macs / MIN_MACS_PER_TASK).clamp(1, 4 * threads)
@@ -730,25 +773,15 @@ pub fn qgemm_xw_with(
                 unsafe { (kern.pack_rows)(x, k, r0, m_eff, mr, buf.as_mut_ptr()) };
                 for p in p0..p1 {
                     let c0 = p * nr;
-                    let off = r0 * ldc + c0;
-                    let tile = Tile {
-                        quads,
-                        bcast: buf.as_ptr(),
-                        vec: w.panel_ptr(p),
+                    let tile = target.tile(
+                        epi,
+                        buf.as_ptr(),
+                        w.panel_ptr(p),
                         m_eff,
-                        n_eff: nr.min(n - c0),
-                        c_f32: offset(c_f32.get(), off),
-                        c_u8: offset(c_u8.get(), off),
-                        ldc,
-                        residual: epi
-                            .residual
-                            .map_or(std::ptr::null(), |r| r.as_ptr().wrapping_add(off)),
-                        requant,
-                        corr: epi.corr.as_ptr().wrapping_add(c0),
-                        mul: epi.mul.as_ptr().wrapping_add(c0),
-                        bias: epi.bias.as_ptr().wrapping_add(c0),
-                        act: epi.activation,
-                    };
+                        nr.min(n - c0),
+                        r0 * ldc + c0,
+                        c0,
+                    );
                     // SAFETY: as in `qgemm_wx_with`.
                     unsafe { tile_fn(&tile) };
                 }
