@@ -7,6 +7,7 @@ pub mod bench;
 pub mod builtin;
 pub mod device;
 pub mod exec;
+pub mod fsio;
 pub mod kernels;
 pub mod probe;
 pub mod report;

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AnalysisError {
-    #[error("{}: {source}", path.display())]
+    // The io error is part of the message, not a `source`: `{:#}` would print it twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{}: not a valid ONNX model: {reason}", path.display())]
     NotOnnx { path: PathBuf, reason: String },
@@ -32,6 +33,8 @@ pub enum AnalysisError {
     },
     #[error("--input {spec}: {reason}")]
     BadInputSpec { spec: String, reason: String },
+    #[error("--batch {batch}: {reason}")]
+    BadBatch { batch: u64, reason: String },
     #[error("node `{node}` ({op_type}): {reason}")]
     Node {
         node: String,

@@ -18,15 +18,26 @@ use super::tensor::{DType, Dim, Tensor, TensorData, TensorFact};
 
 /// Reads and decodes a model file. Tensor payloads borrow the memory map.
 pub fn read_model(path: &Path) -> Result<ModelProto, AnalysisError> {
-    let file = File::open(path).map_err(|source| AnalysisError::Io {
+    // `stat` before `open`: opening a FIFO or a device for reading can block forever.
+    let metadata = std::fs::metadata(path).map_err(|cause| AnalysisError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
+    })?;
+    if !metadata.is_file() {
+        return Err(AnalysisError::NotOnnx {
+            path: path.to_path_buf(),
+            reason: format!("not a regular file ({})", file_kind(&metadata)),
+        });
+    }
+    let file = File::open(path).map_err(|cause| AnalysisError::Io {
+        path: path.to_path_buf(),
+        cause,
     })?;
     let len = file
         .metadata()
-        .map_err(|source| AnalysisError::Io {
+        .map_err(|cause| AnalysisError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?
         .len();
     if len == 0 {
@@ -37,9 +48,9 @@ pub fn read_model(path: &Path) -> Result<ModelProto, AnalysisError> {
     }
     // SAFETY: the map is read-only; a concurrent truncation of the file by another process would
     // fault, which is the accepted trade-off of every mmap-based model loader.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| AnalysisError::Io {
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|cause| AnalysisError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     decode_model(Bytes::from_owner(map), path)
 }
@@ -128,8 +139,20 @@ pub fn import_model(
         graph.inputs.push(id);
     }
 
+    // Values a node read before any producer was seen (an unsorted graph), with the first
+    // reader: each must be produced by some later node, or the model is broken.
+    let mut forward_refs: HashMap<usize, (String, String, String)> = HashMap::new();
     for proto in &graph_proto.node {
         let attrs = attributes_from_proto(proto, &mut external)?;
+        let node_name = if proto.name.is_empty() {
+            format!(
+                "{}_{}",
+                proto.op_type,
+                proto.output.first().cloned().unwrap_or_default()
+            )
+        } else {
+            proto.name.clone()
+        };
         let mut inputs = Vec::with_capacity(proto.input.len());
         for name in &proto.input {
             if name.is_empty() {
@@ -143,6 +166,8 @@ pub fn import_model(
                     // reference in an unsorted graph: create it now, the producer fills it in.
                     let id = graph.add_value(name.clone(), TensorFact::unknown(DType::F32));
                     by_name.insert(name.clone(), id);
+                    forward_refs
+                        .insert(id, (node_name.clone(), proto.op_type.clone(), name.clone()));
                     id
                 }
             };
@@ -150,11 +175,41 @@ pub fn import_model(
         }
         let mut outputs = Vec::with_capacity(proto.output.len());
         for name in &proto.output {
+            if name.is_empty() {
+                // An optional output left out: a private value, still unnamed so that export
+                // writes it back as left out.
+                outputs.push(graph.add_value(String::new(), TensorFact::unknown(DType::F32)));
+                continue;
+            }
             let id = match by_name.get(name) {
-                Some(&id) if graph.values[id].producer.is_none() && !graph.inputs.contains(&id) => {
+                Some(&id) => {
+                    let what = if let Some(producer) = graph.values[id].producer {
+                        Some(format!(
+                            "node `{}` also writes it",
+                            graph.dag[producer].name
+                        ))
+                    } else if graph.inputs.contains(&id) {
+                        Some("it is a graph input".to_string())
+                    } else if graph.values[id].fact.konst.is_some() {
+                        Some("it is an initializer".to_string())
+                    } else if outputs.contains(&id) {
+                        Some("the node lists it twice".to_string())
+                    } else {
+                        None
+                    };
+                    if let Some(what) = what {
+                        return Err(AnalysisError::Node {
+                            node: node_name,
+                            op_type: proto.op_type.clone(),
+                            reason: format!(
+                                "writes tensor `{name}` but {what} (every tensor has one producer)"
+                            ),
+                        });
+                    }
+                    forward_refs.remove(&id);
                     id
                 }
-                _ => {
+                None => {
                     let id = graph.add_value(name.clone(), TensorFact::unknown(DType::F32));
                     by_name.insert(name.clone(), id);
                     id
@@ -162,15 +217,6 @@ pub fn import_model(
             };
             outputs.push(id);
         }
-        let node_name = if proto.name.is_empty() {
-            format!(
-                "{}_{}",
-                proto.op_type,
-                proto.output.first().cloned().unwrap_or_default()
-            )
-        } else {
-            proto.name.clone()
-        };
         graph.add_node(Node {
             name: node_name,
             op_type: proto.op_type.clone(),
@@ -178,6 +224,15 @@ pub fn import_model(
             attrs,
             inputs,
             outputs,
+        });
+    }
+    if let Some((node, op_type, input)) = forward_refs.into_values().min() {
+        return Err(AnalysisError::Node {
+            node,
+            op_type,
+            reason: format!(
+                "reads tensor `{input}`, which no node, initializer or graph input produces"
+            ),
         });
     }
     // Forward references: add the edges that could not be added while the producer was unknown.
@@ -213,33 +268,43 @@ pub fn import_model(
             }
         }
     }
+    super::validate::validate_graph(&graph)?;
     Ok(graph)
 }
 
-/// Shape and type from a `ValueInfoProto`; `None` when it carries no tensor type.
+/// Shape and type from a `ValueInfoProto`; `None` when it carries no tensor type. The spec has
+/// no negative dims, but some exporters (Paddle's) write -1 for a dynamic one and onnxruntime
+/// runs such files: a negative dim becomes a symbol whose name says what was declared.
 pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
     let type_proto = info.r#type.as_ref()?;
     let Some(type_proto::Value::TensorType(tensor)) = &type_proto.value else {
         return None;
     };
     let dtype = DType::from_onnx(tensor.elem_type).unwrap_or(DType::F32);
-    let shape = tensor.shape.as_ref().map(|shape| {
-        shape
-            .dim
-            .iter()
-            .enumerate()
-            .map(|(axis, dim)| match &dim.value {
-                Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v >= 0 => {
-                    Dim::Known(*v as u64)
-                }
-                Some(pb::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
-                    Dim::Sym(p.clone())
-                }
-                // An anonymous dim: give it a name so the user can see and bind it.
-                _ => Dim::Sym(format!("{}_dim{}", info.name, axis)),
-            })
-            .collect()
-    });
+    let shape = match tensor.shape.as_ref() {
+        None => None,
+        Some(shape) => {
+            let mut dims = Vec::with_capacity(shape.dim.len());
+            for (axis, dim) in shape.dim.iter().enumerate() {
+                dims.push(match &dim.value {
+                    Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v < 0 => {
+                        Dim::Sym(format!("{}_dim{axis}_declared{v}", info.name))
+                    }
+                    Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) => {
+                        Dim::Known(*v as u64)
+                    }
+                    Some(pb::tensor_shape_proto::dimension::Value::DimParam(p))
+                        if !p.is_empty() =>
+                    {
+                        Dim::Sym(p.clone())
+                    }
+                    // An anonymous dim: give it a name so the user can see and bind it.
+                    _ => Dim::Sym(format!("{}_dim{}", info.name, axis)),
+                });
+            }
+            Some(dims)
+        }
+    };
     Some(TensorFact {
         dtype,
         shape,
@@ -247,9 +312,31 @@ pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
     })
 }
 
-/// Opens external-data files once each and hands out zero-copy slices.
+/// What a non-regular file is, for messages.
+fn file_kind(metadata: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = metadata.file_type();
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "not a plain file"
+    }
+}
+
+/// Opens external-data files once each and hands out zero-copy slices. Every location must
+/// resolve, symlinks followed, to a regular file inside the model's own folder: a model is
+/// untrusted input, and a location such as `weights -> /etc/passwd` would otherwise copy any
+/// readable file into `run`'s outputs or `advise`'s written model.
 struct ExternalData {
     base_dir: PathBuf,
+    /// `base_dir` canonicalised once, when the first external tensor is met.
+    canonical_base: Option<PathBuf>,
     maps: HashMap<PathBuf, Bytes>,
 }
 
@@ -257,68 +344,118 @@ impl ExternalData {
     fn new(base_dir: &Path) -> ExternalData {
         ExternalData {
             base_dir: base_dir.to_path_buf(),
+            canonical_base: None,
             maps: HashMap::new(),
         }
     }
 
     fn slice(&mut self, tensor: &TensorProto) -> Result<Bytes, AnalysisError> {
+        let fail = |path: &Path, reason: String| AnalysisError::ExternalData {
+            tensor: tensor.name.clone(),
+            path: path.to_path_buf(),
+            reason,
+        };
         let mut location = None;
         let mut offset = 0u64;
         let mut length: Option<u64> = None;
         for entry in &tensor.external_data {
+            let parse = |what: &str| {
+                entry.value.trim().parse::<u64>().map_err(|_| {
+                    fail(
+                        &self.base_dir,
+                        format!(
+                            "{what} `{}` is not a non-negative integer",
+                            entry.value.escape_debug()
+                        ),
+                    )
+                })
+            };
             match entry.key.as_str() {
                 "location" => location = Some(entry.value.clone()),
-                "offset" => offset = entry.value.parse().unwrap_or(0),
-                "length" => length = entry.value.parse().ok(),
+                "offset" => offset = parse("offset")?,
+                "length" => length = Some(parse("length")?),
                 _ => {}
             }
         }
-        let location = location.ok_or_else(|| AnalysisError::ExternalData {
-            tensor: tensor.name.clone(),
-            path: self.base_dir.clone(),
-            reason: "no `location` key".into(),
-        })?;
+        let location = location.ok_or_else(|| fail(&self.base_dir, "no `location` key".into()))?;
         let path = self.base_dir.join(&location);
-        if Path::new(&location).is_absolute() || location.split(['/', '\\']).any(|p| p == "..") {
-            return Err(AnalysisError::ExternalData {
-                tensor: tensor.name.clone(),
-                path,
-                reason: "location must be a relative path inside the model's directory".into(),
-            });
+        if location.is_empty()
+            || location.contains('\0')
+            || Path::new(&location).is_absolute()
+            || location.split(['/', '\\']).any(|p| p == "..")
+        {
+            return Err(fail(
+                &path,
+                "location must be a relative path inside the model's directory".into(),
+            ));
         }
         if !self.maps.contains_key(&path) {
-            let file = File::open(&path).map_err(|err| AnalysisError::ExternalData {
-                tensor: tensor.name.clone(),
-                path: path.clone(),
-                reason: err.to_string(),
-            })?;
-            // SAFETY: read-only map, see `read_model`.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|err| {
-                AnalysisError::ExternalData {
-                    tensor: tensor.name.clone(),
-                    path: path.clone(),
-                    reason: err.to_string(),
+            let base = match &self.canonical_base {
+                Some(base) => base.clone(),
+                None => {
+                    let dir = if self.base_dir.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        self.base_dir.as_path()
+                    };
+                    let base = std::fs::canonicalize(dir)
+                        .map_err(|err| fail(&self.base_dir, err.to_string()))?;
+                    self.canonical_base = Some(base.clone());
+                    base
                 }
-            })?;
-            self.maps.insert(path.clone(), Bytes::from_owner(map));
+            };
+            let resolved =
+                std::fs::canonicalize(&path).map_err(|err| fail(&path, err.to_string()))?;
+            if !resolved.starts_with(&base) {
+                return Err(fail(
+                    &path,
+                    format!(
+                        "resolves to {}, outside the model's directory {} (symlink?)",
+                        resolved.display(),
+                        base.display()
+                    ),
+                ));
+            }
+            // `stat` the resolved path before opening it: a FIFO would block the open.
+            let metadata =
+                std::fs::metadata(&resolved).map_err(|err| fail(&path, err.to_string()))?;
+            if !metadata.is_file() {
+                return Err(fail(
+                    &path,
+                    format!("not a regular file ({})", file_kind(&metadata)),
+                ));
+            }
+            let file = File::open(&resolved).map_err(|err| fail(&path, err.to_string()))?;
+            let map = if metadata.len() == 0 {
+                Bytes::new()
+            } else {
+                // SAFETY: read-only map, see `read_model`.
+                let map = unsafe { memmap2::Mmap::map(&file) }
+                    .map_err(|err| fail(&path, err.to_string()))?;
+                Bytes::from_owner(map)
+            };
+            self.maps.insert(path.clone(), map);
         }
         let whole = &self.maps[&path];
-        let start = offset as usize;
+        let file_len = whole.len() as u64;
         let end = match length {
-            Some(len) => start.saturating_add(len as usize),
-            None => whole.len(),
+            Some(len) => offset.checked_add(len),
+            None => Some(file_len),
         };
-        if start > whole.len() || end > whole.len() {
-            return Err(AnalysisError::ExternalData {
-                tensor: tensor.name.clone(),
-                path,
-                reason: format!(
-                    "bytes {start}..{end} requested but the file holds {}",
-                    whole.len()
+        match end {
+            Some(end) if offset <= file_len && end <= file_len && offset <= end => {
+                Ok(whole.slice(offset as usize..end as usize))
+            }
+            _ => Err(fail(
+                &path,
+                format!(
+                    "bytes {offset}..{} requested but the file holds {file_len}",
+                    length.map_or("end".to_string(), |len| offset
+                        .saturating_add(len)
+                        .to_string())
                 ),
-            });
+            )),
         }
-        Ok(whole.slice(start..end))
     }
 }
 
@@ -348,17 +485,34 @@ fn tensor_from_proto(
             what: format!("tensor `{}`", proto.name),
             shape: format!("{:?}", proto.dims),
         })?;
+    // Every storage field must hold exactly the declared element count (the ONNX checker's
+    // rule): kernels and the constant folder index by the dims, not by the stored length.
+    let stored = |field: &str, len: usize, per_element: u64| -> Result<(), AnalysisError> {
+        if dtype == DType::Other || (len as u64) == count.saturating_mul(per_element) {
+            return Ok(());
+        }
+        Err(AnalysisError::InvalidGraph {
+            reason: format!(
+                "tensor `{}` has dims {:?} ({count} elements) but its {field} holds {len} values",
+                proto.name, proto.dims
+            ),
+        })
+    };
     let data = if proto.data_location == pb::DATA_LOCATION_EXTERNAL {
         TensorData::Raw(external.slice(proto)?)
     } else if !proto.raw_data.is_empty() {
         TensorData::Raw(proto.raw_data.clone())
     } else if !proto.float_data.is_empty() {
+        stored("float_data", proto.float_data.len(), 1)?;
         TensorData::F32(proto.float_data.clone())
     } else if !proto.int64_data.is_empty() {
+        stored("int64_data", proto.int64_data.len(), 1)?;
         TensorData::I64(proto.int64_data.clone())
     } else if !proto.double_data.is_empty() {
+        stored("double_data", proto.double_data.len(), 1)?;
         TensorData::F64(proto.double_data.clone())
     } else if !proto.int32_data.is_empty() {
+        stored("int32_data", proto.int32_data.len(), 1)?;
         // int32_data also carries int8/16, uint8/16, bool and (as bit patterns) fp16/bf16.
         match dtype {
             DType::F16 => TensorData::F32(
@@ -378,8 +532,10 @@ fn tensor_from_proto(
             _ => TensorData::I64(proto.int32_data.iter().map(|&v| v as i64).collect()),
         }
     } else if !proto.uint64_data.is_empty() {
+        stored("uint64_data", proto.uint64_data.len(), 1)?;
         TensorData::I64(proto.uint64_data.iter().map(|&v| v as i64).collect())
     } else if !proto.string_data.is_empty() {
+        stored("string_data", proto.string_data.len(), 1)?;
         TensorData::Strings(proto.string_data.len())
     } else if count == 0 {
         TensorData::I64(Vec::new())
@@ -393,11 +549,17 @@ fn tensor_from_proto(
     };
     if let TensorData::Raw(bytes) = &data {
         let needed = count.saturating_mul(dtype.size_bytes());
-        if dtype != DType::Other && (bytes.len() as u64) < needed {
+        if dtype != DType::Other && dtype != DType::String && (bytes.len() as u64) != needed {
+            let hint = if (bytes.len() as u64) < needed {
+                " (truncated file?)"
+            } else {
+                ""
+            };
             return Err(AnalysisError::InvalidGraph {
                 reason: format!(
-                    "tensor `{}` needs {needed} bytes but holds {} (truncated file?)",
+                    "tensor `{}` has dims {:?} and needs {needed} bytes but holds {}{hint}",
                     proto.name,
+                    proto.dims,
                     bytes.len()
                 ),
             });

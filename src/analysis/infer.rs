@@ -142,12 +142,38 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
         fact.shape = Some(dims.iter().map(|&d| Dim::Known(d)).collect());
     }
     if let Some(batch) = bindings.batch {
+        if batch == 0 {
+            return Err(AnalysisError::BadBatch {
+                batch,
+                reason: "the batch must be at least 1".into(),
+            });
+        }
+        let mut applied = false;
+        let mut contradicted = None;
         for &value in &graph.inputs {
-            if let Some(Some(Dim::Sym(symbol))) =
-                graph.values[value].fact.shape.as_ref().map(|s| s.first())
-            {
-                symbols.entry(symbol.clone()).or_insert(batch);
+            match graph.values[value].fact.shape.as_ref().map(|s| s.first()) {
+                Some(Some(Dim::Sym(symbol))) => {
+                    symbols.entry(symbol.clone()).or_insert(batch);
+                    applied = true;
+                }
+                Some(Some(Dim::Known(fixed))) if *fixed != batch => {
+                    contradicted.get_or_insert((value, *fixed));
+                }
+                _ => {}
             }
+        }
+        // A batch that binds nothing and disagrees with a fixed one would be silently ignored:
+        // the user would read a batch-1 report as a batch-8 one.
+        if let (false, Some((value, fixed))) = (applied, contradicted) {
+            let v = &graph.values[value];
+            return Err(AnalysisError::BadBatch {
+                batch,
+                reason: format!(
+                    "the model fixes the batch of input `{}` to {fixed} (shape {}) and has no symbolic batch dim to bind",
+                    v.name,
+                    shape_to_string(v.fact.shape.as_deref().unwrap_or(&[]))
+                ),
+            });
         }
     }
     // Substitute bound symbols everywhere they appear (other inputs, declared value_info).
@@ -319,6 +345,13 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
                         NodeState::Inferred
                     },
                 );
+            }
+            Err(reason) if ops::as_invalid(&reason).is_some() => {
+                return Err(AnalysisError::Node {
+                    node: name,
+                    op_type,
+                    reason: ops::as_invalid(&reason).unwrap_or_default().to_string(),
+                });
             }
             Err(reason) => {
                 let mut recovered = true;

@@ -10,6 +10,7 @@ pub mod onnx_proto;
 pub mod ops;
 pub mod roofline;
 pub mod tensor;
+pub mod validate;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;

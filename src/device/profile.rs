@@ -114,21 +114,31 @@ pub struct DeviceProfile {
     pub probe: Option<crate::probe::ProbeRecord>,
 }
 
+/// Largest compute ceiling a profile may state: 10^17 FLOP/s (100 PFLOP/s), about five times the
+/// fastest single accelerator's sparse low-precision peak (NVIDIA B200, FP4 with sparsity,
+/// 20 PFLOP/s per its datasheet). A figure above it is a corrupt or hand-edited profile.
+pub const MAX_PLAUSIBLE_FLOPS: f64 = 1e17;
+
+/// Largest bandwidth a profile may state: 10^15 B/s (1 PB/s), above the aggregate register-file
+/// and L1 bandwidth of any single device, let alone a memory level behind it.
+pub const MAX_PLAUSIBLE_BYTES_PER_S: f64 = 1e15;
+
 fn default_schema() -> u32 {
     PROFILE_SCHEMA_VERSION
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
-    #[error("{}: {source}", path.display())]
+    // Causes are part of the messages, not `source`s: `{:#}` would print them twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: not a device profile: {source}", path.display())]
+    #[error("{}: not a device profile: {cause}", path.display())]
     Parse {
         path: std::path::PathBuf,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("{}: {reason}", path.display())]
     Invalid {
@@ -228,37 +238,52 @@ impl DeviceProfile {
             return Err("no compute ceiling".into());
         }
         for c in &self.compute {
-            if !c.flops_per_s.is_finite() || c.flops_per_s < 0.0 {
-                return Err(format!(
-                    "compute ceiling {} is {}",
-                    c.precision, c.flops_per_s
-                ));
+            for (what, value) in [
+                ("", Some(c.flops_per_s)),
+                (" (theoretical)", c.theoretical_flops_per_s),
+            ] {
+                let Some(value) = value else { continue };
+                if !value.is_finite() || value <= 0.0 || value > MAX_PLAUSIBLE_FLOPS {
+                    return Err(format!(
+                        "compute ceiling {}{what} is {value:e} FLOP/s; a ceiling must be above 0 and at most {MAX_PLAUSIBLE_FLOPS:e} (no hardware is faster)",
+                        c.precision
+                    ));
+                }
             }
         }
         for m in &self.memory {
-            if !m.bytes_per_s.is_finite() || m.bytes_per_s < 0.0 {
+            if !m.bytes_per_s.is_finite()
+                || m.bytes_per_s <= 0.0
+                || m.bytes_per_s > MAX_PLAUSIBLE_BYTES_PER_S
+            {
                 return Err(format!(
-                    "memory ceiling {} is {}",
+                    "memory ceiling {} is {:e} B/s; a ceiling must be above 0 and at most {MAX_PLAUSIBLE_BYTES_PER_S:e}",
                     m.level.name(),
                     m.bytes_per_s
                 ));
             }
         }
-        if !self.launch_overhead_s.is_finite() || self.launch_overhead_s < 0.0 {
-            return Err("launch_overhead_s must be a non-negative number".into());
+        if !self.launch_overhead_s.is_finite()
+            || self.launch_overhead_s < 0.0
+            || self.launch_overhead_s > 1.0
+        {
+            return Err(format!(
+                "launch_overhead_s is {}; it must be between 0 and 1 s",
+                self.launch_overhead_s
+            ));
         }
         Ok(())
     }
 
     pub fn load(path: &Path) -> Result<DeviceProfile, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+        let text = std::fs::read_to_string(path).map_err(|cause| ProfileError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         let profile: DeviceProfile =
-            serde_json::from_str(&text).map_err(|source| ProfileError::Parse {
+            serde_json::from_str(&text).map_err(|cause| ProfileError::Parse {
                 path: path.to_path_buf(),
-                source,
+                cause,
             })?;
         profile.validate().map_err(|reason| ProfileError::Invalid {
             path: path.to_path_buf(),
@@ -267,22 +292,24 @@ impl DeviceProfile {
         Ok(profile)
     }
 
+    /// Writes the profile atomically (temporary file and rename), so a concurrent reader such as
+    /// `analyze --device local` never sees a half-written file.
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
-        let text = serde_json::to_string_pretty(self).map_err(|source| ProfileError::Parse {
+        let text = serde_json::to_string_pretty(self).map_err(|cause| ProfileError::Parse {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         if let Some(parent) = path.parent() {
             if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|source| ProfileError::Io {
+                std::fs::create_dir_all(parent).map_err(|cause| ProfileError::Io {
                     path: parent.to_path_buf(),
-                    source,
+                    cause,
                 })?;
             }
         }
-        std::fs::write(path, text).map_err(|source| ProfileError::Io {
+        crate::fsio::write_atomic(path, text.as_bytes()).map_err(|err| ProfileError::Invalid {
             path: path.to_path_buf(),
-            source,
+            reason: err.to_string(),
         })
     }
 }
@@ -290,6 +317,34 @@ impl DeviceProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_catalogue_device_is_a_valid_profile() {
+        for entry in crate::device::catalog() {
+            let profile = entry.to_profile();
+            assert_eq!(profile.validate(), Ok(()), "{}", entry.id);
+        }
+    }
+
+    #[test]
+    fn implausible_and_zero_ceilings_are_refused() {
+        let good = crate::device::catalog()[0].to_profile();
+        let mut fast = good.clone();
+        fast.compute[0].flops_per_s = 1e30;
+        assert!(fast
+            .validate()
+            .unwrap_err()
+            .contains("no hardware is faster"));
+        let mut zero = good.clone();
+        zero.compute[0].flops_per_s = 0.0;
+        assert!(zero.validate().unwrap_err().contains("above 0"));
+        let mut wide = good.clone();
+        wide.memory[0].bytes_per_s = 1e20;
+        assert!(wide.validate().is_err());
+        let mut slow_launch = good;
+        slow_launch.launch_overhead_s = 5.0;
+        assert!(slow_launch.validate().is_err());
+    }
 
     fn ceiling(precision: Precision, threads: Option<u32>, flops: f64) -> ComputeCeiling {
         ComputeCeiling {

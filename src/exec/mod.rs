@@ -5,6 +5,7 @@
 pub mod npy;
 pub mod plan;
 pub mod quant;
+pub mod sysmem;
 pub mod tune;
 
 use std::path::PathBuf;
@@ -62,8 +63,12 @@ pub enum ExecError {
         op_type: String,
         reason: String,
     },
-    #[error("the plan needs {bytes} bytes of activation and weight memory, more than the {limit} bytes allowed")]
-    TooLarge { bytes: u64, limit: u64 },
+    #[error("the plan needs {} of activation and weight memory, more than the {} this machine can give ({limit_source})", sysmem::gib(*bytes), sysmem::gib(*limit))]
+    TooLarge {
+        bytes: u64,
+        limit: u64,
+        limit_source: String,
+    },
     #[error("input `{name}`: {reason}")]
     Input { name: String, reason: String },
     #[error("{}: {reason}", path.display())]

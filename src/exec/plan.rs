@@ -21,6 +21,8 @@ pub struct PlanOptions {
     pub threads: usize,
     /// Refuse plans whose buffers and materialised weights exceed this many bytes.
     pub memory_limit_bytes: u64,
+    /// Where `memory_limit_bytes` comes from, for the refusal message.
+    pub memory_limit_source: String,
     /// GEMM blockings per shape (autotuned choices); `None`: the defaults.
     pub tuning: Option<std::sync::Arc<std::sync::Mutex<super::tune::TuningCache>>>,
     /// Tune shapes missing from `tuning` while planning.
@@ -29,9 +31,11 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
+        let (memory_limit_bytes, source) = super::sysmem::plan_memory_limit();
         PlanOptions {
             threads: 1,
-            memory_limit_bytes: 16 << 30,
+            memory_limit_bytes,
+            memory_limit_source: format!("80% of {source}"),
             tuning: None,
             tune: false,
         }
@@ -639,6 +643,7 @@ pub fn build_plan(
         return Err(ExecError::TooLarge {
             bytes: total,
             limit: options.memory_limit_bytes,
+            limit_source: options.memory_limit_source.clone(),
         });
     }
     let generic_nodes = steps

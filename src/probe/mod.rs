@@ -81,6 +81,8 @@ pub enum ProbeError {
     NoCacheDir,
     #[error(transparent)]
     Profile(#[from] ProfileError),
+    #[error("{0}; run `roofline probe` to measure this machine again (it replaces the file)")]
+    UnusableSavedProfile(ProfileError),
 }
 
 /// Sampling effort of one mode.
@@ -1214,12 +1216,12 @@ pub fn default_profile_path() -> Option<PathBuf> {
 /// saved one no longer loads).
 pub fn load_or_probe_local() -> Result<DeviceProfile, ProbeError> {
     let path = default_profile_path().ok_or(ProbeError::NoCacheDir)?;
+    // Only a missing profile is probed anew: a corrupt or implausible one is reported, since a
+    // silent re-probe costs seconds and gigabytes and hides whatever damaged the file.
     match DeviceProfile::load(&path) {
         Ok(profile) => return Ok(profile),
-        Err(ProfileError::Io { source, .. }) if source.kind() != std::io::ErrorKind::NotFound => {
-            return Err(ProfileError::Io { path, source }.into());
-        }
-        Err(_) => {}
+        Err(ProfileError::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(ProbeError::UnusableSavedProfile(err)),
     }
     let profile = run_probe(
         &ProbeOptions {

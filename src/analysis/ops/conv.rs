@@ -61,9 +61,24 @@ impl OpDef for Conv {
         let group = ctx.attrs().int_or("group", 1).max(1) as u64;
         if let (Some(c), Some(wc)) = (x[1].known(), w[1].known()) {
             if c != wc * group {
-                return Err(format!(
+                return Err(super::invalid(format!(
                     "input has {c} channels but weight expects {wc} x {group} groups"
-                ));
+                )));
+            }
+        }
+        if let Some(m) = w[0].known() {
+            if m % group != 0 {
+                return Err(super::invalid(format!(
+                    "{m} output channels do not divide into {group} groups"
+                )));
+            }
+            if let Some(bias) = ctx.opt_input(2).and_then(|b| b.shape.as_deref()) {
+                if bias.len() != 1 || bias[0].known().is_some_and(|len| len != m) {
+                    return Err(super::invalid(format!(
+                        "bias has shape {} but the weight has {m} output channels",
+                        crate::analysis::tensor::shape_to_string(bias)
+                    )));
+                }
             }
         }
         let kernel = kernel_dims(ctx.attrs().ints("kernel_shape"), w)?;
@@ -105,6 +120,24 @@ impl OpDef for ConvTranspose {
             Some(m) => Dim::Known(m * group),
             None => return Err("weight output-channel dim is not known".into()),
         };
+        if let (Some(c), Some(wc)) = (x[1].known(), w[0].known()) {
+            if c != wc || c % group != 0 {
+                return Err(super::invalid(format!(
+                    "input has {c} channels but the weight has {wc} input channels in {group} groups"
+                )));
+            }
+        }
+        if let (Some(bias), Some(m)) = (
+            ctx.opt_input(2).and_then(|b| b.shape.as_deref()),
+            out_channels.known(),
+        ) {
+            if bias.len() != 1 || bias[0].known().is_some_and(|len| len != m) {
+                return Err(super::invalid(format!(
+                    "bias has shape {} but the op has {m} output channels",
+                    crate::analysis::tensor::shape_to_string(bias)
+                )));
+            }
+        }
         let input = spatial_input(x)?;
         let count = input.len();
         let kernel = kernel_dims(attrs.ints("kernel_shape"), w)?;

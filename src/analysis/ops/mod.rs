@@ -266,6 +266,22 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| misc::lookup(op_type))
 }
 
+/// Marks an `infer` error that means the model itself is inconsistent (a conv bias of the wrong
+/// length, split sizes that do not add up), as opposed to a shape the tool cannot derive. The
+/// driver turns such an error into bad input instead of a warning, so no kernel is ever handed
+/// the inconsistency. NUL bytes keep the mark from occurring in any other message.
+const INVALID_MARK: &str = "\u{0}invalid\u{0}";
+
+/// An `infer` error for an inconsistent model (see `INVALID_MARK`).
+pub fn invalid(reason: impl Into<String>) -> String {
+    format!("{INVALID_MARK}{}", reason.into())
+}
+
+/// The reason of an error made by `invalid`, `None` for any other error.
+pub fn as_invalid(reason: &str) -> Option<&str> {
+    reason.strip_prefix(INVALID_MARK)
+}
+
 /// Ops whose outputs are random even with constant inputs: never folded.
 pub fn is_nondeterministic(op_type: &str) -> bool {
     matches!(
@@ -307,7 +323,7 @@ pub fn broadcast_shapes(shapes: &[&[Dim]]) -> OpResult<Vec<Dim>> {
                 (Some(r), Dim::Known(1)) => r,
                 (Some(Dim::Known(a)), Dim::Known(b)) if a == *b => Dim::Known(a),
                 (Some(Dim::Known(a)), Dim::Known(b)) => {
-                    return Err(format!("cannot broadcast dims {a} and {b}"))
+                    return Err(invalid(format!("cannot broadcast dims {a} and {b}")))
                 }
                 // A symbol against a number > 1: the number must be what the symbol stands for.
                 (Some(Dim::Known(a)), Dim::Sym(_)) => Dim::Known(a),

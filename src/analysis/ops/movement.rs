@@ -72,10 +72,10 @@ impl OpDef for Concat {
         for fact in &facts {
             let s = fact.shape.as_ref().ok_or("an input rank is unknown")?;
             if s.len() != rank {
-                return Err(format!(
+                return Err(super::invalid(format!(
                     "inputs of rank {rank} and {} cannot concatenate",
                     s.len()
-                ));
+                )));
             }
             match s[axis].known() {
                 Some(d) => total = total.map(|t| t + d),
@@ -85,8 +85,17 @@ impl OpDef for Concat {
                 }
             }
             for (i, d) in s.iter().enumerate() {
-                if i != axis && shape[i].known().is_none() && d.known().is_some() {
-                    shape[i] = d.clone();
+                if i == axis {
+                    continue;
+                }
+                match (shape[i].known(), d.known()) {
+                    (None, Some(_)) => shape[i] = d.clone(),
+                    (Some(a), Some(b)) if a != b => {
+                        return Err(super::invalid(format!(
+                            "inputs differ on axis {i} ({a} and {b}), which is not the concat axis {axis}"
+                        )))
+                    }
+                    _ => {}
                 }
             }
         }
@@ -152,7 +161,18 @@ impl OpDef for Split {
             },
         };
         if sizes.len() != count {
-            return Err(format!("{} split sizes for {count} outputs", sizes.len()));
+            return Err(super::invalid(format!(
+                "{} split sizes for {count} outputs",
+                sizes.len()
+            )));
+        }
+        let known_sizes: Option<u64> = sizes.iter().map(Dim::known).sum();
+        if let (Some(total), Some(len)) = (known_sizes, shape[axis].known()) {
+            if total != len {
+                return Err(super::invalid(format!(
+                    "split sizes add up to {total} but axis {axis} has {len} elements"
+                )));
+            }
         }
         Ok(sizes
             .into_iter()

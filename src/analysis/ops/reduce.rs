@@ -166,11 +166,25 @@ impl OpDef for TopK {
         let shape = ctx.input_shape(0)?;
         let axis = normalize_axis(ctx.attrs().int_or("axis", -1), shape.len())?;
         let k = match ctx.const_ints(1) {
-            Ok(Some(k)) => k.first().copied().map(|k| Dim::Known(k.max(0) as u64)),
+            Ok(Some(k)) => {
+                if k.len() != 1 || k[0] < 0 {
+                    return Err(super::invalid(format!(
+                        "k must be one non-negative integer, got {k:?}"
+                    )));
+                }
+                Some(Dim::Known(k[0] as u64))
+            }
             Ok(None) => ctx.attrs().int("k").map(|k| Dim::Known(k.max(0) as u64)),
             Err(_) => Some(Dim::Sym(format!("{}_k", ctx.node.name))),
         }
         .ok_or("no `k` given")?;
+        if let (Some(k), Some(len)) = (k.known(), shape[axis].known()) {
+            if k > len {
+                return Err(super::invalid(format!(
+                    "k = {k} but axis {axis} has only {len} elements"
+                )));
+            }
+        }
         let mut out = shape.to_vec();
         out[axis] = k;
         Ok(vec![
