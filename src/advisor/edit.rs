@@ -10,15 +10,25 @@ pub struct Editor<'g> {
     pub graph: &'g mut Graph,
     pub nodes: Vec<Node>,
     pub removed: HashSet<usize>,
+    /// Values an `If`/`Loop`/`Scan` subgraph reads by name from the outer scope: they appear in
+    /// no node's inputs, so passes treat them like graph outputs (kept, never renamed or fused).
+    pub subgraph_reads: HashSet<ValueId>,
 }
 
 impl<'g> Editor<'g> {
     pub fn new(graph: &'g mut Graph) -> Editor<'g> {
         let nodes = graph.nodes_in_order();
+        let subgraph_reads = nodes
+            .iter()
+            .filter(|n| n.attrs.has_subgraph())
+            .flat_map(super::export::subgraph_reads)
+            .filter_map(|name| graph.value_by_name(&name))
+            .collect();
         Editor {
             graph,
             nodes,
             removed: HashSet::new(),
+            subgraph_reads,
         }
     }
 
@@ -30,7 +40,7 @@ impl<'g> Editor<'g> {
     }
 
     pub fn is_graph_output(&self, value: ValueId) -> bool {
-        self.graph.outputs.contains(&value)
+        self.graph.outputs.contains(&value) || self.subgraph_reads.contains(&value)
     }
 
     /// The only live consumer of `value`, if it has exactly one and is not a graph output.

@@ -115,7 +115,9 @@ pub fn validate_graph(graph: &Graph) -> Result<(), AnalysisError> {
                         ),
                     ));
                 }
-                if let Some(missing) = (0..min_in).find(|&i| node.inputs[i].is_none()) {
+                // Loop lists its trip count and condition, but either may be left empty.
+                let required = if node.op_type == "Loop" { 0 } else { min_in };
+                if let Some(missing) = (0..required).find(|&i| node.inputs[i].is_none()) {
                     return Err(node_error(
                         node,
                         format!("required input #{missing} is left empty"),

@@ -1,16 +1,22 @@
 //! `roofline advise`: rewrite passes with predicted (and, on this CPU, measured) gains.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 
 use roofline::advisor::{self, export, AdviceReport, AdviseOptions};
 use roofline::analysis::{AnalyzeOptions, Bindings};
 use roofline::device::Precision;
 use roofline::report::units::{fmt_bytes, fmt_seconds};
+
+use super::safe;
+
+/// Most random calibration inputs (`--calibration-samples`).
+const MAX_CALIBRATION_SAMPLES: u64 = 1000;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum AdviseFormat {
@@ -47,8 +53,8 @@ pub struct AdviseArgs {
     /// Autotune GEMM blockings for the measured graphs (cached per device profile).
     #[arg(long)]
     pub tune: bool,
-    /// Timed runs per measurement.
-    #[arg(short, long, default_value_t = 10)]
+    /// Timed runs per measurement (1 to 100000).
+    #[arg(short, long, default_value_t = 10, value_parser = super::runs_parser())]
     pub runs: usize,
     /// int8 calibration inputs: a directory of .npy files (one per sample; for several model
     /// inputs, one sub-directory per sample with <input>.npy). Default: random inputs.
@@ -57,8 +63,10 @@ pub struct AdviseArgs {
     /// How int8 activation ranges are derived from the calibration runs.
     #[arg(long, value_enum, default_value = "minmax")]
     pub calibration_method: CalibrationArg,
-    /// Random calibration inputs when no --calibration directory is given.
-    #[arg(long, default_value_t = advisor::quantize::DEFAULT_SAMPLES)]
+    /// Random calibration inputs when no --calibration directory is given (1 to 1000; each one
+    /// is a full set of model inputs kept in memory).
+    #[arg(long, default_value_t = advisor::quantize::DEFAULT_SAMPLES,
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CALIBRATION_SAMPLES))]
     pub calibration_samples: usize,
     #[arg(short, long, value_enum, default_value = "table")]
     pub format: AdviseFormat,
@@ -71,6 +79,28 @@ pub struct AdviseArgs {
 }
 
 pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
+    // Neither the rewritten model nor the report replaces a file this run reads (the model,
+    // the device profile, calibration tensors), nor each other. Checked before the work, and
+    // again when writing.
+    let mut protected = super::Inputs::model(&args.model.model);
+    protected.add_device(&args.device);
+    if let Some(dir) = &args.calibration {
+        for file in npy_files(dir) {
+            protected.add(&file, "a calibration tensor");
+        }
+    }
+    for path in args.output_model.iter().chain(&args.report) {
+        protected.check(path)?;
+    }
+    if let (Some(model), Some(report)) = (&args.output_model, &args.report) {
+        if roofline::fsio::ensure_not_an_input(report, &[model], "").is_err() {
+            bail!(
+                "--report {} and --output-model {} are the same file",
+                report.display(),
+                model.display()
+            );
+        }
+    }
     let (graph, defaults) = super::bench::load_graph(&args.model.model)?;
     let device =
         super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
@@ -111,9 +141,10 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
     if let Some(path) = &args.output_model {
         let model = export::to_model(&rewritten)?;
-        std::fs::write(path, prost::Message::encode_to_vec(&model))
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        protected
+            .write(path, &prost::Message::encode_to_vec(&model))
+            .context("writing the rewritten model")?;
+        note!("wrote {}", super::safe(&path.display().to_string()));
     }
     let text = match args.format {
         AdviseFormat::Json => serde_json::to_string_pretty(&report)?,
@@ -121,25 +152,48 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         AdviseFormat::Html => super::advice_html(&report)?,
     };
     match &args.report {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
-        }
-        None => print!("{text}"),
+        Some(path) => protected
+            .write(path, text.as_bytes())
+            .context("writing the report")?,
+        None => super::print_text(&text)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The .npy files of a calibration folder: its own and those of its sub-folders (one per
+/// sample), as `advisor::quantize` reads them.
+fn npy_files(dir: &Path) -> Vec<PathBuf> {
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|it| it.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let mut files = Vec::new();
+    for path in entries(dir) {
+        if path.is_dir() {
+            files.extend(entries(&path).into_iter().filter(|p| p.is_file()));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 fn speed(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
 }
 
+/// The advice table; model-provided text is escaped for the terminal (`super::safe`).
 pub fn render_table(report: &AdviceReport) -> String {
     let mut out = String::new();
     let b = &report.before;
     let _ = writeln!(
         out,
         "model  {}   device {} ({:?})   {}",
-        b.model.source, b.device.id, b.device.source, report.verification_note
+        safe(&b.model.source),
+        safe(&b.device.id),
+        b.device.source,
+        safe(&report.verification_note)
     );
     let _ = writeln!(out);
     let _ = writeln!(
@@ -162,7 +216,7 @@ pub fn render_table(report: &AdviceReport) -> String {
         let _ = writeln!(
             out,
             "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-            p.name,
+            safe(&p.name),
             p.changes.len(),
             fmt_seconds(p.predicted_latency_after_s),
             fmt_bytes(p.bytes_saved as f64),
@@ -215,7 +269,7 @@ pub fn render_table(report: &AdviceReport) -> String {
                 fmt_seconds(g.predicted_time_saved_s),
                 g.intensity_unfused,
                 g.intensity_fused,
-                g.op_types.join("+")
+                safe(&g.op_types.join("+"))
             );
         }
     }
@@ -225,10 +279,17 @@ pub fn render_table(report: &AdviceReport) -> String {
     if !report.left_alone.is_empty() {
         let _ = writeln!(out, "\nleft alone (largest remaining ops)");
         for l in report.left_alone.iter().take(6) {
-            let _ = writeln!(out, "  {} ({}): {}", l.node, l.op_type, l.reason);
+            let _ = writeln!(
+                out,
+                "  {} ({}): {}",
+                safe(&l.node),
+                safe(&l.op_type),
+                safe(&l.reason)
+            );
         }
     }
-    out
+    // Every model-provided field above is escaped; this pass is the net under a missed one.
+    roofline::report::markup::terminal_safe_lines(&out).into_owned()
 }
 
 fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationReport) {
@@ -236,9 +297,9 @@ fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationRepo
         out,
         "\nquantization ({})",
         if q.calibration.is_empty() {
-            "no calibration"
+            "no calibration".into()
         } else {
-            &q.calibration
+            safe(&q.calibration)
         }
     );
     if let Some(a) = &q.accuracy {
@@ -269,7 +330,13 @@ fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationRepo
     );
     kept.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
     for d in kept.iter().take(8) {
-        let _ = writeln!(out, "  kept fp32  {} ({}): {}", d.node, d.op_type, d.reason);
+        let _ = writeln!(
+            out,
+            "  kept fp32  {} ({}): {}",
+            safe(&d.node),
+            safe(&d.op_type),
+            safe(&d.reason)
+        );
     }
     let mut done: Vec<_> = q
         .decisions
@@ -281,9 +348,9 @@ fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationRepo
         let _ = writeln!(
             out,
             "  {:<9}  {} ({}): {} -> {} ({:.2}x; q/dq {}{})",
-            d.decision,
-            d.node,
-            d.op_type,
+            safe(&d.decision),
+            safe(&d.node),
+            safe(&d.op_type),
             fmt_seconds(d.predicted_fp32_s),
             fmt_seconds(d.predicted_lowp_s),
             d.predicted_gain,
@@ -294,6 +361,6 @@ fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationRepo
         );
     }
     for n in &q.notes {
-        let _ = writeln!(out, "  note: {n}");
+        let _ = writeln!(out, "  note: {}", safe(n));
     }
 }

@@ -35,8 +35,8 @@ pub struct AnalyzeArgs {
     /// Bind an input: NAME=1x3x224x224 (repeatable; the name may be omitted for a one-input model).
     #[arg(short, long = "input")]
     pub inputs: Vec<String>,
-    /// Bind the leading symbolic dim of every input.
-    #[arg(short, long)]
+    /// Bind the leading symbolic dim of every input (1 or more).
+    #[arg(short, long, value_parser = super::batch_parser())]
     pub batch: Option<u64>,
     #[arg(short, long, value_enum, default_value = "table")]
     pub format: OutputFormat,
@@ -52,6 +52,15 @@ pub struct AnalyzeArgs {
 }
 
 pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
+    // The report never replaces what it was made from: checked before the work, and again
+    // when writing.
+    let mut protected = super::Inputs::model(&args.model);
+    for spec in &args.device {
+        protected.add_device(spec);
+    }
+    if let Some(path) = &args.output {
+        protected.check(path)?;
+    }
     let mut bindings = Bindings {
         inputs: args
             .inputs
@@ -113,10 +122,10 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             .join("\n"),
     };
     match &args.output {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
-        }
-        None => print!("{text}"),
+        Some(path) => protected
+            .write(path, text.as_bytes())
+            .context("writing the report")?,
+        None => super::print_text(&text)?,
     }
     // Unknown ops are bad input: the report above lists them, and the exit status says so.
     if let Some(first) = analyses
@@ -128,11 +137,11 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             .iter()
             .filter(|d| d.severity == Severity::Error)
             .count();
-        eprintln!(
+        note!(
             "error: {}: node `{}`: {} ({count} node(s) with unknown ops; they are NOT in the totals)",
-            args.model,
-            first.node.as_deref().unwrap_or("?"),
-            first.message
+            super::safe(&args.model),
+            super::safe(first.node.as_deref().unwrap_or("?")),
+            super::safe(&first.message)
         );
         return Ok(ExitCode::from(super::EXIT_BAD_INPUT));
     }
@@ -142,7 +151,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .filter(|d| d.severity == Severity::Warning)
         .count();
     if args.strict && warnings > 0 {
-        eprintln!(
+        note!(
             "{warnings} warning(s) and --strict: exit status {}",
             super::EXIT_WARNINGS
         );

@@ -30,11 +30,11 @@ pub struct ModelArgs {
     /// Bind an input: NAME=1x3x224x224 (repeatable).
     #[arg(short, long = "input")]
     pub inputs: Vec<String>,
-    /// Bind the leading symbolic dim of every input.
-    #[arg(short, long)]
+    /// Bind the leading symbolic dim of every input (1 or more).
+    #[arg(short, long, value_parser = super::batch_parser())]
     pub batch: Option<u64>,
-    /// Worker threads for the kernels.
-    #[arg(short, long, default_value_t = 1)]
+    /// Worker threads for the kernels (1 to 1024).
+    #[arg(short, long, default_value_t = 1, value_parser = super::threads_parser())]
     pub threads: usize,
 }
 
@@ -45,8 +45,8 @@ pub struct BenchArgs {
     /// Device profile for the predictions: `local` (the probed CPU), a catalogue name or a file.
     #[arg(short, long, default_value = "local")]
     pub device: String,
-    /// Timed runs after warm-up.
-    #[arg(short, long, default_value_t = 10)]
+    /// Timed runs after warm-up (1 to 100000).
+    #[arg(short, long, default_value_t = 10, value_parser = super::runs_parser())]
     pub runs: usize,
     #[arg(short, long, value_enum, default_value = "table")]
     pub format: BenchFormat,
@@ -71,17 +71,18 @@ pub struct RunArgs {
     /// Input values: NAME=FILE.npy (repeatable). Inputs not given get seeded random values.
     #[arg(short, long = "input")]
     pub inputs: Vec<String>,
-    /// Bind the leading symbolic dim of every input.
-    #[arg(short, long)]
+    /// Bind the leading symbolic dim of every input (1 or more).
+    #[arg(short, long, value_parser = super::batch_parser())]
     pub batch: Option<u64>,
     /// Bind symbolic dims: NAME=1x3x224x224 (when no .npy is given for that input).
     #[arg(long = "shape")]
     pub shapes: Vec<String>,
-    #[arg(short, long, default_value_t = 1)]
+    /// Worker threads for the kernels (1 to 1024).
+    #[arg(short, long, default_value_t = 1, value_parser = super::threads_parser())]
     pub threads: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Output directory for the .npy files.
+    /// Output directory for the .npy files (none of them may replace the model or an input).
     #[arg(short, long)]
     pub output: PathBuf,
 }
@@ -102,9 +103,12 @@ pub fn load_graph(model: &str) -> Result<(Graph, Option<Bindings>)> {
         // kernels: the standard form is lowered to the tool's quantized ops before planning.
         let lowered = roofline::exec::quant::lower_qdq(&mut graph);
         if !lowered.is_empty() {
-            eprintln!(
+            note!(
                 "QDQ form lowered: {} QConv, {} QMatMul, {} FakeQuant, {} float fallback(s)",
-                lowered.qconv, lowered.qmatmul, lowered.fake_quant, lowered.float_fallback
+                lowered.qconv,
+                lowered.qmatmul,
+                lowered.fake_quant,
+                lowered.float_fallback
             );
         }
         Ok((graph, None))
@@ -129,6 +133,11 @@ fn bindings(args: &ModelArgs, defaults: Option<Bindings>) -> Result<Bindings> {
 }
 
 pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
+    let mut protected = super::Inputs::model(&args.model.model);
+    protected.add_device(&args.device);
+    if let Some(path) = &args.output {
+        protected.check(path)?;
+    }
     let (graph, defaults) = load_graph(&args.model.model)?;
     let device =
         super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
@@ -162,27 +171,29 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         BenchFormat::Html => super::bench_html(&report)?,
     };
     match &args.output {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?
-        }
-        None => print!("{text}"),
+        Some(path) => protected
+            .write(path, text.as_bytes())
+            .context("writing the report")?,
+        None => super::print_text(&text)?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The per-op table; model-provided text is escaped for the terminal (`super::safe`).
 fn render_table(report: &BenchReport, top: usize) -> String {
+    use super::safe;
     use std::fmt::Write as _;
     let mut out = String::new();
     let a = &report.analysis;
     let _ = writeln!(
         out,
         "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}",
-        a.model.source,
-        a.device.id,
+        safe(&a.model.source),
+        safe(&a.device.id),
         a.device.source,
         report.threads,
         report.runs,
-        report.kernel_isa
+        safe(&report.kernel_isa)
     );
     let _ = writeln!(
         out,
@@ -207,12 +218,12 @@ fn render_table(report: &BenchReport, top: usize) -> String {
     let mut ops: Vec<_> = report.ops.iter().collect();
     ops.sort_by(|x, y| y.measured_s.total_cmp(&x.measured_s));
     for op in ops.iter().take(top) {
-        let name: String = op.name.chars().take(28).collect();
+        let name: String = safe(&op.name).chars().take(28).collect();
         let _ = writeln!(
             out,
             "{:<28} {:<18} {:>10} {:>10} {:>9.1} {:>8.1} {:>7.0}% {:>+7.0}%",
             name,
-            op.op_type,
+            safe(&op.op_type),
             fmt_seconds(op.measured_s),
             fmt_seconds(op.predicted_s),
             op.measured_gflops,
@@ -228,17 +239,24 @@ fn render_table(report: &BenchReport, top: usize) -> String {
             ops.len() - top
         );
     }
-    out
+    roofline::report::markup::terminal_safe_lines(&out).into_owned()
 }
 
 pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
-    let (mut graph, defaults) = load_graph(&args.model)?;
-    let mut given: HashMap<String, exec::RtTensor> = HashMap::new();
-    let mut shapes: Vec<(String, Vec<u64>)> = Vec::new();
+    // The .npy files written into the output folder never replace the model or an input.
+    let mut protected = super::Inputs::model(&args.model);
+    let mut files = Vec::new();
     for spec in &args.inputs {
         let Some((name, file)) = spec.split_once('=') else {
             bail!("--input {spec}: expected NAME=FILE.npy");
         };
+        protected.add(std::path::Path::new(file), "an input tensor");
+        files.push((name, file));
+    }
+    let (mut graph, defaults) = load_graph(&args.model)?;
+    let mut given: HashMap<String, exec::RtTensor> = HashMap::new();
+    let mut shapes: Vec<(String, Vec<u64>)> = Vec::new();
+    for (name, file) in files {
         let tensor = npy::read_npy(std::path::Path::new(file))?;
         shapes.push((
             name.to_string(),
@@ -273,10 +291,15 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     }
     let mut workspace = plan.workspace();
     let outputs = plan.run(&mut workspace, &inputs, None)?;
+    // The folder exists before the paths are checked (`new/..` resolves only then). Every path
+    // is checked before the first file is written: a refused one leaves nothing half done. Two
+    // outputs whose names map to the same file name get a numbered suffix.
     std::fs::create_dir_all(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
+    let mut used = std::collections::HashSet::new();
+    let mut planned = Vec::with_capacity(outputs.len());
     for (name, tensor) in &outputs {
-        let safe: String = name
+        let stem: String = name
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
@@ -286,9 +309,57 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
                 }
             })
             .collect();
-        let path = args.output.join(format!("{safe}.npy"));
-        npy::write_npy(&path, tensor)?;
-        eprintln!("wrote {} {:?}", path.display(), tensor.shape);
+        let mut file = format!("{stem}.npy");
+        let mut n = 1;
+        while !used.insert(file.clone()) {
+            n += 1;
+            file = format!("{stem}_{n}.npy");
+        }
+        let path = args.output.join(file);
+        protected.check(&path)?;
+        planned.push((path, tensor));
+    }
+    for (path, tensor) in planned {
+        protected
+            .write(&path, &npy_bytes(tensor))
+            .context("writing an output tensor")?;
+        note!(
+            "wrote {} {:?}",
+            super::safe(&path.display().to_string()),
+            tensor.shape
+        );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A tensor as a .npy file (format 1.0, little-endian, C order), the bytes `exec::npy::read_npy`
+/// reads back. Built here rather than with `npy::write_npy`, which writes the file itself: the
+/// binary writes every file through `fsio::write_atomic`.
+fn npy_bytes(tensor: &exec::RtTensor) -> Vec<u8> {
+    let (descr, payload): (&str, Vec<u8>) = match &tensor.data {
+        exec::RtData::F32(v) => ("<f4", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        exec::RtData::I64(v) => ("<i8", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+    };
+    let shape = match tensor.shape.as_slice() {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
+        dims => format!(
+            "({})",
+            dims.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Data starts on a 64-byte boundary; the header ends with a newline.
+    let total = 10 + header.len() + 1;
+    header.push_str(&" ".repeat((64 - total % 64) % 64));
+    header.push('\n');
+    let mut out = Vec::with_capacity(10 + header.len() + payload.len());
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&payload);
+    out
 }

@@ -6,18 +6,123 @@ mod analyze;
 mod bench;
 mod probe;
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, Subcommand};
 
 use roofline::builtin::{self, WeightFill};
 use roofline::device::{self, DeviceProfile};
+use roofline::fsio;
 
 /// Exit status for warnings promoted by `--strict`.
 pub const EXIT_WARNINGS: u8 = 1;
 /// Exit status for bad input (unreadable model, unknown device, unbound dims...).
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Most timed runs of `bench` and `advise`: every run keeps one latency per op.
+pub const MAX_RUNS: u64 = 100_000;
+/// Most worker threads (each one a thread of the OS, with its own scratch buffers).
+pub const MAX_THREADS: u64 = 1024;
+/// Largest `--batch`: far past any real batch, small enough that sizes stay in range.
+pub const MAX_BATCH: u64 = 1 << 20;
+
+/// `--runs`: 1..=MAX_RUNS, checked by clap before anything is allocated.
+pub fn runs_parser() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=MAX_RUNS)
+}
+
+/// `--threads`: 1..=MAX_THREADS.
+pub fn threads_parser() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..=MAX_THREADS)
+}
+
+/// `--batch`: 1..=MAX_BATCH (a batch of 0 has no meaning).
+pub fn batch_parser() -> RangedU64ValueParser<u64> {
+    RangedU64ValueParser::new().range(1..=MAX_BATCH)
+}
+
+/// A failed write to stdout (a closed pipe, a full disk). `main` ends quietly on a broken pipe.
+#[derive(Debug, thiserror::Error)]
+#[error("writing to stdout")]
+pub struct StdoutError(#[source] pub std::io::Error);
+
+/// Writes `text` to stdout (locked) and flushes it, so a failure is seen here and not lost at
+/// exit.
+pub fn print_text(text: &str) -> Result<(), StdoutError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(StdoutError)
+}
+
+/// Flushes stdout (whatever is left in its buffer before the process exits).
+pub fn flush_stdout() -> Result<(), StdoutError> {
+    std::io::stdout().lock().flush().map_err(StdoutError)
+}
+
+/// Whether the failure is a closed pipe (`roofline devices | head -1`) anywhere in its chain.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The files a command reads, which none of its outputs may replace: the model (a builtin has
+/// no file), device profiles, input tensors. Every output goes through [`Inputs::write`].
+#[derive(Debug, Default)]
+pub struct Inputs {
+    files: Vec<(PathBuf, &'static str)>,
+}
+
+impl Inputs {
+    /// The model file of `spec` (nothing for `builtin:NAME`).
+    pub fn model(spec: &str) -> Self {
+        let mut inputs = Self::default();
+        if !spec.starts_with("builtin:") {
+            inputs.add(Path::new(spec), "the model");
+        }
+        inputs
+    }
+
+    pub fn add(&mut self, path: &Path, what: &'static str) {
+        self.files.push((path.to_path_buf(), what));
+    }
+
+    /// The profile file a `--device` spec reads, when it reads one (see [`resolve_device`]).
+    pub fn add_device(&mut self, spec: &str) {
+        if spec == "local" {
+            if let Some(path) = roofline::probe::default_profile_path() {
+                self.add(&path, "the device profile");
+            }
+        } else if device::find_device(spec).is_none() {
+            let path = Path::new(spec);
+            if path.extension().is_some_and(|e| e == "json") || path.exists() {
+                self.add(path, "the device profile");
+            }
+        }
+    }
+
+    /// Refuses `output` when it is one of the inputs (through symlinks and `..`).
+    pub fn check(&self, output: &Path) -> Result<()> {
+        for (input, what) in &self.files {
+            fsio::ensure_not_an_input(output, &[input.as_path()], what)?;
+        }
+        Ok(())
+    }
+
+    /// Checks `output` again and writes `bytes` to it atomically.
+    pub fn write(&self, output: &Path, bytes: &[u8]) -> Result<()> {
+        self.check(output)?;
+        fsio::write_atomic(output, bytes)?;
+        Ok(())
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -70,13 +175,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => bench::run_model(&args),
         Command::Advise(args) => advise::run(&args),
         Command::Devices { json } => {
-            devices(json)?;
+            let mut out = std::io::stdout().lock();
+            devices(json, &mut out)
+                .and_then(|()| out.flush())
+                .map_err(StdoutError)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models => {
-            for model in builtin::MODELS {
-                println!("builtin:{:<12} {}", model.name, model.description);
-            }
+            let mut out = std::io::stdout().lock();
+            builtin::MODELS
+                .iter()
+                .try_for_each(|model| {
+                    writeln!(out, "builtin:{:<12} {}", model.name, model.description)
+                })
+                .and_then(|()| out.flush())
+                .map_err(StdoutError)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Export {
@@ -87,11 +200,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let builtin = builtin::find(&model)?;
             let proto = builtin.build(WeightFill::Random(seed));
             let bytes = prost::Message::encode_to_vec(&proto);
-            std::fs::write(&output, &bytes)
-                .with_context(|| format!("writing {}", output.display()))?;
-            eprintln!(
+            // A builtin reads no file: there is no input to protect.
+            Inputs::default()
+                .write(&output, &bytes)
+                .context("writing the model")?;
+            note!(
                 "wrote {} ({} bytes, opset {})",
-                output.display(),
+                safe(&output.display().to_string()),
                 bytes.len(),
                 builtin::BUILTIN_OPSET
             );
@@ -100,16 +215,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn devices(json: bool) -> Result<()> {
+fn devices(json: bool, out: &mut impl Write) -> std::io::Result<()> {
     let profiles: Vec<DeviceProfile> = device::catalog().iter().map(|e| e.to_profile()).collect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&profiles)?);
-        return Ok(());
+        return writeln!(out, "{}", serde_json::to_string_pretty(&profiles)?);
     }
-    println!(
+    writeln!(
+        out,
         "{:<22} {:<40} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "id", "name", "fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "DRAM GB/s"
-    );
+    )?;
     for (entry, profile) in device::catalog().iter().zip(&profiles) {
         let peak = |p| {
             profile
@@ -123,7 +238,8 @@ fn devices(json: bool) -> Result<()> {
         } else {
             format!("{} ({})", entry.id, entry.aliases.join(","))
         };
-        println!(
+        writeln!(
+            out,
             "{:<22} {:<40} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.0}",
             id,
             entry.name,
@@ -135,10 +251,17 @@ fn devices(json: bool) -> Result<()> {
             peak(Fp8),
             peak(Int8),
             entry.bandwidth_gbs
-        );
+        )?;
     }
-    println!("\npeaks in dense TFLOP/s (TOP/s for int8); sources: `roofline devices --json`");
-    Ok(())
+    writeln!(
+        out,
+        "\npeaks in dense TFLOP/s (TOP/s for int8); sources: `roofline devices --json`"
+    )
+}
+
+/// Model-provided text for the terminal (see `roofline::report::markup::terminal_safe`).
+pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
+    roofline::report::markup::terminal_safe(text)
 }
 
 /// Resolves `--device`: a catalogue name, `local` (the saved probe profile), or a JSON file.
@@ -146,7 +269,7 @@ pub fn resolve_device(spec: &str) -> Result<DeviceProfile> {
     if spec == "local" {
         if let Some(path) = roofline::probe::default_profile_path() {
             if !path.exists() {
-                eprintln!("no saved profile of this machine: running a quick probe first (`roofline probe` for a full one)");
+                note!("no saved profile of this machine: running a quick probe first (`roofline probe` for a full one)");
             }
         }
         return Ok(roofline::probe::load_or_probe_local()?);

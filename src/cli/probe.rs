@@ -16,7 +16,7 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub quick: bool,
     /// Threads for the all-threads figures (default: every core this process may use).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::threads_parser())]
     pub threads: Option<usize>,
     /// Print the profile as JSON on stdout instead of the summary table.
     #[arg(long)]
@@ -63,23 +63,35 @@ pub fn run(args: &ProbeArgs) -> Result<ExitCode> {
         None => probe::default_profile_path()
             .context("no cache directory for this user; pass -o FILE to save the profile")?,
     };
-    profile
-        .save(&path)
-        .with_context(|| format!("saving the profile to {}", path.display()))?;
+    // As `DeviceProfile::save`, through a temporary file and a rename (`fsio::write_atomic`).
+    let text = serde_json::to_string_pretty(&profile).context("serialising the profile")?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("saving the profile: creating {}", parent.display()))?;
+    }
+    super::Inputs::default()
+        .write(&path, text.as_bytes())
+        .context("saving the profile")?;
 
     let mut stdout = std::io::stdout().lock();
-    if args.json {
-        let text = serde_json::to_string_pretty(&profile).context("serialising the profile")?;
-        writeln!(stdout, "{text}")?;
+    let printed = if args.json {
+        writeln!(stdout, "{text}")
     } else {
-        write!(stdout, "{}", probe::render_summary(&profile))?;
-        writeln!(stdout, "profile saved to {}", path.display())?;
-    }
+        write!(stdout, "{}", probe::render_summary(&profile)).and_then(|()| {
+            writeln!(
+                stdout,
+                "profile saved to {}",
+                super::safe(&path.display().to_string())
+            )
+        })
+    };
+    printed
+        .and_then(|()| stdout.flush())
+        .map_err(super::StdoutError)?;
     // Warnings are part of the summary; with --json they go to stderr so stdout stays JSON.
     if args.json {
-        let mut stderr = std::io::stderr().lock();
-        for note in &notes {
-            writeln!(stderr, "note: {note}")?;
+        for text in &notes {
+            note!("note: {text}");
         }
     }
 

@@ -2,6 +2,7 @@
 //! width estimates for layout (no font files are read, so the estimate is a table of typical
 //! sans-serif advance widths) and compact tick labels.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Escapes text for XML/HTML element content and double- or single-quoted attribute values.
@@ -16,12 +17,56 @@ pub fn escape(text: &str) -> String {
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
             // XML 1.0 forbids most control characters even as references; drop them so the
-            // chart always parses.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => {}
+            // chart always parses. DEL and the C1 range are allowed but discouraged, and a
+            // terminal showing the SVG would act on them: dropped too.
+            c if c.is_control() && !matches!(c, '\t' | '\n' | '\r') => {}
             c => out.push(c),
         }
     }
     out
+}
+
+/// Model-provided text made safe for a terminal: control characters (C0, DEL, C1, newlines
+/// and tabs included) and the bidirectional-text overrides are replaced by a visible escape
+/// (`\u{1b}`, `\n`), so a hostile node name can neither send escape sequences to the terminal
+/// nor forge or reorder lines. Text without such characters is returned as is.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    escape_for_terminal(text, false)
+}
+
+/// [`terminal_safe`] over a whole rendered block: the same, except that newlines are kept.
+pub fn terminal_safe_lines(text: &str) -> Cow<'_, str> {
+    escape_for_terminal(text, true)
+}
+
+/// Bidirectional controls (embeddings, overrides, isolates, marks): not `is_control`, but they
+/// reorder what the terminal shows ("Trojan Source").
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape_for_terminal(text: &str, keep_newlines: bool) -> Cow<'_, str> {
+    let unsafe_char =
+        |c: char| (c.is_control() && !(keep_newlines && c == '\n')) || is_bidi_control(c);
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => {
+                let _ = write!(out, "{}", c.escape_unicode());
+            }
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Approximate advance width of `text` in pixels at `font_px`, for Arial-like sans-serif fonts
@@ -161,6 +206,26 @@ mod tests {
             "a&lt;b&gt;&amp;&quot;c&quot;&#39;d&#39;"
         );
         assert_eq!(escape("x\u{1}y"), "xy");
+        assert_eq!(escape("a\u{1b}[31m\u{7f}\u{9b}b\tc"), "a[31mb\tc");
+    }
+
+    #[test]
+    fn terminal_text_has_no_control_characters() {
+        assert!(matches!(terminal_safe("conv1/Conv_0"), Cow::Borrowed(_)));
+        assert_eq!(terminal_safe("a\u{1b}[31mb\u{7}"), "a\\u{1b}[31mb\\u{7}");
+        assert_eq!(terminal_safe("x\ny\tz\r"), "x\\ny\\tz\\r");
+        assert_eq!(
+            terminal_safe("del\u{7f} csi\u{9b}"),
+            "del\\u{7f} csi\\u{9b}"
+        );
+        assert_eq!(terminal_safe("abc\u{202e}fed"), "abc\\u{202e}fed");
+        // Printable Unicode stays as it is.
+        assert_eq!(terminal_safe("état→×…"), "état→×…");
+        assert_eq!(terminal_safe_lines("a\u{1b}b\nc\n"), "a\\u{1b}b\nc\n");
+        for hostile in ["\u{1b}]0;title\u{7}", "\u{8d}\u{85}", "\u{0}\u{1f}"] {
+            let safe = terminal_safe(hostile);
+            assert!(!safe.chars().any(char::is_control), "{safe:?}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub use error::ReportError;
 use std::fmt::Write as _;
 
 use crate::analysis::{Analysis, NodeStatus};
+use markup::{terminal_safe as safe, terminal_safe_lines};
 use units::{fmt_bytes, fmt_count, fmt_rate, fmt_seconds};
 
 /// Output formats of `roofline analyze`.
@@ -46,11 +47,29 @@ pub fn render_json(analyses: &[Analysis]) -> Result<String, serde_json::Error> {
 
 const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,reason";
 
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
+/// A text cell of the CSV (names, op types, shapes, paths, messages), RFC 4180 style: quoted
+/// when it holds a comma, a quote, a newline or a carriage return, quotes doubled. A cell that
+/// a spreadsheet would evaluate as a formula (starting with `=`, `+`, `-`, `@`, a tab or a
+/// carriage return) gets a leading apostrophe, as OWASP recommends against CSV injection.
+/// Control characters other than tab, newline and carriage return (escape sequences, a bell)
+/// are written as visible escapes (`\u{1b}`): the CSV goes to the terminal without `-o`.
+/// Numeric cells do not go through here, so a negative number stays a number.
+pub fn csv_text(text: &str) -> String {
+    let mut cell = String::with_capacity(text.len() + 3);
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        cell.push('\'');
+    }
+    for c in text.chars() {
+        if c.is_control() && !matches!(c, '\t' | '\n' | '\r') {
+            let _ = write!(cell, "{}", c.escape_unicode());
+        } else {
+            cell.push(c);
+        }
+    }
+    if cell.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", cell.replace('"', "\"\""))
     } else {
-        text.to_string()
+        cell
     }
 }
 
@@ -67,13 +86,13 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
             let _ = writeln!(
                 out,
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                csv_field(&analysis.device.id),
+                csv_text(&analysis.device.id),
                 analysis.precision,
                 n.index,
-                csv_field(&n.name),
-                csv_field(&n.op_type),
+                csv_text(&n.name),
+                csv_text(&n.op_type),
                 status,
-                csv_field(&n.output_shapes.join(";")),
+                csv_text(&n.output_shapes.join(";")),
                 n.flops,
                 n.macs,
                 n.transcendental,
@@ -85,7 +104,7 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 n.attainable_flops,
                 n.predicted_s,
                 n.time_share,
-                csv_field(n.reason.as_deref().unwrap_or("")),
+                csv_text(n.reason.as_deref().unwrap_or("")),
             );
         }
     }
@@ -102,27 +121,31 @@ fn truncate(text: &str, width: usize) -> String {
     }
 }
 
-/// Aligned terminal table: per-op rows, then the summary and the hot spots.
+/// Aligned terminal table: per-op rows, then the summary and the hot spots. Text from the model
+/// or the device profile (names, op types, shapes, paths) has its control characters escaped
+/// (`markup::terminal_safe`): the table goes to a terminal.
 pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     let mut out = String::new();
     let d = &analysis.device;
     let _ = writeln!(
         out,
         "model  {}  (opset {}, {} nodes)",
-        analysis.model.source, analysis.model.opset, analysis.model.node_count
+        safe(&analysis.model.source),
+        analysis.model.opset,
+        analysis.model.node_count
     );
     let inputs: Vec<String> = analysis
         .model
         .inputs
         .iter()
-        .map(|i| format!("{}={} {}", i.name, i.shape, i.dtype))
+        .map(|i| safe(&format!("{}={} {}", i.name, i.shape, i.dtype)).into_owned())
         .collect();
     let _ = writeln!(out, "inputs {}", inputs.join(", "));
     let _ = writeln!(
         out,
         "device {} ({}, {:?}) at {}: peak {}, DRAM {}/s, ridge {:.1} FLOP/B, per-op overhead {}",
-        d.id,
-        d.name,
+        safe(&d.id),
+        safe(&d.name),
         d.source,
         analysis.precision,
         fmt_rate(d.roof.peak_flops, "FLOP/s"),
@@ -134,7 +157,7 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     let name_width = analysis
         .nodes
         .iter()
-        .map(|n| n.name.chars().count())
+        .map(|n| safe(&n.name).chars().count())
         .max()
         .unwrap_or(4)
         .clamp(4, 32);
@@ -157,9 +180,9 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
             out,
             "{:>4}  {:<name_width$}  {:<18}  {:<shape_width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:<8}  {:>10}  {:>5.1}%",
             n.index,
-            truncate(&n.name, name_width),
-            truncate(&n.op_type, 18),
-            truncate(&n.output_shapes.join(","), shape_width),
+            truncate(&safe(&n.name), name_width),
+            truncate(&safe(&n.op_type), 18),
+            truncate(&safe(&n.output_shapes.join(",")), shape_width),
             fmt_count(n.flops as f64),
             fmt_bytes(n.bytes_read as f64),
             fmt_bytes(n.bytes_written as f64),
@@ -172,10 +195,12 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     }
     out.push('\n');
     out.push_str(&render_summary(analysis));
-    out
+    // Every model-provided field above is escaped; this pass is the net under a missed one.
+    terminal_safe_lines(&out).into_owned()
 }
 
-/// The summary block (also printed alone with `--summary`).
+/// The summary block (also printed alone with `--summary`), escaped for the terminal as the
+/// table is.
 pub fn render_summary(analysis: &Analysis) -> String {
     let s = &analysis.summary;
     let mut out = String::new();
@@ -221,7 +246,7 @@ pub fn render_summary(analysis: &Analysis) -> String {
         let list: Vec<String> = s
             .not_costed_ops
             .iter()
-            .map(|(op, n)| format!("{op} x{n}"))
+            .map(|(op, n)| format!("{} x{n}", safe(op)))
             .collect();
         let _ = writeln!(
             out,
@@ -235,7 +260,7 @@ pub fn render_summary(analysis: &Analysis) -> String {
             let _ = writeln!(
                 out,
                 "    {:<20} {:>4} ops  {:>10}  {:>5.1}%",
-                t.op_type,
+                safe(&t.op_type),
                 t.count,
                 fmt_seconds(t.predicted_s),
                 t.time_share * 100.0
@@ -252,18 +277,123 @@ pub fn render_summary(analysis: &Analysis) -> String {
                 n.time_share * 100.0,
                 fmt_seconds(n.predicted_s),
                 n.bound.name(),
-                n.name,
-                n.op_type
+                safe(&n.name),
+                safe(&n.op_type)
             );
         }
     }
     for diag in &analysis.diagnostics {
         let location = match (&diag.node, &diag.op_type) {
-            (Some(node), Some(op)) => format!("{node} ({op}): "),
-            (Some(node), None) => format!("{node}: "),
+            (Some(node), Some(op)) => format!("{} ({}): ", safe(node), safe(op)),
+            (Some(node), None) => format!("{}: ", safe(node)),
             _ => String::new(),
         };
-        let _ = writeln!(out, "{:?}: {location}{}", diag.severity, diag.message);
+        let _ = writeln!(
+            out,
+            "{:?}: {location}{}",
+            diag.severity,
+            safe(&diag.message)
+        );
     }
-    out
+    terminal_safe_lines(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tinycnn() -> Analysis {
+        let model = crate::builtin::find("builtin:tinycnn").unwrap();
+        let proto = model.build(crate::builtin::WeightFill::Zeros);
+        let graph = crate::analysis::import::import_model(
+            &proto,
+            std::path::Path::new("."),
+            std::path::Path::new("builtin:tinycnn"),
+        )
+        .unwrap();
+        let options = crate::analysis::AnalyzeOptions {
+            bindings: (model.default_bindings)(),
+            precision: crate::device::Precision::Fp32,
+        };
+        let device = crate::device::find_device("rtx2080ti")
+            .unwrap()
+            .to_profile();
+        crate::analysis::analyze_graph(graph, "builtin:tinycnn", &device, &options).unwrap()
+    }
+
+    #[test]
+    fn csv_text_cells_are_quoted_per_rfc_4180() {
+        assert_eq!(csv_text("conv1"), "conv1");
+        assert_eq!(csv_text("a,b"), "\"a,b\"");
+        assert_eq!(csv_text("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_text("two\nlines"), "\"two\nlines\"");
+        assert_eq!(csv_text("cr\rhere"), "\"cr\rhere\"");
+        assert_eq!(csv_text(""), "");
+    }
+
+    #[test]
+    fn csv_formula_cells_get_an_apostrophe() {
+        assert_eq!(
+            csv_text("=cmd|' /C calc'!A0"),
+            "'=cmd|' /C calc'!A0",
+            "no comma or quote: apostrophe, no quoting"
+        );
+        assert_eq!(csv_text("+1"), "'+1");
+        assert_eq!(csv_text("-2+3"), "'-2+3");
+        assert_eq!(csv_text("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_text("\t=1"), "'\t=1");
+        assert_eq!(csv_text("\r=1"), "\"'\r=1\"");
+        assert_eq!(
+            csv_text("=HYPERLINK(\"http://x\",\"y\")"),
+            "\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\""
+        );
+        // Not at the start: nothing to neutralise.
+        assert_eq!(csv_text("a=b"), "a=b");
+        // Escape sequences are shown, not sent.
+        assert_eq!(csv_text("x\u{1b}[31m\u{7}"), "x\\u{1b}[31m\\u{7}");
+    }
+
+    #[test]
+    fn csv_of_a_hostile_model_keeps_numbers_and_neutralises_text() {
+        let mut analysis = tinycnn();
+        analysis.nodes[0].name = "=cmd|' /C calc'!A0".into();
+        analysis.nodes[1].name = "-, \"quoted\"".into();
+        let csv = render_csv(std::slice::from_ref(&analysis));
+        let rows: Vec<&str> = csv.lines().collect();
+        assert_eq!(rows.len(), analysis.nodes.len() + 1);
+        assert!(rows[1].contains(",'=cmd|' /C calc'!A0,"), "{}", rows[1]);
+        assert!(rows[2].contains(",\"'-, \"\"quoted\"\"\","), "{}", rows[2]);
+        // Every row has the header's number of fields once quoted fields are accounted for.
+        let columns = CSV_HEADER.split(',').count();
+        for row in &rows {
+            let mut fields = 1;
+            let mut quoted = false;
+            for c in row.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => fields += 1,
+                    _ => {}
+                }
+            }
+            assert_eq!(fields, columns, "{row}");
+        }
+    }
+
+    #[test]
+    fn table_shows_escapes_instead_of_control_characters() {
+        let mut analysis = tinycnn();
+        analysis.model.source = "evil\u{1b}]0;pwned\u{7}.onnx".into();
+        analysis.nodes[0].name = "conv\u{1b}[31m\u{7}red".into();
+        analysis.nodes[0].op_type = "Conv\u{9b}2J".into();
+        analysis.nodes[1].name = "two\nlines".into();
+        let table = render_table(&analysis, TableOptions { all_ops: true });
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        assert!(table.contains("conv\\u{1b}[31m\\u{7}red"), "{table}");
+        assert!(table.contains("evil\\u{1b}]0;pwned\\u{7}.onnx"));
+        assert!(table.contains("two\\nlines"));
+        assert!(!table.lines().any(|l| l.starts_with("lines")));
+    }
 }

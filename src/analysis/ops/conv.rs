@@ -60,7 +60,7 @@ impl OpDef for Conv {
         }
         let group = ctx.attrs().int_or("group", 1).max(1) as u64;
         if let (Some(c), Some(wc)) = (x[1].known(), w[1].known()) {
-            if c != wc * group {
+            if wc.checked_mul(group) != Some(c) {
                 return Err(super::invalid(format!(
                     "input has {c} channels but weight expects {wc} x {group} groups"
                 )));
@@ -117,7 +117,10 @@ impl OpDef for ConvTranspose {
         let attrs = ctx.attrs();
         let group = attrs.int_or("group", 1).max(1) as u64;
         let out_channels = match w[1].known() {
-            Some(m) => Dim::Known(m * group),
+            Some(m) => Dim::Known(
+                m.checked_mul(group)
+                    .ok_or_else(|| super::invalid("output channels × group overflows"))?,
+            ),
             None => return Err("weight output-channel dim is not known".into()),
         };
         if let (Some(c), Some(wc)) = (x[1].known(), w[0].known()) {

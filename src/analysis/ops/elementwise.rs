@@ -226,8 +226,13 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
 impl OpDef for ElementWise {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let present: Vec<&TensorFact> = ctx.inputs.iter().flatten().copied().collect();
-        if present.is_empty() {
-            return Err("no inputs".into());
+        // The evaluators index their operands: never hand them fewer than the schema requires.
+        let least = crate::analysis::validate::arity(ctx.node.op_type).map_or(1, |a| a.0.max(1));
+        if present.len() < least {
+            return Err(format!(
+                "{} operand(s) given, {least} required",
+                present.len()
+            ));
         }
         // Clip's optional min/max inputs are scalars: they do not shape the output.
         let shaping: Vec<&TensorFact> = if ctx.node.op_type == "Clip" {

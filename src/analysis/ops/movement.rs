@@ -216,6 +216,9 @@ impl OpDef for Slice {
         let x = ctx.input(0)?;
         let shape = ctx.input_shape(0)?;
         let rank = shape.len();
+        if rank == 0 {
+            return Err(super::invalid("a scalar cannot be sliced"));
+        }
         let (starts, ends, axes, steps) = if ctx.node.opset < 10 {
             let a = ctx.attrs();
             (
@@ -237,6 +240,12 @@ impl OpDef for Slice {
                 .iter()
                 .map(|&a| normalize_axis(a, rank))
                 .collect::<OpResult<_>>()?,
+            None if starts.len() > rank => {
+                return Err(super::invalid(format!(
+                    "{} starts for an input of rank {rank}",
+                    starts.len()
+                )))
+            }
             None => (0..starts.len()).collect(),
         };
         let steps = steps.unwrap_or(vec![1; starts.len()]);

@@ -40,10 +40,46 @@ fn same_as_input(ctx: &InferCtx) -> OpResult<TensorFact> {
     })
 }
 
+/// Checks that each parameter input in `slots` holds exactly `expected` elements (when both are
+/// known): the kernels index parameters by channel or by position in the normalised row.
+fn check_parameters(
+    ctx: &InferCtx,
+    slots: &[(usize, &str)],
+    expected: Option<u64>,
+    what: &str,
+) -> OpResult<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    for &(slot, name) in slots {
+        let Some(shape) = ctx.opt_input(slot).and_then(|f| f.shape.as_deref()) else {
+            continue;
+        };
+        let dims: Option<Vec<u64>> = shape.iter().map(Dim::known).collect();
+        if let Some(count) = dims.and_then(|d| super::checked_volume(&d)) {
+            if count != expected {
+                return Err(super::invalid(format!(
+                    "{name} has {count} element(s) but {what} is {expected}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl OpDef for BatchNorm {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let y = same_as_input(ctx)?;
+        if ctx.input_shape(0)?.len() < 2 {
+            return Err(super::invalid("the input needs a channel axis (rank ≥ 2)"));
+        }
         let channels = ctx.input_shape(0)?.get(1).cloned().unwrap_or(Dim::Known(1));
+        check_parameters(
+            ctx,
+            &[(1, "scale"), (2, "bias"), (3, "mean"), (4, "variance")],
+            channels.known(),
+            "the channel count",
+        )?;
         let mut outputs = vec![y.clone()];
         // Training-mode outputs (running/saved mean and variance) are per channel.
         for _ in 1..ctx.output_count {
@@ -73,7 +109,17 @@ impl OpDef for LayerNorm {
         let y = same_as_input(ctx)?;
         let shape = ctx.input_shape(0)?;
         let axis = normalize_axis(ctx.attrs().int_or("axis", -1), shape.len())?;
-        let mut stats_shape = shape[..axis].to_vec();
+        let row: Option<Vec<u64>> = shape[axis.min(shape.len())..]
+            .iter()
+            .map(Dim::known)
+            .collect();
+        check_parameters(
+            ctx,
+            &[(1, "scale"), (2, "bias")],
+            row.and_then(|r| super::checked_volume(&r)),
+            "the normalised row length",
+        )?;
+        let mut stats_shape = shape[..axis.min(shape.len())].to_vec();
         stats_shape.extend(std::iter::repeat_n(Dim::Known(1), shape.len() - axis));
         let mut outputs = vec![y];
         for _ in 1..ctx.output_count {
@@ -104,6 +150,18 @@ impl OpDef for LayerNorm {
 
 impl OpDef for InstanceNorm {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let shape = ctx.input_shape(0)?;
+        if shape.len() < 2 {
+            return Err(super::invalid("the input needs a channel axis (rank ≥ 2)"));
+        }
+        if ctx.node.op_type == "InstanceNormalization" {
+            check_parameters(
+                ctx,
+                &[(1, "scale"), (2, "bias")],
+                shape[1].known(),
+                "the channel count",
+            )?;
+        }
         Ok(vec![same_as_input(ctx)?])
     }
 

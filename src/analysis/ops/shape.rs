@@ -240,20 +240,27 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
             };
             return Ok(out);
         };
-        let total: u64 = input_known.iter().product();
-        let rest: u64 = out
+        let total = super::checked_volume(&input_known).ok_or("input volume overflows")?;
+        let rest_dims: Vec<u64> = out
             .iter()
             .enumerate()
             .filter(|&(i, _)| i != axis)
             .map(|(_, d)| d.known().unwrap_or(1))
-            .product();
+            .collect();
+        let rest = super::checked_volume(&rest_dims).ok_or("reshape target volume overflows")?;
         if rest == 0 || !total.is_multiple_of(rest) {
             return Err(format!("cannot reshape {} elements into {target:?}", total));
         }
         out[axis] = Dim::Known(total / rest);
     } else if let Some(input_known) = input_known {
-        let total: u64 = input_known.iter().product();
-        let target_total: Option<u64> = out.iter().map(Dim::known).product();
+        let total = super::checked_volume(&input_known).ok_or("input volume overflows")?;
+        let target_known: Option<Vec<u64>> = out.iter().map(Dim::known).collect();
+        let target_total = match target_known {
+            Some(dims) => {
+                Some(super::checked_volume(&dims).ok_or("reshape target volume overflows")?)
+            }
+            None => None,
+        };
         if target_total.is_some_and(|t| t != total) {
             return Err(format!(
                 "cannot reshape {total} elements into {}",
