@@ -11,5 +11,7 @@ mod exec_vs_ort;
 mod export_checker;
 mod fuzz_exec;
 mod fuzz_loader;
+mod golden;
 mod hostile;
+mod layers;
 mod quant;
