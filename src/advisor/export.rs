@@ -2,10 +2,11 @@
 //! the tool's fused ops are expanded into standard operators (ONNX has no fused conv epilogue;
 //! the folded BN weights are what the file gains, the fusion itself is a kernel property).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
 
+use crate::analysis::edit::subgraph_reads;
 use crate::analysis::graph::{Attr, Graph, Node, ValueId};
 use crate::analysis::onnx_proto::{
     attribute_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
@@ -592,57 +593,6 @@ fn onnx_binary(op: &str) -> &'static str {
     }
 }
 
-/// Names a subgraph reads from its enclosing scopes: node inputs (at any depth) and outputs it
-/// does not define itself (as a graph input, an initializer or a node output). ONNX subgraphs
-/// (`If` branches, `Loop`/`Scan` bodies) refer to outer values by name only, so these reads appear
-/// in no node's input list.
-fn collect_outer_reads(graph: &GraphProto, out: &mut BTreeSet<String>) {
-    let mut defined: HashSet<&str> = HashSet::new();
-    defined.extend(graph.input.iter().map(|v| v.name.as_str()));
-    defined.extend(graph.initializer.iter().map(|t| t.name.as_str()));
-    defined.extend(
-        graph
-            .sparse_initializer
-            .iter()
-            .filter_map(|s| s.values.as_ref())
-            .map(|t| t.name.as_str()),
-    );
-    defined.extend(
-        graph
-            .node
-            .iter()
-            .flat_map(|n| n.output.iter())
-            .map(String::as_str),
-    );
-    let mut reads = BTreeSet::new();
-    for node in &graph.node {
-        reads.extend(node.input.iter().filter(|n| !n.is_empty()).cloned());
-        for attr in &node.attribute {
-            if let Some(g) = &attr.g {
-                collect_outer_reads(g, &mut reads);
-            }
-            for g in &attr.graphs {
-                collect_outer_reads(g, &mut reads);
-            }
-        }
-    }
-    reads.extend(graph.output.iter().map(|v| v.name.clone()));
-    out.extend(reads.into_iter().filter(|n| !defined.contains(n.as_str())));
-}
-
-/// The outer-scope names the subgraph attributes of `node` read.
-pub(crate) fn subgraph_reads(node: &Node) -> BTreeSet<String> {
-    let mut reads = BTreeSet::new();
-    for attr in node.attrs.0.values() {
-        match attr {
-            Attr::Graph(g) => collect_outer_reads(g, &mut reads),
-            Attr::Graphs(gs) => gs.iter().for_each(|g| collect_outer_reads(g, &mut reads)),
-            _ => {}
-        }
-    }
-    reads
-}
-
 /// Domains (other than the default) used by `nodes` and by the nodes of their subgraphs.
 fn collect_domains<'a>(nodes: impl Iterator<Item = &'a NodeProto>, out: &mut BTreeSet<String>) {
     for node in nodes {
@@ -826,6 +776,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::analysis::edit::collect_outer_reads;
     use crate::analysis::import;
 
     fn info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {

@@ -4,15 +4,16 @@
 //! the rewritten graph with the tool's own kernels. Composes `analysis` (predictions) and `exec`
 //! (measurements); `export` writes the rewritten model back as standard ONNX.
 
-pub mod edit;
 pub mod export;
 pub mod passes;
+pub mod qdq;
 pub mod quantize;
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::edit;
 use crate::analysis::graph::{Graph, Node};
 use crate::analysis::infer::NodeState;
 use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions};
@@ -454,6 +455,17 @@ fn left_alone(after: &Analysis) -> Vec<LeftAlone> {
         .collect()
 }
 
+/// The structural checks run after every rewrite: no read of a value nothing produces, no
+/// cycle, and every node within its op's schema (`analysis::validate`).
+pub fn check_structure(pass: &str, graph: &Graph) -> Result<(), AdvisorError> {
+    let invalid = |reason: String| AdvisorError::InvalidAfterPass {
+        pass: pass.into(),
+        reason,
+    };
+    graph.validate().map_err(invalid)?;
+    analysis::validate::validate_graph(graph).map_err(|e| invalid(e.to_string()))
+}
+
 /// Applies the selected passes to `graph`; returns the report and the rewritten graph.
 pub fn advise(
     graph: Graph,
@@ -510,11 +522,7 @@ pub fn advise(
                 reason: e.to_string(),
             }
         })?;
-        next.validate()
-            .map_err(|reason| AdvisorError::InvalidAfterPass {
-                pass: pass.name().into(),
-                reason,
-            })?;
+        check_structure(pass.name(), &next)?;
         let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
         let measured = if verify && !changes.is_empty() && pass.measured() {
             Some(measurements.add(&next, analyze, options)?)

@@ -5,8 +5,8 @@ use crate::analysis::graph::{Attr, Node, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::ops::fused::DOMAIN;
 
-use super::edit::{set_attr, str_attr, Editor};
 use super::{AdvisorError, Change, Pass};
+use crate::analysis::edit::{set_attr, str_attr, Editor};
 
 /// Every pass, in the order the driver applies them.
 pub fn all_passes() -> Vec<Box<dyn Pass>> {

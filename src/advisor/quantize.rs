@@ -46,8 +46,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::edit::Editor;
 use super::{AdvisorError, Change, Pass, PassContext};
+use crate::analysis::edit::Editor;
 use crate::analysis::graph::{Attr, Graph, Node, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::ops::fused::DOMAIN;

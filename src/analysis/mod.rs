@@ -1,6 +1,7 @@
 //! Analysis: ONNX import, the graph IR, shape inference with constant folding, per-op cost and
 //! the roofline estimate. Pure and fast: no timing, no I/O beyond the model file it is handed.
 
+pub mod edit;
 pub mod error;
 pub mod graph;
 pub mod import;

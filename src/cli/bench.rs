@@ -101,7 +101,7 @@ pub fn load_graph(model: &str) -> Result<(Graph, Option<Bindings>)> {
         let mut graph = import::load_graph(std::path::Path::new(model))?;
         // QDQ models (onnxruntime's static quantizer, `advise -o` with int8) run on the int8
         // kernels: the standard form is lowered to the tool's quantized ops before planning.
-        let lowered = roofline::exec::quant::lower_qdq(&mut graph);
+        let lowered = roofline::advisor::qdq::lower_checked(&mut graph)?;
         if !lowered.is_empty() {
             note!(
                 "QDQ form lowered: {} QConv, {} QMatMul, {} FakeQuant, {} float fallback(s)",

@@ -10,7 +10,7 @@ use roofline::advisor::{self, export, AdviceReport, AdviseOptions};
 use roofline::analysis::{self, import, AnalyzeOptions, Graph};
 use roofline::builtin::{self, WeightFill};
 use roofline::device::{find_device, DeviceProfile, Precision};
-use roofline::exec::{self, quant, PlanOptions, RtTensor};
+use roofline::exec::{self, PlanOptions, RtTensor};
 
 use super::common::{repo_root, venv_python};
 
@@ -330,7 +330,7 @@ fn exported_qdq_lowers_back_onto_the_int8_kernels() {
         let proto = export::to_model(&rewritten).unwrap();
         let mut reloaded = import::import_model(&proto, Path::new("."), Path::new(name)).unwrap();
         assert_eq!(count_ops(&reloaded, "QConv"), 0);
-        let lowered = quant::lower_qdq(&mut reloaded);
+        let lowered = advisor::qdq::lower_checked(&mut reloaded).unwrap();
         assert_eq!(
             lowered.qconv,
             count_ops(&rewritten, "QConv"),
@@ -419,7 +419,7 @@ quantize_static(sys.argv[1], sys.argv[2], Reader(), quant_format=QuantFormat.QDQ
         .unwrap();
 
     let mut graph = import::load_graph(&qdq).unwrap();
-    let lowered = quant::lower_qdq(&mut graph);
+    let lowered = advisor::qdq::lower_checked(&mut graph).unwrap();
     assert_eq!(lowered.qconv, 2, "{lowered:?}");
     assert_eq!(lowered.qmatmul, 1, "{lowered:?}");
     let bindings = (model.default_bindings)();
@@ -460,7 +460,7 @@ fn standalone_quantize_and_dequantize_have_kernels() {
     // As imported, both run with their own kernels; lowered, the pair feeding the second
     // output becomes one FakeQuant (the u8 output keeps its QuantizeLinear).
     let mut lowered = graph.clone();
-    let report = quant::lower_qdq(&mut lowered);
+    let report = advisor::qdq::lower_checked(&mut lowered).unwrap();
     assert_eq!(report.fake_quant, 1, "{report:?}");
     assert_eq!(count_ops(&lowered, "QuantizeLinear"), 1);
     for mut graph in [graph, lowered] {

@@ -1,5 +1,5 @@
 //! Standard-ONNX forms of the quantized ops (the QDQ form onnxruntime's quantizer writes, and
-//! that `exec::quant::lower_qdq` reads back):
+//! that `advisor::qdq::lower_qdq` reads back):
 //! - `QConv` / `QMatMul`: `x → QuantizeLinear(x_scale, x_zero_point) → DequantizeLinear →
 //!   Conv | MatMul` with weights `DequantizeLinear(int8 W, w_scale, axis = output channels)`, then
 //!   the bias (MatMul: Add), residual Add and activation; an output grid becomes a final

@@ -1,5 +1,5 @@
 //! Quantized and half-precision ops written by the advisor's `int8`, `bf16` and `fp16` passes
-//! and by `exec::quant::lower_qdq`, in the tool's domain `roofline`.
+//! and by `advisor::qdq::lower_qdq`, in the tool's domain `roofline`.
 //!
 //! - `QConv` / `QMatMul`: inputs `X` (f32), `W` (int8 constant: Conv `[M, C/g, kh, kw]`, MatMul
 //!   `[K, N]`), `B?` (f32 bias per output channel), `R?` (f32 residual, QConv only),

@@ -1,10 +1,13 @@
 //! Editing helpers for rewrites: the graph as a plain node list plus the value table, with the
-//! queries passes need (consumers, constants) and the mutations they make.
+//! queries passes need (consumers, constants) and the mutations they make. Every rewrite uses it:
+//! the advisor's passes and the QDQ lowering alike; the driver that runs them re-infers and
+//! validates the graph after each.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
-use crate::analysis::graph::{Attr, Graph, Node, ValueId};
-use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+use super::graph::{Attr, Graph, Node, ValueId};
+use super::onnx_proto::GraphProto;
+use super::tensor::{DType, Tensor, TensorData, TensorFact};
 
 pub struct Editor<'g> {
     pub graph: &'g mut Graph,
@@ -21,7 +24,7 @@ impl<'g> Editor<'g> {
         let subgraph_reads = nodes
             .iter()
             .filter(|n| n.attrs.has_subgraph())
-            .flat_map(super::export::subgraph_reads)
+            .flat_map(subgraph_reads)
             .filter_map(|name| graph.value_by_name(&name))
             .collect();
         Editor {
@@ -126,4 +129,55 @@ pub fn set_attr(node: &mut Node, name: &str, value: Attr) {
 
 pub fn str_attr(value: &str) -> Attr {
     Attr::String(value.to_string())
+}
+
+/// Names a subgraph reads from its enclosing scopes: node inputs (at any depth) and outputs it
+/// does not define itself (as a graph input, an initializer or a node output). ONNX subgraphs
+/// (`If` branches, `Loop`/`Scan` bodies) refer to outer values by name only, so these reads appear
+/// in no node's input list.
+pub fn collect_outer_reads(graph: &GraphProto, out: &mut BTreeSet<String>) {
+    let mut defined: HashSet<&str> = HashSet::new();
+    defined.extend(graph.input.iter().map(|v| v.name.as_str()));
+    defined.extend(graph.initializer.iter().map(|t| t.name.as_str()));
+    defined.extend(
+        graph
+            .sparse_initializer
+            .iter()
+            .filter_map(|s| s.values.as_ref())
+            .map(|t| t.name.as_str()),
+    );
+    defined.extend(
+        graph
+            .node
+            .iter()
+            .flat_map(|n| n.output.iter())
+            .map(String::as_str),
+    );
+    let mut reads = BTreeSet::new();
+    for node in &graph.node {
+        reads.extend(node.input.iter().filter(|n| !n.is_empty()).cloned());
+        for attr in &node.attribute {
+            if let Some(g) = &attr.g {
+                collect_outer_reads(g, &mut reads);
+            }
+            for g in &attr.graphs {
+                collect_outer_reads(g, &mut reads);
+            }
+        }
+    }
+    reads.extend(graph.output.iter().map(|v| v.name.clone()));
+    out.extend(reads.into_iter().filter(|n| !defined.contains(n.as_str())));
+}
+
+/// The outer-scope names the subgraph attributes of `node` read.
+pub fn subgraph_reads(node: &Node) -> BTreeSet<String> {
+    let mut reads = BTreeSet::new();
+    for attr in node.attrs.0.values() {
+        match attr {
+            Attr::Graph(g) => collect_outer_reads(g, &mut reads),
+            Attr::Graphs(gs) => gs.iter().for_each(|g| collect_outer_reads(g, &mut reads)),
+            _ => {}
+        }
+    }
+    reads
 }
