@@ -9,9 +9,9 @@ use roofline::probe::plateau::{
     detect_plateaus, label_plateaus, CacheGuide, CurvePoint, PlateauSettings,
 };
 use roofline::probe::{
-    default_profile_path, render_summary, run_probe, MeasurementFlag, ProbeError, ProbeOptions,
-    ProgressEvent,
+    default_profile_path, run_probe, MeasurementFlag, ProbeError, ProbeOptions, ProgressEvent,
 };
+use roofline::report::probe::render_probe_summary;
 
 /// One quick probe shared by the tests of this binary (it takes a few seconds).
 fn quick_profile() -> &'static DeviceProfile {
@@ -116,7 +116,7 @@ fn probed_profile_round_trips_through_json_and_a_file() {
 
 #[test]
 fn summary_names_every_section() {
-    let summary = render_summary(quick_profile());
+    let summary = render_probe_summary(quick_profile());
     for needle in [
         "CPU", "Clock", "compute", "memory", "DRAM", "Dispatch", "GPU",
     ] {

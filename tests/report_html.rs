@@ -10,10 +10,10 @@ use roofline::analysis::{
     self, import, Analysis, AnalyzeOptions, Diagnostic, NodeStatus, Severity,
 };
 use roofline::builtin::{self, WeightFill};
-use roofline::report::html::render_html;
-use roofline::report::svg::{
+use roofline::report::chart::{
     render_roofline_svg, ChartSeries, ColorBy, Rgb, SeriesMarker, SeriesPoint, SvgOptions,
 };
+use roofline::report::html::render_html;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 

@@ -11,8 +11,6 @@ pub mod quantize;
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::analysis::edit;
 use crate::analysis::graph::{Graph, Node};
 use crate::analysis::infer::NodeState;
@@ -20,8 +18,10 @@ use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions};
 use crate::device::DeviceProfile;
 use crate::exec::{self, ExecError};
 
-pub const ADVICE_SCHEMA: &str = "roofline-advice";
-pub const ADVICE_SCHEMA_VERSION: u32 = 1;
+pub use crate::report::model::advice::{
+    AdviceReport, Change, FusionGroup, LeftAlone, Overall, PassOutcome, ADVICE_SCHEMA,
+    ADVICE_SCHEMA_VERSION,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdvisorError {
@@ -77,15 +77,7 @@ pub struct PassContext<'a> {
     pub quant: quantize::SharedQuantState,
 }
 
-/// One rewrite a pass made.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Change {
-    /// The original nodes the change replaced or removed.
-    pub nodes: Vec<String>,
-    pub op_types: Vec<String>,
-    pub what: String,
-}
-
+/// A change names the original nodes it replaced (the report type lives in `report::model`).
 impl Change {
     pub fn new(nodes: &[&Node], what: &str) -> Change {
         Change {
@@ -94,90 +86,6 @@ impl Change {
             what: what.to_string(),
         }
     }
-}
-
-/// A fused group, with its arithmetic intensity before fusing (fusion-aware intensity).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FusionGroup {
-    pub nodes: Vec<String>,
-    pub op_types: Vec<String>,
-    pub flops: u64,
-    /// Bytes the ops move separately, and as one kernel.
-    pub bytes_unfused: u64,
-    pub bytes_fused: u64,
-    /// FLOP/byte of the members taken separately (total FLOPs / total bytes), and fused.
-    pub intensity_unfused: f64,
-    pub intensity_fused: f64,
-    pub predicted_time_unfused_s: f64,
-    pub predicted_time_fused_s: f64,
-    pub predicted_time_saved_s: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PassOutcome {
-    pub name: String,
-    pub description: String,
-    pub changes: Vec<Change>,
-    pub nodes_before: usize,
-    pub nodes_after: usize,
-    pub predicted_latency_before_s: f64,
-    pub predicted_latency_after_s: f64,
-    pub predicted_speedup: f64,
-    pub bytes_saved: i64,
-    /// Fused groups ranked by predicted time saved.
-    pub fusion_groups: Vec<FusionGroup>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_latency_before_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_latency_after_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_speedup: Option<f64>,
-    /// (predicted − measured) / measured speed-up.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prediction_error: Option<f64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Overall {
-    pub predicted_latency_before_s: f64,
-    pub predicted_latency_after_s: f64,
-    pub predicted_speedup: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_latency_before_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_latency_after_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub measured_speedup: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prediction_error: Option<f64>,
-    /// Max |rewritten − original| relative to max |original| over all outputs (verification).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_relative_output_error: Option<f64>,
-}
-
-/// An op the advisor could not improve, and why (from its roofline position).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LeftAlone {
-    pub node: String,
-    pub op_type: String,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AdviceReport {
-    pub schema: String,
-    pub schema_version: u32,
-    /// `true` when the gains were measured (device `local`); `false`: predictions only.
-    pub verified: bool,
-    pub verification_note: String,
-    pub passes: Vec<PassOutcome>,
-    pub overall: Overall,
-    pub left_alone: Vec<LeftAlone>,
-    pub before: Analysis,
-    pub after: Analysis,
-    /// Quantization decisions and the accuracy proxy (when an int8/bf16/fp16 pass ran).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantization: Option<quantize::QuantizationReport>,
 }
 
 #[derive(Clone, Debug)]

@@ -869,3 +869,11 @@ impl Pass for Eltwise {
         Ok(changes)
     }
 }
+
+#[cfg(test)]
+#[path = "passes_tests.rs"]
+mod tests;
+
+#[cfg(test)]
+#[path = "passes_quant_tests.rs"]
+mod quant_tests;

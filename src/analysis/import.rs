@@ -133,17 +133,17 @@ pub fn import_model(
             // IR < 4 lists initializers among the inputs; the initializer is the value.
             continue;
         }
-        let fact = fact_from_value_info(input).unwrap_or(TensorFact::unknown(DType::F32));
+        let fact = fact_from_value_info(input)?.unwrap_or(TensorFact::unknown(DType::F32));
         let id = graph.add_value(input.name.clone(), fact);
         by_name.insert(input.name.clone(), id);
         graph.inputs.push(id);
     }
 
-    // Values a node read before any producer was seen (an unsorted graph), with the first
-    // reader: each must be produced by some later node, or the model is broken.
+    // Values a node read before any producer was seen, with the first reader: in a valid (sorted)
+    // graph no node ever produces one of them.
     let mut forward_refs: HashMap<usize, (String, String, String)> = HashMap::new();
     for proto in &graph_proto.node {
-        let attrs = attributes_from_proto(proto, &mut external)?;
+        let attrs = attributes_from_proto(proto, opset, &mut external)?;
         let node_name = if proto.name.is_empty() {
             format!(
                 "{}_{}",
@@ -162,8 +162,8 @@ pub fn import_model(
             let id = match by_name.get(name) {
                 Some(&id) => id,
                 None => {
-                    // Either an outer-scope value (impossible at top level) or a forward
-                    // reference in an unsorted graph: create it now, the producer fills it in.
+                    // Undefined so far: an error once it is clear whether a later node writes it
+                    // (unsorted graph) or none does (dangling input).
                     let id = graph.add_value(name.clone(), TensorFact::unknown(DType::F32));
                     by_name.insert(name.clone(), id);
                     forward_refs
@@ -206,7 +206,17 @@ pub fn import_model(
                             ),
                         });
                     }
-                    forward_refs.remove(&id);
+                    if let Some((reader, reader_op, _)) = forward_refs.get(&id) {
+                        // The spec requires the node list in topological order; onnx's checker
+                        // and therefore onnxruntime refuse anything else.
+                        return Err(AnalysisError::Node {
+                            node: reader.clone(),
+                            op_type: reader_op.clone(),
+                            reason: format!(
+                                "reads tensor `{name}` before node `{node_name}` writes it (ONNX requires the nodes in topological order)"
+                            ),
+                        });
+                    }
                     id
                 }
                 None => {
@@ -235,26 +245,8 @@ pub fn import_model(
             ),
         });
     }
-    // Forward references: add the edges that could not be added while the producer was unknown.
-    let ids: Vec<_> = graph.dag.node_indices().collect();
-    for id in ids {
-        let inputs = graph.dag[id].inputs.clone();
-        for value in inputs.into_iter().flatten() {
-            if let Some(producer) = graph.values[value].producer {
-                if !graph.dag.contains_edge(producer, id)
-                    || !graph
-                        .dag
-                        .edges_connecting(producer, id)
-                        .any(|e| *e.weight() == value)
-                {
-                    graph.dag.add_edge(producer, id, value);
-                }
-            }
-        }
-    }
-
     for info in graph_proto.value_info.iter().chain(&graph_proto.output) {
-        if let (Some(&id), Some(fact)) = (by_name.get(&info.name), fact_from_value_info(info)) {
+        if let (Some(&id), Some(fact)) = (by_name.get(&info.name), fact_from_value_info(info)?) {
             graph.values[id].declared = Some(fact);
         }
     }
@@ -273,12 +265,15 @@ pub fn import_model(
 }
 
 /// Shape and type from a `ValueInfoProto`; `None` when it carries no tensor type. The spec has
-/// no negative dims, but some exporters (Paddle's) write -1 for a dynamic one and onnxruntime
-/// runs such files: a negative dim becomes a symbol whose name says what was declared.
-pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
-    let type_proto = info.r#type.as_ref()?;
+/// no negative dims, but some exporters (Paddle's) write -1 for a dynamic one, which onnx's
+/// checker and onnxruntime accept: -1 becomes a symbol whose name says so; any other negative
+/// dim is an error.
+pub fn fact_from_value_info(info: &ValueInfoProto) -> Result<Option<TensorFact>, AnalysisError> {
+    let Some(type_proto) = info.r#type.as_ref() else {
+        return Ok(None);
+    };
     let Some(type_proto::Value::TensorType(tensor)) = &type_proto.value else {
-        return None;
+        return Ok(None);
     };
     let dtype = DType::from_onnx(tensor.elem_type).unwrap_or(DType::F32);
     let shape = match tensor.shape.as_ref() {
@@ -287,8 +282,16 @@ pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
             let mut dims = Vec::with_capacity(shape.dim.len());
             for (axis, dim) in shape.dim.iter().enumerate() {
                 dims.push(match &dim.value {
+                    Some(pb::tensor_shape_proto::dimension::Value::DimValue(-1)) => {
+                        Dim::Sym(format!("{}_dim{axis}_declared-1", info.name))
+                    }
                     Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) if *v < 0 => {
-                        Dim::Sym(format!("{}_dim{axis}_declared{v}", info.name))
+                        return Err(AnalysisError::InvalidGraph {
+                            reason: format!(
+                                "tensor `{}` declares dim {v} on axis {axis}; dims cannot be negative (-1 is read as dynamic)",
+                                info.name
+                            ),
+                        })
                     }
                     Some(pb::tensor_shape_proto::dimension::Value::DimValue(v)) => {
                         Dim::Known(*v as u64)
@@ -305,11 +308,11 @@ pub fn fact_from_value_info(info: &ValueInfoProto) -> Option<TensorFact> {
             Some(dims)
         }
     };
-    Some(TensorFact {
+    Ok(Some(TensorFact {
         dtype,
         shape,
         konst: None,
-    })
+    }))
 }
 
 /// What a non-regular file is, for messages.
@@ -570,14 +573,25 @@ fn tensor_from_proto(
 
 fn attributes_from_proto(
     node: &pb::NodeProto,
+    opset: i64,
     external: &mut ExternalData,
 ) -> Result<Attributes, AnalysisError> {
     let mut attrs = Attributes::default();
+    let standard = node.domain.is_empty() || node.domain == "ai.onnx";
+    let schema = standard
+        .then(|| super::schema::lookup(&node.op_type, opset))
+        .flatten();
     for attr in &node.attribute {
+        // Very old exporters leave `type` unset: the op's schema says what the attribute is
+        // (an empty list and a zero scalar look alike on the wire); without a schema, guess
+        // from the populated field.
         let kind = if attr.r#type != 0 {
             attr.r#type
         } else {
-            infer_attribute_type(attr)
+            schema
+                .and_then(|s| s.attribute(&attr.name))
+                .map(|(kind, _)| kind.code())
+                .unwrap_or_else(|| infer_attribute_type(attr))
         };
         let value = match kind {
             attribute_type::FLOAT => Attr::Float(attr.f),

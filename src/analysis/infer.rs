@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::error::AnalysisError;
 use super::graph::{Graph, NodeId};
 use super::ops::{self, InferCtx, OpNode};
-use super::tensor::{shape_to_string, Dim, Tensor, TensorData, TensorFact};
+use super::tensor::{shape_to_string, DType, Dim, Tensor, TensorData, TensorFact};
 
 /// Largest element count accepted for one tensor (2^48: 1 PiB of bytes); beyond that a shape is
 /// treated as absurd input rather than a model.
@@ -264,6 +264,30 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
             .map(|slot| slot.map(|v| graph.values[v].fact.clone()))
             .collect();
         let refs: Vec<Option<&TensorFact>> = input_facts.iter().map(Option::as_ref).collect();
+        // Element types against the schema, for inputs whose type is known for sure: read from
+        // the file (graph inputs, initializers) or produced by an op whose inference succeeded.
+        let trusted: Vec<Option<DType>> = node
+            .inputs
+            .iter()
+            .map(|slot| {
+                let value = &graph.values[(*slot)?];
+                let sure = match value.producer {
+                    None => true,
+                    Some(p) => matches!(
+                        states.get(&p),
+                        Some(NodeState::Inferred | NodeState::Folded)
+                    ),
+                };
+                sure.then_some(value.fact.dtype)
+            })
+            .collect();
+        if let Err(reason) = super::validate::check_input_types(node, graph.opset, &trusted) {
+            return Err(AnalysisError::Node {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                reason,
+            });
+        }
         let result = match ops::lookup(&node.domain, &node.op_type) {
             None => Err(if node.domain.is_empty() || node.domain == "ai.onnx" {
                 format!("unknown op `{}`", node.op_type)
@@ -321,6 +345,27 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
                         &format!("output `{}` of node `{name}`", graph.values[value].name),
                         &fact,
                     )?;
+                    // A declared shape that contradicts the inferred one (both concrete) is
+                    // an inconsistent model: onnx's checker refuses it, and a kernel sized by
+                    // one of them would overrun the other's buffer.
+                    if let (Some(declared), Some(inferred)) = (
+                        graph.values[value]
+                            .declared
+                            .as_ref()
+                            .and_then(TensorFact::concrete_shape),
+                        fact.concrete_shape(),
+                    ) {
+                        if declared != inferred {
+                            return Err(AnalysisError::Node {
+                                node: name,
+                                op_type,
+                                reason: format!(
+                                    "output `{}` is declared {declared:?} in the model but its inputs make it {inferred:?}",
+                                    graph.values[value].name
+                                ),
+                            });
+                        }
+                    }
                     // Keep a declared shape when inference could only produce symbols.
                     let fact = match (&graph.values[value].declared, fact.concrete_shape()) {
                         (Some(declared), None)

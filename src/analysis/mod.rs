@@ -10,6 +10,9 @@ pub mod model;
 pub mod onnx_proto;
 pub mod ops;
 pub mod roofline;
+pub mod schema;
+#[rustfmt::skip]
+mod schema_data;
 pub mod tensor;
 pub mod validate;
 

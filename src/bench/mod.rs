@@ -2,16 +2,13 @@
 //! joins the measurements onto the analysis's predictions (same node indices), so each op shows
 //! measured against predicted time and the fraction of its roofline bound it reaches.
 
-use std::collections::HashMap;
-
-use serde::{Deserialize, Serialize};
-
-use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
+use crate::analysis::{self, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
 use crate::device::DeviceProfile;
-use crate::exec::{self, build_plan, ExecError, RtTensor};
+use crate::exec::{self, build_plan, ExecError};
 
-pub const BENCH_SCHEMA: &str = "roofline-bench";
-pub const BENCH_SCHEMA_VERSION: u32 = 1;
+pub use crate::report::model::bench::{
+    BenchReport, ErrorSummary, Latency, OpMeasurement, BENCH_SCHEMA, BENCH_SCHEMA_VERSION,
+};
 
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -43,57 +40,6 @@ pub enum BenchError {
     Exec(#[from] ExecError),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Latency {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OpMeasurement {
-    pub node_index: usize,
-    pub name: String,
-    pub op_type: String,
-    /// Median over the timed runs.
-    pub measured_s: f64,
-    pub predicted_s: f64,
-    pub flops: u64,
-    pub bytes: u64,
-    pub measured_gflops: f64,
-    pub measured_gbs: f64,
-    /// predicted / measured: the fraction of the roofline bound the kernel reaches.
-    pub roofline_fraction: f64,
-    /// (predicted − measured) / measured.
-    pub prediction_error: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ErrorSummary {
-    pub median_abs_error: f64,
-    pub p90_abs_error: f64,
-    /// End-to-end: (predicted latency − measured median) / measured median.
-    pub end_to_end_error: f64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct BenchReport {
-    pub schema: String,
-    pub schema_version: u32,
-    pub threads: usize,
-    pub runs: usize,
-    /// End-to-end latency in milliseconds over the timed runs (per-op timing off).
-    pub latency_ms: Latency,
-    pub predicted_latency_ms: f64,
-    pub ops: Vec<OpMeasurement>,
-    pub errors: ErrorSummary,
-    pub peak_activation_bytes: u64,
-    pub unplanned_activation_bytes: u64,
-    pub weights_bytes: u64,
-    pub kernel_isa: String,
-    pub analysis: Analysis,
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -107,17 +53,8 @@ fn median(values: &mut [f64]) -> f64 {
     percentile(values, 0.5)
 }
 
-/// Random inputs (fixed seed) for every graph input of a plan.
-pub fn random_inputs(plan: &exec::Plan, seed: u64) -> HashMap<String, RtTensor> {
-    plan.inputs()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, shape, integer))| {
-            let tensor = exec::random_input(&shape, integer, seed.wrapping_add(i as u64), 10);
-            (name, tensor)
-        })
-        .collect()
-}
+/// Kept for callers outside `cli` and `tests` that still name it here.
+pub use crate::exec::random_inputs;
 
 /// Analyses, plans, runs and times `graph`.
 pub fn bench_graph(
@@ -152,7 +89,7 @@ pub fn bench_graph(
     }
     let steps = plan.steps();
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
-    let mut timings = exec::plan::RunTimings::default();
+    let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
         plan.run(&mut workspace, &inputs, Some(&mut timings))?;
         for (i, &t) in timings.step_seconds.iter().enumerate() {

@@ -1,6 +1,5 @@
 //! `roofline advise`: rewrite passes with predicted (and, on this CPU, measured) gains.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -8,12 +7,12 @@ use anyhow::{bail, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::{Args, ValueEnum};
 
-use roofline::advisor::{self, export, AdviceReport, AdviseOptions};
-use roofline::analysis::{AnalyzeOptions, Bindings};
+use roofline::advisor::{self, export, AdviseOptions};
+use roofline::analysis::AnalyzeOptions;
 use roofline::device::Precision;
-use roofline::report::units::{fmt_bytes, fmt_seconds};
+use roofline::report::advice::{render_advice_html, render_advice_json, render_advice_table};
 
-use super::safe;
+use super::model::{ModelArgs, Purpose, ThreadArgs};
 
 /// Most random calibration inputs (`--calibration-samples`).
 const MAX_CALIBRATION_SAMPLES: u64 = 1000;
@@ -36,7 +35,9 @@ pub enum CalibrationArg {
 #[derive(Args, Debug)]
 pub struct AdviseArgs {
     #[command(flatten)]
-    pub model: super::bench::ModelArgs,
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub threads: ThreadArgs,
     /// Device for the predictions: `local` (measurable with --verify), a catalogue name, a file.
     #[arg(short, long, default_value = "local")]
     pub device: String,
@@ -76,6 +77,9 @@ pub struct AdviseArgs {
     /// Write the report to a file instead of stdout.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// Exit with status 1 when any warning (e.g. an op that was not costed) was raised.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
@@ -101,25 +105,11 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
             );
         }
     }
-    let (graph, defaults) = super::bench::load_graph(&args.model.model)?;
+    let model = args.model.load(Purpose::Execute)?;
     let device =
         super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
-    let inputs: Vec<(String, Vec<u64>)> = args
-        .model
-        .inputs
-        .iter()
-        .map(|s| Bindings::parse_input(s))
-        .collect::<Result<_, _>>()?;
-    let bindings = if inputs.is_empty() && args.model.batch.is_none() {
-        defaults.unwrap_or_default()
-    } else {
-        Bindings {
-            inputs,
-            batch: args.model.batch,
-        }
-    };
     let analyze = AnalyzeOptions {
-        bindings,
+        bindings: model.bindings,
         precision: Precision::Fp32,
     };
     let options = AdviseOptions {
@@ -127,7 +117,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         skip: args.skip.clone(),
         verify: args.verify,
         runs: args.runs,
-        threads: args.model.threads.max(1),
+        threads: args.threads.threads.max(1),
         tune: args.tune,
         calibration_dir: args.calibration.clone(),
         calibration_method: match args.calibration_method {
@@ -138,26 +128,26 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         ..AdviseOptions::default()
     };
     let (report, rewritten) =
-        advisor::advise(graph, &args.model.model, &device, &analyze, &options)?;
+        advisor::advise(model.graph, &model.source, &device, &analyze, &options)?;
     if let Some(path) = &args.output_model {
-        let model = export::to_model(&rewritten)?;
+        let proto = export::to_model(&rewritten)?;
         protected
-            .write(path, &prost::Message::encode_to_vec(&model))
+            .write(path, &prost::Message::encode_to_vec(&proto))
             .context("writing the rewritten model")?;
         note!("wrote {}", super::safe(&path.display().to_string()));
     }
     let text = match args.format {
-        AdviseFormat::Json => serde_json::to_string_pretty(&report)?,
-        AdviseFormat::Table => render_table(&report),
-        AdviseFormat::Html => super::advice_html(&report)?,
+        AdviseFormat::Json => render_advice_json(&report)?,
+        AdviseFormat::Table => render_advice_table(&report),
+        AdviseFormat::Html => render_advice_html(&report)?,
     };
-    match &args.report {
-        Some(path) => protected
-            .write(path, text.as_bytes())
-            .context("writing the report")?,
-        None => super::print_text(&text)?,
-    }
-    Ok(ExitCode::SUCCESS)
+    protected.emit(args.report.as_deref(), &text)?;
+    // The diagnostics of the model as given (the rewrites start from it), as `analyze` has them.
+    Ok(super::diagnostics_status(
+        &model.source,
+        &[&report.before.diagnostics],
+        args.strict,
+    ))
 }
 
 /// The .npy files of a calibration folder: its own and those of its sub-folders (one per
@@ -177,190 +167,4 @@ fn npy_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
-}
-
-fn speed(x: Option<f64>) -> String {
-    x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
-}
-
-/// The advice table; model-provided text is escaped for the terminal (`super::safe`).
-pub fn render_table(report: &AdviceReport) -> String {
-    let mut out = String::new();
-    let b = &report.before;
-    let _ = writeln!(
-        out,
-        "model  {}   device {} ({:?})   {}",
-        safe(&b.model.source),
-        safe(&b.device.id),
-        b.device.source,
-        safe(&report.verification_note)
-    );
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-        "pass",
-        "changes",
-        "predicted",
-        "saved bytes",
-        "pred gain",
-        "measured",
-        "meas gain",
-        "error"
-    );
-    for p in &report.passes {
-        let measured = p
-            .measured_latency_after_ms
-            .map(|m| format!("{m:.2} ms"))
-            .unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            out,
-            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-            safe(&p.name),
-            p.changes.len(),
-            fmt_seconds(p.predicted_latency_after_s),
-            fmt_bytes(p.bytes_saved as f64),
-            format!("{:.2}x", p.predicted_speedup),
-            measured,
-            speed(p.measured_speedup),
-            p.prediction_error
-                .map(|e| format!("{:+.0}%", e * 100.0))
-                .unwrap_or_else(|| "-".into())
-        );
-    }
-    let o = &report.overall;
-    let _ = writeln!(
-        out,
-        "overall   predicted {} -> {} ({:.2}x); measured {} ({}); prediction error {}",
-        fmt_seconds(o.predicted_latency_before_s),
-        fmt_seconds(o.predicted_latency_after_s),
-        o.predicted_speedup,
-        match (o.measured_latency_before_ms, o.measured_latency_after_ms) {
-            (Some(a), Some(b)) => format!("{a:.2} ms -> {b:.2} ms"),
-            _ => "-".into(),
-        },
-        speed(o.measured_speedup),
-        o.prediction_error
-            .map(|e| format!("{:+.0}%", e * 100.0))
-            .unwrap_or_else(|| "-".into())
-    );
-    if let Some(err) = o.max_relative_output_error {
-        let _ = writeln!(out, "          outputs of the rewritten graph vs the original: max relative error {err:.1e}");
-    }
-    let groups: Vec<_> = report
-        .passes
-        .iter()
-        .flat_map(|p| p.fusion_groups.iter())
-        .collect();
-    if !groups.is_empty() {
-        let _ = writeln!(
-            out,
-            "\ntop fusions by predicted time saved (intensity unfused -> fused, FLOP/B)"
-        );
-        let mut sorted = groups.clone();
-        sorted.sort_by(|a, b| {
-            b.predicted_time_saved_s
-                .total_cmp(&a.predicted_time_saved_s)
-        });
-        for g in sorted.iter().take(10) {
-            let _ = writeln!(
-                out,
-                "  {:>10}  {:>6.2} -> {:<6.2}  {}",
-                fmt_seconds(g.predicted_time_saved_s),
-                g.intensity_unfused,
-                g.intensity_fused,
-                safe(&g.op_types.join("+"))
-            );
-        }
-    }
-    if let Some(q) = &report.quantization {
-        render_quantization(&mut out, q);
-    }
-    if !report.left_alone.is_empty() {
-        let _ = writeln!(out, "\nleft alone (largest remaining ops)");
-        for l in report.left_alone.iter().take(6) {
-            let _ = writeln!(
-                out,
-                "  {} ({}): {}",
-                safe(&l.node),
-                safe(&l.op_type),
-                safe(&l.reason)
-            );
-        }
-    }
-    // Every model-provided field above is escaped; this pass is the net under a missed one.
-    roofline::report::markup::terminal_safe_lines(&out).into_owned()
-}
-
-fn render_quantization(out: &mut String, q: &advisor::quantize::QuantizationReport) {
-    let _ = writeln!(
-        out,
-        "\nquantization ({})",
-        if q.calibration.is_empty() {
-            "no calibration".into()
-        } else {
-            safe(&q.calibration)
-        }
-    );
-    if let Some(a) = &q.accuracy {
-        let _ = writeln!(
-            out,
-            "  accuracy proxy vs fp32 on {} input(s): cosine min {:.5} mean {:.5}; max abs error {:.3e} (outputs up to {:.3e}){}",
-            a.samples,
-            a.cosine_min,
-            a.cosine_mean,
-            a.max_abs_error,
-            a.max_abs_reference,
-            a.top1_agreement
-                .map(|t| format!("; top-1 agreement {:.1}%", t * 100.0))
-                .unwrap_or_default()
-        );
-    }
-    let mut kept: Vec<_> = q
-        .decisions
-        .iter()
-        .filter(|d| d.decision == "fp32")
-        .collect();
-    let converted = q.decisions.len() - kept.len();
-    let _ = writeln!(
-        out,
-        "  {} op(s) converted, {} left in fp32",
-        converted,
-        kept.len()
-    );
-    kept.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
-    for d in kept.iter().take(8) {
-        let _ = writeln!(
-            out,
-            "  kept fp32  {} ({}): {}",
-            safe(&d.node),
-            safe(&d.op_type),
-            safe(&d.reason)
-        );
-    }
-    let mut done: Vec<_> = q
-        .decisions
-        .iter()
-        .filter(|d| d.decision != "fp32")
-        .collect();
-    done.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
-    for d in done.iter().take(5) {
-        let _ = writeln!(
-            out,
-            "  {:<9}  {} ({}): {} -> {} ({:.2}x; q/dq {}{})",
-            safe(&d.decision),
-            safe(&d.node),
-            safe(&d.op_type),
-            fmt_seconds(d.predicted_fp32_s),
-            fmt_seconds(d.predicted_lowp_s),
-            d.predicted_gain,
-            fmt_seconds(d.predicted_qdq_s),
-            d.predicted_dynamic_s
-                .map(|s| format!("; dynamic int8 {}", fmt_seconds(s)))
-                .unwrap_or_default()
-        );
-    }
-    for n in &q.notes {
-        let _ = writeln!(out, "  note: {}", safe(n));
-    }
 }

@@ -4,6 +4,7 @@
 mod advise;
 mod analyze;
 mod bench;
+mod model;
 mod probe;
 
 use std::io::Write;
@@ -14,9 +15,11 @@ use anyhow::{bail, Context, Result};
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, Subcommand};
 
+use roofline::analysis::{Diagnostic, Severity};
 use roofline::builtin::{self, WeightFill};
 use roofline::device::{self, DeviceProfile};
 use roofline::fsio;
+use roofline::report::devices::{render_devices_json, render_devices_table};
 
 /// Exit status for warnings promoted by `--strict`.
 pub const EXIT_WARNINGS: u8 = 1;
@@ -122,6 +125,52 @@ impl Inputs {
         fsio::write_atomic(output, bytes)?;
         Ok(())
     }
+
+    /// Writes a report to `output` (see [`Inputs::write`]), or to stdout without one.
+    pub fn emit(&self, output: Option<&Path>, text: &str) -> Result<()> {
+        match output {
+            Some(path) => self
+                .write(path, text.as_bytes())
+                .context("writing the report"),
+            None => Ok(print_text(text)?),
+        }
+    }
+}
+
+/// The exit status that a command's diagnostics call for, the same for every command that
+/// analyses a model. The first list decides errors (the analysis of the model as given; other
+/// lists are the same model on other devices or after rewrites); warnings count in every list.
+///
+/// - An op that could not be analysed (an unknown op, severity error) is bad input: exit 2,
+///   after the report was written (it lists them, and they are NOT in the totals).
+/// - With `--strict`, any warning (an op not costed, a shape taken from the model) exits 1.
+pub fn diagnostics_status(source: &str, diagnostics: &[&[Diagnostic]], strict: bool) -> ExitCode {
+    let errors: Vec<&Diagnostic> = diagnostics
+        .first()
+        .into_iter()
+        .flat_map(|list| list.iter())
+        .filter(|d| d.severity == Severity::Error)
+        .collect();
+    if let Some(first) = errors.first() {
+        note!(
+            "error: {}: node `{}`: {} ({} node(s) with unknown ops; they are NOT in the totals)",
+            safe(source),
+            safe(first.node.as_deref().unwrap_or("?")),
+            safe(&first.message),
+            errors.len()
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let warnings = diagnostics
+        .iter()
+        .flat_map(|list| list.iter())
+        .filter(|d| d.severity == Severity::Warning)
+        .count();
+    if strict && warnings > 0 {
+        note!("{warnings} warning(s) and --strict: exit status {EXIT_WARNINGS}");
+        return ExitCode::from(EXIT_WARNINGS);
+    }
+    ExitCode::SUCCESS
 }
 
 #[derive(Parser, Debug)]
@@ -175,10 +224,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => bench::run_model(&args),
         Command::Advise(args) => advise::run(&args),
         Command::Devices { json } => {
-            let mut out = std::io::stdout().lock();
-            devices(json, &mut out)
-                .and_then(|()| out.flush())
-                .map_err(StdoutError)?;
+            let catalog = device::catalog();
+            let text = if json {
+                render_devices_json(catalog)?
+            } else {
+                render_devices_table(catalog)
+            };
+            print_text(&text)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Models => {
@@ -215,50 +267,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn devices(json: bool, out: &mut impl Write) -> std::io::Result<()> {
-    let profiles: Vec<DeviceProfile> = device::catalog().iter().map(|e| e.to_profile()).collect();
-    if json {
-        return writeln!(out, "{}", serde_json::to_string_pretty(&profiles)?);
-    }
-    writeln!(
-        out,
-        "{:<22} {:<40} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "id", "name", "fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "DRAM GB/s"
-    )?;
-    for (entry, profile) in device::catalog().iter().zip(&profiles) {
-        let peak = |p| {
-            profile
-                .peak_flops(p)
-                .map(|f| format!("{:.1}", f / 1e12))
-                .unwrap_or_else(|| "-".into())
-        };
-        use roofline::device::Precision::*;
-        let id = if entry.aliases.is_empty() {
-            entry.id.to_string()
-        } else {
-            format!("{} ({})", entry.id, entry.aliases.join(","))
-        };
-        writeln!(
-            out,
-            "{:<22} {:<40} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.0}",
-            id,
-            entry.name,
-            peak(Fp64),
-            peak(Fp32),
-            peak(Tf32),
-            peak(Fp16),
-            peak(Bf16),
-            peak(Fp8),
-            peak(Int8),
-            entry.bandwidth_gbs
-        )?;
-    }
-    writeln!(
-        out,
-        "\npeaks in dense TFLOP/s (TOP/s for int8); sources: `roofline devices --json`"
-    )
-}
-
 /// Model-provided text for the terminal (see `roofline::report::markup::terminal_safe`).
 pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
     roofline::report::markup::terminal_safe(text)
@@ -286,81 +294,4 @@ pub fn resolve_device(spec: &str) -> Result<DeviceProfile> {
         "unknown device `{spec}`: not in the catalogue ({}), not `local`, not a profile file",
         known.join(", ")
     )
-}
-
-/// The bench report as HTML: the analysis report with measured rates drawn next to the
-/// predicted ones, and a measured-vs-predicted table.
-pub fn bench_html(report: &roofline::bench::BenchReport) -> Result<String> {
-    use roofline::report::html::{render_html_with, HtmlOptions, HtmlSection};
-    use roofline::report::svg::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
-    use roofline::report::units::fmt_seconds;
-    let analysis = &report.analysis;
-    let points = report
-        .ops
-        .iter()
-        .filter_map(|op| {
-            let node = &analysis.nodes[op.node_index];
-            let intensity = node.intensity?;
-            (op.flops > 0 && intensity > 0.0).then(|| SeriesPoint {
-                op_index: Some(op.node_index),
-                intensity,
-                flops_per_s: op.flops as f64 / op.measured_s,
-                label: Some(format!(
-                    "{} measured {} ({:.0}% of its roof)",
-                    op.name,
-                    fmt_seconds(op.measured_s),
-                    op.roofline_fraction * 100.0
-                )),
-            })
-        })
-        .collect();
-    let series = ChartSeries {
-        name: format!("measured ({} thread(s))", report.threads),
-        colour: Rgb(20, 20, 20),
-        marker: SeriesMarker::Diamond,
-        points,
-        connect_to_predicted: true,
-    };
-    let mut rows = String::new();
-    let mut ops: Vec<_> = report.ops.iter().collect();
-    ops.sort_by(|a, b| b.measured_s.total_cmp(&a.measured_s));
-    for op in ops {
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
-            roofline::report::markup::escape(&op.name),
-            roofline::report::markup::escape(&op.op_type),
-            fmt_seconds(op.measured_s),
-            fmt_seconds(op.predicted_s),
-            op.measured_gflops,
-            op.measured_gbs,
-            op.roofline_fraction * 100.0,
-            op.prediction_error * 100.0
-        ));
-    }
-    let body = format!(
-        "<p>End-to-end latency over {} runs with {} thread(s): median {:.3} ms (min {:.3}, max {:.3}); predicted {:.3} ms ({:+.0}%). Per-op |error|: median {:.0}%, 90th percentile {:.0}%. Kernels: {}.</p>\n<table><thead><tr><th>op</th><th>type</th><th>measured</th><th>predicted</th><th>GFLOP/s</th><th>GB/s</th><th>of roof</th><th>error</th></tr></thead><tbody>\n{rows}</tbody></table>",
-        report.runs, report.threads, report.latency_ms.median, report.latency_ms.min, report.latency_ms.max,
-        report.predicted_latency_ms, report.errors.end_to_end_error * 100.0,
-        report.errors.median_abs_error * 100.0, report.errors.p90_abs_error * 100.0,
-        roofline::report::markup::escape(&report.kernel_isa)
-    );
-    let options = HtmlOptions {
-        title: Some(format!(
-            "{} measured on {}",
-            analysis.model.source, analysis.device.name
-        )),
-        overlays: vec![(0, series)],
-        extra_sections: vec![HtmlSection {
-            id: "measured".into(),
-            title: "Measured against predicted".into(),
-            body_html: body,
-        }],
-        ..HtmlOptions::default()
-    };
-    Ok(render_html_with(std::slice::from_ref(analysis), &options)?)
-}
-
-/// The advice report as HTML (see `roofline::report::advice`).
-pub fn advice_html(report: &roofline::advisor::AdviceReport) -> Result<String> {
-    Ok(roofline::report::advice::render_advice_html(report)?)
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use roofline::probe::{self, MeasurementFlag, ProbeOptions, ProgressEvent};
+use roofline::report::probe::render_probe_summary;
 
 /// Measure this machine's compute and bandwidth ceilings and save them as the `local` device.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -77,7 +78,7 @@ pub fn run(args: &ProbeArgs) -> Result<ExitCode> {
     let printed = if args.json {
         writeln!(stdout, "{text}")
     } else {
-        write!(stdout, "{}", probe::render_summary(&profile)).and_then(|()| {
+        write!(stdout, "{}", render_probe_summary(&profile)).and_then(|()| {
             writeln!(
                 stdout,
                 "profile saved to {}",

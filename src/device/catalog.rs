@@ -1,6 +1,6 @@
 //! The built-in catalogue of real hardware: dense datasheet peaks per precision, memory
 //! bandwidth and L2 size, each entry with its sources (transcribed from
-//! `shared/reference/devices.json` by `scripts/gen_catalog.py`).
+//! `data/devices.json`, committed with its sources and aliases, by `scripts/gen_catalog.py`).
 
 use super::{
     ComputeCeiling, DeviceKind, DeviceProfile, MemoryCeiling, MemoryLevel, Precision,

@@ -3,6 +3,7 @@
 
 pub mod catalog;
 mod catalog_data;
+pub mod probe_record;
 pub mod profile;
 
 pub use catalog::{catalog, find_device};

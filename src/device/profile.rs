@@ -111,7 +111,13 @@ pub struct DeviceProfile {
     pub notes: String,
     /// Everything a probe measured (CPU description, clocks, sweeps); absent for catalogue entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<crate::probe::ProbeRecord>,
+    pub probe: Option<super::probe_record::ProbeRecord>,
+}
+
+/// Where `roofline probe` saves this machine's profile and `--device local` reads it:
+/// `$XDG_CACHE_HOME/roofline/local.json` (or the platform's cache folder).
+pub fn default_profile_path() -> Option<std::path::PathBuf> {
+    dirs::cache_dir().map(|dir| dir.join("roofline").join("local.json"))
 }
 
 /// Largest compute ceiling a profile may state: 10^17 FLOP/s (100 PFLOP/s), about five times the

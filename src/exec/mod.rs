@@ -1,16 +1,52 @@
 //! The executor: turns an analysed `Graph` (all shapes known) into a `Plan` of kernel calls with
 //! statically planned activation buffers, and runs it on the local CPU, optionally timing every
 //! step. Bridges the IR (ONNX attributes) and the ONNX-agnostic kernels.
+//!
+//! A node goes through three stages, each in its own place:
+//!
+//! 1. **Lowering** (`lower/`, one file per op family, mirroring `analysis/ops/`): reads the
+//!    node's attributes, facts and constants and decides *what* runs: a `lower::Kernel`
+//!    description (which kernel, its geometry and layout, the constants it takes, its FLOPs and
+//!    scratch). Lowering is backend-neutral: it never looks at the CPU, the tuning cache or
+//!    packed layouts. `lower::lookup` asks each family whether it has a kernel for an op; the
+//!    ops no family claims are the plan's missing kernels.
+//! 2. **Backend** (`cpu.rs`): decides *how* a described kernel runs on this machine. At plan
+//!    time `cpu::prepare` picks GEMM blockings (autotuned per shape) and packs convolution
+//!    weights for them (`cpu::Prepared`, kept in the step next to the description); at run
+//!    time `cpu::run` calls the `kernels` functions with the step's inputs, outputs, scratch
+//!    and threads. The CPU arms (`prepare`, `run`) sit next to their lowering in each family
+//!    file and see only the `Kernel` description, never the node. A second backend (a GPU)
+//!    adds its own `prepare`/`run` over the same descriptions (e.g. `gpu.rs` with arms in
+//!    `gpu/<family>.rs`) and its prepared state in place of `cpu::Prepared`; lowering, plan and
+//!    buffer planner stay as they are. Two "what" decisions are still on the CPU side: the
+//!    quantized lowerings (`lower/quant.rs`) pack int8/bf16 weights for the CPU's ISA, and
+//!    `kernels::conv` itself picks depthwise, im2col or the pixel-major layout.
+//! 3. **Plan and runtime**: `plan.rs` drives lowering and preparation over the topological
+//!    order (`build_plan`), `memory.rs` assigns f32 activations to reusable buffers by lifetime
+//!    (pure), `eval.rs` materialises constants and evaluates integer shape-side ops through the
+//!    analysis ops' constant evaluator, and `run.rs` executes a plan in a `Workspace`.
 
 pub mod npy;
 pub mod plan;
-pub mod quant;
 pub mod sysmem;
 pub mod tune;
 
+mod cpu;
+mod eval;
+mod lower;
+mod memory;
+mod run;
+
+use std::collections::HashMap;
 use std::path::PathBuf;
 
+use crate::analysis::graph::Node;
+use crate::analysis::tensor::TensorFact;
+
+/// The quantized ops (their f16/bf16 rounding helpers are used by the quantizer and export).
+pub use lower::quant;
 pub use plan::{build_plan, Plan, PlanOptions, StepInfo};
+pub use run::{RunTimings, Workspace};
 
 /// A run-time tensor. Integer and boolean values are carried as i64.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,4 +146,30 @@ pub fn random_input(shape: &[usize], integer: bool, seed: u64, int_range: i64) -
         shape: shape.to_vec(),
         data,
     }
+}
+
+/// Random inputs (fixed seed) for every graph input of a plan.
+pub fn random_inputs(plan: &Plan, seed: u64) -> HashMap<String, RtTensor> {
+    plan.inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, shape, integer))| {
+            let tensor = random_input(&shape, integer, seed.wrapping_add(i as u64), 10);
+            (name, tensor)
+        })
+        .collect()
+}
+
+fn node_error(node: &Node, reason: impl Into<String>) -> ExecError {
+    ExecError::Node {
+        node: node.name.clone(),
+        op_type: node.op_type.clone(),
+        reason: reason.into(),
+    }
+}
+
+/// The concrete shape of a fact as `usize`s (`None` while any dim is symbolic).
+fn dims(fact: &TensorFact) -> Option<Vec<usize>> {
+    fact.concrete_shape()
+        .map(|d| d.iter().map(|&v| v as usize).collect())
 }

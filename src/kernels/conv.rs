@@ -4,6 +4,7 @@
 
 use super::depthwise;
 use super::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
+use super::parallel::{parallel_for, SendPtr};
 use super::simd::multiversion;
 
 /// Geometry of one 2-D convolution (1-D convolutions use `h = kh = 1`).
@@ -157,8 +158,8 @@ fn transpose_epilogue(
     let blocks = channels.div_ceil(BLOCK);
     let tasks = threads.min(blocks).max(1);
     let per_task = blocks.div_ceil(tasks);
-    let dst = gemm::SendPtr(out.as_mut_ptr());
-    gemm::parallel_for(threads, tasks, |task| {
+    let dst = SendPtr(out.as_mut_ptr());
+    parallel_for(threads, tasks, |task| {
         let c0 = (task * per_task * BLOCK).min(channels);
         let c1 = ((task + 1) * per_task * BLOCK).min(channels);
         if c0 >= c1 {
@@ -428,8 +429,8 @@ fn im2col_threaded(
     assert!(cols.len() >= channels * rows_per_channel && image.len() >= channels * in_plane);
     let tasks = threads.min(channels).max(1);
     let per_task = channels.div_ceil(tasks);
-    let out = gemm::SendPtr(cols.as_mut_ptr());
-    gemm::parallel_for(threads, tasks, |task| {
+    let out = SendPtr(cols.as_mut_ptr());
+    parallel_for(threads, tasks, |task| {
         let (c0, c1) = (task * per_task, ((task + 1) * per_task).min(channels));
         if c0 >= c1 {
             return;

@@ -27,7 +27,8 @@ use std::sync::{Arc, Mutex};
 use super::conv::{Conv2d, ConvEpilogue};
 use super::gemm::act::activate;
 use super::gemm::simd::Vf32;
-use super::gemm::{parallel_for, Activation, Isa, SendPtr};
+use super::gemm::{Activation, Isa};
+use super::parallel::{parallel_for, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m256, __m512};

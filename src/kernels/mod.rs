@@ -9,6 +9,7 @@ pub mod gemm;
 pub mod math;
 pub mod movement;
 pub mod norm;
+pub mod parallel;
 pub mod pool;
 pub mod qgemm;
 pub mod simd;

@@ -1,15 +1,24 @@
-//! The `roofline advise` HTML view: the report of the rewritten graph, with the original ops
-//! drawn over its roofline as a second series (both rooflines on one chart), the passes with
-//! their predicted and measured gains, the quantization decisions with their reasons and the
-//! accuracy proxy, and the ops left alone with the reason read from their roofline position.
+//! The `roofline advise` report: the terminal table (passes with predicted and measured gains,
+//! top fusions, quantization decisions, ops left alone), the JSON, and the HTML view: the report
+//! of the rewritten graph, with the original ops drawn over its roofline as a second series
+//! (both rooflines on one chart), the passes with their predicted and measured gains, the
+//! quantization decisions with their reasons and the accuracy proxy, and the ops left alone with
+//! the reason read from their roofline position.
 
+use std::fmt::Write as _;
+
+use super::chart::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
 use super::error::ReportError;
 use super::html::{render_html_with, HtmlOptions, HtmlSection};
-use super::markup::escape;
-use super::svg::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
-use super::units;
-use crate::advisor::AdviceReport;
+use super::markup::{escape, terminal_safe as safe, terminal_safe_lines};
+use super::model::{AdviceReport, QuantizationReport};
+use super::units::{self, fmt_bytes, fmt_seconds};
 use crate::analysis::NodeStatus;
+
+/// The report as JSON (schema `roofline-advice`).
+pub fn render_advice_json(report: &AdviceReport) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(report)
+}
 
 /// The advice report as HTML: the after-analysis report with both rooflines (the before ops as an
 /// overlay) and a section of rewrites with predicted and measured gains.
@@ -114,4 +123,190 @@ pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> 
         ..HtmlOptions::default()
     };
     render_html_with(std::slice::from_ref(&report.after), &options)
+}
+
+fn speed(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
+}
+
+/// The advice table; model-provided text is escaped for the terminal.
+pub fn render_advice_table(report: &AdviceReport) -> String {
+    let mut out = String::new();
+    let b = &report.before;
+    let _ = writeln!(
+        out,
+        "model  {}   device {} ({:?})   {}",
+        safe(&b.model.source),
+        safe(&b.device.id),
+        b.device.source,
+        safe(&report.verification_note)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+        "pass",
+        "changes",
+        "predicted",
+        "saved bytes",
+        "pred gain",
+        "measured",
+        "meas gain",
+        "error"
+    );
+    for p in &report.passes {
+        let measured = p
+            .measured_latency_after_ms
+            .map(|m| format!("{m:.2} ms"))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+            safe(&p.name),
+            p.changes.len(),
+            fmt_seconds(p.predicted_latency_after_s),
+            fmt_bytes(p.bytes_saved as f64),
+            format!("{:.2}x", p.predicted_speedup),
+            measured,
+            speed(p.measured_speedup),
+            p.prediction_error
+                .map(|e| format!("{:+.0}%", e * 100.0))
+                .unwrap_or_else(|| "-".into())
+        );
+    }
+    let o = &report.overall;
+    let _ = writeln!(
+        out,
+        "overall   predicted {} -> {} ({:.2}x); measured {} ({}); prediction error {}",
+        fmt_seconds(o.predicted_latency_before_s),
+        fmt_seconds(o.predicted_latency_after_s),
+        o.predicted_speedup,
+        match (o.measured_latency_before_ms, o.measured_latency_after_ms) {
+            (Some(a), Some(b)) => format!("{a:.2} ms -> {b:.2} ms"),
+            _ => "-".into(),
+        },
+        speed(o.measured_speedup),
+        o.prediction_error
+            .map(|e| format!("{:+.0}%", e * 100.0))
+            .unwrap_or_else(|| "-".into())
+    );
+    if let Some(err) = o.max_relative_output_error {
+        let _ = writeln!(out, "          outputs of the rewritten graph vs the original: max relative error {err:.1e}");
+    }
+    let groups: Vec<_> = report
+        .passes
+        .iter()
+        .flat_map(|p| p.fusion_groups.iter())
+        .collect();
+    if !groups.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ntop fusions by predicted time saved (intensity unfused -> fused, FLOP/B)"
+        );
+        let mut sorted = groups.clone();
+        sorted.sort_by(|a, b| {
+            b.predicted_time_saved_s
+                .total_cmp(&a.predicted_time_saved_s)
+        });
+        for g in sorted.iter().take(10) {
+            let _ = writeln!(
+                out,
+                "  {:>10}  {:>6.2} -> {:<6.2}  {}",
+                fmt_seconds(g.predicted_time_saved_s),
+                g.intensity_unfused,
+                g.intensity_fused,
+                safe(&g.op_types.join("+"))
+            );
+        }
+    }
+    if let Some(q) = &report.quantization {
+        render_quantization(&mut out, q);
+    }
+    if !report.left_alone.is_empty() {
+        let _ = writeln!(out, "\nleft alone (largest remaining ops)");
+        for l in report.left_alone.iter().take(6) {
+            let _ = writeln!(
+                out,
+                "  {} ({}): {}",
+                safe(&l.node),
+                safe(&l.op_type),
+                safe(&l.reason)
+            );
+        }
+    }
+    // Every model-provided field above is escaped; this pass is the net under a missed one.
+    terminal_safe_lines(&out).into_owned()
+}
+
+fn render_quantization(out: &mut String, q: &QuantizationReport) {
+    let _ = writeln!(
+        out,
+        "\nquantization ({})",
+        if q.calibration.is_empty() {
+            "no calibration".into()
+        } else {
+            safe(&q.calibration)
+        }
+    );
+    if let Some(a) = &q.accuracy {
+        let _ = writeln!(
+            out,
+            "  accuracy proxy vs fp32 on {} input(s): cosine min {:.5} mean {:.5}; max abs error {:.3e} (outputs up to {:.3e}){}",
+            a.samples,
+            a.cosine_min,
+            a.cosine_mean,
+            a.max_abs_error,
+            a.max_abs_reference,
+            a.top1_agreement
+                .map(|t| format!("; top-1 agreement {:.1}%", t * 100.0))
+                .unwrap_or_default()
+        );
+    }
+    let mut kept: Vec<_> = q
+        .decisions
+        .iter()
+        .filter(|d| d.decision == "fp32")
+        .collect();
+    let converted = q.decisions.len() - kept.len();
+    let _ = writeln!(
+        out,
+        "  {} op(s) converted, {} left in fp32",
+        converted,
+        kept.len()
+    );
+    kept.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
+    for d in kept.iter().take(8) {
+        let _ = writeln!(
+            out,
+            "  kept fp32  {} ({}): {}",
+            safe(&d.node),
+            safe(&d.op_type),
+            safe(&d.reason)
+        );
+    }
+    let mut done: Vec<_> = q
+        .decisions
+        .iter()
+        .filter(|d| d.decision != "fp32")
+        .collect();
+    done.sort_by(|a, b| b.predicted_fp32_s.total_cmp(&a.predicted_fp32_s));
+    for d in done.iter().take(5) {
+        let _ = writeln!(
+            out,
+            "  {:<9}  {} ({}): {} -> {} ({:.2}x; q/dq {}{})",
+            safe(&d.decision),
+            safe(&d.node),
+            safe(&d.op_type),
+            fmt_seconds(d.predicted_fp32_s),
+            fmt_seconds(d.predicted_lowp_s),
+            d.predicted_gain,
+            fmt_seconds(d.predicted_qdq_s),
+            d.predicted_dynamic_s
+                .map(|s| format!("; dynamic int8 {}", fmt_seconds(s)))
+                .unwrap_or_default()
+        );
+    }
+    for n in &q.notes {
+        let _ = writeln!(out, "  note: {}", safe(n));
+    }
 }

@@ -11,9 +11,9 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use super::chart::{bound_colour, chart_scale, render_roofline_svg, ChartSeries, SvgOptions};
 use super::error::ReportError;
 use super::markup::{escape, percent, si3, si_unit};
-use super::svg::{bound_colour, chart_scale, render_roofline_svg, ChartSeries, SvgOptions};
 use super::units::{fmt_bytes, fmt_count, fmt_seconds};
 use crate::analysis::model::DeviceInfo;
 use crate::analysis::{Analysis, Bound, NodeAnalysis, NodeStatus, Severity};

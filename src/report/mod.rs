@@ -1,12 +1,23 @@
-//! Reports: renderers over the serde `Analysis` model (terminal table, JSON, CSV, HTML, SVG).
+//! Reports: renderers over the serde report models (terminal table, JSON, CSV, HTML, SVG).
 //! Renderers never recompute analysis numbers; they only format them.
+//!
+//! The models: `Analysis` (from `analysis::model`) and, in [`model`], what `bench`, `advise`
+//! and the quantization passes produce. This file renders an `Analysis` as a table, JSON or
+//! CSV; `html` and `chart` draw it; `bench`, `advice`, `probe` and `devices` render the other
+//! reports and listings.
+//! Nothing here imports the producers (`advisor`, `bench`, `exec`): they depend on this module,
+//! never the reverse.
 
 pub mod advice;
+pub mod bench;
+pub mod chart;
+pub mod devices;
 pub mod error;
 pub mod html;
 mod label_layout;
 pub mod markup;
-pub mod svg;
+pub mod model;
+pub mod probe;
 pub mod units;
 
 pub use error::ReportError;
@@ -25,7 +36,7 @@ pub enum Format {
     Csv,
     /// Self-contained HTML report (`html::render_html`).
     Html,
-    /// Roofline chart (`svg::render_roofline_svg`).
+    /// Roofline chart (`chart::render_roofline_svg`).
     Svg,
 }
 

@@ -1,4 +1,5 @@
-//! Human-readable numbers with SI prefixes (1 GB = 1e9 B, as bandwidth datasheets count).
+//! Human-readable numbers with SI prefixes (1 GB = 1e9 B, as bandwidth datasheets count), and
+//! binary ones for cache sizes (1 KiB = 1024 B).
 
 fn scaled(value: f64) -> (f64, &'static str) {
     let magnitude = value.abs();
@@ -27,6 +28,22 @@ pub fn fmt_bytes(value: f64) -> String {
         format!("{v:.0} B")
     } else {
         format!("{v:.1} {p}B")
+    }
+}
+
+/// `48 KiB`, `1.5 MiB`: binary prefixes, as cache and working-set sizes are given.
+pub fn fmt_bytes_binary(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", units[unit])
+    } else {
+        format!("{value:.1} {}", units[unit])
     }
 }
 
@@ -61,5 +78,8 @@ mod tests {
         assert_eq!(fmt_bytes(616e9), "616.0 GB");
         assert_eq!(fmt_seconds(0.0015), "1.500 ms");
         assert_eq!(fmt_seconds(2.5e-6), "2.50 µs");
+        assert_eq!(fmt_bytes_binary(48 * 1024), "48 KiB");
+        assert_eq!(fmt_bytes_binary(1536 * 1024), "1.5 MiB");
+        assert_eq!(fmt_bytes_binary(512), "512 B");
     }
 }

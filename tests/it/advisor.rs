@@ -29,7 +29,7 @@ fn run(graph: &Graph, options: &AnalyzeOptions) -> Vec<(String, RtTensor)> {
     let mut graph = graph.clone();
     let (order, states, _) = analysis::prepare_graph(&mut graph, &options.bindings).unwrap();
     let plan = exec::build_plan(&graph, &order, &states, &PlanOptions::default()).unwrap();
-    let inputs: HashMap<String, RtTensor> = roofline::bench::random_inputs(&plan, 7);
+    let inputs: HashMap<String, RtTensor> = roofline::exec::random_inputs(&plan, 7);
     let mut ws = plan.workspace();
     plan.run(&mut ws, &inputs, None).unwrap()
 }

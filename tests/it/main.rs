@@ -3,6 +3,7 @@
 mod advisor;
 mod bad_input;
 mod builtin_models;
+mod checker_agreement;
 mod cli;
 mod cli_output;
 mod common;
@@ -11,7 +12,9 @@ mod exec_vs_ort;
 mod export_checker;
 mod fuzz_exec;
 mod fuzz_loader;
+mod generated;
 mod golden;
 mod hostile;
 mod layers;
+mod model_loader;
 mod quant;

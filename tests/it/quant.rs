@@ -49,7 +49,7 @@ fn run(graph: &Graph, options: &AnalyzeOptions, seed: u64) -> Vec<(String, RtTen
     let mut graph = graph.clone();
     let (order, states, _) = analysis::prepare_graph(&mut graph, &options.bindings).unwrap();
     let plan = exec::build_plan(&graph, &order, &states, &PlanOptions::default()).unwrap();
-    let inputs: HashMap<String, RtTensor> = roofline::bench::random_inputs(&plan, seed);
+    let inputs: HashMap<String, RtTensor> = roofline::exec::random_inputs(&plan, seed);
     let mut ws = plan.workspace();
     plan.run(&mut ws, &inputs, None).unwrap()
 }

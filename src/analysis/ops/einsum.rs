@@ -84,9 +84,15 @@ fn bind(eq: &Equation, shapes: &[&[Dim]]) -> OpResult<(BTreeMap<char, Dim>, Vec<
         // The ellipsis sits where `...` is written; supported here at the front, the common case.
         ellipsis_shapes.push(shape[..extra].to_vec());
         for (&c, dim) in letters.iter().zip(&shape[extra..]) {
-            match extents.get(&c) {
-                Some(Dim::Known(1)) | None => {
+            match (extents.get(&c), dim) {
+                (Some(Dim::Known(1)) | None, _) => {
                     extents.insert(c, dim.clone());
+                }
+                // A size-1 extent broadcasts; two different sizes of one index cannot contract.
+                (Some(Dim::Known(a)), Dim::Known(b)) if *b != 1 && a != b => {
+                    return Err(super::invalid(format!(
+                        "index `{c}` has extent {a} in one operand and {b} in another"
+                    )));
                 }
                 _ => {}
             }
@@ -169,5 +175,98 @@ mod tests {
     fn implicit_output_is_alphabetical_singletons() {
         let eq = parse("ij,jk", 2).unwrap();
         assert_eq!(eq.output.0, vec!['i', 'k']);
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    //! Hand-computed Einsum cases: MACs = Π of the distinct index extents (× the broadcast `...`
+    //! volume) for two operands, one FLOP per point of the index space for one operand.
+
+    use super::super::tests::kit::{dims, f32s, traffic, Op};
+
+    fn einsum(equation: &str) -> Op {
+        Op::new("Einsum").string("equation", equation)
+    }
+
+    #[test]
+    fn attention_scores() {
+        let q = f32s(&[2, 12, 128, 64]);
+        let (out, cost) = einsum("bhqd,bhkd->bhqk").run(&[&q, &q]);
+        assert_eq!(dims(&out[0]), [2, 12, 128, 128]);
+        // MACs = b·h·q·k·d = 2·12·128·128·64 = 25,165,824.
+        assert_eq!(cost.macs, 25_165_824);
+        assert_eq!(cost.flops, 2 * 25_165_824);
+        // Two inputs of 196,608 elements read; 393,216 written (4 bytes each).
+        assert_eq!(cost.bytes, traffic(0, 1_572_864, 1_572_864));
+    }
+
+    #[test]
+    fn matmul_forms() {
+        let (a, b) = (f32s(&[4, 8]), f32s(&[8, 5]));
+        // MACs = i·j·k = 4·8·5 = 160.
+        let (out, cost) = einsum("ij,jk->ik").run(&[&a, &b]);
+        assert_eq!(dims(&out[0]), [4, 5]);
+        assert_eq!(cost.macs, 160);
+        // Implicit output: the indices seen once, alphabetically: `ik`.
+        let (out, cost) = einsum("ij,jk").run(&[&a, &b]);
+        assert_eq!(dims(&out[0]), [4, 5]);
+        assert_eq!(cost.macs, 160);
+        // Leading `...` broadcast: volume 3 × 4·8·5 = 480.
+        let (out, cost) = einsum("...ij,...jk->...ik").run(&[&f32s(&[3, 4, 8]), &f32s(&[3, 8, 5])]);
+        assert_eq!(dims(&out[0]), [3, 4, 5]);
+        assert_eq!(cost.macs, 480);
+    }
+
+    #[test]
+    fn single_operand_costs_one_flop_per_point() {
+        let x = f32s(&[4, 8]);
+        // Transpose: 4·8 = 32 points, no MACs.
+        let (out, cost) = einsum("ij->ji").run(&[&x]);
+        assert_eq!(dims(&out[0]), [8, 4]);
+        assert_eq!((cost.flops, cost.macs), (32, 0));
+        // Full sum to a scalar: 32 adds.
+        let (out, cost) = einsum("ij->").run(&[&x]);
+        assert_eq!(dims(&out[0]), Vec::<u64>::new());
+        assert_eq!(cost.flops, 32);
+    }
+
+    #[test]
+    fn trace_costs_the_index_space_not_the_input() {
+        // The header says "one FLOP per input element" (25 here); the code charges one FLOP per
+        // point of the distinct-index space, i = 5, which is the real work of a trace
+        // (reported: the header should say so).
+        let (_, cost) = einsum("ii->").run(&[&f32s(&[5, 5])]);
+        assert_eq!(cost.flops, 5);
+    }
+
+    #[test]
+    fn three_operand_chain() {
+        // Distinct indices i, j, k, l: volume 2·3·4·5 = 120 points. The header says
+        // MACs = 120; the code charges (operands − 1) = 2 multiply-adds per point, 240
+        // (reported: the code is the better count of a one-loop-nest contraction).
+        let (a, b, c) = (f32s(&[2, 3]), f32s(&[3, 4]), f32s(&[4, 5]));
+        let (out, cost) = einsum("ij,jk,kl->il").run(&[&a, &b, &c]);
+        assert_eq!(dims(&out[0]), [2, 5]);
+        assert_eq!(cost.macs, 240);
+        assert_eq!(cost.flops, 480);
+    }
+
+    #[test]
+    fn equation_errors() {
+        let (a, b) = (f32s(&[4, 8]), f32s(&[8, 5]));
+        // Two terms for one operand, no equation, a digit in a term, an output index no input
+        // has, an operand of rank 3 with two indices and no ellipsis.
+        einsum("ij,jk->ik").fails(&[&a]);
+        Op::new("Einsum").fails(&[&a, &b]);
+        einsum("i1,jk->ik").fails(&[&a, &b]);
+        einsum("ij->iz").fails(&[&a]);
+        einsum("ij->ij").fails(&[&f32s(&[2, 4, 8])]);
+    }
+
+    #[test]
+    fn mismatched_index_extents_are_invalid() {
+        // j is 8 in the first operand and 7 in the second: no contraction exists.
+        einsum("ij,jk->ik").invalid(&[&f32s(&[4, 8]), &f32s(&[7, 5])]);
     }
 }

@@ -177,3 +177,149 @@ impl OpDef for ElementwiseChain {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Hand-computed fused ops: the base op's cost plus the epilogue, one kernel's traffic.
+
+    use super::super::tests::kit::{dims, f32s, floats, traffic, w32, Op};
+    use super::{activation_cost, step_cost};
+
+    fn fused_conv() -> Op {
+        Op::fused("FusedConv").ints("pads", &[1, 1, 1, 1])
+    }
+
+    #[test]
+    fn fused_conv_with_residual_and_relu() {
+        let (x, w, b) = (f32s(&[1, 16, 32, 32]), w32(&[32, 16, 3, 3]), w32(&[32]));
+        let r = f32s(&[1, 32, 32, 32]);
+        let op = fused_conv().string("activation", "relu");
+        let (out, cost) = op.run(&[&x, &w, &b, &r]);
+        assert_eq!(dims(&out[0]), [1, 32, 32, 32]);
+        // 32,768 outputs; MACs = 32,768 · 16·3·3 = 4,718,592.
+        assert_eq!(cost.macs, 4_718_592);
+        // 2·MACs + bias 32,768 + (residual 1 + relu 1)·32,768 = 9,535,488.
+        assert_eq!(cost.flops, 9_535_488);
+        // X 65,536 + R 131,072 read; W + B (4,608 + 32)·4 = 18,560; Y 131,072 written.
+        assert_eq!(cost.bytes, traffic(18_560, 196_608, 131_072));
+    }
+
+    #[test]
+    fn fusion_keeps_the_work_and_drops_the_intermediates() {
+        let (x, w, b) = (f32s(&[1, 16, 32, 32]), w32(&[32, 16, 3, 3]), w32(&[32]));
+        let r = f32s(&[1, 32, 32, 32]);
+        let conv = Op::new("Conv").ints("pads", &[1, 1, 1, 1]);
+        let (y, c1) = conv.run(&[&x, &w, &b]);
+        let (s, c2) = Op::new("Add").run(&[&y[0], &r]);
+        let (_, c3) = Op::new("Relu").run(&[&s[0]]);
+        let (_, fused) = fused_conv()
+            .string("activation", "relu")
+            .run(&[&x, &w, &b, &r]);
+        assert_eq!(fused.flops, c1.flops + c2.flops + c3.flops);
+        assert_eq!(fused.macs, c1.macs);
+        // Unfused: the conv output written, re-read by Add, Add's written, re-read by Relu:
+        // 4 × 131,072 bytes more than the one kernel.
+        let unfused = c1.bytes.total() + c2.bytes.total() + c3.bytes.total();
+        assert_eq!(unfused - fused.bytes.total(), 4 * 131_072);
+    }
+
+    #[test]
+    fn fused_conv_activation_only() {
+        let (x, w) = (f32s(&[1, 16, 32, 32]), w32(&[32, 16, 3, 3]));
+        let (_, cost) = fused_conv().string("activation", "gelu").run(&[&x, &w]);
+        // No bias, no residual: 2·MACs + GELU's (4 FLOPs, 1 erf) per output.
+        assert_eq!(cost.flops, 9_437_184 + 4 * 32_768);
+        assert_eq!(cost.transcendental, 32_768);
+        // An inconsistent bias is still an inconsistent conv.
+        fused_conv().invalid(&[&x, &w, &w32(&[16])]);
+    }
+
+    #[test]
+    fn fused_gemm_and_matmul() {
+        let (a, b, c) = (f32s(&[4, 8]), w32(&[8, 16]), w32(&[16]));
+        let (out, cost) = Op::fused("FusedGemm")
+            .string("activation", "gelu")
+            .run(&[&a, &b, &c]);
+        assert_eq!(dims(&out[0]), [4, 16]);
+        // Gemm 1,088 (see gemm.rs) + 4·64 for GELU; 64 erf.
+        assert_eq!((cost.flops, cost.transcendental), (1_344, 64));
+        let (a3, bias) = (f32s(&[2, 4, 8]), w32(&[16]));
+        let op = Op::fused("FusedMatMul").string("activation", "hard_swish");
+        let (out, cost) = op.run(&[&a3, &b, &bias]);
+        assert_eq!(dims(&out[0]), [2, 4, 16]);
+        // 128 outputs; MACs = 128·8 = 1,024; 2,048 + bias 128 + hard-swish 5·128.
+        assert_eq!(cost.macs, 1_024);
+        assert_eq!(cost.flops, 2_816);
+        // A 256 bytes; B 512 + bias 64; Y 512.
+        assert_eq!(cost.bytes, traffic(576, 256, 512));
+        // No bias, no activation: the MatMul alone.
+        assert_eq!(Op::fused("FusedMatMul").run(&[&a3, &b]).1.flops, 2_048);
+    }
+
+    #[test]
+    fn elementwise_chain() {
+        let x = f32s(&[1, 8, 4, 4]);
+        let (k, per_channel) = (floats(&[], &[2.0]), w32(&[1, 8, 1, 1]));
+        let op = Op::fused("ElementwiseChain").strings(
+            "steps",
+            &[
+                "unary:relu:0:0",
+                "const:mul:1:0",
+                "unary:exp:0:0",
+                "const:pow:2:0",
+                "input:add:0",
+            ],
+        );
+        let (out, cost) = op.run(&[&x, &k, &per_channel]);
+        assert_eq!(dims(&out[0]), [1, 8, 4, 4]);
+        // Per element: relu 1 + mul 1 + add 1 FLOPs, exp and pow 1 transcendental each.
+        assert_eq!((cost.flops, cost.transcendental), (3 * 128, 2 * 128));
+        // X 512 in, 512 out; the operands 4 + 32 bytes of weights.
+        assert_eq!(cost.bytes, traffic(36, 512, 512));
+        let bare = Op::fused("ElementwiseChain");
+        let out = bare.infer(&[&x]);
+        assert!(bare.try_cost_opt(&[Some(&x)], &out).is_err());
+    }
+
+    #[test]
+    fn epilogue_tables_match_the_element_wise_ops() {
+        let x = f32s(&[1]);
+        let per_element = |op: Op| {
+            let cost = op.run(&[&x]).1;
+            (cost.flops, cost.transcendental)
+        };
+        for (name, onnx) in [
+            ("relu", "Relu"),
+            ("clip", "Clip"),
+            ("leaky_relu", "LeakyRelu"),
+            ("hard_sigmoid", "HardSigmoid"),
+            ("hard_swish", "HardSwish"),
+            ("sigmoid", "Sigmoid"),
+            ("gelu", "Gelu"),
+            ("tanh", "Tanh"),
+        ] {
+            assert_eq!(activation_cost(name), per_element(Op::new(onnx)), "{name}");
+            let step = format!("unary:{name}:0:0");
+            assert_eq!(step_cost(&step), activation_cost(name), "{step}");
+        }
+        // SiLU = Sigmoid then Mul: (2 + 1, 1).
+        assert_eq!(activation_cost("silu"), (3, 1));
+        assert_eq!(activation_cost("none"), (0, 0));
+        for (step, onnx) in [
+            ("unary:exp:0:0", "Exp"),
+            ("unary:sqrt:0:0", "Sqrt"),
+            ("unary:neg:0:0", "Neg"),
+            ("unary:reciprocal:0:0", "Reciprocal"),
+        ] {
+            assert_eq!(step_cost(step), per_element(Op::new(onnx)), "{step}");
+        }
+        let binary = |onnx: &str| {
+            let cost = Op::new(onnx).run(&[&x, &x]).1;
+            (cost.flops, cost.transcendental)
+        };
+        assert_eq!(step_cost("const:pow:1:0"), binary("Pow"));
+        assert_eq!(step_cost("input:pow:0"), binary("Pow"));
+        assert_eq!(step_cost("const:div:1:1"), binary("Div"));
+        assert_eq!(step_cost("input:max:1"), binary("Max"));
+    }
+}

@@ -33,11 +33,11 @@ impl OpDef for Gemm {
         let a = ctx.input_shape(0)?;
         let b = ctx.input_shape(1)?;
         if a.len() != 2 || b.len() != 2 {
-            return Err(format!(
+            return Err(super::invalid(format!(
                 "Gemm needs 2-D inputs, got ranks {} and {}",
                 a.len(),
                 b.len()
-            ));
+            )));
         }
         let trans_a = ctx.attrs().int_or("transA", 0) != 0;
         let trans_b = ctx.attrs().int_or("transB", 0) != 0;
@@ -52,7 +52,7 @@ impl OpDef for Gemm {
             (&b[0], &b[1])
         };
         if !same_dim(ka, kb) {
-            return Err(format!("inner dims differ: {ka} vs {kb}"));
+            return Err(super::invalid(format!("inner dims differ: {ka} vs {kb}")));
         }
         Ok(vec![TensorFact::new(
             ctx.input(0)?.dtype,
@@ -97,7 +97,7 @@ pub(super) fn matmul_shape(a: &[Dim], b: &[Dim]) -> OpResult<Vec<Dim>> {
     };
     let (ka, kb) = (&a2[a2.len() - 1], &b2[b2.len() - 2]);
     if !same_dim(ka, kb) {
-        return Err(format!("inner dims differ: {ka} vs {kb}"));
+        return Err(super::invalid(format!("inner dims differ: {ka} vs {kb}")));
     }
     let batch = broadcast_shapes(&[&a2[..a2.len() - 2], &b2[..b2.len() - 2]])?;
     let mut out = batch;
@@ -153,5 +153,119 @@ mod tests {
         assert_eq!(out, k(&[2, 3, 4, 5]));
         assert_eq!(matmul_shape(&k(&[8]), &k(&[8, 5])).unwrap(), k(&[5]));
         assert!(matmul_shape(&k(&[4, 8]), &k(&[7, 5])).is_err());
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    //! Hand-computed Gemm / MatMul cases (bytes at 4 per f32 element unless stated).
+
+    use super::super::tests::kit::{act, dims, f32_dims, f32s, sym, traffic, w32, weight, Op};
+    use crate::analysis::tensor::{DType, Dim};
+    use crate::device::Precision;
+
+    #[test]
+    fn gemm_with_c() {
+        let (a, b, c) = (f32s(&[4, 8]), w32(&[8, 16]), w32(&[16]));
+        let (out, cost) = Op::new("Gemm").run(&[&a, &b, &c]);
+        assert_eq!(dims(&out[0]), [4, 16]);
+        // MACs = M·K·N = 4·8·16 = 512; FLOPs = 2·512 + M·N (adding C) = 1,024 + 64.
+        assert_eq!(cost.macs, 512);
+        assert_eq!(cost.flops, 1_088);
+        // A 32·4 = 128 (activation); B 128·4 + C 16·4 = 576 (weights); Y 64·4 = 256.
+        assert_eq!(cost.bytes, traffic(576, 128, 256));
+    }
+
+    #[test]
+    fn gemm_transposes_alpha_and_beta() {
+        // op(A) = Aᵀ of [8, 4], op(B) = Bᵀ of [16, 8]: still M = 4, K = 8, N = 16.
+        let (a, b, c) = (f32s(&[8, 4]), w32(&[16, 8]), w32(&[16]));
+        let op = Op::new("Gemm").int("transA", 1).int("transB", 1);
+        let (out, cost) = op.run(&[&a, &b]);
+        assert_eq!(dims(&out[0]), [4, 16]);
+        assert_eq!(cost.macs, 512);
+        assert_eq!(cost.flops, 1_024);
+        // α ≠ 1 scales every output once more: + 64; with C as well: + 64 + 64.
+        let scaled = Op::new("Gemm")
+            .int("transA", 1)
+            .int("transB", 1)
+            .float("alpha", 0.5);
+        assert_eq!(scaled.run(&[&a, &b]).1.flops, 1_088);
+        assert_eq!(scaled.run(&[&a, &b, &c]).1.flops, 1_152);
+        // β ≠ 1 scales the smaller C and is not counted.
+        let beta = Op::new("Gemm")
+            .int("transA", 1)
+            .int("transB", 1)
+            .float("beta", 2.0);
+        assert_eq!(beta.run(&[&a, &b, &c]).1.flops, 1_088);
+    }
+
+    #[test]
+    fn gemm_symbolic_rows_and_errors() {
+        let a = f32_dims(vec![sym("N"), Dim::Known(8)]);
+        let out = Op::new("Gemm").infer(&[&a, &w32(&[8, 16])]);
+        assert_eq!(out[0].shape.as_deref().unwrap(), [sym("N"), Dim::Known(16)]);
+        // K = 8 against 7, and rank-3 operands, fail.
+        let err = Op::new("Gemm").fails(&[&f32s(&[4, 8]), &w32(&[7, 16])]);
+        assert!(err.contains("inner dims"), "{err}");
+        Op::new("Gemm").fails(&[&f32s(&[2, 4, 8]), &w32(&[8, 16])]);
+    }
+
+    #[test]
+    fn batched_matmul_broadcasts_the_leading_dims() {
+        let (a, b) = (f32s(&[2, 1, 4, 8]), f32s(&[3, 8, 5]));
+        let (out, cost) = Op::new("MatMul").run(&[&a, &b]);
+        // batch = broadcast([2, 1], [3]) = [2, 3].
+        assert_eq!(dims(&out[0]), [2, 3, 4, 5]);
+        // MACs = 2·3 · 4·8·5 = 960; FLOPs = 2·MACs.
+        assert_eq!(cost.macs, 960);
+        assert_eq!(cost.flops, 1_920);
+        // A 64·4 + B 120·4 = 736 read (both activations); Y 120·4 = 480.
+        assert_eq!(cost.bytes, traffic(0, 736, 480));
+        // At bf16, 2 bytes an element.
+        let (_, half) = Op::new("MatMul").precision(Precision::Bf16).run(&[&a, &b]);
+        assert_eq!(half.bytes, traffic(0, 368, 240));
+    }
+
+    #[test]
+    fn one_dimensional_operands_are_promoted() {
+        let op = Op::new("MatMul");
+        // [8]·[8, 5] → [5]: MACs = 5·8.
+        let (out, cost) = op.run(&[&f32s(&[8]), &w32(&[8, 5])]);
+        assert_eq!(dims(&out[0]), [5]);
+        assert_eq!(cost.macs, 40);
+        // [4, 8]·[8] → [4]: MACs = 4·8.
+        let (out, cost) = op.run(&[&f32s(&[4, 8]), &w32(&[8])]);
+        assert_eq!(dims(&out[0]), [4]);
+        assert_eq!(cost.macs, 32);
+        // [8]·[8] → scalar: one dot product of 8.
+        let (out, cost) = op.run(&[&f32s(&[8]), &w32(&[8])]);
+        assert_eq!(dims(&out[0]), Vec::<u64>::new());
+        assert_eq!(cost.macs, 8);
+    }
+
+    #[test]
+    fn matmul_integer_counts_integer_widths() {
+        let (a, b) = (act(DType::U8, &[4, 8]), weight(DType::I8, &[8, 16]));
+        let (out, cost) = Op::new("MatMulInteger").run(&[&a, &b]);
+        assert_eq!(out[0].dtype, DType::I32);
+        assert_eq!(dims(&out[0]), [4, 16]);
+        assert_eq!(cost.macs, 512);
+        // u8 A 32·1, i8 B 128·1, i32 Y 64·4: integer widths whatever the precision.
+        assert_eq!(cost.bytes, traffic(128, 32, 256));
+        let (_, fp16) = Op::new("MatMulInteger")
+            .precision(Precision::Fp16)
+            .run(&[&a, &b]);
+        assert_eq!(fp16.bytes, traffic(128, 32, 256));
+    }
+
+    #[test]
+    fn matmul_mismatches() {
+        // Leading dims 2 and 3 do not broadcast: the model is inconsistent.
+        let reason = Op::new("MatMul").invalid(&[&f32s(&[2, 4, 8]), &f32s(&[3, 8, 5])]);
+        assert!(reason.contains("broadcast"), "{reason}");
+        // K = 8 against 7, and a scalar operand, fail.
+        Op::new("MatMul").fails(&[&f32s(&[4, 8]), &f32s(&[7, 5])]);
+        Op::new("MatMul").fails(&[&f32s(&[]), &f32s(&[7, 5])]);
     }
 }

@@ -158,3 +158,127 @@ impl OpDef for NotCosted {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Hand-computed recurrent layers, RoiAlign, and the ops the tool does not cost.
+
+    use super::super::tests::kit::{act, dims, f32s, traffic, w32, Op};
+    use crate::analysis::tensor::{DType, Dim};
+
+    #[test]
+    fn lstm() {
+        // seq 10, batch 2, input 32, hidden 16, one direction: W [1, 4·16, 32], R [1, 64, 16],
+        // B [1, 8·16].
+        let (x, w, r, b) = (
+            f32s(&[10, 2, 32]),
+            w32(&[1, 64, 32]),
+            w32(&[1, 64, 16]),
+            w32(&[1, 128]),
+        );
+        let op = Op::new("LSTM").int("hidden_size", 16).outputs(3);
+        let (out, cost) = op.run(&[&x, &w, &r, &b]);
+        assert_eq!(dims(&out[0]), [10, 1, 2, 16]);
+        assert_eq!(dims(&out[1]), [1, 2, 16]);
+        assert_eq!(dims(&out[2]), [1, 2, 16]);
+        // steps = seq·batch·D = 20; MACs = 20 · 4·16 · (32 + 16) = 61,440.
+        assert_eq!(cost.macs, 61_440);
+        // FLOPs = 2·MACs + 20·16·8 = 122,880 + 2,560.
+        assert_eq!(cost.flops, 125_440);
+        // 20·16·5 (3 sigmoids + 2 tanh).
+        assert_eq!(cost.transcendental, 1_600);
+        // X 640·4; W, R, B (2,048 + 1,024 + 128)·4 = 12,800; Y 320·4 + Y_h, Y_c 32·4 each.
+        assert_eq!(cost.bytes, traffic(12_800, 2_560, 1_536));
+    }
+
+    #[test]
+    fn lstm_directions_and_layout() {
+        // Bidirectional: D = 2 doubles everything.
+        let (x, w, r) = (f32s(&[10, 2, 32]), w32(&[2, 64, 32]), w32(&[2, 64, 16]));
+        let (out, cost) = Op::new("LSTM").int("hidden_size", 16).run(&[&x, &w, &r]);
+        assert_eq!(dims(&out[0]), [10, 2, 2, 16]);
+        assert_eq!(cost.macs, 2 * 61_440);
+        // Batch-first layout: X [batch, seq, input] → Y [batch, seq, D, hidden].
+        let xb = f32s(&[2, 10, 32]);
+        let (w1, r1) = (w32(&[1, 64, 32]), w32(&[1, 64, 16]));
+        let op = Op::new("LSTM")
+            .int("hidden_size", 16)
+            .int("layout", 1)
+            .outputs(2);
+        let (out, cost) = op.run(&[&xb, &w1, &r1]);
+        assert_eq!(dims(&out[0]), [2, 10, 1, 16]);
+        assert_eq!(dims(&out[1]), [2, 1, 16]);
+        assert_eq!(cost.macs, 61_440);
+        Op::new("LSTM").fails(&[&x, &w32(&[64, 32])]);
+    }
+
+    #[test]
+    fn gru_and_rnn() {
+        // GRU: hidden from W: 12 / 3 gates = 4; seq 5, batch 1, input 8.
+        let (x, w, r) = (f32s(&[5, 1, 8]), w32(&[1, 12, 8]), w32(&[1, 12, 4]));
+        let (out, cost) = Op::new("GRU").run(&[&x, &w, &r]);
+        assert_eq!(dims(&out[0]), [5, 1, 1, 4]);
+        // MACs = 5 · 3·4 · (8 + 4) = 720; FLOPs = 1,440 + 5·4·6; 5·4·3 transcendental.
+        assert_eq!(
+            (cost.macs, cost.flops, cost.transcendental),
+            (720, 1_560, 60)
+        );
+        // RNN, bidirectional: seq 3, batch 2, input 6, hidden 5: steps 12.
+        let (x, w, r) = (f32s(&[3, 2, 6]), w32(&[2, 5, 6]), w32(&[2, 5, 5]));
+        let (_, cost) = Op::new("RNN").run(&[&x, &w, &r]);
+        // MACs = 12 · 5 · (6 + 5) = 660; FLOPs = 1,320 + 12·5·2; 12·5 tanh.
+        assert_eq!(
+            (cost.macs, cost.flops, cost.transcendental),
+            (660, 1_440, 60)
+        );
+    }
+
+    #[test]
+    fn roi_align() {
+        let (x, rois, idx) = (
+            f32s(&[1, 256, 14, 14]),
+            f32s(&[3, 4]),
+            act(DType::I64, &[3]),
+        );
+        let op = Op::new("RoiAlign")
+            .int("output_height", 7)
+            .int("output_width", 7)
+            .int("sampling_ratio", 2);
+        let (out, cost) = op.run(&[&x, &rois, &idx]);
+        assert_eq!(dims(&out[0]), [3, 256, 7, 7]);
+        // 37,632 outputs × (2² samples · 8 + 1 average) = 37,632·33.
+        assert_eq!(cost.flops, 1_241_856);
+        // Samples would read 37,632·4·4 values, more than X (200,704 bytes): bounded by X;
+        // + rois 48 bytes. (The batch indices are not counted.)
+        assert_eq!(cost.bytes, traffic(0, 200_704 + 48, 150_528));
+        // Few outputs: the samples bound the read. Adaptive ratio (0): 2×2 samples.
+        let (big, one_roi) = (f32s(&[1, 1, 100, 100]), f32s(&[1, 4]));
+        let small = Op::new("RoiAlign")
+            .int("output_height", 2)
+            .int("output_width", 2);
+        let (_, cost) = small.run(&[&big, &one_roi, &act(DType::I64, &[1])]);
+        assert_eq!(cost.flops, 4 * 33);
+        // 4 outputs · 4 samples · 4 taps · 4 bytes = 256, + 16 bytes of roi.
+        assert_eq!(cost.bytes, traffic(0, 256 + 16, 16));
+    }
+
+    #[test]
+    fn control_flow_and_nms_are_not_costed() {
+        let x = f32s(&[4]);
+        for op in ["If", "Loop", "Scan"] {
+            let err = Op::new(op).error(&[&x]);
+            assert!(err.contains("subgraphs"), "{err}");
+            assert!(Op::new(op)
+                .try_cost_opt(&[Some(&x)], &[f32s(&[4])])
+                .is_err());
+        }
+        let (boxes, scores) = (f32s(&[1, 10, 4]), f32s(&[1, 1, 10]));
+        let out = Op::new("NonMaxSuppression").infer(&[&boxes, &scores]);
+        assert_eq!(out[0].dtype, DType::I64);
+        assert_eq!(out[0].shape.as_deref().unwrap()[1], Dim::Known(3));
+        let err = Op::new("NonMaxSuppression")
+            .try_cost_opt(&[Some(&boxes), Some(&scores)], &out)
+            .unwrap_err();
+        assert!(err.contains("depends on the data"), "{err}");
+    }
+}

@@ -300,7 +300,9 @@ pub fn normalize_axis(axis: i64, rank: usize) -> OpResult<usize> {
     let rank_i = rank as i64;
     let adjusted = if axis < 0 { axis + rank_i } else { axis };
     if adjusted < 0 || adjusted >= rank_i.max(1) {
-        return Err(format!("axis {axis} is out of range for rank {rank}"));
+        return Err(invalid(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
     }
     Ok(adjusted as usize)
 }
@@ -345,3 +347,6 @@ pub fn checked_volume(dims: &[u64]) -> Option<u64> {
 pub fn known_dims(dims: &[u64]) -> Vec<Dim> {
     dims.iter().map(|&d| Dim::Known(d)).collect()
 }
+
+#[cfg(test)]
+mod tests;

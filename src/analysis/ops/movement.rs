@@ -250,7 +250,7 @@ impl OpDef for Slice {
         };
         let steps = steps.unwrap_or(vec![1; starts.len()]);
         if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
-            return Err("starts/ends/axes/steps lengths differ".into());
+            return Err(super::invalid("starts/ends/axes/steps lengths differ"));
         }
         let mut out = shape.to_vec();
         let mut plan: Vec<(usize, i64, u64, i64)> = Vec::new();
@@ -336,8 +336,13 @@ impl OpDef for Transpose {
                 .collect::<OpResult<_>>()?,
             None => (0..shape.len()).rev().collect(),
         };
-        if perm.len() != shape.len() {
-            return Err(format!("perm {perm:?} does not match rank {}", shape.len()));
+        let mut seen = vec![false; shape.len()];
+        if perm.len() != shape.len() || perm.iter().any(|&p| std::mem::replace(&mut seen[p], true))
+        {
+            return Err(super::invalid(format!(
+                "perm {perm:?} is not a permutation of the {} axes",
+                shape.len()
+            )));
         }
         let out: Vec<Dim> = perm.iter().map(|&p| shape[p].clone()).collect();
         if let (Some(konst), Some(dims)) = (&x.konst, x.concrete_shape()) {

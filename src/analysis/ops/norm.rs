@@ -230,3 +230,121 @@ impl OpDef for Lrn {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Hand-computed normalisation cases (f32, 4 bytes an element).
+
+    use super::super::tests::kit::{dims, f32s, traffic, w32, Op};
+    use crate::analysis::tensor::DType;
+
+    #[test]
+    fn batch_norm_is_a_scale_and_shift() {
+        let x = f32s(&[1, 64, 56, 56]);
+        let p = w32(&[64]);
+        let (out, cost) = Op::new("BatchNormalization").run(&[&x, &p, &p, &p, &p]);
+        assert_eq!(dims(&out[0]), [1, 64, 56, 56]);
+        // 2 FLOPs per element (200,704 elements) + 4 per channel to form the scale and shift.
+        assert_eq!(cost.flops, 2 * 200_704 + 4 * 64);
+        // One sqrt per channel.
+        assert_eq!(cost.transcendental, 64);
+        // X and Y 802,816 bytes; four [64] parameters 4·256 = 1,024 bytes of weights.
+        assert_eq!(cost.bytes, traffic(1_024, 802_816, 802_816));
+    }
+
+    #[test]
+    fn batch_norm_training_outputs_are_per_channel() {
+        let (x, p) = (f32s(&[2, 8, 4, 4]), w32(&[8]));
+        let out = Op::new("BatchNormalization")
+            .outputs(3)
+            .infer(&[&x, &p, &p, &p, &p]);
+        assert_eq!(out.len(), 3);
+        assert_eq!(dims(&out[1]), [8]);
+        assert_eq!(dims(&out[2]), [8]);
+    }
+
+    #[test]
+    fn batch_norm_parameter_mismatch_is_invalid() {
+        let x = f32s(&[1, 64, 8, 8]);
+        let (good, bad) = (w32(&[64]), w32(&[32]));
+        for slot in 1..5 {
+            let mut inputs = vec![&x, &good, &good, &good, &good];
+            inputs[slot] = &bad;
+            let reason = Op::new("BatchNormalization").invalid(&inputs);
+            assert!(reason.contains("32 element(s)"), "{reason}");
+        }
+        // No channel axis.
+        Op::new("BatchNormalization").invalid(&[&f32s(&[64]), &good, &good, &good, &good]);
+    }
+
+    #[test]
+    fn layer_norm_over_the_last_axis() {
+        let (x, p) = (f32s(&[2, 128, 768]), w32(&[768]));
+        let (out, cost) = Op::new("LayerNormalization")
+            .int("axis", -1)
+            .outputs(3)
+            .run(&[&x, &p, &p]);
+        assert_eq!(dims(&out[0]), [2, 128, 768]);
+        // Mean and inverse std-dev outputs keep the rows: [2, 128, 1], f32.
+        assert_eq!(dims(&out[1]), [2, 128, 1]);
+        assert_eq!(out[2].dtype, DType::F32);
+        // elements = 196,608, rows = 256: 8·196,608 + 2·256 FLOPs, one rsqrt per row.
+        assert_eq!(cost.flops, 1_573_376);
+        assert_eq!(cost.transcendental, 256);
+    }
+
+    #[test]
+    fn layer_norm_over_several_axes() {
+        // axis 1 of [2, 128, 768]: rows of 128·768 = 98,304, 2 rows.
+        let x = f32s(&[2, 128, 768]);
+        let p = w32(&[128, 768]);
+        let (_, cost) = Op::new("LayerNormalization")
+            .int("axis", 1)
+            .run(&[&x, &p, &p]);
+        assert_eq!(cost.flops, 8 * 196_608 + 2 * 2);
+        assert_eq!(cost.transcendental, 2);
+        // A scale of one row of the last axis only does not match the normalised row.
+        let reason = Op::new("LayerNormalization")
+            .int("axis", 1)
+            .invalid(&[&x, &w32(&[768]), &p]);
+        assert!(reason.contains("98304"), "{reason}");
+        // Axis out of range fails.
+        Op::new("LayerNormalization")
+            .int("axis", 3)
+            .fails(&[&x, &w32(&[768])]);
+    }
+
+    #[test]
+    fn instance_and_group_norm() {
+        let x = f32s(&[2, 16, 8, 8]);
+        // Instance: one group per (n, c) = 32 groups; 2,048 elements.
+        let (_, cost) = Op::new("InstanceNormalization").run(&[&x, &w32(&[16]), &w32(&[16])]);
+        assert_eq!(cost.flops, 8 * 2_048 + 2 * 32);
+        assert_eq!(cost.transcendental, 32);
+        Op::new("InstanceNormalization").invalid(&[&x, &w32(&[8]), &w32(&[16])]);
+        // Group: N·num_groups = 2·4 = 8 groups.
+        let (out, cost) =
+            Op::new("GroupNormalization")
+                .int("num_groups", 4)
+                .run(&[&x, &w32(&[16]), &w32(&[16])]);
+        assert_eq!(dims(&out[0]), [2, 16, 8, 8]);
+        assert_eq!(cost.flops, 8 * 2_048 + 2 * 8);
+        assert_eq!(cost.transcendental, 8);
+    }
+
+    #[test]
+    fn lp_norm_and_lrn() {
+        // LpNormalization over the last axis of [4, 10]: 3 FLOPs per element, 1 sqrt per row.
+        let (_, cost) = Op::new("LpNormalization").run(&[&f32s(&[4, 10])]);
+        assert_eq!((cost.flops, cost.transcendental), (120, 4));
+        // LRN size 5 on 128 elements: (2·5 + 3) FLOPs and 1 pow per element.
+        let x = f32s(&[1, 8, 4, 4]);
+        let (_, cost) = Op::new("LRN").int("size", 5).run(&[&x]);
+        assert_eq!((cost.flops, cost.transcendental), (128 * 13, 128));
+        assert_eq!(cost.bytes, traffic(0, 512, 512));
+        // LRN without its required `size`: inference passes, costing fails.
+        let op = Op::new("LRN");
+        let out = op.infer(&[&x]);
+        assert!(op.try_cost_opt(&[Some(&x)], &out).is_err());
+    }
+}

@@ -153,3 +153,143 @@ impl OpDef for QLinear {
         Ok(cost)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Hand-computed quantization ops: integer tensors at their own width, f32 at 4 bytes.
+
+    use super::super::tests::kit::{act, dims, f32s, scalar, traffic, weight, Op};
+    use crate::analysis::tensor::DType;
+    use crate::device::Precision;
+
+    #[test]
+    fn quantize_linear() {
+        let x = f32s(&[1, 3, 8, 8]);
+        let (s, zp) = (scalar(DType::F32, 0.1), scalar(DType::U8, 128.0));
+        let (out, cost) = Op::new("QuantizeLinear").run(&[&x, &s, &zp]);
+        assert_eq!((out[0].dtype, dims(&out[0])), (DType::U8, vec![1, 3, 8, 8]));
+        // 192 elements × (divide, round, add zero point) = 576.
+        assert_eq!(cost.flops, 576);
+        // X 768 bytes; scale 4 + zero point 1 (weights); 192 u8 written.
+        assert_eq!(cost.bytes, traffic(5, 768, 192));
+        // The output type: the zero point's, else `output_dtype` (opset 21), else u8.
+        let i8_zp = scalar(DType::I8, 0.0);
+        let out = Op::new("QuantizeLinear").infer(&[&x, &s, &i8_zp]);
+        assert_eq!(out[0].dtype, DType::I8);
+        let out = Op::new("QuantizeLinear")
+            .opset(21)
+            .int("output_dtype", 3)
+            .infer(&[&x, &s]);
+        assert_eq!(out[0].dtype, DType::I8);
+        assert_eq!(
+            Op::new("QuantizeLinear").infer(&[&x, &s])[0].dtype,
+            DType::U8
+        );
+    }
+
+    #[test]
+    fn dequantize_linear() {
+        let x = act(DType::U8, &[192]);
+        let (s, zp) = (scalar(DType::F32, 0.1), scalar(DType::U8, 128.0));
+        let (out, cost) = Op::new("DequantizeLinear").run(&[&x, &s, &zp]);
+        assert_eq!(out[0].dtype, DType::F32);
+        // (x − zp)·scale: 2 FLOPs per element.
+        assert_eq!(cost.flops, 384);
+        assert_eq!(cost.bytes, traffic(5, 192, 768));
+        // At fp16 the float output halves; the u8 input does not.
+        let (_, half) = Op::new("DequantizeLinear")
+            .precision(Precision::Fp16)
+            .run(&[&x, &s, &zp]);
+        assert_eq!(half.bytes, traffic(3, 192, 384));
+    }
+
+    #[test]
+    fn dynamic_quantize_linear() {
+        let x = f32s(&[192]);
+        let (out, cost) = Op::new("DynamicQuantizeLinear").outputs(3).run(&[&x]);
+        assert_eq!(out[0].dtype, DType::U8);
+        assert_eq!((out[1].dtype, out[2].dtype), (DType::F32, DType::U8));
+        // Min/max (2) + quantize (3) per element.
+        assert_eq!(cost.flops, 960);
+        // 192 u8 + f32 scale + u8 zero point written.
+        assert_eq!(cost.bytes, traffic(0, 768, 192 + 4 + 1));
+    }
+
+    /// x u8 [1, 3, 8, 8] with its scale and zero point, w i8 [4, 3, 3, 3] with its, the output
+    /// grid, then an i32 bias of 4.
+    fn qlinear_conv_inputs() -> Vec<crate::analysis::tensor::TensorFact> {
+        vec![
+            act(DType::U8, &[1, 3, 8, 8]),
+            scalar(DType::F32, 0.02),
+            scalar(DType::U8, 128.0),
+            weight(DType::I8, &[4, 3, 3, 3]),
+            scalar(DType::F32, 0.01),
+            scalar(DType::I8, 0.0),
+            scalar(DType::F32, 0.05),
+            scalar(DType::U8, 128.0),
+            weight(DType::I32, &[4]),
+        ]
+    }
+
+    #[test]
+    fn qlinear_conv_is_a_conv_plus_requantization() {
+        let inputs = qlinear_conv_inputs();
+        let refs: Vec<_> = inputs.iter().collect();
+        let (out, cost) = Op::new("QLinearConv").run(&refs);
+        // No pads: 8 − 3 + 1 = 6; the output takes y_zero_point's type.
+        assert_eq!((out[0].dtype, dims(&out[0])), (DType::U8, vec![1, 4, 6, 6]));
+        // MACs = 4·6·6 · 3·3·3 = 144·27 = 3,888.
+        assert_eq!(cost.macs, 3_888);
+        // FLOPs = 2·MACs + 144 bias adds + 3·144 requantization = 7,776 + 144 + 432.
+        assert_eq!(cost.flops, 8_352);
+        // x 192 (u8); weights: scales 3·4, zero points 3·1, w 108, bias 4·4 = 139; y 144 (u8).
+        assert_eq!(cost.bytes, traffic(139, 192, 144));
+        // A bias of the wrong length is still an inconsistent convolution.
+        let mut bad = qlinear_conv_inputs();
+        bad[8] = weight(DType::I32, &[3]);
+        let refs: Vec<_> = bad.iter().collect();
+        Op::new("QLinearConv").invalid(&refs);
+    }
+
+    #[test]
+    fn conv_integer_has_no_requantization() {
+        let (x, w) = (
+            act(DType::U8, &[1, 3, 8, 8]),
+            weight(DType::I8, &[4, 3, 3, 3]),
+        );
+        let (xz, wz) = (scalar(DType::U8, 128.0), scalar(DType::I8, 0.0));
+        let (out, cost) = Op::new("ConvInteger").run(&[&x, &w, &xz, &wz]);
+        assert_eq!(out[0].dtype, DType::I32);
+        assert_eq!(cost.macs, 3_888);
+        assert_eq!(cost.flops, 7_776);
+        // i32 output: 144·4 = 576 bytes; weights 108 + 1 + 1.
+        assert_eq!(cost.bytes, traffic(110, 192, 576));
+    }
+
+    #[test]
+    fn qlinear_matmul() {
+        let inputs = [
+            act(DType::U8, &[4, 8]),
+            scalar(DType::F32, 0.02),
+            scalar(DType::U8, 128.0),
+            weight(DType::I8, &[8, 16]),
+            scalar(DType::F32, 0.01),
+            scalar(DType::I8, 0.0),
+            scalar(DType::F32, 0.05),
+            scalar(DType::U8, 128.0),
+        ];
+        let refs: Vec<_> = inputs.iter().collect();
+        let (out, cost) = Op::new("QLinearMatMul").run(&refs);
+        assert_eq!((out[0].dtype, dims(&out[0])), (DType::U8, vec![4, 16]));
+        // MACs = 4·8·16 = 512; FLOPs = 1,024 + 3·64.
+        assert_eq!(cost.macs, 512);
+        assert_eq!(cost.flops, 1_216);
+        // a 32; weights: b 128 + scales 12 + zero points 3 = 143; y 64.
+        assert_eq!(cost.bytes, traffic(143, 32, 64));
+        // Inner dims 8 against 7 fail.
+        let mut bad = inputs.clone();
+        bad[3] = weight(DType::I8, &[7, 16]);
+        let refs: Vec<_> = bad.iter().collect();
+        Op::new("QLinearMatMul").fails(&refs);
+    }
+}

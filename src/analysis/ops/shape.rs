@@ -218,7 +218,9 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
         match t {
             -1 => {
                 if infer_at.replace(axis).is_some() {
-                    return Err(format!("more than one -1 in reshape target {target:?}"));
+                    return Err(super::invalid(format!(
+                        "more than one -1 in reshape target {target:?}"
+                    )));
                 }
                 out.push(Dim::Known(1));
             }
@@ -226,7 +228,7 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
                 format!("target {target:?} copies dim {axis} past the input rank")
             })?),
             t if t >= 0 => out.push(Dim::Known(t as u64)),
-            t => return Err(format!("invalid dim {t} in reshape target")),
+            t => return Err(super::invalid(format!("invalid dim {t} in reshape target"))),
         }
     }
     let input_known: Option<Vec<u64>> = input.iter().map(Dim::known).collect();
@@ -249,7 +251,10 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
             .collect();
         let rest = super::checked_volume(&rest_dims).ok_or("reshape target volume overflows")?;
         if rest == 0 || !total.is_multiple_of(rest) {
-            return Err(format!("cannot reshape {} elements into {target:?}", total));
+            return Err(super::invalid(format!(
+                "cannot reshape {} elements into {target:?}",
+                total
+            )));
         }
         out[axis] = Dim::Known(total / rest);
     } else if let Some(input_known) = input_known {
@@ -262,10 +267,10 @@ pub fn reshape_target(input: &[Dim], target: &[i64], allow_zero: bool) -> OpResu
             None => None,
         };
         if target_total.is_some_and(|t| t != total) {
-            return Err(format!(
+            return Err(super::invalid(format!(
                 "cannot reshape {total} elements into {}",
                 super::super::tensor::shape_to_string(&out)
-            ));
+            )));
         }
     }
     Ok(out)
@@ -310,7 +315,9 @@ impl OpDef for Flatten {
         let axis = ctx.attrs().int_or("axis", 1);
         let axis = if axis < 0 { axis + rank as i64 } else { axis };
         if axis < 0 || axis > rank as i64 {
-            return Err(format!("axis {axis} out of range for rank {rank}"));
+            return Err(super::invalid(format!(
+                "axis {axis} out of range for rank {rank}"
+            )));
         }
         let product = |dims: &[Dim]| -> Dim {
             dims.iter()
@@ -440,6 +447,8 @@ impl OpDef for Cast {
                 ))]);
             }
             if let crate::analysis::tensor::TensorData::Splat(v) = konst.data {
+                // The same conversion as the materialised branch: integers truncate.
+                let v = if to.is_float() { v } else { v.trunc() };
                 return Ok(vec![TensorFact::constant(Tensor {
                     dtype: to,
                     shape: dims,
@@ -505,5 +514,217 @@ mod tests {
             reshape_target(&k(&[2, 3, 4]), &[0, 0, 2, 2], false).unwrap(),
             k(&[2, 3, 2, 2])
         );
+    }
+}
+
+#[cfg(test)]
+mod cost_tests {
+    //! Shape-computing and view ops: constant evaluation, views that cost nothing, and the
+    //! write-only or read-once cost of the others.
+
+    use super::super::tests::kit::{
+        act, dims, f32_dims, f32s, ints, ints_shaped, scalar, sym, traffic, values, Op,
+    };
+    use crate::analysis::ops::OpCost;
+    use crate::analysis::tensor::{DType, Dim, Tensor, TensorData, TensorFact};
+    use crate::device::Precision;
+
+    #[test]
+    fn shape_and_size_are_constants_when_known() {
+        let x = f32s(&[1, 3, 224, 224]);
+        let (out, cost) = Op::new("Shape").run(&[&x]);
+        assert_eq!(values(&out[0]), [1.0, 3.0, 224.0, 224.0]);
+        assert_eq!(cost, OpCost::view());
+        // Opset 15 slice of the shape: [start, end) = [1, −1) → [3, 224].
+        let op = Op::new("Shape").opset(15).int("start", 1).int("end", -1);
+        assert_eq!(values(&op.infer(&[&x])[0]), [3.0, 224.0]);
+        // A symbolic dim: a run-time vector of 2 values.
+        let xs = f32_dims(vec![sym("N"), Dim::Known(3)]);
+        let out = Op::new("Shape").infer(&[&xs]);
+        assert!(out[0].konst.is_none());
+        assert_eq!(dims(&out[0]), [2]);
+        // Size = 3·224·224 = 150,528.
+        let (out, cost) = Op::new("Size").run(&[&x]);
+        assert_eq!(values(&out[0]), [150_528.0]);
+        assert!(cost.is_view);
+    }
+
+    #[test]
+    fn constant_attributes() {
+        let (out, cost) = Op::new("Constant").ints("value_ints", &[2, -1]).run(&[]);
+        assert_eq!(out[0].dtype, DType::I64);
+        assert_eq!(values(&out[0]), [2.0, -1.0]);
+        assert_eq!(cost, OpCost::view());
+        let out = Op::new("Constant").float("value_float", 0.5).infer(&[]);
+        assert_eq!((out[0].dtype, values(&out[0])), (DType::F32, vec![0.5]));
+        let t = Tensor::from_f32(vec![2], vec![1.0, 2.0]);
+        let out = Op::new("Constant").tensor("value", t).infer(&[]);
+        assert_eq!(values(&out[0]), [1.0, 2.0]);
+        Op::new("Constant").fails(&[]);
+    }
+
+    #[test]
+    fn constant_of_shape_writes_its_output() {
+        let value = Tensor::from_f32(vec![1], vec![1.5]);
+        let op = Op::new("ConstantOfShape").tensor("value", value);
+        let (out, cost) = op.run(&[&ints(&[2, 3])]);
+        // A splat constant of 6 elements: never expanded.
+        let konst = out[0].konst.as_ref().unwrap();
+        assert!(matches!(konst.data, TensorData::Splat(v) if v == 1.5));
+        assert_eq!(dims(&out[0]), [2, 3]);
+        // Write-only: 6·4 bytes; the shape input is not counted.
+        assert_eq!(cost.bytes, traffic(0, 0, 24));
+        assert_eq!(cost.flops, 0);
+        // Default value: f32 zeros.
+        let out = Op::new("ConstantOfShape").infer(&[&ints(&[4])]);
+        assert_eq!(out[0].dtype, DType::F32);
+        Op::new("ConstantOfShape").fails(&[&ints(&[2, -3])]);
+        // A run-time shape vector of 3 values: rank 3, symbolic dims.
+        let out = Op::new("ConstantOfShape").infer(&[&act(DType::I64, &[3])]);
+        assert_eq!(out[0].rank(), Some(3));
+        assert!(out[0].concrete_shape().is_none());
+    }
+
+    #[test]
+    fn range_counts_and_writes() {
+        let (start, limit, delta) = (
+            scalar(DType::I64, 0.0),
+            scalar(DType::I64, 10.0),
+            scalar(DType::I64, 3.0),
+        );
+        let (out, cost) = Op::new("Range").run(&[&start, &limit, &delta]);
+        // ⌈(10 − 0) / 3⌉ = 4 values: 0, 3, 6, 9.
+        assert_eq!(values(&out[0]), [0.0, 3.0, 6.0, 9.0]);
+        // One FLOP per value; 4 i64 written.
+        assert_eq!(cost.flops, 4);
+        assert_eq!(cost.bytes, traffic(0, 0, 32));
+        let zero = scalar(DType::I64, 0.0);
+        Op::new("Range").fails(&[&start, &limit, &zero]);
+        // Run-time bounds: a symbolic length.
+        let out = Op::new("Range").infer(&[&start, &act(DType::I64, &[]), &delta]);
+        assert!(out[0].concrete_shape().is_none());
+    }
+
+    #[test]
+    fn reshape_is_a_view() {
+        let x = f32s(&[2, 3, 4]);
+        let (out, cost) = Op::new("Reshape").run(&[&x, &ints(&[0, -1])]);
+        // 0 copies dim 0; −1 takes the rest: 24 / 2 = 12.
+        assert_eq!(dims(&out[0]), [2, 12]);
+        // A view: no FLOPs, no bytes, marked so.
+        assert_eq!(cost, OpCost::view());
+        assert_eq!(cost.bytes.total(), 0);
+        // allowzero: 0 is a real zero-sized dim (and 24 elements do not fit in it).
+        Op::new("Reshape")
+            .int("allowzero", 1)
+            .fails(&[&x, &ints(&[0, -1])]);
+        Op::new("Reshape").fails(&[&x, &ints(&[5, -1])]);
+        Op::new("Reshape").fails(&[&x, &ints(&[-1, -1])]);
+        Op::new("Reshape").fails(&[&x, &ints(&[2, 3, 5])]);
+        // A constant reshaped stays a constant with the same values.
+        let c = ints_shaped(&[2, 2], &[1, 2, 3, 4]);
+        let out = Op::new("Reshape").infer(&[&c, &ints(&[4])]);
+        assert_eq!(values(&out[0]), [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(dims(&out[0]), [4]);
+    }
+
+    #[test]
+    fn flatten_squeeze_unsqueeze_are_views() {
+        let x = f32s(&[2, 3, 4, 5]);
+        let (out, cost) = Op::new("Flatten").int("axis", 2).run(&[&x]);
+        assert_eq!(dims(&out[0]), [6, 20]);
+        assert!(cost.is_view);
+        let out = Op::new("Flatten").int("axis", 0).infer(&[&x]);
+        assert_eq!(dims(&out[0]), [1, 120]);
+        // Squeeze (opset 13: axes as an input).
+        let y = f32s(&[2, 1, 3, 1]);
+        let (out, cost) = Op::new("Squeeze").run(&[&y, &ints(&[1])]);
+        assert_eq!(dims(&out[0]), [2, 3, 1]);
+        assert_eq!(cost, OpCost::view());
+        // No axes: every 1 goes.
+        assert_eq!(dims(&Op::new("Squeeze").infer(&[&y])[0]), [2, 3]);
+        // Opset 11: axes as an attribute.
+        let op = Op::new("Squeeze").opset(11).ints("axes", &[-1]);
+        assert_eq!(dims(&op.infer(&[&y])[0]), [2, 1, 3]);
+        // Squeezing an axis of 3 is an error.
+        let err = Op::new("Squeeze").fails(&[&y, &ints(&[2])]);
+        assert!(err.contains("size 3"), "{err}");
+        // Unsqueeze axes [0, 3] of [2, 3] → [1, 2, 3, 1].
+        let (out, cost) = Op::new("Unsqueeze").run(&[&f32s(&[2, 3]), &ints(&[0, 3])]);
+        assert_eq!(dims(&out[0]), [1, 2, 3, 1]);
+        assert!(cost.is_view);
+        Op::new("Unsqueeze").fails(&[&f32s(&[2, 3])]);
+    }
+
+    #[test]
+    fn identity_and_dropout_pass_through() {
+        let c = ints(&[7, 8]);
+        let (out, cost) = Op::new("Identity").run(&[&c]);
+        // A constant stays a constant.
+        assert_eq!(values(&out[0]), [7.0, 8.0]);
+        assert_eq!(cost, OpCost::view());
+        // Dropout with its mask output: a boolean of the input's shape.
+        let x = f32s(&[4, 5]);
+        let (out, cost) = Op::new("Dropout").outputs(2).run(&[&x]);
+        assert_eq!(dims(&out[0]), [4, 5]);
+        assert_eq!((out[1].dtype, dims(&out[1])), (DType::Bool, vec![4, 5]));
+        assert!(cost.is_view);
+    }
+
+    #[test]
+    fn cast_reads_and_writes_every_element() {
+        let x = f32s(&[2, 3]);
+        let (out, cost) = Op::new("Cast").int("to", 7).run(&[&x]);
+        assert_eq!(out[0].dtype, DType::I64);
+        // 6 converts; 6 f32 read (24 bytes), 6 i64 written (48 bytes).
+        assert_eq!(cost.flops, 6);
+        assert_eq!(cost.bytes, traffic(0, 24, 48));
+        // At bf16 the float side halves.
+        let (_, half) = Op::new("Cast")
+            .int("to", 7)
+            .precision(Precision::Bf16)
+            .run(&[&x]);
+        assert_eq!(half.bytes, traffic(0, 12, 48));
+        // Constants fold, float → int truncating toward zero.
+        let c = super::super::tests::kit::floats(&[2], &[1.7, -1.7]);
+        let out = Op::new("Cast").int("to", 7).infer(&[&c]);
+        assert_eq!(values(&out[0]), [1.0, -1.0]);
+        // CastLike takes the type of its second input.
+        let out = Op::new("CastLike").infer(&[&x, &act(DType::F16, &[1])]);
+        assert_eq!(out[0].dtype, DType::F16);
+        Op::new("Cast").fails(&[&x]);
+        Op::new("Cast").int("to", 99).fails(&[&x]);
+    }
+
+    #[test]
+    fn cast_of_a_large_splat_truncates() {
+        // 4096·4096·64 elements: past MAX_MATERIALISED_ELEMENTS, so the Splat branch runs.
+        let big = TensorFact::constant(Tensor {
+            dtype: DType::F32,
+            shape: vec![4096, 4096, 64],
+            data: TensorData::Splat(2.7),
+        });
+        let out = Op::new("Cast").int("to", 7).infer(&[&big]);
+        let konst = out[0].konst.as_ref().unwrap();
+        assert_eq!(konst.dtype, DType::I64);
+        // Cast to int64 truncates toward zero: 2.
+        assert!(
+            matches!(konst.data, TensorData::Splat(v) if v == 2.0),
+            "{:?}",
+            konst.data
+        );
+    }
+
+    #[test]
+    fn non_zero_reads_its_input_once() {
+        let x = f32s(&[2, 5]);
+        // The output length depends on the data: only the read (and one test per element) is
+        // costed, and the symbolic output tells the consumers they cannot be.
+        let (out, cost) = Op::new("NonZero").run(&[&x]);
+        assert_eq!(out[0].dtype, DType::I64);
+        assert_eq!(out[0].shape.as_deref().unwrap()[0], Dim::Known(2));
+        assert!(out[0].concrete_shape().is_none());
+        assert_eq!(cost.bytes, traffic(0, 40, 0));
+        assert_eq!(cost.flops, 10);
     }
 }

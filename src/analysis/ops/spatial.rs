@@ -21,9 +21,9 @@ fn positive(values: Option<&[i64]>, count: usize, what: &str) -> OpResult<Vec<u6
         Some(values) if values.len() == count && values.iter().all(|&v| v >= 1) => {
             Ok(values.iter().map(|&v| v as u64).collect())
         }
-        Some(values) => Err(format!(
+        Some(values) => Err(super::invalid(format!(
             "{what} {values:?} must hold {count} positive values"
-        )),
+        ))),
     }
 }
 
@@ -36,10 +36,10 @@ pub fn forward_window(
 ) -> OpResult<Window> {
     let count = input.len();
     if kernel.len() != count {
-        return Err(format!(
+        return Err(super::invalid(format!(
             "kernel has {} spatial dims but the input has {count}",
             kernel.len()
-        ));
+        )));
     }
     let strides = positive(attrs.ints("strides"), count, "strides")?;
     let dilations = positive(attrs.ints("dilations"), count, "dilations")?;
@@ -64,29 +64,29 @@ pub fn forward_window(
             }
             "VALID" => {
                 if input[axis] < extent {
-                    return Err(format!(
+                    return Err(super::invalid(format!(
                         "window extent {extent} exceeds input size {} on spatial axis {axis}",
                         input[axis]
-                    ));
+                    )));
                 }
                 (input[axis] - extent) / strides[axis] + 1
             }
             "NOTSET" | "" => {
                 if let Some(explicit) = attrs.ints("pads") {
                     if explicit.len() != 2 * count || explicit.iter().any(|&p| p < 0) {
-                        return Err(format!(
+                        return Err(super::invalid(format!(
                             "pads {explicit:?} must hold {} non-negative values",
                             2 * count
-                        ));
+                        )));
                     }
                     pads[axis] = explicit[axis] as u64;
                     pads[axis + count] = explicit[axis + count] as u64;
                 }
                 let padded = input[axis] + pads[axis] + pads[axis + count];
                 if padded < extent {
-                    return Err(format!(
+                    return Err(super::invalid(format!(
                         "window extent {extent} exceeds padded input size {padded} on spatial axis {axis}"
-                    ));
+                    )));
                 }
                 let span = padded - extent;
                 if ceil_mode {
@@ -100,7 +100,7 @@ pub fn forward_window(
                     span / strides[axis] + 1
                 }
             }
-            other => return Err(format!("unknown auto_pad `{other}`")),
+            other => return Err(super::invalid(format!("unknown auto_pad `{other}`"))),
         };
         output.push(out);
     }

@@ -6,23 +6,20 @@
 //! micro-panel stays in L1) → `ir` over MR micro-panels → microkernel. The first k-block
 //! overwrites C, later ones accumulate, and the last one applies the epilogue in the store.
 //!
-//! Threading: the output is split along one dimension into tasks run by a cached rayon pool
-//! of exactly `threads` workers (`threads == 1` runs inline and spawns nothing). The operand
-//! that every task needs whole is packed once, up front and in parallel (or is already
-//! pre-packed); each task packs its own slice of the other operand block by block. So no
-//! packing is duplicated, tasks need no barriers, and there are a few tasks per thread so
-//! work-stealing evens out a noisy core. Split along n when n offers at least as many tiles
-//! (conv shapes: m = channels, n = pixels) or A is pre-packed; along m otherwise.
-
-use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
+//! Threading: the output is split along one dimension into tasks run by the cached pool of
+//! exactly `threads` workers (`kernels::parallel`; `threads == 1` runs inline and spawns
+//! nothing). The operand that every task needs whole is packed once, up front and in parallel
+//! (or is already pre-packed); each task packs its own slice of the other operand block by
+//! block. So no packing is duplicated, tasks need no barriers, and there are a few tasks per
+//! thread so work-stealing evens out a noisy core. Split along n when n offers at least as
+//! many tiles (conv shapes: m = channels, n = pixels) or A is pre-packed; along m otherwise.
 
 use super::buf::{with_scratch, AlignedBuf, SCRATCH_A, SCRATCH_B, SCRATCH_WHOLE};
 use super::isa::Kernel;
 use super::micro::TileEpi;
 use super::pack::PackedView;
 use super::{BiasKind, Epilogue, MatRef};
+use crate::kernels::parallel::{parallel_for, SendPtr};
 
 /// Floats of a packed B block (k-block × columns) small enough to stay in L1 (16 KiB) while
 /// every row panel of A runs over it.
@@ -131,49 +128,6 @@ pub(crate) struct Job<'a> {
 
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
 unsafe impl Sync for Job<'_> {}
-
-/// A raw output pointer handed to tasks that write disjoint parts of it (every threaded kernel
-/// uses this one). Read it through `get()` so closures capture the wrapper (which is `Sync`),
-/// not the bare pointer field.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub *mut T);
-// SAFETY: used only to hand disjoint output regions to tasks; the pointee outlives them.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    pub fn get(self) -> *mut T {
-        self.0
-    }
-}
-
-fn pool(threads: usize) -> Option<Arc<rayon::ThreadPool>> {
-    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = pools.iter().find(|(t, _)| *t == threads) {
-        return Some(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(move |i| format!("kernels{threads}-{i}"))
-        .build()
-        .ok()?;
-    let p = Arc::new(p);
-    pools.push((threads, p.clone()));
-    Some(p)
-}
-
-/// Runs `f(0..tasks)` on `threads` workers (inline when `threads <= 1` or one task).
-pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Sync + Send) {
-    if threads > 1 && tasks > 1 {
-        if let Some(p) = pool(threads) {
-            p.install(|| (0..tasks).into_par_iter().for_each(&f));
-            return;
-        }
-    }
-    (0..tasks).for_each(f);
-}
 
 /// Packs panels `p0..p1` of a whole operand (all k-blocks) into the whole-operand layout.
 #[allow(clippy::too_many_arguments)]

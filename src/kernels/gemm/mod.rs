@@ -37,7 +37,7 @@ mod tests;
 use std::sync::OnceLock;
 
 use buf::AlignedBuf;
-pub(crate) use driver::{parallel_for, PackSource, SendPtr};
+pub(crate) use driver::PackSource;
 use driver::{Job, Opnd, Src};
 use isa::Kernel;
 use pack::PackedView;

@@ -7,8 +7,9 @@
 //! broadcasts the weights (convolutions, NCHW), `xw` the activations (dense layers). f32
 //! activations are converted while packed.
 
-use super::{parallel_for, with_panel, AlignedBytes, SendPtr};
+use super::{with_panel, AlignedBytes};
 use crate::kernels::gemm::{self, Activation};
+use crate::kernels::parallel::{parallel_for, SendPtr};
 
 /// Instruction-set variant of the bf16 kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

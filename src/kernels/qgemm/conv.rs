@@ -14,7 +14,8 @@ use super::bf16::{self, BActSrc, BEpilogue, BIsa, PackedBWeights};
 use super::pack::{im2col_u16, im2col_u8, quantize_u8, to_bf16};
 use super::{qgemm_wx_with, ActSrc, ChannelCoeffs, PackedQWeights, QIsa, QOut, Requant};
 use crate::kernels::conv::Conv2d;
-use crate::kernels::gemm::{parallel_for, Activation, SendPtr};
+use crate::kernels::gemm::Activation;
+use crate::kernels::parallel::{parallel_for, SendPtr};
 
 thread_local! {
     static IMAGE: Cell<Option<Vec<u8>>> = const { Cell::new(None) };

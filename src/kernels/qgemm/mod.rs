@@ -468,8 +468,8 @@ fn kernels(isa: QIsa) -> &'static QKernels {
     }
 }
 
-// The threading helpers are the GEMM's: one pool of workers for every kernel.
-pub(crate) use crate::kernels::gemm::{parallel_for, SendPtr};
+// One pool of workers for every kernel.
+use crate::kernels::parallel::{parallel_for, SendPtr};
 
 thread_local! {
     static PANEL: std::cell::Cell<Option<AlignedBytes>> = const { std::cell::Cell::new(None) };

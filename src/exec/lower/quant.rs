@@ -1,16 +1,19 @@
-//! Quantized ops in the executor: the plan-time preparation and run of `QConv`, `QMatMul`,
-//! `HalfConv`, `HalfMatMul`, `FakeQuant` (domain `roofline`) and of standalone ONNX
-//! `QuantizeLinear` / `DequantizeLinear`. The QDQ form that onnxruntime's quantizer writes is
-//! rewritten into these ops before planning by a graph pass, `advisor::qdq::LowerQdq`.
+//! Quantized ops: the lowering and run of `QConv`, `QMatMul`, `HalfConv`, `HalfMatMul`,
+//! `FakeQuant` (domain `roofline`) and of standalone ONNX `QuantizeLinear` /
+//! `DequantizeLinear`. The QDQ form that onnxruntime's quantizer writes is rewritten into these
+//! ops before planning by a graph pass, `advisor::qdq::LowerQdq`. Unlike the other families,
+//! the lowering here already packs the int8/bf16 weights for this CPU's ISA: the description
+//! and its CPU preparation are not separated yet.
 
 use std::sync::Arc;
 
-use super::{RtData, RtTensor};
+use super::conv::conv_geometry;
+use super::{activation_attr, Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::graph::Node;
 use crate::analysis::ops::fused::quant::slot;
-use crate::analysis::ops::fused::DOMAIN;
-use crate::analysis::ops::spatial;
 use crate::analysis::tensor::{DType, TensorFact};
+use crate::exec::cpu::{input, InRef, Io};
+use crate::exec::{ExecError, RtData, RtTensor};
 use crate::kernels::conv::{self, Conv2d, ConvEpilogue};
 use crate::kernels::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
 use crate::kernels::qgemm::{
@@ -18,33 +21,24 @@ use crate::kernels::qgemm::{
     Requant,
 };
 
-/// Whether this module runs the op.
-pub fn handles(domain: &str, op_type: &str) -> bool {
-    if domain == DOMAIN {
-        matches!(
-            op_type,
-            "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul" | "FakeQuant"
-        )
-    } else {
-        (domain.is_empty() || domain == "ai.onnx")
-            && matches!(op_type, "QuantizeLinear" | "DequantizeLinear")
+pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
+    match (domain, op) {
+        (Domain::Tool, "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul" | "FakeQuant")
+        | (Domain::Onnx, "QuantizeLinear" | "DequantizeLinear") => Lowering::integers(lower),
+        _ => None,
     }
 }
 
-/// An input of a quantized step at run time.
-#[derive(Clone, Copy)]
-pub enum QIn<'a> {
-    F32(&'a [f32]),
-    I64(&'a [i64]),
-}
-
-impl<'a> QIn<'a> {
-    fn f32(self) -> Result<&'a [f32], String> {
-        match self {
-            QIn::F32(v) => Ok(v),
-            QIn::I64(_) => Err("expected a float input".into()),
-        }
-    }
+fn lower(cx: &Cx) -> Result<Lowered, ExecError> {
+    let out_facts: Vec<&TensorFact> = cx
+        .node
+        .outputs
+        .iter()
+        .map(|&v| &cx.graph.values[v].fact)
+        .collect();
+    let konst = |i: usize| cx.const_f32(i);
+    let (q, flops) = prepare(cx.node, cx.facts, &out_facts, &konst).map_err(|e| cx.error(e))?;
+    Ok(Lowered::new(Kernel::Quant(Arc::new(q))).with_flops(flops))
 }
 
 /// f32 → IEEE binary16 bits, round to nearest even (overflow to infinity).
@@ -93,67 +87,8 @@ pub fn round_bf16(x: f32) -> f32 {
     f32::from_bits((qgemm::f32_to_bf16(x) as u32) << 16)
 }
 
-/// The epilogue activation of a fused or quantized node.
-pub fn activation_attr(attrs: &crate::analysis::graph::Attributes) -> Activation {
-    let (a, b) = (
-        attrs.float_or("act_alpha", 0.0),
-        attrs.float_or("act_beta", 0.0),
-    );
-    match attrs.string("activation").unwrap_or("none") {
-        "relu" => Activation::Relu,
-        "clip" => Activation::Clip { min: a, max: b },
-        "leaky_relu" => Activation::LeakyRelu { alpha: a },
-        "hard_sigmoid" => Activation::HardSigmoid { alpha: a, beta: b },
-        "hard_swish" => Activation::HardSwish,
-        "sigmoid" => Activation::Sigmoid,
-        "silu" => Activation::Silu,
-        "gelu" => Activation::Gelu,
-        "tanh" => Activation::Tanh,
-        _ => Activation::None,
-    }
-}
-
-/// Convolution geometry from a node's attributes and its input/output shapes.
-pub fn conv_geometry(
-    attrs: &crate::analysis::graph::Attributes,
-    x: &[usize],
-    w: &[usize],
-    y: &[usize],
-) -> Result<Conv2d, String> {
-    if !(x.len() == 4 || x.len() == 3) || w.len() != x.len() || y.len() != x.len() {
-        return Err("only 1-D and 2-D convolutions have kernels".into());
-    }
-    let kernel: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
-    let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
-    let window = spatial::forward_window(attrs, &spatial_in, &kernel, false)?;
-    let two_d = x.len() == 4;
-    let count = spatial_in.len();
-    Ok(Conv2d {
-        batch: x[0],
-        in_channels: x[1],
-        in_h: if two_d { x[2] } else { 1 },
-        in_w: *x.last().unwrap_or(&1),
-        out_channels: y[1],
-        kernel_h: if two_d { w[2] } else { 1 },
-        kernel_w: *w.last().unwrap_or(&1),
-        stride_h: if two_d { window.strides[0] as usize } else { 1 },
-        stride_w: *window.strides.last().unwrap_or(&1) as usize,
-        dilation_h: if two_d {
-            window.dilations[0] as usize
-        } else {
-            1
-        },
-        dilation_w: *window.dilations.last().unwrap_or(&1) as usize,
-        pad_top: if two_d { window.pads[0] as usize } else { 0 },
-        pad_left: window.pads[count - 1] as usize,
-        out_h: if two_d { y[2] } else { 1 },
-        out_w: *y.last().unwrap_or(&1),
-        group: attrs.int_or("group", 1).max(1) as usize,
-    })
-}
-
 /// A prepared quantized / half-precision / (de)quantize step.
-pub struct QuantStep {
+pub(crate) struct QuantStep {
     kind: Kind,
     /// Shape of output 0 (for the integer output of QuantizeLinear).
     out_shape: Vec<usize>,
@@ -256,7 +191,7 @@ enum Kind {
 }
 
 /// Constants of a node's inputs at plan time.
-pub type ConstFn<'a> = dyn Fn(usize) -> Option<Arc<Vec<f32>>> + 'a;
+type ConstFn<'a> = dyn Fn(usize) -> Option<Arc<Vec<f32>>> + 'a;
 
 fn dims(fact: Option<&TensorFact>) -> Option<Vec<usize>> {
     fact?
@@ -353,7 +288,7 @@ fn affine(
 
 /// Prepares a step at plan time. `konst(i)` gives input `i` when it is a constant. Returns the
 /// step and its FLOPs (for GFLOP/s reports).
-pub fn prepare(
+fn prepare(
     node: &Node,
     facts: &[Option<&TensorFact>],
     out_facts: &[&TensorFact],
@@ -494,24 +429,13 @@ pub fn prepare(
     Ok((QuantStep { kind, out_shape }, flops))
 }
 
-fn input<'a>(ins: &[Option<QIn<'a>>], i: usize) -> Result<QIn<'a>, String> {
-    ins.get(i)
-        .copied()
-        .flatten()
-        .ok_or_else(|| format!("missing input #{i}"))
-}
-
 impl QuantStep {
     /// Runs the step: f32 outputs into `outs`, integer outputs (QuantizeLinear) pushed to
     /// `dynamic_out`.
-    pub fn run(
-        &self,
-        ins: &[Option<QIn>],
-        outs: &mut [&mut [f32]],
-        dynamic_out: &mut Vec<RtTensor>,
-        threads: usize,
-    ) -> Result<(), String> {
-        let x = |i: usize| input(ins, i).and_then(QIn::f32);
+    pub(crate) fn run(&self, io: &mut Io) -> Result<(), String> {
+        let (ins, threads) = (io.ins, io.threads);
+        let (outs, dynamic_out) = (&mut *io.outs, &mut *io.dynamic_out);
+        let x = |i: usize| input(ins, i).and_then(InRef::f32);
         match &self.kind {
             Kind::Conv {
                 conv,
@@ -651,13 +575,13 @@ impl QuantStep {
             Kind::Dequantize(a) => {
                 let out = &mut *outs[0];
                 match input(ins, 0)? {
-                    QIn::I64(v) => {
+                    InRef::I64(v) => {
                         for (i, (o, &q)) in out.iter_mut().zip(v).enumerate() {
                             let (s, z) = a.at(i);
                             *o = (q - z) as f32 * s;
                         }
                     }
-                    QIn::F32(v) => {
+                    InRef::F32(v) => {
                         for (i, (o, &q)) in out.iter_mut().zip(v).enumerate() {
                             let (s, z) = a.at(i);
                             *o = (q as i64 - z) as f32 * s;

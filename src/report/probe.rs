@@ -1,14 +1,14 @@
-//! The readable summary of a profile: what the CPU is, the clocks, the theoretical peaks with
-//! their assumptions, every compute and bandwidth figure with its thread count, spread and
-//! flags, and the GPU and counter lines. Pure formatting over the profile; nothing is
-//! recomputed except ratios.
+//! The `roofline probe` summary: the readable view of a device profile. What the CPU is, the
+//! clocks, the theoretical peaks with their assumptions, every compute and bandwidth figure with
+//! its thread count, spread and flags, and the GPU and counter lines; a profile without a probe
+//! record (catalogue, hand-written) lists its ceilings. Pure formatting over the profile; nothing
+//! is recomputed except ratios.
 
 use std::fmt::Write;
 
+use super::units::fmt_bytes_binary as format_bytes;
+use crate::device::probe_record::{ComputeMix, MeasurementFlag, ProbeRecord};
 use crate::device::{DeviceProfile, MemoryLevel, Precision};
-
-use super::format_bytes;
-use super::record::{ComputeMix, MeasurementFlag, ProbeRecord};
 
 fn rate(value: f64, precision: Precision) -> String {
     let unit = if precision == Precision::Int8 {
@@ -35,7 +35,7 @@ fn flags_text(flags: &[MeasurementFlag]) -> String {
 }
 
 /// Renders `profile` as a table for the terminal.
-pub fn render_summary(profile: &DeviceProfile) -> String {
+pub fn render_probe_summary(profile: &DeviceProfile) -> String {
     let mut out = String::new();
     match &profile.probe {
         Some(record) => render_record(&mut out, profile, record),

@@ -1,4 +1,5 @@
-//! What a probe run measured, kept verbatim in the device profile (`DeviceProfile::probe`).
+//! What a probe run measured, kept verbatim in the device profile (`DeviceProfile::probe`). It
+//! lives with the profile, not the probe, so that reading a profile never needs the probe.
 //!
 //! Plain serde data only: every figure names its precision or memory level and its thread
 //! count, and carries its spread and flags, so a saved profile can be audited without re-running

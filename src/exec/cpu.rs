@@ -1,0 +1,120 @@
+//! The CPU backend: how a lowered kernel description runs on this machine. `prepare` does the
+//! plan-time work (GEMM blockings from the tuning cache, convolution weights packed for them);
+//! `run` calls the family's CPU arm with the step's inputs, outputs, scratch and threads. The
+//! lowering (`lower/`) never sees anything from here.
+
+use std::sync::Arc;
+
+use super::lower::{conv, elementwise, gemm, movement, norm, pool, reduce, shape, Kernel};
+use super::plan::Step;
+use super::{RtData, RtTensor};
+use crate::kernels::conv::PackedConvWeights;
+use crate::kernels::gemm::GemmConfig;
+
+/// The blocking of a GEMM of shape (m, n, k) (autotuned, or the defaults).
+pub(crate) type GemmConfigFn<'a> = dyn FnMut(usize, usize, usize) -> GemmConfig + 'a;
+
+/// What the CPU prepared for a step at plan time.
+#[derive(Clone, Debug)]
+pub(crate) enum Prepared {
+    None,
+    Gemm(GemmConfig),
+    /// Convolution weights are packed for the blocking once, not per run (`None`: depthwise,
+    /// which reads them directly).
+    Conv {
+        config: GemmConfig,
+        packed: Option<Arc<PackedConvWeights>>,
+    },
+}
+
+impl Prepared {
+    /// Bytes of weights packed at plan time (they count towards the plan's weight memory).
+    pub fn packed_bytes(&self) -> usize {
+        match self {
+            Prepared::Conv {
+                packed: Some(packed),
+                ..
+            } => packed.bytes(),
+            _ => 0,
+        }
+    }
+}
+
+/// Plan-time preparation of a lowered kernel for the CPU.
+pub(crate) fn prepare(kernel: &Kernel, gemm_config: &mut GemmConfigFn) -> Prepared {
+    match kernel {
+        Kernel::Conv(k) => conv::prepare(k, gemm_config),
+        Kernel::MatMul(spec) => gemm::prepare(spec, gemm_config),
+        _ => Prepared::None,
+    }
+}
+
+/// A borrowed input.
+#[derive(Clone, Copy)]
+pub(crate) enum InRef<'a> {
+    F32(&'a [f32]),
+    I64(&'a [i64]),
+}
+
+impl<'a> InRef<'a> {
+    pub fn from_tensor(t: &'a RtTensor) -> InRef<'a> {
+        match &t.data {
+            RtData::F32(v) => InRef::F32(v),
+            RtData::I64(v) => InRef::I64(v),
+        }
+    }
+
+    pub fn f32(self) -> Result<&'a [f32], String> {
+        match self {
+            InRef::F32(v) => Ok(v),
+            InRef::I64(_) => Err("expected a float input".into()),
+        }
+    }
+}
+
+/// The operands of one kernel call: inputs, f32 outputs (planned buffers), integer outputs
+/// (pushed to `dynamic_out`), the shared scratch and the thread count.
+pub(crate) struct Io<'r, 'i, 'o> {
+    pub ins: &'r [Option<InRef<'i>>],
+    pub outs: &'r mut [&'o mut [f32]],
+    pub dynamic_out: &'r mut Vec<RtTensor>,
+    pub scratch: &'r mut Vec<f32>,
+    pub threads: usize,
+}
+
+/// Input `i` of `ins`, which must be present.
+pub(crate) fn input<'i>(ins: &[Option<InRef<'i>>], i: usize) -> Result<InRef<'i>, String> {
+    ins.get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| format!("missing input #{i}"))
+}
+
+impl<'i> Io<'_, 'i, '_> {
+    /// Input `i`, which must be present.
+    pub fn input(&self, i: usize) -> Result<InRef<'i>, String> {
+        input(self.ins, i)
+    }
+
+    /// Input `i` as f32.
+    pub fn x(&self, i: usize) -> Result<&'i [f32], String> {
+        self.input(i).and_then(InRef::f32)
+    }
+}
+
+/// Runs a non-generic step. Integer outputs (ArgMax, Cast to int) go to `io.dynamic_out`.
+pub(crate) fn run(step: &Step, io: &mut Io) -> Result<(), String> {
+    match &step.kernel {
+        Kernel::Conv(k) => conv::run(k, &step.cpu, io),
+        Kernel::MatMul(spec) => gemm::run(spec, &step.cpu, io),
+        Kernel::Elementwise(k) => elementwise::run(k, io),
+        Kernel::Norm(k) => norm::run(k, io),
+        Kernel::Pool(k) => pool::run(k, io),
+        Kernel::Movement(k) => movement::run(k, io),
+        Kernel::Reduce(k) => reduce::run(k, io),
+        Kernel::Cast { to_float } => shape::run_cast(*to_float, io),
+        Kernel::View => shape::run_view(io),
+        Kernel::Quant(q) => q.run(io),
+        Kernel::Generic => Err("internal: generic kernels run through the evaluator".into()),
+    }
+}

@@ -1,0 +1,179 @@
+//! Values computed outside the planned kernels: constants materialised as run-time tensors,
+//! opaque constants (too large for the analysis to fold) computed once at plan time with their
+//! step's kernel, and the generic path that evaluates integer/bool shape-side ops through the
+//! analysis ops' constant evaluator.
+
+use super::cpu::{self, InRef, Io};
+use super::lower::Kernel;
+use super::plan::{Slot, Step};
+use super::{dims, node_error, ExecError, RtData, RtTensor};
+use crate::analysis::graph::{Graph, Node};
+use crate::analysis::ops::{self, InferCtx, OpNode};
+use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+
+/// Converts a constant to a run-time tensor (materialising raw or splat payloads).
+pub(super) fn materialise(tensor: &Tensor) -> Option<RtTensor> {
+    let shape: Vec<usize> = tensor.shape.iter().map(|&d| d as usize).collect();
+    let count: usize = shape.iter().product();
+    let data = if tensor.dtype.is_float() {
+        match &tensor.data {
+            TensorData::Splat(v) => RtData::F32(vec![*v as f32; count]),
+            TensorData::Opaque => return None,
+            _ => RtData::F32(tensor.to_f32_vec()?),
+        }
+    } else {
+        match &tensor.data {
+            TensorData::Splat(v) => RtData::I64(vec![*v as i64; count]),
+            TensorData::Opaque => return None,
+            _ => RtData::I64(tensor.to_i64_vec()?),
+        }
+    };
+    Some(RtTensor { shape, data })
+}
+
+fn to_analysis_tensor(t: &RtTensor, dtype: DType) -> Tensor {
+    let shape = t.shape.iter().map(|&d| d as u64).collect();
+    match &t.data {
+        RtData::F32(v) => Tensor {
+            dtype,
+            shape,
+            data: TensorData::F64(v.iter().map(|&x| x as f64).collect()),
+        },
+        RtData::I64(v) => Tensor {
+            dtype,
+            shape,
+            data: TensorData::I64(v.clone()),
+        },
+    }
+}
+
+/// Runs one step with constant inputs at plan time (for opaque constants).
+pub(super) fn run_once(
+    graph: &Graph,
+    step: &Step,
+    slots: &[Slot],
+    threads: usize,
+    opset: i64,
+) -> Result<Vec<RtTensor>, ExecError> {
+    let ins: Vec<Option<RtTensor>> = step
+        .inputs
+        .iter()
+        .map(|s| {
+            s.and_then(|v| match &slots[v] {
+                Slot::Const(t) => Some((**t).clone()),
+                _ => None,
+            })
+        })
+        .collect();
+    let out_shapes: Vec<Vec<usize>> = step
+        .outputs
+        .iter()
+        .map(|&v| dims(&graph.values[v].fact).unwrap_or_default())
+        .collect();
+    let out_float: Vec<bool> = step
+        .outputs
+        .iter()
+        .map(|&v| graph.values[v].fact.dtype.is_float())
+        .collect();
+    let node = &graph.dag[step.node];
+    execute_owned(step, node, opset, &ins, &out_shapes, &out_float, threads)
+}
+
+/// Executes a step on owned tensors (plan-time folding and the generic path).
+fn execute_owned(
+    step: &Step,
+    node: &Node,
+    opset: i64,
+    ins: &[Option<RtTensor>],
+    out_shapes: &[Vec<usize>],
+    out_float: &[bool],
+    threads: usize,
+) -> Result<Vec<RtTensor>, ExecError> {
+    if matches!(step.kernel, Kernel::Generic) {
+        return generic_eval(node, opset, ins);
+    }
+    let mut outs: Vec<Vec<f32>> = out_shapes
+        .iter()
+        .map(|s| vec![0.0; s.iter().product()])
+        .collect();
+    let in_refs: Vec<Option<InRef>> = ins
+        .iter()
+        .map(|t| t.as_ref().map(InRef::from_tensor))
+        .collect();
+    let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+    let mut scratch = vec![0.0; step.scratch];
+    let mut dynamic_out = Vec::new();
+    cpu::run(
+        step,
+        &mut Io {
+            ins: &in_refs,
+            outs: &mut out_refs,
+            dynamic_out: &mut dynamic_out,
+            scratch: &mut scratch,
+            threads,
+        },
+    )
+    .map_err(|e| node_error(node, e))?;
+    if !dynamic_out.is_empty() {
+        return Ok(dynamic_out);
+    }
+    Ok(outs
+        .into_iter()
+        .zip(out_shapes)
+        .zip(out_float)
+        .map(|((v, s), &f)| RtTensor {
+            shape: s.clone(),
+            data: if f {
+                RtData::F32(v)
+            } else {
+                RtData::I64(v.iter().map(|&x| x as i64).collect())
+            },
+        })
+        .collect())
+}
+
+/// Evaluates an op through the analysis layer's constant evaluator (small integer tensors).
+pub(super) fn generic_eval(
+    node: &Node,
+    opset: i64,
+    ins: &[Option<RtTensor>],
+) -> Result<Vec<RtTensor>, ExecError> {
+    let op =
+        ops::lookup(&node.domain, &node.op_type).ok_or_else(|| node_error(node, "unknown op"))?;
+    let facts: Vec<Option<TensorFact>> = ins
+        .iter()
+        .map(|t| {
+            t.as_ref().map(|t| {
+                let dtype = if matches!(t.data, RtData::F32(_)) {
+                    DType::F32
+                } else {
+                    DType::I64
+                };
+                TensorFact::constant(to_analysis_tensor(t, dtype))
+            })
+        })
+        .collect();
+    let refs: Vec<Option<&TensorFact>> = facts.iter().map(Option::as_ref).collect();
+    let ctx = InferCtx {
+        node: OpNode {
+            name: &node.name,
+            op_type: &node.op_type,
+            attrs: &node.attrs,
+            opset,
+        },
+        inputs: refs,
+        output_count: node.outputs.len(),
+    };
+    let outputs = op.infer(&ctx).map_err(|e| node_error(node, e))?;
+    outputs
+        .into_iter()
+        .take(node.outputs.len())
+        .map(|fact| {
+            let konst = fact
+                .konst
+                .ok_or_else(|| node_error(node, "this op has no kernel for run-time values"))?;
+            materialise(&konst)
+                .ok_or_else(|| node_error(node, "result too large to evaluate generically"))
+        })
+        .collect()
+}

@@ -1,0 +1,226 @@
+//! Convolutions: ONNX `Conv` (1-D and 2-D), the tool's `FusedConv` (bias, residual and
+//! activation in the epilogue) and 2-D `ConvTranspose`. Lowering reads the geometry and the
+//! constant weights; on the CPU the blocking comes from the tuning cache and the weights are
+//! packed for it once per plan, and `kernels::conv` picks depthwise, pointwise or im2col.
+
+use std::sync::Arc;
+
+use super::{activation_attr, Cx, Domain, Kernel, Lowered, Lowering};
+use crate::analysis::graph::Attributes;
+use crate::analysis::ops::spatial;
+use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
+use crate::exec::ExecError;
+use crate::kernels::conv::{self, Conv2d, ConvEpilogue};
+use crate::kernels::gemm::{self, Activation};
+
+#[derive(Clone, Debug)]
+pub(crate) enum ConvKernel {
+    Forward {
+        geom: Conv2d,
+        weights: Arc<Vec<f32>>,
+        bias: Option<Arc<Vec<f32>>>,
+        activation: Activation,
+        /// Input 3 is added before the activation.
+        residual: bool,
+    },
+    Transpose {
+        geom: Conv2d,
+        weights: Arc<Vec<f32>>,
+        bias: Option<Arc<Vec<f32>>>,
+    },
+}
+
+pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
+    match (domain, op) {
+        (Domain::Onnx, "Conv") | (Domain::Tool, "FusedConv") => Lowering::floats(lower_conv),
+        (Domain::Onnx, "ConvTranspose") => Lowering::floats(lower_transpose),
+        _ => None,
+    }
+}
+
+/// Convolution geometry from a node's attributes and its input/output shapes.
+pub(crate) fn conv_geometry(
+    attrs: &Attributes,
+    x: &[usize],
+    w: &[usize],
+    y: &[usize],
+) -> Result<Conv2d, String> {
+    if !(x.len() == 4 || x.len() == 3) || w.len() != x.len() || y.len() != x.len() {
+        return Err("only 1-D and 2-D convolutions have kernels".into());
+    }
+    let kernel: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
+    let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
+    let window = spatial::forward_window(attrs, &spatial_in, &kernel, false)?;
+    let two_d = x.len() == 4;
+    let count = spatial_in.len();
+    Ok(Conv2d {
+        batch: x[0],
+        in_channels: x[1],
+        in_h: if two_d { x[2] } else { 1 },
+        in_w: *x.last().unwrap_or(&1),
+        out_channels: y[1],
+        kernel_h: if two_d { w[2] } else { 1 },
+        kernel_w: *w.last().unwrap_or(&1),
+        stride_h: if two_d { window.strides[0] as usize } else { 1 },
+        stride_w: *window.strides.last().unwrap_or(&1) as usize,
+        dilation_h: if two_d {
+            window.dilations[0] as usize
+        } else {
+            1
+        },
+        dilation_w: *window.dilations.last().unwrap_or(&1) as usize,
+        pad_top: if two_d { window.pads[0] as usize } else { 0 },
+        pad_left: window.pads[count - 1] as usize,
+        out_h: if two_d { y[2] } else { 1 },
+        out_w: *y.last().unwrap_or(&1),
+        group: attrs.int_or("group", 1).max(1) as usize,
+    })
+}
+
+fn lower_conv(cx: &Cx) -> Result<Lowered, ExecError> {
+    let geom = conv_geometry(
+        cx.attrs(),
+        &cx.shape_of(0)?,
+        &cx.shape_of(1)?,
+        &cx.out_shape(0)?,
+    )
+    .map_err(|e| cx.error(e))?;
+    let weights = cx
+        .const_f32(1)
+        .ok_or_else(|| cx.error("convolution weights must be constant"))?;
+    let bias = match cx.input(2) {
+        Some(_) => Some(
+            cx.const_f32(2)
+                .ok_or_else(|| cx.error("bias must be constant"))?,
+        ),
+        None => None,
+    };
+    Ok(Lowered {
+        flops: geom.flops(),
+        scratch: geom.scratch_len(),
+        kernel: Kernel::Conv(ConvKernel::Forward {
+            geom,
+            weights,
+            bias,
+            activation: activation_attr(cx.attrs()),
+            residual: cx.input(3).is_some(),
+        }),
+    })
+}
+
+fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let w = cx.shape_of(1)?;
+    let y = cx.out_shape(0)?;
+    if x.len() != 4 {
+        return Err(cx.error("only 2-D transposed convolutions have kernels"));
+    }
+    let attrs = cx.attrs();
+    let group = attrs.int_or("group", 1).max(1) as usize;
+    let ints = |name: &str, default: usize, n: usize| -> Vec<usize> {
+        attrs
+            .ints(name)
+            .map(|v| v.iter().map(|&x| x.max(0) as usize).collect())
+            .unwrap_or(vec![default; n])
+    };
+    let strides = ints("strides", 1, 2);
+    let dil = ints("dilations", 1, 2);
+    let pads = ints("pads", 0, 4);
+    let geom = Conv2d {
+        batch: x[0],
+        in_channels: x[1],
+        in_h: x[2],
+        in_w: x[3],
+        out_channels: y[1],
+        kernel_h: w[2],
+        kernel_w: w[3],
+        stride_h: strides[0],
+        stride_w: strides[1],
+        dilation_h: dil[0],
+        dilation_w: dil[1],
+        pad_top: pads[0],
+        pad_left: pads[1],
+        out_h: y[2],
+        out_w: y[3],
+        group,
+    };
+    let weights = cx
+        .const_f32(1)
+        .ok_or_else(|| cx.error("weights must be constant"))?;
+    let bias = cx.const_f32(2);
+    Ok(Lowered {
+        flops: 2 * (x.iter().product::<usize>() * w[1] * w[2] * w[3]) as u64,
+        scratch: w[1] * w[2] * w[3] * x[2] * x[3],
+        kernel: Kernel::Conv(ConvKernel::Transpose {
+            geom,
+            weights,
+            bias,
+        }),
+    })
+}
+
+/// The CPU blocking of a forward convolution's GEMM, and its weights packed for it.
+pub(crate) fn prepare(kernel: &ConvKernel, gemm_config: &mut GemmConfigFn) -> Prepared {
+    match kernel {
+        ConvKernel::Forward { geom, weights, .. } => {
+            let (m, n, k) = geom.gemm_shape(gemm::GemmConfig::default().isa);
+            let config = gemm_config(m, n, k);
+            let packed = conv::PackedConvWeights::new(&config, geom, weights).map(Arc::new);
+            Prepared::Conv { config, packed }
+        }
+        ConvKernel::Transpose { .. } => Prepared::None,
+    }
+}
+
+pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<(), String> {
+    match kernel {
+        ConvKernel::Forward {
+            geom,
+            weights,
+            bias,
+            activation,
+            residual,
+        } => {
+            let Prepared::Conv { config, packed } = cpu else {
+                return Err("internal: convolution not prepared".into());
+            };
+            let residual = if *residual { Some(io.x(3)?) } else { None };
+            let ep = ConvEpilogue {
+                bias: bias.as_deref().map(|b| b.as_slice()),
+                residual,
+                activation: *activation,
+            };
+            // The workspace scratch only ever grows: kernels sharing it never shrink it.
+            if io.scratch.len() < geom.scratch_len() {
+                io.scratch.resize(geom.scratch_len(), 0.0);
+            }
+            conv::conv2d_prepacked(
+                config,
+                geom,
+                io.x(0)?,
+                weights,
+                packed.as_deref(),
+                &ep,
+                io.outs[0],
+                &mut io.scratch[..geom.scratch_len()],
+                io.threads,
+            );
+        }
+        ConvKernel::Transpose {
+            geom,
+            weights,
+            bias,
+        } => {
+            conv::conv_transpose2d(
+                geom,
+                io.x(0)?,
+                weights,
+                bias.as_deref().map(|b| b.as_slice()),
+                io.outs[0],
+                io.scratch,
+                io.threads,
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! Element-wise ops: unary activations and math (`Relu` … `Clip`), broadcasting binary ops
+//! (`Add` … `Mod`, `PRelu`), variadic `Sum` / `Mean` / `Max` / `Min`, `Where`, and the tool's
+//! `ElementwiseChain` (a fused run of them). Comparisons and logic ops produce booleans and go
+//! to the generic evaluator. Large flat steps are split over the plan's threads.
+
+use super::{Cx, Domain, Kernel, Lowered, Lowering};
+use crate::analysis::graph::{Attr, Attributes};
+use crate::exec::cpu::{InRef, Io};
+use crate::exec::ExecError;
+use crate::kernels::elementwise::{self, Binary, ChainStep, Unary};
+use crate::kernels::movement;
+use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
+
+#[derive(Clone, Debug)]
+pub(crate) enum ElementwiseKernel {
+    /// A fused element-wise chain; per-channel constants index axis 1.
+    Chain {
+        steps: Vec<ChainStep>,
+        channels: usize,
+        channel_size: usize,
+    },
+    Unary(Unary),
+    Binary {
+        op: Binary,
+        a_shape: Vec<usize>,
+        b_shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    Variadic {
+        op: Binary,
+        mean: bool,
+        shapes: Vec<Vec<usize>>,
+        out_shape: Vec<usize>,
+    },
+    Where {
+        shapes: [Vec<usize>; 3],
+        out_shape: Vec<usize>,
+    },
+}
+
+pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
+    match (domain, op) {
+        (Domain::Tool, "ElementwiseChain") => Lowering::floats(lower_chain),
+        (Domain::Onnx, "Where") => Lowering::floats(lower_where),
+        (Domain::Onnx, _) if binary_of(op).is_some() => Lowering::floats(lower_binary),
+        (Domain::Onnx, _) if unary_of(op, &Attributes::default(), &[]).is_some() => {
+            Lowering::floats(lower_unary)
+        }
+        (
+            Domain::Onnx,
+            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Not"
+            | "Xor",
+        ) => Lowering::floats(|_| Ok(Lowered::generic())),
+        _ => None,
+    }
+}
+
+fn unary_of(op_type: &str, attrs: &Attributes, consts: &[Option<f32>]) -> Option<Unary> {
+    Some(match op_type {
+        "Relu" => Unary::Relu,
+        "LeakyRelu" => Unary::LeakyRelu(attrs.float_or("alpha", 0.01)),
+        "Sigmoid" => Unary::Sigmoid,
+        "HardSigmoid" => {
+            Unary::HardSigmoid(attrs.float_or("alpha", 0.2), attrs.float_or("beta", 0.5))
+        }
+        "HardSwish" => Unary::HardSwish,
+        "Tanh" => Unary::Tanh,
+        "Gelu" => Unary::Gelu,
+        "Erf" => Unary::Erf,
+        "Softplus" => Unary::Softplus,
+        "Softsign" => Unary::Softsign,
+        "Sqrt" => Unary::Sqrt,
+        "Exp" => Unary::Exp,
+        "Log" => Unary::Log,
+        "Neg" => Unary::Neg,
+        "Abs" => Unary::Abs,
+        "Reciprocal" => Unary::Reciprocal,
+        "Floor" => Unary::Floor,
+        "Ceil" => Unary::Ceil,
+        "Round" => Unary::Round,
+        "Sign" => Unary::Sign,
+        "Elu" => Unary::Elu(attrs.float_or("alpha", 1.0)),
+        "Selu" => Unary::Selu(
+            attrs.float_or("alpha", 1.673_263_2),
+            attrs.float_or("gamma", 1.050_701),
+        ),
+        "Mish" => Unary::Mish,
+        "Sin" => Unary::Sin,
+        "Cos" => Unary::Cos,
+        "Clip" => {
+            let lo = attrs
+                .float("min")
+                .or(consts.get(1).copied().flatten())
+                .unwrap_or(f32::NEG_INFINITY);
+            let hi = attrs
+                .float("max")
+                .or(consts.get(2).copied().flatten())
+                .unwrap_or(f32::INFINITY);
+            Unary::Clip(lo, hi)
+        }
+        _ => return None,
+    })
+}
+
+fn binary_of(op_type: &str) -> Option<Binary> {
+    Some(match op_type {
+        "Add" | "Sum" => Binary::Add,
+        "Sub" => Binary::Sub,
+        "Mul" => Binary::Mul,
+        "Div" => Binary::Div,
+        "Pow" => Binary::Pow,
+        "Max" => Binary::Max,
+        "Min" => Binary::Min,
+        "PRelu" => Binary::PRelu,
+        "Mod" => Binary::Mod,
+        "Mean" => Binary::Add,
+        _ => return None,
+    })
+}
+
+fn lower_unary(cx: &Cx) -> Result<Lowered, ExecError> {
+    let consts: Vec<Option<f32>> = (0..cx.node.inputs.len())
+        .map(|i| cx.const_scalar(i))
+        .collect();
+    Ok(Lowered::new(match unary_of(cx.op(), cx.attrs(), &consts) {
+        Some(u) => Kernel::Elementwise(ElementwiseKernel::Unary(u)),
+        None => Kernel::Generic,
+    }))
+}
+
+fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
+    let op = cx.op();
+    let b = binary_of(op).ok_or_else(|| cx.error("not a binary op"))?;
+    if matches!(op, "Sum" | "Mean" | "Max" | "Min") && cx.node.inputs.len() != 2 {
+        let shapes = (0..cx.node.inputs.len())
+            .map(|i| cx.shape_of(i))
+            .collect::<Result<_, _>>()?;
+        return Ok(Lowered::new(Kernel::Elementwise(
+            ElementwiseKernel::Variadic {
+                op: b,
+                mean: op == "Mean",
+                shapes,
+                out_shape: cx.out_shape(0)?,
+            },
+        )));
+    }
+    let (a_shape, b_shape, o) = (cx.shape_of(0)?, cx.shape_of(1)?, cx.out_shape(0)?);
+    let flops = o.iter().product::<usize>() as u64;
+    let kernel = if op == "Mean" {
+        ElementwiseKernel::Variadic {
+            op: b,
+            mean: true,
+            shapes: vec![a_shape, b_shape],
+            out_shape: o,
+        }
+    } else {
+        ElementwiseKernel::Binary {
+            op: b,
+            a_shape,
+            b_shape,
+            out_shape: o,
+        }
+    };
+    Ok(Lowered::new(Kernel::Elementwise(kernel)).with_flops(flops))
+}
+
+fn lower_where(cx: &Cx) -> Result<Lowered, ExecError> {
+    Ok(Lowered::new(Kernel::Elementwise(
+        ElementwiseKernel::Where {
+            shapes: [cx.shape_of(0)?, cx.shape_of(1)?, cx.shape_of(2)?],
+            out_shape: cx.out_shape(0)?,
+        },
+    )))
+}
+
+fn lower_chain(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.out_shape(0)?;
+    let steps = match cx.attrs().get("steps") {
+        Some(Attr::Strings(steps)) => steps.clone(),
+        _ => return Err(cx.error("chain without steps")),
+    };
+    let mut parsed = Vec::with_capacity(steps.len());
+    for step in &steps {
+        parsed.push(parse_chain_step(step, cx).map_err(|e| cx.error(e))?);
+    }
+    let channels = if x.len() >= 2 { x[1] } else { 1 };
+    Ok(Lowered::new(Kernel::Elementwise(
+        ElementwiseKernel::Chain {
+            steps: parsed,
+            channels,
+            channel_size: x.iter().skip(2).product(),
+        },
+    )))
+}
+
+fn unary_by_name(name: &str, a: f32, b: f32) -> Option<Unary> {
+    Some(match name {
+        "relu" => Unary::Relu,
+        "clip" => Unary::Clip(a, b),
+        "leaky_relu" => Unary::LeakyRelu(a),
+        "hard_sigmoid" => Unary::HardSigmoid(a, b),
+        "hard_swish" => Unary::HardSwish,
+        "sigmoid" => Unary::Sigmoid,
+        "tanh" => Unary::Tanh,
+        "gelu" => Unary::Gelu,
+        "exp" => Unary::Exp,
+        "log" => Unary::Log,
+        "sqrt" => Unary::Sqrt,
+        "neg" => Unary::Neg,
+        "abs" => Unary::Abs,
+        "reciprocal" => Unary::Reciprocal,
+        "erf" => Unary::Erf,
+        _ => return None,
+    })
+}
+
+fn binary_by_name(name: &str) -> Option<Binary> {
+    Some(match name {
+        "add" => Binary::Add,
+        "sub" => Binary::Sub,
+        "mul" => Binary::Mul,
+        "div" => Binary::Div,
+        "pow" => Binary::Pow,
+        "max" => Binary::Max,
+        "min" => Binary::Min,
+        _ => return None,
+    })
+}
+
+/// Decodes one `ElementwiseChain` step (see `analysis::ops::fused`).
+fn parse_chain_step(step: &str, cx: &Cx) -> Result<ChainStep, String> {
+    let parts: Vec<&str> = step.split(':').collect();
+    match parts.as_slice() {
+        ["unary", name, a, b] => {
+            unary_by_name(name, a.parse().unwrap_or(0.0), b.parse().unwrap_or(0.0))
+                .map(ChainStep::Unary)
+                .ok_or_else(|| format!("unknown chain step `{step}`"))
+        }
+        ["const", op, index, swapped] => {
+            let i: usize = index.parse().map_err(|_| format!("bad step `{step}`"))?;
+            let values = cx.const_f32(i).ok_or("chain operand must be constant")?;
+            Ok(ChainStep::WithConstant {
+                op: binary_by_name(op).ok_or("bad op")?,
+                values: values.to_vec(),
+                swapped: *swapped == "1",
+            })
+        }
+        ["input", op, swapped] => Ok(ChainStep::WithInput {
+            op: binary_by_name(op).ok_or("bad op")?,
+            swapped: *swapped == "1",
+        }),
+        _ => Err(format!("bad chain step `{step}`")),
+    }
+}
+
+pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String> {
+    let threads = io.threads;
+    match kernel {
+        ElementwiseKernel::Chain {
+            steps,
+            channels,
+            channel_size,
+        } => {
+            let (x, block) = (io.x(0)?, (*channel_size).max(1));
+            par_pieces(io.outs[0], block, threads, |off, y| {
+                let xs = &x[off..off + y.len()];
+                elementwise::chain(steps, xs, y, off / block, *channels, *channel_size)
+            });
+        }
+        ElementwiseKernel::Unary(op) => {
+            let x = io.x(0)?;
+            par_pieces(io.outs[0], VECTOR_ALIGN, threads, |off, y| {
+                elementwise::unary(*op, &x[off..off + y.len()], y)
+            });
+        }
+        ElementwiseKernel::Binary {
+            op,
+            a_shape,
+            b_shape,
+            out_shape,
+        } => {
+            let (a, b) = (io.x(0)?, io.x(1)?);
+            if a_shape == out_shape && b_shape == out_shape {
+                // Same shapes (a residual Add): split flat.
+                par_pieces(io.outs[0], VECTOR_ALIGN, threads, |off, y| {
+                    let n = y.len();
+                    let piece = [n];
+                    let (a, b) = (&a[off..off + n], &b[off..off + n]);
+                    elementwise::binary(*op, a, &piece, b, &piece, y, &piece);
+                });
+            } else {
+                elementwise::binary(*op, a, a_shape, b, b_shape, io.outs[0], out_shape);
+            }
+        }
+        ElementwiseKernel::Variadic {
+            op,
+            mean,
+            shapes,
+            out_shape,
+        } => {
+            let count = shapes.len();
+            movement::broadcast(io.x(0)?, &shapes[0], out_shape, io.outs[0]);
+            let mut tmp = vec![0.0; io.outs[0].len()];
+            for (i, shape) in shapes.iter().enumerate().skip(1) {
+                let xi = io.x(i)?;
+                elementwise::binary(*op, io.outs[0], out_shape, xi, shape, &mut tmp, out_shape);
+                io.outs[0].copy_from_slice(&tmp);
+            }
+            if *mean {
+                io.outs[0].iter_mut().for_each(|v| *v /= count as f32);
+            }
+        }
+        ElementwiseKernel::Where { shapes, out_shape } => {
+            let n: usize = out_shape.iter().product();
+            let cond: Vec<f32> = match io.input(0)? {
+                InRef::I64(v) => v.iter().map(|&b| b as f32).collect(),
+                InRef::F32(v) => v.to_vec(),
+            };
+            let mut c = vec![0.0; n];
+            let mut a = vec![0.0; n];
+            let mut b = vec![0.0; n];
+            movement::broadcast(&cond, &shapes[0], out_shape, &mut c);
+            movement::broadcast(io.x(1)?, &shapes[1], out_shape, &mut a);
+            movement::broadcast(io.x(2)?, &shapes[2], out_shape, &mut b);
+            for (((o, &cv), &av), &bv) in io.outs[0].iter_mut().zip(&c).zip(&a).zip(&b) {
+                *o = if cv != 0.0 { av } else { bv };
+            }
+        }
+    }
+    Ok(())
+}

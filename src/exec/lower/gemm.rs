@@ -1,0 +1,260 @@
+//! Matrix products: ONNX `Gemm` (transposes, alpha, beta, a broadcast C) and `MatMul` (numpy
+//! batch broadcasting, 1-D operands), the tool's `FusedGemm` / `FusedMatMul` (bias and
+//! activation in the epilogue). All lower to one batched GEMM description; on the CPU the
+//! blocking per shape comes from the tuning cache.
+
+use super::{activation_attr, Cx, Domain, Kernel, Lowered, Lowering};
+use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
+use crate::exec::ExecError;
+use crate::kernels::elementwise;
+use crate::kernels::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
+
+/// Batched matmul: A [batch, m, k] (strides), B [batch, k, n], C = A·B (+ bias per column).
+#[derive(Clone, Debug)]
+pub(crate) struct MatMulSpec {
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    /// Offsets of each batch's A and B (broadcast batches repeat offsets).
+    a_offsets: Vec<usize>,
+    b_offsets: Vec<usize>,
+    a_row_stride: usize,
+    a_col_stride: usize,
+    b_row_stride: usize,
+    b_col_stride: usize,
+    alpha: f32,
+    /// Gemm's C: per-column bias, per-row bias, or a full [m, n] tensor (input position 2).
+    c: GemmC,
+    beta: f32,
+    activation: Activation,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum GemmC {
+    None,
+    PerCol,
+    PerRow,
+    Full,
+    Scalar,
+}
+
+pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
+    match (domain, op) {
+        (Domain::Onnx, "Gemm") | (Domain::Tool, "FusedGemm") => Lowering::floats(lower_gemm),
+        (Domain::Onnx, "MatMul") | (Domain::Tool, "FusedMatMul") => Lowering::floats(lower_matmul),
+        _ => None,
+    }
+}
+
+fn lower_gemm(cx: &Cx) -> Result<Lowered, ExecError> {
+    let attrs = cx.attrs();
+    let a = cx.shape_of(0)?;
+    let b = cx.shape_of(1)?;
+    let trans_a = attrs.int_or("transA", 0) != 0;
+    let trans_b = attrs.int_or("transB", 0) != 0;
+    let (m, k) = if trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
+    let n = if trans_b { b[0] } else { b[1] };
+    let c = match cx.input(2) {
+        None => GemmC::None,
+        Some(_) => {
+            let cs = cx.shape_of(2)?;
+            let count: usize = cs.iter().product();
+            if count == 1 {
+                GemmC::Scalar
+            } else if count == m * n && m > 1 || (count == n && m == 1) {
+                if count == n {
+                    GemmC::PerCol
+                } else {
+                    GemmC::Full
+                }
+            } else if count == n {
+                GemmC::PerCol
+            } else if count == m {
+                GemmC::PerRow
+            } else {
+                return Err(cx.error(format!(
+                    "C of shape {cs:?} does not broadcast to [{m}, {n}]"
+                )));
+            }
+        }
+    };
+    let spec = MatMulSpec {
+        batch: 1,
+        m,
+        k,
+        n,
+        a_offsets: vec![0],
+        b_offsets: vec![0],
+        a_row_stride: if trans_a { 1 } else { a[1] },
+        a_col_stride: if trans_a { a[1] } else { 1 },
+        b_row_stride: if trans_b { 1 } else { b[1] },
+        b_col_stride: if trans_b { b[1] } else { 1 },
+        alpha: attrs.float_or("alpha", 1.0),
+        c,
+        beta: attrs.float_or("beta", 1.0),
+        activation: activation_attr(attrs),
+    };
+    Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (m * n * k) as u64))
+}
+
+fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
+    let a = cx.shape_of(0)?;
+    let b = cx.shape_of(1)?;
+    let a2 = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.clone()
+    };
+    let b2 = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.clone()
+    };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let n = b2[b2.len() - 1];
+    let a_batch = &a2[..a2.len() - 2];
+    let b_batch = &b2[..b2.len() - 2];
+    let rank = a_batch.len().max(b_batch.len());
+    let out_batch: Vec<usize> = (0..rank)
+        .map(|i| {
+            let da = if i + a_batch.len() >= rank {
+                a_batch[i + a_batch.len() - rank]
+            } else {
+                1
+            };
+            let db = if i + b_batch.len() >= rank {
+                b_batch[i + b_batch.len() - rank]
+            } else {
+                1
+            };
+            da.max(db)
+        })
+        .collect();
+    let batch: usize = out_batch.iter().product();
+    let offsets = |own: &[usize], matrix: usize| -> Vec<usize> {
+        let padded: Vec<usize> = std::iter::repeat_n(1, rank - own.len())
+            .chain(own.iter().copied())
+            .collect();
+        let strides = elementwise::broadcast_strides(&padded, &out_batch);
+        (0..batch)
+            .map(|linear| {
+                let mut rest = linear;
+                let mut off = 0;
+                for axis in (0..rank).rev() {
+                    let coord = rest % out_batch[axis];
+                    rest /= out_batch[axis];
+                    off += coord * strides[axis];
+                }
+                off * matrix
+            })
+            .collect()
+    };
+    // A constant 2-D B with a batched A: fold the batch into M (one big GEMM).
+    let (batch, m, a_offsets, b_offsets) =
+        if b.len() == 2 && batch > 1 && a_batch.iter().product::<usize>() == batch {
+            (1, m * batch, vec![0], vec![0])
+        } else {
+            (batch, m, offsets(a_batch, m * k), offsets(b_batch, k * n))
+        };
+    let spec = MatMulSpec {
+        batch,
+        m,
+        k,
+        n,
+        a_offsets,
+        b_offsets,
+        a_row_stride: k,
+        a_col_stride: 1,
+        b_row_stride: n,
+        b_col_stride: 1,
+        alpha: 1.0,
+        c: if cx.op() == "FusedMatMul" && cx.input(2).is_some() {
+            GemmC::PerCol
+        } else {
+            GemmC::None
+        },
+        beta: 1.0,
+        activation: activation_attr(cx.attrs()),
+    };
+    Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (batch * m * n * k) as u64))
+}
+
+/// The CPU blocking for the GEMM's shape.
+pub(crate) fn prepare(spec: &MatMulSpec, gemm_config: &mut GemmConfigFn) -> Prepared {
+    Prepared::Gemm(gemm_config(spec.m, spec.n, spec.k))
+}
+
+pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), String> {
+    let Prepared::Gemm(config) = cpu else {
+        return Err("internal: matrix product not prepared".into());
+    };
+    let a = io.x(0)?;
+    let b = io.x(1)?;
+    let c_input = if spec.c != GemmC::None {
+        Some(io.x(2)?)
+    } else {
+        None
+    };
+    let scaled_c: Option<Vec<f32>> = c_input.map(|c| {
+        if spec.beta != 1.0 {
+            c.iter().map(|v| v * spec.beta).collect()
+        } else {
+            c.to_vec()
+        }
+    });
+    let scaled_a: Option<Vec<f32>> =
+        (spec.alpha != 1.0).then(|| a.iter().map(|v| v * spec.alpha).collect());
+    let a = scaled_a.as_deref().unwrap_or(a);
+    let out = &mut *io.outs[0];
+    for batch in 0..spec.batch {
+        let am = MatRef {
+            data: &a[spec.a_offsets[batch]..],
+            rows: spec.m,
+            cols: spec.k,
+            row_stride: spec.a_row_stride,
+            col_stride: spec.a_col_stride,
+        };
+        let bm = MatRef {
+            data: &b[spec.b_offsets[batch]..],
+            rows: spec.k,
+            cols: spec.n,
+            row_stride: spec.b_row_stride,
+            col_stride: spec.b_col_stride,
+        };
+        let c_tile = &mut out[batch * spec.m * spec.n..(batch + 1) * spec.m * spec.n];
+        let ep = match (&spec.c, scaled_c.as_deref()) {
+            (GemmC::PerCol, Some(c)) => Epilogue {
+                bias: BiasKind::PerCol(c),
+                residual: None,
+                activation: spec.activation,
+            },
+            (GemmC::PerRow, Some(c)) => Epilogue {
+                bias: BiasKind::PerRow(c),
+                residual: None,
+                activation: spec.activation,
+            },
+            (GemmC::Full, Some(c)) => Epilogue {
+                bias: BiasKind::None,
+                residual: Some(c),
+                activation: spec.activation,
+            },
+            (GemmC::Scalar, _) => Epilogue {
+                bias: BiasKind::None,
+                residual: None,
+                activation: Activation::None,
+            },
+            _ => Epilogue {
+                bias: BiasKind::None,
+                residual: None,
+                activation: spec.activation,
+            },
+        };
+        gemm::sgemm_with(config, &am, &bm, c_tile, spec.n, &ep, io.threads);
+        if let (GemmC::Scalar, Some(c)) = (&spec.c, scaled_c.as_deref()) {
+            c_tile.iter_mut().for_each(|v| *v += c[0]);
+            gemm::apply_activation(&spec.activation, c_tile);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,372 @@
+//! Data movement: `Transpose`, `Concat`, `Split`, `Slice`, `Gather`, `Expand`, `Pad` and
+//! `Resize` / `Upsample` (nearest and linear over the last two axes). `Tile` runs through the
+//! generic evaluator. Slice starts, pads and scales must be constants.
+
+use super::{Cx, Domain, Kernel, Lowered, Lowering};
+use crate::analysis::ops;
+use crate::exec::cpu::{InRef, Io};
+use crate::exec::ExecError;
+use crate::kernels::movement::{self, CoordMode, NearestMode, PadMode};
+
+#[derive(Clone, Debug)]
+pub(crate) enum MovementKernel {
+    Transpose {
+        shape: Vec<usize>,
+        perm: Vec<usize>,
+    },
+    Concat {
+        axis: usize,
+        shapes: Vec<Vec<usize>>,
+    },
+    Split {
+        axis: usize,
+        shape: Vec<usize>,
+        sizes: Vec<usize>,
+    },
+    Slice {
+        shape: Vec<usize>,
+        starts: Vec<isize>,
+        steps: Vec<isize>,
+        out_shape: Vec<usize>,
+    },
+    Gather {
+        shape: Vec<usize>,
+        axis: usize,
+    },
+    Expand {
+        shape: Vec<usize>,
+        out_shape: Vec<usize>,
+    },
+    Pad {
+        shape: Vec<usize>,
+        begin: Vec<usize>,
+        out_shape: Vec<usize>,
+        mode: PadMode,
+        value: f32,
+    },
+    Resize {
+        planes: usize,
+        input: (usize, usize),
+        output: (usize, usize),
+        scales: (f32, f32),
+        linear: bool,
+        coord: CoordMode,
+        nearest: NearestMode,
+    },
+}
+
+pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
+    if domain != Domain::Onnx {
+        return None;
+    }
+    match op {
+        "Transpose" => Lowering::floats(lower_transpose),
+        "Concat" => Lowering::floats(lower_concat),
+        "Split" => Lowering::floats(lower_split),
+        "Slice" => Lowering::floats(lower_slice),
+        "Gather" => Lowering::floats(lower_gather),
+        "Expand" => Lowering::floats(lower_expand),
+        "Tile" => Lowering::floats(lower_tile),
+        "Pad" => Lowering::floats(lower_pad),
+        "Resize" | "Upsample" => Lowering::floats(lower_resize),
+        _ => None,
+    }
+}
+
+fn movement(kernel: MovementKernel) -> Result<Lowered, ExecError> {
+    Ok(Lowered::new(Kernel::Movement(kernel)))
+}
+
+fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let perm: Vec<usize> = match cx.attrs().ints("perm") {
+        Some(p) => p
+            .iter()
+            .map(|&v| ops::normalize_axis(v, x.len()).unwrap_or(0))
+            .collect(),
+        None => (0..x.len()).rev().collect(),
+    };
+    movement(MovementKernel::Transpose { shape: x, perm })
+}
+
+fn lower_concat(cx: &Cx) -> Result<Lowered, ExecError> {
+    let shapes: Vec<Vec<usize>> = (0..cx.node.inputs.len())
+        .map(|i| cx.shape_of(i))
+        .collect::<Result<_, _>>()?;
+    let axis = ops::normalize_axis(cx.attrs().int_or("axis", 0), shapes[0].len())
+        .map_err(|e| cx.error(e))?;
+    movement(MovementKernel::Concat { axis, shapes })
+}
+
+fn lower_split(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let axis =
+        ops::normalize_axis(cx.attrs().int_or("axis", 0), x.len()).map_err(|e| cx.error(e))?;
+    let sizes = (0..cx.node.outputs.len())
+        .map(|i| cx.out_shape(i).map(|s| s[axis]))
+        .collect::<Result<_, _>>()?;
+    movement(MovementKernel::Split {
+        axis,
+        shape: x,
+        sizes,
+    })
+}
+
+fn lower_slice(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let y = cx.out_shape(0)?;
+    let rank = x.len();
+    // Before opset 10 the bounds are attributes, since then constant inputs.
+    let ints = |i: usize, name: &str| -> Option<Vec<i64>> {
+        if cx.opset() < 10 {
+            cx.attrs().ints(name).map(<[i64]>::to_vec)
+        } else {
+            cx.const_i64(i)
+        }
+    };
+    let starts = ints(1, "starts").ok_or_else(|| cx.error("starts must be constant"))?;
+    let axes: Vec<usize> = ints(3, "axes")
+        .map(|a| {
+            a.iter()
+                .map(|&v| ops::normalize_axis(v, rank).unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or((0..starts.len()).collect());
+    let steps_in = ints(4, "steps").unwrap_or(vec![1; starts.len()]);
+    let mut st = vec![0isize; rank];
+    let mut sp = vec![1isize; rank];
+    for (j, &axis) in axes.iter().enumerate() {
+        let d = x[axis] as i64;
+        let step = steps_in[j];
+        let s = if starts[j] < 0 {
+            starts[j] + d
+        } else {
+            starts[j]
+        };
+        let s = if step > 0 {
+            s.clamp(0, d)
+        } else {
+            s.clamp(-1, d - 1)
+        };
+        st[axis] = s as isize;
+        sp[axis] = step as isize;
+    }
+    movement(MovementKernel::Slice {
+        shape: x,
+        starts: st,
+        steps: sp,
+        out_shape: y,
+    })
+}
+
+fn lower_gather(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let axis =
+        ops::normalize_axis(cx.attrs().int_or("axis", 0), x.len()).map_err(|e| cx.error(e))?;
+    movement(MovementKernel::Gather { shape: x, axis })
+}
+
+fn lower_expand(cx: &Cx) -> Result<Lowered, ExecError> {
+    movement(MovementKernel::Expand {
+        shape: cx.shape_of(0)?,
+        out_shape: cx.out_shape(0)?,
+    })
+}
+
+/// Tile runs through the generic evaluator, once its shapes are known like Expand's.
+fn lower_tile(cx: &Cx) -> Result<Lowered, ExecError> {
+    cx.shape_of(0)?;
+    cx.out_shape(0)?;
+    Ok(Lowered::generic())
+}
+
+fn lower_pad(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let y = cx.out_shape(0)?;
+    let attrs = cx.attrs();
+    let pads: Vec<i64> = if cx.opset() < 11 {
+        attrs.ints("pads").map(<[i64]>::to_vec).unwrap_or_default()
+    } else {
+        cx.const_i64(1)
+            .ok_or_else(|| cx.error("pads must be constant"))?
+    };
+    if pads.iter().any(|&p| p < 0) || pads.len() != 2 * x.len() {
+        return Err(cx.error("negative pads or axes-restricted Pad have no kernel"));
+    }
+    let mode = match attrs.string("mode").unwrap_or("constant") {
+        "edge" => PadMode::Edge,
+        "reflect" => PadMode::Reflect,
+        _ => PadMode::Constant,
+    };
+    let value = if cx.opset() < 11 {
+        attrs.float_or("value", 0.0)
+    } else {
+        cx.const_scalar(2).unwrap_or(0.0)
+    };
+    movement(MovementKernel::Pad {
+        begin: pads[..x.len()].iter().map(|&p| p as usize).collect(),
+        shape: x,
+        out_shape: y,
+        mode,
+        value,
+    })
+}
+
+fn lower_resize(cx: &Cx) -> Result<Lowered, ExecError> {
+    let x = cx.shape_of(0)?;
+    let y = cx.out_shape(0)?;
+    let (op, opset, attrs) = (cx.op(), cx.opset(), cx.attrs());
+    let r = x.len();
+    if r < 2 || x[..r - 2] != y[..r - 2] {
+        return Err(cx.error("only resizing of the last two axes has a kernel"));
+    }
+    let mode = attrs.string("mode").unwrap_or("nearest");
+    let linear = matches!(mode, "linear" | "bilinear");
+    if !linear && mode != "nearest" {
+        return Err(cx.error(format!("resize mode `{mode}` has no kernel")));
+    }
+    // Upsample and opset-10 Resize predate the coordinate and rounding attributes.
+    let legacy = op == "Upsample" || opset < 11;
+    let coord = match attrs
+        .string("coordinate_transformation_mode")
+        .unwrap_or(if legacy { "asymmetric" } else { "half_pixel" })
+    {
+        "half_pixel" => CoordMode::HalfPixel,
+        "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+        "align_corners" => CoordMode::AlignCorners,
+        "asymmetric" => CoordMode::Asymmetric,
+        other => {
+            return Err(cx.error(format!("coordinate mode `{other}` has no kernel")));
+        }
+    };
+    let nearest = match attrs.string("nearest_mode").unwrap_or(if legacy {
+        "floor"
+    } else {
+        "round_prefer_floor"
+    }) {
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        _ => NearestMode::RoundPreferFloor,
+    };
+    // Scales from the constant input when given, else the size ratio.
+    let scale_input = match (op, opset) {
+        ("Upsample", _) => attrs
+            .floats("scales")
+            .map(|s| s.to_vec())
+            .or_else(|| cx.const_f32(1).map(|v| v.to_vec())),
+        (_, o) if o < 11 => cx.const_f32(1).map(|v| v.to_vec()),
+        _ => cx
+            .const_f32(2)
+            .map(|v| v.to_vec())
+            .filter(|v| !v.is_empty()),
+    };
+    let scales = match scale_input {
+        Some(s) if s.len() == r => (s[r - 2], s[r - 1]),
+        _ => (
+            y[r - 2] as f32 / x[r - 2] as f32,
+            y[r - 1] as f32 / x[r - 1] as f32,
+        ),
+    };
+    movement(MovementKernel::Resize {
+        planes: x[..r - 2].iter().product(),
+        input: (x[r - 2], x[r - 1]),
+        output: (y[r - 2], y[r - 1]),
+        scales,
+        linear,
+        coord,
+        nearest,
+    })
+}
+
+pub(crate) fn run(kernel: &MovementKernel, io: &mut Io) -> Result<(), String> {
+    match kernel {
+        MovementKernel::Transpose { shape, perm } => {
+            movement::transpose(io.x(0)?, shape, perm, io.outs[0])
+        }
+        MovementKernel::Concat { axis, shapes } => {
+            let parts: Vec<(&[f32], &[usize])> = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Ok((io.x(i)?, s.as_slice())))
+                .collect::<Result<_, String>>()?;
+            movement::concat(&parts, *axis, io.outs[0]);
+        }
+        MovementKernel::Split { axis, shape, sizes } => {
+            let data = io.x(0)?;
+            let mut start = 0isize;
+            for (i, &size) in sizes.iter().enumerate() {
+                let mut out_shape = shape.clone();
+                out_shape[*axis] = size;
+                let mut starts = vec![0isize; shape.len()];
+                starts[*axis] = start;
+                movement::slice(
+                    data,
+                    shape,
+                    &starts,
+                    &vec![1; shape.len()],
+                    &out_shape,
+                    io.outs[i],
+                );
+                start += size as isize;
+            }
+        }
+        MovementKernel::Slice {
+            shape,
+            starts,
+            steps,
+            out_shape,
+        } => movement::slice(io.x(0)?, shape, starts, steps, out_shape, io.outs[0]),
+        MovementKernel::Gather { shape, axis } => {
+            let indices: Vec<i64> = match io.input(1)? {
+                InRef::I64(v) => v.to_vec(),
+                InRef::F32(v) => v.iter().map(|&f| f as i64).collect(),
+            };
+            let len = shape[*axis] as i64;
+            let idx: Vec<usize> = indices
+                .iter()
+                .map(|&i| {
+                    let j = if i < 0 { i + len } else { i };
+                    if j < 0 || j >= len {
+                        Err(format!("index {i} out of range for dim {len}"))
+                    } else {
+                        Ok(j as usize)
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+            movement::gather(io.x(0)?, shape, *axis, &idx, io.outs[0]);
+        }
+        MovementKernel::Expand { shape, out_shape } => {
+            movement::broadcast(io.x(0)?, shape, out_shape, io.outs[0])
+        }
+        MovementKernel::Pad {
+            shape,
+            begin,
+            out_shape,
+            mode,
+            value,
+        } => movement::pad(io.x(0)?, shape, begin, out_shape, *mode, *value, io.outs[0]),
+        MovementKernel::Resize {
+            planes,
+            input,
+            output,
+            scales,
+            linear,
+            coord,
+            nearest,
+        } => {
+            movement::resize_2d(
+                io.x(0)?,
+                *planes,
+                *input,
+                *output,
+                *scales,
+                *linear,
+                *coord,
+                *nearest,
+                io.outs[0],
+            );
+        }
+    }
+    Ok(())
+}

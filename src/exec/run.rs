@@ -1,0 +1,261 @@
+//! The runtime: executes a plan's steps in order in a reusable `Workspace` (planned f32 buffers,
+//! integer values by id, the shared scratch), optionally timing every step.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::cpu::{self, InRef, Io};
+use super::eval;
+use super::lower::Kernel;
+use super::plan::{Plan, Slot, Step, StepInfo};
+use super::{ExecError, RtData, RtTensor};
+use crate::analysis::graph::ValueId;
+
+/// Timing of one run.
+#[derive(Clone, Debug, Default)]
+pub struct RunTimings {
+    /// Seconds per step, in step order.
+    pub step_seconds: Vec<f64>,
+}
+
+/// Reusable run-time memory for a plan.
+pub struct Workspace {
+    buffers: Vec<Vec<f32>>,
+    dynamic: HashMap<ValueId, RtTensor>,
+    scratch: Vec<f32>,
+}
+
+impl Plan {
+    pub fn steps(&self) -> Vec<StepInfo> {
+        self.steps.iter().map(|s| s.info.clone()).collect()
+    }
+
+    pub fn inputs(&self) -> Vec<(String, Vec<usize>, bool)> {
+        self.inputs
+            .iter()
+            .map(|(_, n, s, i)| (n.clone(), s.clone(), *i))
+            .collect()
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn workspace(&self) -> Workspace {
+        Workspace {
+            buffers: self.buffer_sizes.iter().map(|&s| vec![0.0; s]).collect(),
+            dynamic: HashMap::new(),
+            scratch: vec![0.0; self.scratch_len],
+        }
+    }
+
+    /// Runs the plan. `inputs` by name; `timings` records per-step seconds when given (no clock
+    /// is read otherwise).
+    pub fn run(
+        &self,
+        workspace: &mut Workspace,
+        inputs: &HashMap<String, RtTensor>,
+        mut timings: Option<&mut RunTimings>,
+    ) -> Result<Vec<(String, RtTensor)>, ExecError> {
+        for (v, name, shape, integer) in &self.inputs {
+            let tensor = inputs.get(name).ok_or_else(|| ExecError::Input {
+                name: name.clone(),
+                reason: "no value given".into(),
+            })?;
+            if &tensor.shape != shape {
+                return Err(ExecError::Input {
+                    name: name.clone(),
+                    reason: format!("shape {:?} given, {:?} expected", tensor.shape, shape),
+                });
+            }
+            match (&self.slots[*v], &tensor.data, integer) {
+                (Slot::Buffer { buffer, .. }, RtData::F32(data), false) => {
+                    workspace.buffers[*buffer][..data.len()].copy_from_slice(data)
+                }
+                (Slot::Dynamic { .. }, RtData::I64(_), true) => {
+                    workspace.dynamic.insert(*v, tensor.clone());
+                }
+                (Slot::Dynamic { .. }, RtData::F32(data), true) => {
+                    workspace.dynamic.insert(
+                        *v,
+                        RtTensor {
+                            shape: shape.clone(),
+                            data: RtData::I64(data.iter().map(|&f| f as i64).collect()),
+                        },
+                    );
+                }
+                _ => {
+                    return Err(ExecError::Input {
+                        name: name.clone(),
+                        reason: "wrong element type".into(),
+                    })
+                }
+            }
+        }
+        if let Some(t) = timings.as_deref_mut() {
+            t.step_seconds.clear();
+            t.step_seconds.resize(self.steps.len(), 0.0);
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            let start = timings.is_some().then(Instant::now);
+            self.run_step(step, workspace)?;
+            if let (Some(t), Some(start)) = (timings.as_deref_mut(), start) {
+                t.step_seconds[i] = start.elapsed().as_secs_f64();
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|(v, name)| {
+                Ok((
+                    name.clone(),
+                    self.read_value(*v, workspace)
+                        .ok_or_else(|| ExecError::Input {
+                            name: name.clone(),
+                            reason: "output was not produced".into(),
+                        })?,
+                ))
+            })
+            .collect()
+    }
+
+    fn read_value(&self, v: ValueId, ws: &Workspace) -> Option<RtTensor> {
+        match &self.slots[v] {
+            Slot::Const(t) => Some((**t).clone()),
+            Slot::Buffer { buffer, shape } => {
+                let len: usize = shape.iter().product();
+                Some(RtTensor {
+                    shape: shape.clone(),
+                    data: RtData::F32(ws.buffers[*buffer][..len].to_vec()),
+                })
+            }
+            Slot::Dynamic { .. } => ws.dynamic.get(&v).cloned(),
+            Slot::Unused => None,
+        }
+    }
+
+    fn run_step(&self, step: &Step, ws: &mut Workspace) -> Result<(), ExecError> {
+        let node_err = |reason: String| ExecError::Node {
+            node: step.info.name.clone(),
+            op_type: step.info.op_type.clone(),
+            reason,
+        };
+        if matches!(step.kernel, Kernel::View) {
+            // The data output shares the input's buffer; a Dropout mask (inference) is all ones.
+            for &v in step.outputs.iter().skip(1) {
+                if let Slot::Dynamic { shape } = &self.slots[v] {
+                    let ones = RtTensor {
+                        shape: shape.clone(),
+                        data: RtData::I64(vec![1; shape.iter().product()]),
+                    };
+                    ws.dynamic.insert(v, ones);
+                }
+            }
+            return Ok(());
+        }
+        if matches!(step.kernel, Kernel::Generic) {
+            let ins: Vec<Option<RtTensor>> = step
+                .inputs
+                .iter()
+                .map(|s| s.and_then(|v| self.read_value(v, ws)))
+                .collect();
+            let node = self
+                .generic_nodes
+                .get(&step.node)
+                .ok_or_else(|| node_err("internal: node missing".into()))?;
+            let outs = eval::generic_eval(node, self.opset, &ins)?;
+            for (&v, t) in step.outputs.iter().zip(outs) {
+                self.store(v, t, ws);
+            }
+            return Ok(());
+        }
+        // Take the output buffers out so inputs can be borrowed from the rest.
+        let mut taken: Vec<(usize, Vec<f32>)> = Vec::new();
+        for &v in &step.outputs {
+            if let Slot::Buffer { buffer, .. } = &self.slots[v] {
+                if !taken.iter().any(|(b, _)| b == buffer) {
+                    taken.push((*buffer, std::mem::take(&mut ws.buffers[*buffer])));
+                }
+            }
+        }
+        let result = {
+            let ins: Vec<Option<InRef>> = step
+                .inputs
+                .iter()
+                .map(|s| {
+                    s.and_then(|v| match &self.slots[v] {
+                        Slot::Const(t) => Some(InRef::from_tensor(t)),
+                        Slot::Buffer { buffer, shape } => {
+                            Some(InRef::F32(&ws.buffers[*buffer][..shape.iter().product()]))
+                        }
+                        Slot::Dynamic { .. } => ws.dynamic.get(&v).map(InRef::from_tensor),
+                        Slot::Unused => None,
+                    })
+                })
+                .collect();
+
+            let mut outs: Vec<&mut [f32]> = Vec::new();
+            // Hand out disjoint mutable slices of the taken buffers, in output order.
+            let mut pool: Vec<(usize, &mut [f32])> = taken
+                .iter_mut()
+                .map(|(b, v)| (*b, v.as_mut_slice()))
+                .collect();
+            for &v in &step.outputs {
+                match &self.slots[v] {
+                    Slot::Buffer { buffer, shape } => {
+                        let len: usize = shape.iter().product();
+                        let at = pool.iter().position(|(b, _)| b == buffer);
+                        match at {
+                            Some(at) => {
+                                let (_, slice) = pool.swap_remove(at);
+                                outs.push(&mut slice[..len]);
+                            }
+                            None => outs.push(&mut []),
+                        }
+                    }
+                    _ => outs.push(&mut []),
+                }
+            }
+            let mut dynamic_out = Vec::new();
+            let r = cpu::run(
+                step,
+                &mut Io {
+                    ins: &ins,
+                    outs: &mut outs,
+                    dynamic_out: &mut dynamic_out,
+                    scratch: &mut ws.scratch,
+                    threads: self.threads,
+                },
+            );
+            r.map(|()| dynamic_out)
+        };
+        for (b, v) in taken {
+            ws.buffers[b] = v;
+        }
+        let dynamic_out = result.map_err(node_err)?;
+        for (&v, t) in step.outputs.iter().zip(dynamic_out) {
+            let shape = match &self.slots[v] {
+                Slot::Dynamic { shape } => shape.clone(),
+                _ => t.shape.clone(),
+            };
+            self.store(v, RtTensor { shape, ..t }, ws);
+        }
+        Ok(())
+    }
+
+    fn store(&self, v: ValueId, t: RtTensor, ws: &mut Workspace) {
+        match &self.slots[v] {
+            Slot::Buffer { buffer, .. } => {
+                let data = t.to_f32();
+                ws.buffers[*buffer][..data.len()].copy_from_slice(&data);
+            }
+            _ => {
+                ws.dynamic.insert(v, t);
+            }
+        }
+    }
+
+    /// Name of a value (diagnostics).
+    pub fn value_name(&self, v: ValueId) -> &str {
+        &self.graph_names[v]
+    }
+}

@@ -1,0 +1,149 @@
+//! The `roofline bench` report: the per-op table for the terminal, the JSON, and the HTML page
+//! (the analysis report with the measured rates drawn next to the predicted ones and a
+//! measured-against-predicted table). Formatting only: every figure comes from the
+//! [`BenchReport`].
+
+use std::fmt::Write as _;
+
+use super::chart::{ChartSeries, Rgb, SeriesMarker, SeriesPoint};
+use super::error::ReportError;
+use super::html::{render_html_with, HtmlOptions, HtmlSection};
+use super::markup::{escape, terminal_safe as safe, terminal_safe_lines};
+use super::model::BenchReport;
+use super::units::{fmt_bytes, fmt_seconds};
+
+/// The report as JSON (schema `roofline-bench`).
+pub fn render_bench_json(report: &BenchReport) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(report)
+}
+
+/// The per-op table, slowest first, `top` rows; model-provided text is escaped for the
+/// terminal.
+pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
+    let mut out = String::new();
+    let a = &report.analysis;
+    let _ = writeln!(
+        out,
+        "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}",
+        safe(&a.model.source),
+        safe(&a.device.id),
+        a.device.source,
+        report.threads,
+        report.runs,
+        safe(&report.kernel_isa)
+    );
+    let _ = writeln!(
+        out,
+        "latency  median {:.3} ms  (min {:.3}, max {:.3})   predicted {:.3} ms   end-to-end error {:+.0}%",
+        report.latency_ms.median, report.latency_ms.min, report.latency_ms.max, report.predicted_latency_ms, report.errors.end_to_end_error * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "per-op |error|  median {:.0}%  p90 {:.0}%   activations {} planned ({} without reuse), weights {}",
+        report.errors.median_abs_error * 100.0,
+        report.errors.p90_abs_error * 100.0,
+        fmt_bytes(report.peak_activation_bytes as f64),
+        fmt_bytes(report.unplanned_activation_bytes as f64),
+        fmt_bytes(report.weights_bytes as f64)
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<28} {:<18} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}",
+        "op", "type", "measured", "predicted", "GFLOP/s", "GB/s", "of roof", "error"
+    );
+    let mut ops: Vec<_> = report.ops.iter().collect();
+    ops.sort_by(|x, y| y.measured_s.total_cmp(&x.measured_s));
+    for op in ops.iter().take(top) {
+        let name: String = safe(&op.name).chars().take(28).collect();
+        let _ = writeln!(
+            out,
+            "{:<28} {:<18} {:>10} {:>10} {:>9.1} {:>8.1} {:>7.0}% {:>+7.0}%",
+            name,
+            safe(&op.op_type),
+            fmt_seconds(op.measured_s),
+            fmt_seconds(op.predicted_s),
+            op.measured_gflops,
+            op.measured_gbs,
+            op.roofline_fraction * 100.0,
+            op.prediction_error * 100.0
+        );
+    }
+    if ops.len() > top {
+        let _ = writeln!(
+            out,
+            "... {} more ops (--top N, or --format json for all)",
+            ops.len() - top
+        );
+    }
+    terminal_safe_lines(&out).into_owned()
+}
+
+/// The report as HTML: the analysis report with measured rates drawn next to the predicted
+/// ones, and a measured-vs-predicted table.
+pub fn render_bench_html(report: &BenchReport) -> Result<String, ReportError> {
+    let analysis = &report.analysis;
+    let points = report
+        .ops
+        .iter()
+        .filter_map(|op| {
+            let node = &analysis.nodes[op.node_index];
+            let intensity = node.intensity?;
+            (op.flops > 0 && intensity > 0.0).then(|| SeriesPoint {
+                op_index: Some(op.node_index),
+                intensity,
+                flops_per_s: op.flops as f64 / op.measured_s,
+                label: Some(format!(
+                    "{} measured {} ({:.0}% of its roof)",
+                    op.name,
+                    fmt_seconds(op.measured_s),
+                    op.roofline_fraction * 100.0
+                )),
+            })
+        })
+        .collect();
+    let series = ChartSeries {
+        name: format!("measured ({} thread(s))", report.threads),
+        colour: Rgb(20, 20, 20),
+        marker: SeriesMarker::Diamond,
+        points,
+        connect_to_predicted: true,
+    };
+    let mut rows = String::new();
+    let mut ops: Vec<_> = report.ops.iter().collect();
+    ops.sort_by(|a, b| b.measured_s.total_cmp(&a.measured_s));
+    for op in ops {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
+            escape(&op.name),
+            escape(&op.op_type),
+            fmt_seconds(op.measured_s),
+            fmt_seconds(op.predicted_s),
+            op.measured_gflops,
+            op.measured_gbs,
+            op.roofline_fraction * 100.0,
+            op.prediction_error * 100.0
+        ));
+    }
+    let body = format!(
+        "<p>End-to-end latency over {} runs with {} thread(s): median {:.3} ms (min {:.3}, max {:.3}); predicted {:.3} ms ({:+.0}%). Per-op |error|: median {:.0}%, 90th percentile {:.0}%. Kernels: {}.</p>\n<table><thead><tr><th>op</th><th>type</th><th>measured</th><th>predicted</th><th>GFLOP/s</th><th>GB/s</th><th>of roof</th><th>error</th></tr></thead><tbody>\n{rows}</tbody></table>",
+        report.runs, report.threads, report.latency_ms.median, report.latency_ms.min, report.latency_ms.max,
+        report.predicted_latency_ms, report.errors.end_to_end_error * 100.0,
+        report.errors.median_abs_error * 100.0, report.errors.p90_abs_error * 100.0,
+        escape(&report.kernel_isa)
+    );
+    let options = HtmlOptions {
+        title: Some(format!(
+            "{} measured on {}",
+            analysis.model.source, analysis.device.name
+        )),
+        overlays: vec![(0, series)],
+        extra_sections: vec![HtmlSection {
+            id: "measured".into(),
+            title: "Measured against predicted".into(),
+            body_html: body,
+        }],
+        ..HtmlOptions::default()
+    };
+    render_html_with(std::slice::from_ref(analysis), &options)
+}
