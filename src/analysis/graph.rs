@@ -132,6 +132,9 @@ pub struct Graph {
     pub opset: i64,
     pub ir_version: i64,
     pub producer: String,
+    /// External-data files the model's tensors were read from (resolved paths): inputs that no
+    /// output of the tool may replace.
+    pub external_files: Vec<std::path::PathBuf>,
 }
 
 impl Graph {

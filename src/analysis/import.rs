@@ -261,6 +261,7 @@ pub fn import_model(
         }
     }
     super::validate::validate_graph(&graph)?;
+    graph.external_files = external.files();
     Ok(graph)
 }
 
@@ -341,6 +342,7 @@ struct ExternalData {
     /// `base_dir` canonicalised once, when the first external tensor is met.
     canonical_base: Option<PathBuf>,
     maps: HashMap<PathBuf, Bytes>,
+    resolved: Vec<PathBuf>,
 }
 
 impl ExternalData {
@@ -349,7 +351,16 @@ impl ExternalData {
             base_dir: base_dir.to_path_buf(),
             canonical_base: None,
             maps: HashMap::new(),
+            resolved: Vec::new(),
         }
+    }
+
+    /// The files mapped so far, resolved.
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self.resolved.clone();
+        files.sort();
+        files.dedup();
+        files
     }
 
     fn slice(&mut self, tensor: &TensorProto) -> Result<Bytes, AnalysisError> {
@@ -438,6 +449,7 @@ impl ExternalData {
                 Bytes::from_owner(map)
             };
             self.maps.insert(path.clone(), map);
+            self.resolved.push(resolved);
         }
         let whole = &self.maps[&path];
         let file_len = whole.len() as u64;

@@ -106,6 +106,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
         }
     }
     let model = args.model.load(Purpose::Execute)?;
+    protected.add_model_files(&model.graph);
     let device =
         super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
     let analyze = AnalyzeOptions {

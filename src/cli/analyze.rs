@@ -57,6 +57,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         protected.check(path)?;
     }
     let model = args.model.load(Purpose::Analyze)?;
+    protected.add_model_files(&model.graph);
     let options = AnalyzeOptions {
         bindings: model.bindings,
         precision: args.precision,

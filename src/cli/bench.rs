@@ -87,6 +87,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         protected.check(path)?;
     }
     let model = args.model.load(Purpose::Execute)?;
+    protected.add_model_files(&model.graph);
     let device =
         super::resolve_device(&args.device).with_context(|| format!("--device {}", args.device))?;
     let analyze = AnalyzeOptions {
@@ -154,6 +155,7 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         mut graph,
         bindings,
     } = model::load(&args.model, shapes, args.batch, Purpose::Execute)?;
+    protected.add_model_files(&graph);
     let (order, states, diagnostics) = roofline::analysis::prepare_graph(&mut graph, &bindings)?;
     let plan = exec::build_plan(
         &graph,

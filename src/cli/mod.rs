@@ -97,6 +97,13 @@ impl Inputs {
         self.files.push((path.to_path_buf(), what));
     }
 
+    /// The external-data files a loaded model read its weights from.
+    pub fn add_model_files(&mut self, graph: &roofline::analysis::Graph) {
+        for file in &graph.external_files {
+            self.add(file, "the model's external data");
+        }
+    }
+
     /// The profile file a `--device` spec reads, when it reads one (see [`resolve_device`]).
     pub fn add_device(&mut self, spec: &str) {
         if spec == "local" {

@@ -200,6 +200,46 @@ fn symlink_inside_the_model_folder_is_followed() {
 }
 
 #[test]
+fn outputs_never_replace_external_data() {
+    let dir = tempdir();
+    let mut model = tinycnn();
+    let payload = externalise(&mut model, &[("location", "weights.bin")]);
+    std::fs::write(dir.join("weights.bin"), &payload).unwrap();
+    let path = save(&dir, "m.onnx", &model);
+    let weights = dir.join("weights.bin");
+    for args in [
+        vec![
+            "analyze",
+            path.as_str(),
+            "--batch",
+            "1",
+            "-o",
+            weights.to_str().unwrap(),
+        ],
+        vec![
+            "advise",
+            path.as_str(),
+            "--batch",
+            "1",
+            "-o",
+            weights.to_str().unwrap(),
+        ],
+    ] {
+        let output = run_with_deadline(&args, &[]);
+        assert_refused(
+            &output,
+            &args,
+            "refusing to overwrite the model's external data",
+        );
+    }
+    assert_eq!(
+        std::fs::read(&weights).unwrap(),
+        payload,
+        "weights.bin untouched"
+    );
+}
+
+#[test]
 fn fifos_do_not_hang_the_loader() {
     let dir = tempdir();
     mkfifo(&dir.join("weights.bin"));
