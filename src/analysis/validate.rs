@@ -222,6 +222,26 @@ fn type_allowed(dtype: DType, allowed: &[i32]) -> bool {
     }
 }
 
+/// Int attributes that are booleans in every op that has them.
+const FLAG_ATTRIBUTES: &[&str] = &[
+    "keepdims",
+    "transA",
+    "transB",
+    "ceil_mode",
+    "count_include_pad",
+    "noop_with_empty_axes",
+    "select_last_index",
+    "exclusive",
+    "reverse",
+    "largest",
+    "sorted",
+    "allowzero",
+    "detect_negative",
+    "detect_positive",
+    "center_point_box",
+    "upper",
+];
+
 /// Largest window attribute (kernel size, stride, dilation, pad) accepted: far above any real
 /// network, low enough that window arithmetic on 64 bits cannot overflow.
 const MAX_WINDOW: i64 = 1 << 24;
@@ -279,6 +299,18 @@ fn check_attributes(node: &Node, opset: i64) -> Result<(), AnalysisError> {
                         ),
                     ));
                 }
+            }
+        }
+    }
+    // Flags stored as ints: implementations disagree on what 2 or -1 means (`!= 0` or `== 1`),
+    // so only 0 and 1 are accepted.
+    for flag in FLAG_ATTRIBUTES {
+        if let Some(value) = node.attrs.int(flag).filter(|v| !matches!(v, 0 | 1)) {
+            if matches!(node.attrs.get(flag), Some(Attr::Int(_))) {
+                return Err(node_error(
+                    node,
+                    format!("{flag} = {value}; it must be 0 or 1"),
+                ));
             }
         }
     }

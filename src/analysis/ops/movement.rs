@@ -535,7 +535,13 @@ impl OpDef for Resize {
                 ),
                 _ => None,
             };
-            (float_values(ctx.opt_input(2)), sizes)
+            let scales = float_values(ctx.opt_input(2)).filter(|s| !s.is_empty());
+            if scales.is_some() && sizes.is_some() {
+                return Err(super::invalid(
+                    "both `scales` and `sizes` are given; the spec allows one",
+                ));
+            }
+            (scales, sizes)
         };
         let axes: Vec<usize> = match ctx.attrs().ints("axes") {
             Some(axes) => axes
