@@ -202,7 +202,7 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     }
     for (path, tensor) in planned {
         protected
-            .write(&path, &npy_bytes(tensor))
+            .write(&path, &npy::encode_npy(tensor))
             .context("writing an output tensor")?;
         note!(
             "wrote {} {:?}",
@@ -217,34 +217,3 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     ))
 }
 
-/// A tensor as a .npy file (format 1.0, little-endian, C order), the bytes `exec::npy::read_npy`
-/// reads back. Built here rather than with `npy::write_npy`, which writes the file itself: the
-/// binary writes every file through `fsio::write_atomic`.
-fn npy_bytes(tensor: &exec::RtTensor) -> Vec<u8> {
-    let (descr, payload): (&str, Vec<u8>) = match &tensor.data {
-        exec::RtData::F32(v) => ("<f4", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        exec::RtData::I64(v) => ("<i8", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-    };
-    let shape = match tensor.shape.as_slice() {
-        [] => "()".to_string(),
-        [d] => format!("({d},)"),
-        dims => format!(
-            "({})",
-            dims.iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    // Data starts on a 64-byte boundary; the header ends with a newline.
-    let total = 10 + header.len() + 1;
-    header.push_str(&" ".repeat((64 - total % 64) % 64));
-    header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + payload.len());
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(&payload);
-    out
-}

@@ -114,19 +114,18 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
     Ok(RtTensor { shape, data })
 }
 
-pub fn write_npy(path: &Path, tensor: &RtTensor) -> Result<(), ExecError> {
+/// The bytes of a NumPy `.npy` file (format 1.0) holding `tensor`.
+pub fn encode_npy(tensor: &RtTensor) -> Vec<u8> {
     let (descr, payload): (&str, Vec<u8>) = match &tensor.data {
         RtData::F32(v) => ("<f4", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         RtData::I64(v) => ("<i8", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
     };
-    let shape = match tensor.shape.len() {
-        0 => "()".to_string(),
-        1 => format!("({},)", tensor.shape[0]),
-        _ => format!(
+    let shape = match tensor.shape.as_slice() {
+        [] => "()".to_string(),
+        [d] => format!("({d},)"),
+        dims => format!(
             "({})",
-            tensor
-                .shape
-                .iter()
+            dims.iter()
                 .map(|d| d.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
@@ -142,7 +141,12 @@ pub fn write_npy(path: &Path, tensor: &RtTensor) -> Result<(), ExecError> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&payload);
-    std::fs::write(path, out).map_err(|e| bad(path, e.to_string()))
+    out
+}
+
+/// Writes `tensor` as a `.npy` file, atomically.
+pub fn write_npy(path: &Path, tensor: &RtTensor) -> Result<(), ExecError> {
+    crate::fsio::write_atomic(path, &encode_npy(tensor)).map_err(|e| bad(path, e.to_string()))
 }
 
 #[cfg(test)]
