@@ -12,7 +12,9 @@ use crate::analysis::onnx_proto::{
     attribute_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto, ModelProto,
     NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
-use crate::analysis::ops::fused::DOMAIN;
+use crate::analysis::ops::fused::activation::{Operand, StdNode};
+use crate::analysis::ops::fused::chain::{self, UnaryStep};
+use crate::analysis::ops::fused::{Activation, ChainStep, DOMAIN};
 use crate::analysis::tensor::{DType, Dim, Tensor, TensorData};
 
 /// QDQ and Cast forms of the quantized and half-precision ops.
@@ -269,109 +271,54 @@ impl Writer<'_> {
         });
     }
 
-    /// Emits `out = activation(x)` with standard operators for the model's opset.
-    fn activation(&mut self, node: &str, act: &str, a: f32, b: f32, x: String, out: String) {
-        let opset = self.graph.opset;
+    /// Emits `out = activation(x)` with the standard operators the vocabulary gives for the
+    /// model's opset (`Activation::expand`).
+    fn activation(&mut self, node: &str, act: Activation, x: String, out: String) {
+        match act {
+            Activation::None => self.emit("Identity", node, vec![x], vec![out], vec![]),
+            _ => self.expansion(node, &act.expand(self.graph.opset), x, out),
+        }
+    }
+
+    /// Emits an expansion: the intermediate values are named first, then its scalars, in node
+    /// order; the last node writes `out` and takes the name `node`.
+    fn expansion(&mut self, node: &str, nodes: &[StdNode], x: String, out: String) {
         let float = |n: &str, v: f32| AttributeProto {
             name: n.into(),
             r#type: attribute_type::FLOAT,
             f: v,
             ..Default::default()
         };
-        match act {
-            "relu" => self.emit("Relu", node, vec![x], vec![out], vec![]),
-            "sigmoid" => self.emit("Sigmoid", node, vec![x], vec![out], vec![]),
-            "tanh" => self.emit("Tanh", node, vec![x], vec![out], vec![]),
-            "leaky_relu" => self.emit(
-                "LeakyRelu",
-                node,
-                vec![x],
-                vec![out],
-                vec![float("alpha", a)],
-            ),
-            "hard_sigmoid" => self.emit(
-                "HardSigmoid",
-                node,
-                vec![x],
-                vec![out],
-                vec![float("alpha", a), float("beta", b)],
-            ),
-            "clip" if opset >= 11 => {
-                let lo = self.scalar(&out, a);
-                let hi = self.scalar(&out, b);
-                self.emit("Clip", node, vec![x, lo, hi], vec![out], vec![]);
-            }
-            "clip" => self.emit(
-                "Clip",
-                node,
-                vec![x],
-                vec![out],
-                vec![float("min", a), float("max", b)],
-            ),
-            "hard_swish" if opset >= 14 => self.emit("HardSwish", node, vec![x], vec![out], vec![]),
-            "hard_swish" => {
-                let gate = self.fresh(&out);
-                self.emit(
-                    "HardSigmoid",
-                    &format!("{node}_gate"),
-                    vec![x.clone()],
-                    vec![gate.clone()],
-                    vec![float("alpha", 1.0 / 6.0), float("beta", 0.5)],
-                );
-                self.emit("Mul", node, vec![x, gate], vec![out], vec![]);
-            }
-            "silu" => {
-                let gate = self.fresh(&out);
-                self.emit(
-                    "Sigmoid",
-                    &format!("{node}_gate"),
-                    vec![x.clone()],
-                    vec![gate.clone()],
-                    vec![],
-                );
-                self.emit("Mul", node, vec![x, gate], vec![out], vec![]);
-            }
-            "gelu" => {
-                let (scaled, erf, shifted, half) = (
-                    self.fresh(&out),
-                    self.fresh(&out),
-                    self.fresh(&out),
-                    self.fresh(&out),
-                );
-                let sqrt2 = self.scalar(&out, std::f32::consts::SQRT_2);
-                let one = self.scalar(&out, 1.0);
-                let half_c = self.scalar(&out, 0.5);
-                self.emit(
-                    "Div",
-                    &format!("{node}_div"),
-                    vec![x.clone(), sqrt2],
-                    vec![scaled.clone()],
-                    vec![],
-                );
-                self.emit(
-                    "Erf",
-                    &format!("{node}_erf"),
-                    vec![scaled],
-                    vec![erf.clone()],
-                    vec![],
-                );
-                self.emit(
-                    "Add",
-                    &format!("{node}_add"),
-                    vec![erf, one],
-                    vec![shifted.clone()],
-                    vec![],
-                );
-                self.emit(
-                    "Mul",
-                    &format!("{node}_half"),
-                    vec![x, half_c],
-                    vec![half.clone()],
-                    vec![],
-                );
-                self.emit("Mul", node, vec![half, shifted], vec![out], vec![]);
-            }
-            _ => self.emit("Identity", node, vec![x], vec![out], vec![]),
+        let last = nodes.len().saturating_sub(1);
+        let outputs: Vec<String> = (0..nodes.len())
+            .map(|k| {
+                if k == last {
+                    out.clone()
+                } else {
+                    self.fresh(&out)
+                }
+            })
+            .collect();
+        let inputs: Vec<Vec<String>> = nodes
+            .iter()
+            .map(|n| {
+                n.inputs
+                    .iter()
+                    .map(|operand| match *operand {
+                        Operand::X => x.clone(),
+                        Operand::Prev(k) => outputs[k].clone(),
+                        Operand::Scalar(v) => self.scalar(&out, v),
+                    })
+                    .collect()
+            })
+            .collect();
+        for ((n, inputs), output) in nodes.iter().zip(inputs).zip(outputs) {
+            let name = match n.suffix {
+                Some(suffix) => format!("{node}_{suffix}"),
+                None => node.to_string(),
+            };
+            let attrs = n.attrs.iter().map(|&(k, v)| float(k, v)).collect();
+            self.emit(n.op, &name, inputs, vec![output], attrs);
         }
     }
 
@@ -396,30 +343,21 @@ impl Writer<'_> {
     }
 
     fn fused(&mut self, node: &Node) -> Result<(), ExportError> {
-        let act = node
-            .attrs
-            .string("activation")
-            .unwrap_or("none")
-            .to_string();
-        let (a, b) = (
-            node.attrs.float_or("act_alpha", 0.0),
-            node.attrs.float_or("act_beta", 0.0),
-        );
+        let refuse = |reason: String| ExportError::Node {
+            node: node.name.clone(),
+            reason,
+        };
         let out = self.name(Some(node.outputs[0]));
         let base_attrs: Vec<AttributeProto> = node
             .attrs
             .0
             .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "activation" | "act_alpha" | "act_beta" | "steps"
-                )
-            })
+            .filter(|(k, _)| !Activation::is_attr(k) && k.as_str() != chain::ATTR)
             .filter_map(|(k, v)| attribute(k, v))
             .collect();
         match node.op_type.as_str() {
             "FusedConv" | "FusedGemm" | "FusedMatMul" => {
+                let act = Activation::from_attrs(&node.attrs).map_err(refuse)?;
                 let base = match node.op_type.as_str() {
                     "FusedConv" => "Conv",
                     "FusedGemm" => "Gemm",
@@ -473,7 +411,7 @@ impl Writer<'_> {
                     );
                     current = next;
                 }
-                if act == "none" {
+                if act == Activation::None {
                     self.emit(
                         "Identity",
                         &format!("{}_out", node.name),
@@ -482,19 +420,12 @@ impl Writer<'_> {
                         vec![],
                     );
                 } else {
-                    self.activation(&format!("{}_act", node.name), &act, a, b, current, out);
+                    self.activation(&format!("{}_act", node.name), act, current, out);
                 }
             }
             "ElementwiseChain" => {
-                let steps = match node.attrs.get("steps") {
-                    Some(Attr::Strings(s)) => s.clone(),
-                    _ => {
-                        return Err(ExportError::Node {
-                            node: node.name.clone(),
-                            reason: "chain without steps".into(),
-                        })
-                    }
-                };
+                let steps =
+                    ChainStep::from_attrs(&node.attrs, node.inputs.len()).map_err(refuse)?;
                 let chain_input = self.name(node.inputs[0]);
                 let mut current = chain_input.clone();
                 for (k, step) in steps.iter().enumerate() {
@@ -503,64 +434,38 @@ impl Writer<'_> {
                     } else {
                         self.fresh(&out)
                     };
-                    let parts: Vec<&str> = step.split(':').collect();
                     let step_name = format!("{}_{k}", node.name);
-                    match parts.as_slice() {
-                        ["unary", name, a, b] => {
-                            let (a, b) = (a.parse().unwrap_or(0.0), b.parse().unwrap_or(0.0));
-                            let op = match *name {
-                                "exp" => Some("Exp"),
-                                "log" => Some("Log"),
-                                "sqrt" => Some("Sqrt"),
-                                "neg" => Some("Neg"),
-                                "abs" => Some("Abs"),
-                                "reciprocal" => Some("Reciprocal"),
-                                "erf" => Some("Erf"),
-                                _ => None,
-                            };
-                            match op {
-                                Some(op) => self.emit(
-                                    op,
-                                    &step_name,
-                                    vec![current],
-                                    vec![target.clone()],
-                                    vec![],
-                                ),
-                                None => {
-                                    self.activation(&step_name, name, a, b, current, target.clone())
-                                }
-                            }
+                    match *step {
+                        ChainStep::Unary(UnaryStep::Math(m)) => self.emit(
+                            m.onnx_op(),
+                            &step_name,
+                            vec![current],
+                            vec![target.clone()],
+                            vec![],
+                        ),
+                        ChainStep::Unary(UnaryStep::Activation(act)) => {
+                            self.activation(&step_name, act, current, target.clone())
                         }
-                        // A binary step with a constant operand (`const:OP:INDEX:SWAPPED`) or
-                        // with the chain's own input (`input:OP:SWAPPED`).
-                        ["const", op, _, swapped] | ["input", op, swapped] => {
-                            let other = match parts.as_slice() {
-                                ["const", _, index, _] => self.name(
-                                    node.inputs
-                                        .get(index.parse().unwrap_or(1))
-                                        .copied()
-                                        .flatten(),
-                                ),
+                        // A binary step with a constant operand or with the chain's own input.
+                        ChainStep::Const { op, swapped, .. } | ChainStep::Input { op, swapped } => {
+                            let other = match *step {
+                                ChainStep::Const { index, .. } => {
+                                    let operand = node.inputs.get(index).copied().flatten();
+                                    if operand.is_none() {
+                                        return Err(refuse(format!(
+                                            "step `{step}`: no input {index}"
+                                        )));
+                                    }
+                                    self.name(operand)
+                                }
                                 _ => chain_input.clone(),
                             };
-                            let ins = if *swapped == "1" {
+                            let ins = if swapped {
                                 vec![other, current]
                             } else {
                                 vec![current, other]
                             };
-                            self.emit(
-                                onnx_binary(op),
-                                &step_name,
-                                ins,
-                                vec![target.clone()],
-                                vec![],
-                            );
-                        }
-                        _ => {
-                            return Err(ExportError::Node {
-                                node: node.name.clone(),
-                                reason: format!("bad chain step `{step}`"),
-                            })
+                            self.emit(op.onnx_op(), &step_name, ins, vec![target.clone()], vec![]);
                         }
                     }
                     current = target;
@@ -577,19 +482,6 @@ impl Writer<'_> {
             }
         }
         Ok(())
-    }
-}
-
-/// The ONNX operator of a chain step's binary op name.
-fn onnx_binary(op: &str) -> &'static str {
-    match op {
-        "add" => "Add",
-        "sub" => "Sub",
-        "mul" => "Mul",
-        "div" => "Div",
-        "pow" => "Pow",
-        "max" => "Max",
-        _ => "Min",
     }
 }
 
@@ -770,314 +662,4 @@ pub fn to_model(graph: &Graph) -> Result<ModelProto, ExportError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-    use std::path::Path;
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::analysis::edit::collect_outer_reads;
-    use crate::analysis::import;
-
-    fn info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
-        ValueInfoProto {
-            name: name.into(),
-            r#type: Some(TypeProto {
-                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                    elem_type,
-                    shape: Some(TensorShapeProto {
-                        dim: dims
-                            .iter()
-                            .map(|&d| tensor_shape_proto::Dimension {
-                                value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                                denotation: String::new(),
-                            })
-                            .collect(),
-                    }),
-                })),
-                denotation: String::new(),
-            }),
-            doc_string: String::new(),
-        }
-    }
-
-    fn weight(name: &str, value: f32) -> TensorProto {
-        TensorProto {
-            dims: vec![1, 4],
-            data_type: 1,
-            name: name.into(),
-            float_data: vec![value; 4],
-            ..Default::default()
-        }
-    }
-
-    fn node(op: &str, inputs: &[&str], output: &str, attribute: Vec<AttributeProto>) -> NodeProto {
-        NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: vec![output.into()],
-            name: format!("{op}_{output}"),
-            op_type: op.into(),
-            attribute,
-            ..Default::default()
-        }
-    }
-
-    fn branch(name: &str, nodes: Vec<NodeProto>, output: &str) -> GraphProto {
-        GraphProto {
-            name: name.into(),
-            node: nodes,
-            output: vec![info(output, 1, &[1, 4])],
-            ..Default::default()
-        }
-    }
-
-    fn if_node(cond: &str, then: GraphProto, otherwise: GraphProto, output: &str) -> NodeProto {
-        let graph_attr = |name: &str, g: GraphProto| AttributeProto {
-            name: name.into(),
-            r#type: attribute_type::GRAPH,
-            g: Some(g),
-            ..Default::default()
-        };
-        node(
-            "If",
-            &[cond],
-            output,
-            vec![
-                graph_attr("then_branch", then),
-                graph_attr("else_branch", otherwise),
-            ],
-        )
-    }
-
-    /// `h = x + w` (also an output); `y = If(cond) { h + a } else { If(cond) { h * c } else
-    /// { h - c } * b }`: `a`, `b` and `c` are top-level initializers only the branches read.
-    /// `if_first` lists the If before the node producing `h` (which it reads only by name).
-    fn if_model(if_first: bool, extra_read: Option<&str>) -> ModelProto {
-        let inner = if_node(
-            "cond",
-            branch(
-                "inner_then",
-                vec![node("Mul", &["h", "c"], "it", vec![])],
-                "it",
-            ),
-            branch(
-                "inner_else",
-                vec![node("Sub", &["h", "c"], "ie", vec![])],
-                "ie",
-            ),
-            "inner",
-        );
-        let mut then_nodes = vec![node("Add", &["h", "a"], "t", vec![])];
-        if let Some(name) = extra_read {
-            then_nodes.push(node("Add", &["t", name], "t2", vec![]));
-        }
-        let then_out = if extra_read.is_some() { "t2" } else { "t" };
-        let choose = if_node(
-            "cond",
-            branch("then", then_nodes, then_out),
-            branch(
-                "else",
-                vec![inner, node("Mul", &["inner", "b"], "e", vec![])],
-                "e",
-            ),
-            "y",
-        );
-        let add = node("Add", &["x", "w"], "h", vec![]);
-        let nodes = if if_first {
-            vec![choose, add]
-        } else {
-            vec![add, choose]
-        };
-        ModelProto {
-            ir_version: 8,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: 17,
-            }],
-            graph: Some(GraphProto {
-                name: "if_model".into(),
-                node: nodes,
-                initializer: vec![
-                    weight("w", 1.0),
-                    weight("a", 2.0),
-                    weight("b", 3.0),
-                    weight("c", 4.0),
-                ],
-                input: vec![info("x", 1, &[1, 4]), info("cond", 9, &[])],
-                output: vec![info("y", 1, &[1, 4]), info("h", 1, &[1, 4])],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    fn graph_of(model: &ModelProto) -> Graph {
-        import::import_model(model, Path::new("."), Path::new("if_model.onnx")).unwrap()
-    }
-
-    fn initializer_names(model: &ModelProto) -> BTreeSet<String> {
-        model
-            .graph
-            .as_ref()
-            .unwrap()
-            .initializer
-            .iter()
-            .map(|t| t.name.clone())
-            .collect()
-    }
-
-    #[test]
-    fn initializers_read_only_by_subgraphs_are_written() {
-        let model = to_model(&graph_of(&if_model(false, None))).unwrap();
-        let names = initializer_names(&model);
-        for name in ["a", "b", "c", "w"] {
-            assert!(names.contains(name), "`{name}` dropped: {names:?}");
-        }
-        let graph = model.graph.as_ref().unwrap();
-        let a = graph.initializer.iter().find(|t| t.name == "a").unwrap();
-        assert_eq!(a.dims, vec![1, 4]);
-        assert_eq!(&a.raw_data[..], &2.0f32.to_le_bytes().repeat(4)[..]);
-        // The branches themselves are written unchanged.
-        let choose = graph.node.iter().find(|n| n.op_type == "If").unwrap();
-        assert_eq!(choose.attribute.len(), 2);
-    }
-
-    #[test]
-    fn export_without_rewrites_keeps_the_initializer_names() {
-        let source = if_model(false, None);
-        let exported = to_model(&graph_of(&source)).unwrap();
-        assert_eq!(initializer_names(&exported), initializer_names(&source));
-        // And a second round trip through the exported file changes nothing.
-        let again = to_model(&graph_of(&exported)).unwrap();
-        assert_eq!(initializer_names(&again), initializer_names(&source));
-    }
-
-    #[test]
-    fn advise_keeps_the_initializers_subgraphs_read() {
-        let source = if_model(false, None);
-        let device = crate::device::find_device("rtx2080ti")
-            .unwrap()
-            .to_profile();
-        let (_, rewritten) = crate::advisor::advise(
-            graph_of(&source),
-            "if_model",
-            &device,
-            &Default::default(),
-            &Default::default(),
-        )
-        .unwrap();
-        let exported = to_model(&rewritten).unwrap();
-        assert_eq!(initializer_names(&exported), initializer_names(&source));
-    }
-
-    #[test]
-    fn advise_keeps_the_producers_of_values_only_subgraphs_read() {
-        // `h` is no graph output here: only the branches read it, by name.
-        let mut source = if_model(false, None);
-        source.graph.as_mut().unwrap().output.truncate(1);
-        let device = crate::device::find_device("rtx2080ti")
-            .unwrap()
-            .to_profile();
-        let (_, rewritten) = crate::advisor::advise(
-            graph_of(&source),
-            "if_model",
-            &device,
-            &Default::default(),
-            &Default::default(),
-        )
-        .unwrap();
-        let exported = to_model(&rewritten).unwrap();
-        let g = exported.graph.as_ref().unwrap();
-        assert!(g.node.iter().any(|n| n.output == ["h"]), "{:?}", g.node);
-        assert_eq!(initializer_names(&exported), initializer_names(&source));
-    }
-
-    #[test]
-    fn outer_values_are_produced_before_the_node_whose_subgraph_reads_them() {
-        // The file lists the If first; its branches read `h`, which the Add produces.
-        let model = to_model(&graph_of(&if_model(true, None))).unwrap();
-        let ops: Vec<&str> = model
-            .graph
-            .as_ref()
-            .unwrap()
-            .node
-            .iter()
-            .map(|n| n.op_type.as_str())
-            .collect();
-        assert_eq!(ops, ["Add", "If"]);
-    }
-
-    #[test]
-    fn subgraph_read_of_an_unknown_value_is_an_error() {
-        let err = to_model(&graph_of(&if_model(false, Some("ghost")))).unwrap_err();
-        let text = err.to_string();
-        assert!(
-            text.contains("ghost") && text.contains("outer scope"),
-            "{text}"
-        );
-        // A graph input read only by a branch is fine and is not made an initializer.
-        let model = to_model(&graph_of(&if_model(false, Some("x")))).unwrap();
-        assert!(!initializer_names(&model).contains("x"));
-    }
-
-    #[test]
-    fn large_splat_constants_become_constant_of_shape() {
-        let mut graph = graph_of(&if_model(false, None));
-        let set = |graph: &mut Graph, name: &str, shape: Vec<u64>| {
-            let id = graph.value_by_name(name).unwrap();
-            graph.values[id].fact.konst = Some(Arc::new(Tensor {
-                dtype: DType::F32,
-                shape,
-                data: TensorData::Splat(0.5),
-            }));
-        };
-        // Past what `to_f64_vec` materialises (a folded ConstantOfShape of VGG's FC weight).
-        set(&mut graph, "a", vec![5000, 1000]);
-        set(&mut graph, "b", vec![2, 2]);
-        let model = to_model(&graph).unwrap();
-        let g = model.graph.as_ref().unwrap();
-        let names: BTreeSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
-        assert!(!names.contains("a") && names.contains("b"), "{names:?}");
-        let gen = &g.node[0];
-        assert_eq!(
-            (gen.op_type.as_str(), gen.output[0].as_str()),
-            ("ConstantOfShape", "a")
-        );
-        let shape = g
-            .initializer
-            .iter()
-            .find(|t| t.name == gen.input[0])
-            .unwrap();
-        assert_eq!(
-            &shape.raw_data[..],
-            &[5000i64.to_le_bytes(), 1000i64.to_le_bytes()].concat()[..]
-        );
-        let value = gen.attribute[0].t.as_ref().unwrap();
-        assert_eq!(
-            (value.dims.as_slice(), &value.raw_data[..]),
-            (&[1i64][..], &0.5f32.to_le_bytes()[..])
-        );
-        let b = g.initializer.iter().find(|t| t.name == "b").unwrap();
-        assert_eq!(&b.raw_data[..], &0.5f32.to_le_bytes().repeat(4)[..]);
-    }
-
-    #[test]
-    fn outer_reads_respect_the_subgraph_own_names() {
-        let mut reads = BTreeSet::new();
-        let g = branch(
-            "g",
-            vec![
-                node("Add", &["local_in", "outer1"], "mid", vec![]),
-                node("Mul", &["mid", "own_init"], "out", vec![]),
-            ],
-            "out",
-        );
-        let g = GraphProto {
-            input: vec![info("local_in", 1, &[1])],
-            initializer: vec![weight("own_init", 0.0)],
-            ..g
-        };
-        collect_outer_reads(&g, &mut reads);
-        assert_eq!(reads.into_iter().collect::<Vec<_>>(), ["outer1"]);
-    }
-}
+mod tests;

@@ -42,20 +42,15 @@ pub enum AdvisorError {
 pub trait Pass {
     fn name(&self) -> &'static str;
     fn description(&self) -> &'static str;
-    /// `states` are the inference states of `ed.nodes` (same order).
-    fn run(&self, ed: &mut edit::Editor, states: &[NodeState])
-        -> Result<Vec<Change>, AdvisorError>;
-
-    /// `run` with the driver's context (device, options, shared quantization state); passes
-    /// that need it (calibration, roofline decisions) override this one.
-    fn run_with(
+    /// Rewrites `ed`. `states` are the inference states of `ed.nodes` (same order); `ctx` is
+    /// the driver's context (device, options, quantization state), which the float passes
+    /// ignore and the quantization passes need for their roofline decisions and calibration.
+    fn run(
         &self,
         ed: &mut edit::Editor,
         states: &[NodeState],
-        _ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
-        self.run(ed, states)
-    }
+        ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError>;
 
     /// Applied when `--apply` names no pass (the quantization passes are opt-in).
     fn default_enabled(&self) -> bool {
@@ -420,7 +415,7 @@ pub fn advise(
         let mut next = current.clone();
         let changes = {
             let mut ed = edit::Editor::new(&mut next);
-            let changes = pass.run_with(&mut ed, &state_list, &ctx)?;
+            let changes = pass.run(&mut ed, &state_list, &ctx)?;
             ed.finish();
             changes
         };

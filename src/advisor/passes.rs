@@ -1,12 +1,14 @@
 //! The rewrite passes. Each is a pass over the IR that edits nodes as plain data through
 //! `Editor`; the driver re-infers and validates the graph after each one and measures its gain.
 
-use crate::analysis::graph::{Attr, Node, ValueId};
+use crate::analysis::graph::{Node, ValueId};
 use crate::analysis::infer::NodeState;
-use crate::analysis::ops::fused::DOMAIN;
+use crate::analysis::ops::fused::chain::{self, BinaryOp, MathOp, UnaryStep};
+use crate::analysis::ops::fused::{Activation, ChainStep, DOMAIN};
+use crate::analysis::ops::GemmConfig;
 
-use super::{AdvisorError, Change, Pass};
-use crate::analysis::edit::{set_attr, str_attr, Editor};
+use super::{AdvisorError, Change, Pass, PassContext};
+use crate::analysis::edit::{set_attr, Editor};
 
 /// Every pass, in the order the driver applies them.
 pub fn all_passes() -> Vec<Box<dyn Pass>> {
@@ -37,7 +39,12 @@ impl Pass for Fold {
         "constant folding (weights generators, shape arithmetic) and dead-node elimination"
     }
 
-    fn run(&self, ed: &mut Editor, states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+    fn run(
+        &self,
+        ed: &mut Editor,
+        states: &[NodeState],
+        _ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
         let mut changes = Vec::new();
         for i in 0..ed.nodes.len() {
             let node = &ed.nodes[i];
@@ -134,7 +141,12 @@ impl Pass for BnFold {
         "BatchNormalization folded into the preceding Conv/Gemm weights and bias"
     }
 
-    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+    fn run(
+        &self,
+        ed: &mut Editor,
+        _states: &[NodeState],
+        _ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
         let mut changes = Vec::new();
         for i in 0..ed.nodes.len() {
             if ed.removed.contains(&i) {
@@ -188,16 +200,14 @@ impl Pass for BnFold {
                     chunk.iter_mut().for_each(|w| *w *= scale[c]);
                 }
             } else {
-                let trans_b = producer.attrs.int_or("transB", 0) != 0;
+                let config = GemmConfig::from_attrs(&producer.attrs);
+                let trans_b = config.trans_b;
                 let (k, n) = if trans_b {
                     (w_shape[1] as usize, w_shape[0] as usize)
                 } else {
                     (w_shape[0] as usize, w_shape[1] as usize)
                 };
-                if n != channels
-                    || producer.attrs.float_or("alpha", 1.0) != 1.0
-                    || producer.attrs.float_or("beta", 1.0) != 1.0
-                {
+                if n != channels || config.alpha != 1.0 || config.beta != 1.0 {
                     continue;
                 }
                 for kk in 0..k {
@@ -240,58 +250,31 @@ impl Pass for BnFold {
 pub struct Fuse;
 
 /// The epilogue activation a single-input element-wise node applies, with its parameters.
-fn activation_of(ed: &Editor, node: &Node) -> Option<(&'static str, f32, f32)> {
+fn activation_of(ed: &Editor, node: &Node) -> Option<Activation> {
     if !node.domain.is_empty() {
         return None;
     }
-    Some(match node.op_type.as_str() {
-        "Relu" => ("relu", 0.0, 0.0),
-        "Clip" => {
-            let lo = node
-                .attrs
-                .float("min")
-                .or_else(|| ed.const_scalar(node.inputs.get(1).copied().flatten()))
-                .unwrap_or(f32::NEG_INFINITY);
-            let hi = node
-                .attrs
-                .float("max")
-                .or_else(|| ed.const_scalar(node.inputs.get(2).copied().flatten()))
-                .unwrap_or(f32::INFINITY);
-            if node
-                .inputs
-                .iter()
-                .skip(1)
-                .flatten()
-                .any(|&v| ed.fact(v).konst.is_none())
-            {
-                return None;
-            }
-            ("clip", lo, hi)
-        }
-        "LeakyRelu" => ("leaky_relu", node.attrs.float_or("alpha", 0.01), 0.0),
-        "HardSigmoid" => (
-            "hard_sigmoid",
-            node.attrs.float_or("alpha", 0.2),
-            node.attrs.float_or("beta", 0.5),
-        ),
-        "HardSwish" => ("hard_swish", 0.0, 0.0),
-        "Sigmoid" => ("sigmoid", 0.0, 0.0),
-        "Tanh" => ("tanh", 0.0, 0.0),
-        "Gelu" if node.attrs.string("approximate").unwrap_or("none") == "none" => {
-            ("gelu", 0.0, 0.0)
-        }
-        _ => return None,
-    })
-}
-
-fn has_activation(node: &Node) -> bool {
-    node.attrs.string("activation").is_some_and(|a| a != "none")
-}
-
-fn set_activation(node: &mut Node, name: &str, a: f32, b: f32) {
-    set_attr(node, "activation", str_attr(name));
-    set_attr(node, "act_alpha", Attr::Float(a));
-    set_attr(node, "act_beta", Attr::Float(b));
+    // Clip's bounds: attributes (before opset 11) or constant inputs, ±∞ when absent.
+    let clip_bounds = || {
+        let lo = node
+            .attrs
+            .float("min")
+            .or_else(|| ed.const_scalar(node.inputs.get(1).copied().flatten()))
+            .unwrap_or(f32::NEG_INFINITY);
+        let hi = node
+            .attrs
+            .float("max")
+            .or_else(|| ed.const_scalar(node.inputs.get(2).copied().flatten()))
+            .unwrap_or(f32::INFINITY);
+        let constant = node
+            .inputs
+            .iter()
+            .skip(1)
+            .flatten()
+            .all(|&v| ed.fact(v).konst.is_some());
+        constant.then_some((lo, hi))
+    };
+    Activation::of_onnx(&node.op_type, &node.attrs, clip_bounds)
 }
 
 /// Converts a Conv/Gemm/MatMul into its fused form (idempotent).
@@ -373,7 +356,10 @@ impl Fuse {
         let node = ed.nodes[i].clone();
         let conv = (node.domain.is_empty() && node.op_type == "Conv")
             || (node.domain == DOMAIN && node.op_type == "FusedConv");
-        if !conv || has_activation(&node) || node.inputs.get(3).copied().flatten().is_some() {
+        if !conv
+            || Activation::present(&node.attrs)
+            || node.inputs.get(3).copied().flatten().is_some()
+        {
             return None;
         }
         let out = node.outputs[0];
@@ -411,7 +397,7 @@ impl Fuse {
     /// Producer → activation becomes the producer's epilogue activation.
     fn activation(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.nodes[i].clone();
-        if !is_fusable_producer(&node) || has_activation(&node) {
+        if !is_fusable_producer(&node) || Activation::present(&node.attrs) {
             return None;
         }
         let out = node.outputs[0];
@@ -420,15 +406,15 @@ impl Fuse {
         if act.inputs.first().copied().flatten() != Some(out) {
             return None;
         }
-        let (name, a, b) = activation_of(ed, &act)?;
+        let activation = activation_of(ed, &act)?;
         let node_mut = &mut ed.nodes[i];
         to_fused(node_mut);
-        set_activation(node_mut, name, a, b);
+        activation.write_attrs(&mut node_mut.attrs);
         node_mut.outputs[0] = act.outputs[0];
         ed.remove(j);
         Some(Change::new(
             &[&node, &act],
-            &format!("{name} fused into the epilogue"),
+            &format!("{activation} fused into the epilogue"),
         ))
     }
 
@@ -437,7 +423,7 @@ impl Fuse {
     fn pattern(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.nodes[i].clone();
         if !is_fusable_producer(&node)
-            || has_activation(&node)
+            || Activation::present(&node.attrs)
             || ed.is_graph_output(node.outputs[0])
         {
             return None;
@@ -458,7 +444,7 @@ impl Fuse {
             |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.nodes[k], v)) };
         let approx = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
         let (first, second) = (users[0], users[1]);
-        let mut matched: Option<(&'static str, Vec<usize>, ValueId)> = None;
+        let mut matched: Option<(Activation, Vec<usize>, ValueId)> = None;
         for (gate, mul) in [(first, second), (second, first)] {
             // SiLU: Sigmoid(x) → Mul(x, s).
             if op(gate) == "Sigmoid"
@@ -466,7 +452,7 @@ impl Fuse {
                 && other_input(&ed.nodes[mul], x) == Some(ed.nodes[gate].outputs[0])
                 && ed.sole_consumer(ed.nodes[gate].outputs[0]) == Some(mul)
             {
-                matched = Some(("silu", vec![gate, mul], ed.nodes[mul].outputs[0]));
+                matched = Some((Activation::Silu, vec![gate, mul], ed.nodes[mul].outputs[0]));
                 break;
             }
             // Hard-swish: Add(x, 3) → Clip(0, 6) → Mul(x, c) → Div(6) | Mul(1/6).
@@ -481,7 +467,9 @@ impl Fuse {
                 if op(clip) != "Clip" {
                     continue;
                 }
-                let Some(("clip", lo, hi)) = activation_of(ed, &ed.nodes[clip]) else {
+                let Some(Activation::Clip { min: lo, max: hi }) =
+                    activation_of(ed, &ed.nodes[clip])
+                else {
                     continue;
                 };
                 if !(approx(lo, 0.0) && approx(hi, 6.0))
@@ -503,7 +491,7 @@ impl Fuse {
                         && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 1.0 / 6.0));
                 if ok {
                     matched = Some((
-                        "hard_swish",
+                        Activation::HardSwish,
                         vec![gate, clip, mul, scale],
                         ed.nodes[scale].outputs[0],
                     ));
@@ -559,7 +547,7 @@ impl Fuse {
                         )
                     {
                         matched = Some((
-                            "gelu",
+                            Activation::Gelu,
                             vec![gate, erf, add, m1, half],
                             ed.nodes[half].outputs[0],
                         ));
@@ -571,7 +559,7 @@ impl Fuse {
                 {
                     // (0.5·x)·(1+erf)
                     matched = Some((
-                        "gelu",
+                        Activation::Gelu,
                         vec![gate, erf, add, mul, m1],
                         ed.nodes[m1].outputs[0],
                     ));
@@ -579,12 +567,12 @@ impl Fuse {
                 }
             }
         }
-        let (name, members, final_out) = matched?;
+        let (activation, members, final_out) = matched?;
         let mut replaced = vec![node.clone()];
         replaced.extend(members.iter().map(|&k| ed.nodes[k].clone()));
         let node_mut = &mut ed.nodes[i];
         to_fused(node_mut);
-        set_activation(node_mut, name, 0.0, 0.0);
+        activation.write_attrs(&mut node_mut.attrs);
         node_mut.outputs[0] = final_out;
         for k in members {
             ed.remove(k);
@@ -592,7 +580,7 @@ impl Fuse {
         let refs: Vec<&Node> = replaced.iter().collect();
         Some(Change::new(
             &refs,
-            &format!("{name} pattern fused into the epilogue"),
+            &format!("{activation} pattern fused into the epilogue"),
         ))
     }
 }
@@ -606,7 +594,12 @@ impl Pass for Fuse {
         "Conv/Gemm/MatMul with bias, residual add and activation (ReLU, Clip, LeakyReLU, HardSigmoid, HardSwish, Sigmoid, SiLU, GELU) in one kernel"
     }
 
-    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+    fn run(
+        &self,
+        ed: &mut Editor,
+        _states: &[NodeState],
+        _ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
         let mut changes = Vec::new();
         loop {
             let before = changes.len();
@@ -636,7 +629,7 @@ impl Pass for Fuse {
 
 pub struct Eltwise;
 
-/// The chain-step encoding of one element-wise node continuing a chain on `value`.
+/// The chain step of one element-wise node continuing a chain on `value`.
 fn chain_step(
     ed: &Editor,
     node: &Node,
@@ -644,40 +637,18 @@ fn chain_step(
     chain_input: ValueId,
     operands: &mut Vec<ValueId>,
     out_shape: &[u64],
-) -> Option<String> {
+) -> Option<ChainStep> {
     if !node.domain.is_empty() || node.inputs.first().copied().flatten().is_none() {
         return None;
     }
-    if let Some((name, a, b)) = activation_of(ed, node) {
-        if node.inputs.first().copied().flatten() != Some(value) {
-            return None;
-        }
-        return Some(format!("unary:{name}:{a}:{b}"));
-    }
-    let unary = match node.op_type.as_str() {
-        "Exp" => Some("exp"),
-        "Log" => Some("log"),
-        "Sqrt" => Some("sqrt"),
-        "Neg" => Some("neg"),
-        "Abs" => Some("abs"),
-        "Reciprocal" => Some("reciprocal"),
-        "Erf" => Some("erf"),
-        _ => None,
-    };
-    if let Some(name) = unary {
+    let unary = activation_of(ed, node)
+        .map(UnaryStep::Activation)
+        .or_else(|| MathOp::of_onnx(&node.op_type).map(UnaryStep::Math));
+    if let Some(unary) = unary {
         return (node.inputs.first().copied().flatten() == Some(value))
-            .then(|| format!("unary:{name}:0:0"));
+            .then_some(ChainStep::Unary(unary));
     }
-    let op = match node.op_type.as_str() {
-        "Add" => "add",
-        "Sub" => "sub",
-        "Mul" => "mul",
-        "Div" => "div",
-        "Pow" => "pow",
-        "Max" => "max",
-        "Min" => "min",
-        _ => return None,
-    };
+    let op = BinaryOp::of_onnx(&node.op_type)?;
     if node.inputs.len() != 2 {
         return None;
     }
@@ -690,7 +661,7 @@ fn chain_step(
         return None;
     };
     if other == chain_input {
-        return Some(format!("input:{op}:{}", u8::from(swapped)));
+        return Some(ChainStep::Input { op, swapped });
     }
     // A constant operand: a scalar, or one value per channel (axis 1 of an NCHW tensor).
     let fact = ed.fact(other);
@@ -712,11 +683,11 @@ fn chain_step(
         return None;
     }
     operands.push(other);
-    Some(format!(
-        "const:{op}:{}:{}",
-        operands.len(),
-        u8::from(swapped)
-    ))
+    Some(ChainStep::Const {
+        op,
+        index: operands.len(),
+        swapped,
+    })
 }
 
 impl Pass for Eltwise {
@@ -728,7 +699,12 @@ impl Pass for Eltwise {
         "chains of element-wise ops in one pass over memory; cancelling Transpose/Reshape pairs removed"
     }
 
-    fn run(&self, ed: &mut Editor, _states: &[NodeState]) -> Result<Vec<Change>, AdvisorError> {
+    fn run(
+        &self,
+        ed: &mut Editor,
+        _states: &[NodeState],
+        _ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
         let mut changes = Vec::new();
         // Transpose pairs that cancel.
         for i in 0..ed.nodes.len() {
@@ -855,7 +831,7 @@ impl Pass for Eltwise {
                 inputs,
                 outputs: vec![value],
             };
-            set_attr(&mut fused, "steps", Attr::Strings(steps.clone()));
+            set_attr(&mut fused, chain::ATTR, ChainStep::to_attr(&steps));
             for &k in &members[1..] {
                 ed.remove(k);
             }

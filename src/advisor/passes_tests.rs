@@ -6,7 +6,7 @@
 //! 2, int8 4 TOP/s, 100 GB/s, 1 µs per op) so that every decision can be predicted by hand.
 
 use super::Fold;
-use crate::advisor::{advise, AdviceReport, AdviseOptions, Pass};
+use crate::advisor::{advise, AdviceReport, AdviseOptions, Pass, PassContext};
 use crate::analysis::edit::Editor;
 use crate::analysis::graph::{Attr, Attributes, Graph, Node, ValueId};
 use crate::analysis::infer::{Bindings, NodeState};
@@ -272,8 +272,16 @@ fn fold_on_an_editor_directly() {
     let (order, states, _) = analysis::prepare_graph(&mut g, &Bindings::default()).unwrap();
     let states: Vec<NodeState> = order.iter().map(|id| states[id].clone()).collect();
     assert!(matches!(states[0], NodeState::Folded));
+    let device = find_device("rtx2080ti").unwrap().to_profile();
+    let (analyze, options) = (AnalyzeOptions::default(), AdviseOptions::default());
+    let ctx = PassContext {
+        device: &device,
+        analyze: &analyze,
+        options: &options,
+        quant: Default::default(),
+    };
     let mut ed = Editor::new(&mut g);
-    let changes = Fold.run(&mut ed, &states).unwrap();
+    let changes = Fold.run(&mut ed, &states, &ctx).unwrap();
     ed.finish();
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert_eq!(op_types(&g), ["Mul"]);

@@ -23,9 +23,9 @@
 
 use super::AdvisorError;
 use crate::analysis::edit::Editor;
-use crate::analysis::graph::{Attr, Graph, Node, ValueId};
+use crate::analysis::graph::{Graph, Node, ValueId};
 use crate::analysis::ops::fused::quant::slot;
-use crate::analysis::ops::fused::DOMAIN;
+use crate::analysis::ops::fused::{Activation, DOMAIN};
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
 
 /// What [`lower_qdq`] rewrote.
@@ -219,7 +219,7 @@ fn absorb_residual(ed: &mut Editor, i: usize) {
     let node = &ed.nodes[i];
     if node.op_type != "QConv"
         || node.inputs.get(slot::RESIDUAL).copied().flatten().is_some()
-        || node.attrs.string("activation").is_some_and(|s| s != "none")
+        || Activation::present(&node.attrs)
         || node.inputs.get(slot::Y_SCALE).copied().flatten().is_some()
     {
         return;
@@ -291,11 +291,8 @@ fn absorb_bias(ed: &mut Editor, i: usize) {
 
 /// A Relu, or a Clip with constant bounds (attributes before opset 11, inputs after): the
 /// epilogue activation it is.
-fn activation_node(ed: &Editor, node: &Node) -> Option<(&'static str, f32, f32)> {
-    if is_op(node, "Relu") {
-        return Some(("relu", 0.0, 0.0));
-    }
-    if !is_op(node, "Clip") {
+fn activation_node(ed: &Editor, node: &Node) -> Option<Activation> {
+    if !is_op(node, "Relu") && !is_op(node, "Clip") {
         return None;
     }
     let bound = |i: usize, attr: &str, default: f32| -> Option<f32> {
@@ -304,32 +301,25 @@ fn activation_node(ed: &Editor, node: &Node) -> Option<(&'static str, f32, f32)>
             None => Some(node.attrs.float_or(attr, default)),
         }
     };
-    Some((
-        "clip",
-        bound(1, "min", f32::NEG_INFINITY)?,
-        bound(2, "max", f32::INFINITY)?,
-    ))
+    Activation::of_onnx(&node.op_type, &node.attrs, || {
+        Some((
+            bound(1, "min", f32::NEG_INFINITY)?,
+            bound(2, "max", f32::INFINITY)?,
+        ))
+    })
 }
 
 /// Moves the Relu / Clip node `a` (sole reader of node `i`'s output) into `i`'s epilogue.
 fn absorb_activation(ed: &mut Editor, i: usize, a: usize) {
     let an = ed.nodes[a].clone();
-    if ed.nodes[i]
-        .attrs
-        .string("activation")
-        .is_some_and(|s| s != "none")
-    {
+    if Activation::present(&ed.nodes[i].attrs) {
         return;
     }
-    let Some((name, lo, hi)) = activation_node(ed, &an) else {
+    let Some(activation) = activation_node(ed, &an) else {
         return;
     };
     let q = &mut ed.nodes[i];
-    q.attrs
-        .0
-        .insert("activation".into(), Attr::String(name.into()));
-    q.attrs.0.insert("act_alpha".into(), Attr::Float(lo));
-    q.attrs.0.insert("act_beta".into(), Attr::Float(hi));
+    activation.write_attrs(&mut q.attrs);
     q.outputs = an.outputs.clone();
     ed.remove(a);
 }

@@ -216,4 +216,3 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         args.strict,
     ))
 }
-

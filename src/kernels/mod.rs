@@ -3,7 +3,8 @@
 //! version; ISA variants are picked at run time (`is_x86_feature_detected!`) once and cached.
 
 pub mod conv;
-pub mod depthwise;
+/// The direct depthwise kernel, a child of `conv` (`kernels/conv/depthwise.rs`), at its old path.
+pub use conv::depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod math;

@@ -14,6 +14,7 @@ use super::{attribute, AttributeProto, ExportError, Writer};
 use crate::analysis::graph::Node;
 use crate::analysis::onnx_proto::attribute_type;
 use crate::analysis::ops::fused::quant::slot;
+use crate::analysis::ops::fused::Activation;
 
 fn int_attr(name: &str, v: i64) -> AttributeProto {
     AttributeProto {
@@ -78,11 +79,10 @@ impl Writer<'_> {
             );
             current = next;
         }
-        let act = node
-            .attrs
-            .string("activation")
-            .unwrap_or("none")
-            .to_string();
+        let act = Activation::from_attrs(&node.attrs).map_err(|reason| ExportError::Node {
+            node: node.name.clone(),
+            reason,
+        })?;
         let requant =
             node.op_type.starts_with('Q') && self.input_name(node, slot::Y_SCALE).is_some();
         let act_out = if requant {
@@ -90,7 +90,7 @@ impl Writer<'_> {
         } else {
             out.clone()
         };
-        if act == "none" {
+        if act == Activation::None {
             self.emit(
                 "Identity",
                 &format!("{}_out", node.name),
@@ -99,18 +99,7 @@ impl Writer<'_> {
                 vec![],
             );
         } else {
-            let (a, b) = (
-                node.attrs.float_or("act_alpha", 0.0),
-                node.attrs.float_or("act_beta", 0.0),
-            );
-            self.activation(
-                &format!("{}_act", node.name),
-                &act,
-                a,
-                b,
-                current,
-                act_out.clone(),
-            );
+            self.activation(&format!("{}_act", node.name), act, current, act_out.clone());
         }
         if requant {
             let ys = self.scale_name(node, slot::Y_SCALE, &out)?;
@@ -144,12 +133,7 @@ impl Writer<'_> {
             .attrs
             .0
             .iter()
-            .filter(|(k, _)| {
-                !matches!(
-                    k.as_str(),
-                    "activation" | "act_alpha" | "act_beta" | "dtype"
-                )
-            })
+            .filter(|(k, _)| !Activation::is_attr(k) && k.as_str() != "dtype")
             .filter_map(|(k, v)| attribute(k, v))
             .collect();
         let conv = node.op_type.ends_with("Conv");

@@ -7,18 +7,29 @@
 //! - `ElementwiseChain`: a chain of element-wise steps on X (input 0) with constant operands
 //!   (inputs 1..), encoded in the `steps` attribute.
 //!
+//! The epilogue activation (`activation`, `act_alpha`, `act_beta`) and the chain steps are one
+//! typed vocabulary, `activation.rs` and `chain.rs`: an unknown name or a malformed step makes
+//! inference fail with an invalid-input error.
+//!
 //! Cost: the base op's FLOPs plus the epilogue's per-output FLOPs (residual add 1, activation
-//! from the element-wise table), and the traffic of one kernel: inputs read once, the output
+//! from the vocabulary, equal to the element-wise op's), and the traffic of one kernel: inputs read once, the output
 //! written once. The intermediate tensors the unfused graph wrote and re-read are gone, which is
 //! exactly the predicted gain of a fusion.
 
-use super::{CostCtx, InferCtx, OpCost, OpDef, OpNode, OpResult};
+use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpNode, OpResult};
 use crate::analysis::tensor::TensorFact;
 
 pub const DOMAIN: &str = "roofline";
 
+/// The epilogue activation vocabulary (attributes, cost, ONNX forms).
+pub mod activation;
+/// The `ElementwiseChain` step vocabulary.
+pub mod chain;
 /// Quantized and half-precision ops (`QConv`, `QMatMul`, `HalfConv`, `HalfMatMul`, `FakeQuant`).
 pub mod quant;
+
+pub use activation::Activation;
+pub use chain::ChainStep;
 
 struct FusedConv;
 struct FusedGemm;
@@ -33,38 +44,6 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "ElementwiseChain" => &ElementwiseChain,
         _ => return quant::lookup(op_type),
     })
-}
-
-/// (FLOPs, transcendental) per element of an activation, by its `activation` attribute name.
-pub fn activation_cost(name: &str) -> (u64, u64) {
-    match name {
-        "" | "none" => (0, 0),
-        "relu" => (1, 0),
-        "clip" => (2, 0),
-        "leaky_relu" => (2, 0),
-        "hard_sigmoid" => (4, 0),
-        "hard_swish" => (5, 0),
-        "sigmoid" => (2, 1),
-        "silu" => (3, 1),
-        "gelu" => (4, 1),
-        "tanh" => (0, 1),
-        _ => (1, 0),
-    }
-}
-
-/// (FLOPs, transcendental) per element of one chain step (`unary:NAME[:a:b]`, `const:OP:INDEX`,
-/// `input:OP`).
-pub fn step_cost(step: &str) -> (u64, u64) {
-    let mut parts = step.split(':');
-    match (parts.next(), parts.next()) {
-        (Some("unary"), Some(name)) => match name {
-            "add_scalar" | "mul_scalar" | "neg" | "abs" | "relu" | "reciprocal" => (1, 0),
-            "exp" | "log" | "tanh" | "erf" | "sqrt" => (0, 1),
-            other => activation_cost(other),
-        },
-        (Some("const"), Some("pow")) | (Some("input"), Some("pow")) => (0, 1),
-        _ => (1, 0),
-    }
 }
 
 fn inner_ctx<'a>(ctx: &'a InferCtx<'a>, op_type: &'a str, inputs: usize) -> InferCtx<'a> {
@@ -97,9 +76,14 @@ fn base_cost(ctx: &CostCtx, op_type: &str, inputs: usize) -> OpResult<OpCost> {
     op.cost(&inner)
 }
 
+/// The node's epilogue activation; an unknown one is invalid input.
+fn checked_activation(ctx: &InferCtx) -> OpResult<Activation> {
+    Activation::from_attrs(ctx.attrs()).map_err(invalid)
+}
+
 fn epilogue(ctx: &CostCtx, mut cost: OpCost, residual: bool) -> OpResult<OpCost> {
     let outputs = ctx.output_elements(0)?;
-    let (flops, transcendental) = activation_cost(ctx.attrs().string("activation").unwrap_or(""));
+    let (flops, transcendental) = Activation::from_attrs(ctx.attrs())?.cost();
     cost.flops += outputs * (flops + u64::from(residual));
     cost.transcendental += outputs * transcendental;
     cost.bytes = ctx.default_traffic()?;
@@ -108,6 +92,7 @@ fn epilogue(ctx: &CostCtx, mut cost: OpCost, residual: bool) -> OpResult<OpCost>
 
 impl OpDef for FusedConv {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::lookup("", "Conv").ok_or("internal: Conv missing")?;
         op.infer(&inner_ctx(ctx, "Conv", 3))
     }
@@ -121,6 +106,7 @@ impl OpDef for FusedConv {
 
 impl OpDef for FusedGemm {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::lookup("", "Gemm").ok_or("internal: Gemm missing")?;
         op.infer(&inner_ctx(ctx, "Gemm", 3))
     }
@@ -133,6 +119,7 @@ impl OpDef for FusedGemm {
 
 impl OpDef for FusedMatMul {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::lookup("", "MatMul").ok_or("internal: MatMul missing")?;
         op.infer(&inner_ctx(ctx, "MatMul", 2))
     }
@@ -148,6 +135,7 @@ impl OpDef for FusedMatMul {
 
 impl OpDef for ElementwiseChain {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        ChainStep::from_attrs(ctx.attrs(), ctx.inputs.len()).map_err(invalid)?;
         let x = ctx.input(0)?;
         Ok(vec![TensorFact {
             dtype: x.dtype,
@@ -158,13 +146,9 @@ impl OpDef for ElementwiseChain {
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let elements = ctx.output_elements(0)?;
-        let steps = match ctx.attrs().get("steps") {
-            Some(crate::analysis::graph::Attr::Strings(steps)) => steps.clone(),
-            _ => return Err("missing `steps`".into()),
-        };
-        let (flops, transcendental) = steps
+        let (flops, transcendental) = ChainStep::from_attrs(ctx.attrs(), ctx.inputs.len())?
             .iter()
-            .map(|s| step_cost(s))
+            .map(ChainStep::cost)
             .fold((0, 0), |acc, c| (acc.0 + c.0, acc.1 + c.1));
         Ok(OpCost {
             flops: elements * flops,
@@ -183,7 +167,15 @@ mod tests {
     //! Hand-computed fused ops: the base op's cost plus the epilogue, one kernel's traffic.
 
     use super::super::tests::kit::{dims, f32s, floats, traffic, w32, Op};
-    use super::{activation_cost, step_cost};
+    use super::{Activation, ChainStep};
+
+    fn activation_cost(name: &str) -> (u64, u64) {
+        Activation::from_name(name, 0.0, 0.0).unwrap().cost()
+    }
+
+    fn step_cost(step: &str) -> (u64, u64) {
+        ChainStep::parse(step).unwrap().cost()
+    }
 
     fn fused_conv() -> Op {
         Op::fused("FusedConv").ints("pads", &[1, 1, 1, 1])
@@ -276,9 +268,34 @@ mod tests {
         assert_eq!((cost.flops, cost.transcendental), (3 * 128, 2 * 128));
         // X 512 in, 512 out; the operands 4 + 32 bytes of weights.
         assert_eq!(cost.bytes, traffic(36, 512, 512));
-        let bare = Op::fused("ElementwiseChain");
-        let out = bare.infer(&[&x]);
-        assert!(bare.try_cost_opt(&[Some(&x)], &out).is_err());
+        // No steps, an unknown step, an operand the node does not have: invalid input.
+        assert!(Op::fused("ElementwiseChain")
+            .invalid(&[&x])
+            .contains("missing `steps`"));
+        let unknown = Op::fused("ElementwiseChain").strings("steps", &["unary:swish:0:0"]);
+        assert!(unknown
+            .invalid(&[&x])
+            .contains("unknown activation `swish`"));
+        let missing = Op::fused("ElementwiseChain").strings("steps", &["const:mul:2:0"]);
+        assert!(missing.invalid(&[&x, &k]).contains("reads input 2"));
+    }
+
+    #[test]
+    fn unknown_activations_are_invalid() {
+        let (x, w) = (f32s(&[1, 16, 32, 32]), w32(&[32, 16, 3, 3]));
+        let reason = fused_conv()
+            .string("activation", "swish")
+            .invalid(&[&x, &w]);
+        assert!(reason.contains("unknown activation `swish`"), "{reason}");
+        let (a, b) = (f32s(&[4, 8]), w32(&[8, 16]));
+        for op in ["FusedGemm", "FusedMatMul"] {
+            Op::fused(op).string("activation", "").invalid(&[&a, &b]);
+        }
+        // A parameter of the wrong type is not read as 0.
+        fused_conv()
+            .string("activation", "clip")
+            .string("act_alpha", "0")
+            .invalid(&[&x, &w]);
     }
 
     #[test]

@@ -8,7 +8,29 @@
 //! Bytes: A, B (and C) read once, Y written once.
 
 use super::{broadcast_shapes, CostCtx, InferCtx, OpCost, OpDef, OpResult};
+use crate::analysis::graph::Attributes;
 use crate::analysis::tensor::{DType, Dim, TensorFact};
+
+/// Gemm's attributes with the spec defaults, read once for the cost model, the executor's
+/// lowering and the advisor (BN folding into a Gemm).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmConfig {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl GemmConfig {
+    pub fn from_attrs(attrs: &Attributes) -> GemmConfig {
+        GemmConfig {
+            trans_a: attrs.int_or("transA", 0) != 0,
+            trans_b: attrs.int_or("transB", 0) != 0,
+            alpha: attrs.float_or("alpha", 1.0),
+            beta: attrs.float_or("beta", 1.0),
+        }
+    }
+}
 
 struct Gemm;
 struct MatMul;
@@ -39,8 +61,9 @@ impl OpDef for Gemm {
                 b.len()
             )));
         }
-        let trans_a = ctx.attrs().int_or("transA", 0) != 0;
-        let trans_b = ctx.attrs().int_or("transB", 0) != 0;
+        let GemmConfig {
+            trans_a, trans_b, ..
+        } = GemmConfig::from_attrs(ctx.attrs());
         let (m, ka) = if trans_a {
             (&a[1], &a[0])
         } else {
@@ -62,12 +85,12 @@ impl OpDef for Gemm {
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let a = ctx.input_dims(0)?;
-        let trans_a = ctx.attrs().int_or("transA", 0) != 0;
-        let k = if trans_a { a[0] } else { a[1] };
+        let config = GemmConfig::from_attrs(ctx.attrs());
+        let k = if config.trans_a { a[0] } else { a[1] };
         let outputs = ctx.output_elements(0)?;
         let macs = outputs.saturating_mul(k);
         let has_c = ctx.inputs.get(2).copied().flatten().is_some();
-        let alpha_scaling = ctx.attrs().float_or("alpha", 1.0) != 1.0;
+        let alpha_scaling = config.alpha != 1.0;
         Ok(OpCost {
             flops: 2 * macs + outputs * (u64::from(has_c) + u64::from(alpha_scaling)),
             macs,
@@ -145,6 +168,25 @@ mod tests {
 
     fn k(dims: &[u64]) -> Vec<Dim> {
         dims.iter().map(|&d| Dim::Known(d)).collect()
+    }
+
+    #[test]
+    fn gemm_config_applies_the_spec_defaults() {
+        let defaults = GemmConfig::from_attrs(&Attributes::default());
+        assert_eq!(
+            defaults,
+            GemmConfig {
+                trans_a: false,
+                trans_b: false,
+                alpha: 1.0,
+                beta: 1.0
+            }
+        );
+        let mut attrs = Attributes::default();
+        attrs
+            .0
+            .insert("transB".into(), crate::analysis::graph::Attr::Int(1));
+        assert!(GemmConfig::from_attrs(&attrs).trans_b);
     }
 
     #[test]

@@ -37,6 +37,8 @@ use super::graph::Attributes;
 use super::tensor::{DType, Dim, TensorFact};
 use crate::device::Precision;
 
+pub use gemm::GemmConfig;
+
 /// Memory traffic of one op, by category.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Traffic {

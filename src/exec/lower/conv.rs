@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{activation_attr, Cx, Domain, Kernel, Lowered, Lowering};
+use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::graph::Attributes;
 use crate::analysis::ops::spatial;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
@@ -102,7 +102,7 @@ fn lower_conv(cx: &Cx) -> Result<Lowered, ExecError> {
             geom,
             weights,
             bias,
-            activation: activation_attr(cx.attrs()),
+            activation: cx.activation()?,
             residual: cx.input(3).is_some(),
         }),
     })

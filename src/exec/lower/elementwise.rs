@@ -4,10 +4,12 @@
 //! to the generic evaluator. Large flat steps are split over the plan's threads.
 
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
-use crate::analysis::graph::{Attr, Attributes};
+use crate::analysis::graph::Attributes;
+use crate::analysis::ops::fused::chain::{BinaryOp, MathOp, UnaryStep};
+use crate::analysis::ops::fused::{Activation, ChainStep};
 use crate::exec::cpu::{InRef, Io};
 use crate::exec::ExecError;
-use crate::kernels::elementwise::{self, Binary, ChainStep, Unary};
+use crate::kernels::elementwise::{self, Binary, Unary};
 use crate::kernels::movement;
 use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
 
@@ -15,7 +17,7 @@ use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
 pub(crate) enum ElementwiseKernel {
     /// A fused element-wise chain; per-channel constants index axis 1.
     Chain {
-        steps: Vec<ChainStep>,
+        steps: Vec<elementwise::ChainStep>,
         channels: usize,
         channel_size: usize,
     },
@@ -175,81 +177,78 @@ fn lower_where(cx: &Cx) -> Result<Lowered, ExecError> {
 
 fn lower_chain(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.out_shape(0)?;
-    let steps = match cx.attrs().get("steps") {
-        Some(Attr::Strings(steps)) => steps.clone(),
-        _ => return Err(cx.error("chain without steps")),
-    };
-    let mut parsed = Vec::with_capacity(steps.len());
+    let steps = ChainStep::from_attrs(cx.attrs(), cx.node.inputs.len()).map_err(|e| cx.error(e))?;
+    let mut lowered = Vec::with_capacity(steps.len());
     for step in &steps {
-        parsed.push(parse_chain_step(step, cx).map_err(|e| cx.error(e))?);
+        lowered.push(kernel_step(step, cx).map_err(|e| cx.error(e))?);
     }
     let channels = if x.len() >= 2 { x[1] } else { 1 };
     Ok(Lowered::new(Kernel::Elementwise(
         ElementwiseKernel::Chain {
-            steps: parsed,
+            steps: lowered,
             channels,
             channel_size: x.iter().skip(2).product(),
         },
     )))
 }
 
-fn unary_by_name(name: &str, a: f32, b: f32) -> Option<Unary> {
-    Some(match name {
-        "relu" => Unary::Relu,
-        "clip" => Unary::Clip(a, b),
-        "leaky_relu" => Unary::LeakyRelu(a),
-        "hard_sigmoid" => Unary::HardSigmoid(a, b),
-        "hard_swish" => Unary::HardSwish,
-        "sigmoid" => Unary::Sigmoid,
-        "tanh" => Unary::Tanh,
-        "gelu" => Unary::Gelu,
-        "exp" => Unary::Exp,
-        "log" => Unary::Log,
-        "sqrt" => Unary::Sqrt,
-        "neg" => Unary::Neg,
-        "abs" => Unary::Abs,
-        "reciprocal" => Unary::Reciprocal,
-        "erf" => Unary::Erf,
-        _ => return None,
+/// The kernel's form of one chain step (the vocabulary is `analysis::ops::fused::chain`).
+fn kernel_step(step: &ChainStep, cx: &Cx) -> Result<elementwise::ChainStep, String> {
+    Ok(match *step {
+        ChainStep::Unary(unary) => elementwise::ChainStep::Unary(kernel_unary(unary)?),
+        ChainStep::Const { op, index, swapped } => elementwise::ChainStep::WithConstant {
+            op: kernel_binary(op),
+            values: cx
+                .const_f32(index)
+                .ok_or("chain operand must be constant")?
+                .to_vec(),
+            swapped,
+        },
+        ChainStep::Input { op, swapped } => elementwise::ChainStep::WithInput {
+            op: kernel_binary(op),
+            swapped,
+        },
     })
 }
 
-fn binary_by_name(name: &str) -> Option<Binary> {
-    Some(match name {
-        "add" => Binary::Add,
-        "sub" => Binary::Sub,
-        "mul" => Binary::Mul,
-        "div" => Binary::Div,
-        "pow" => Binary::Pow,
-        "max" => Binary::Max,
-        "min" => Binary::Min,
-        _ => return None,
+/// The element-wise kernel of a unary chain step; SiLU (`x·σ(x)` of the step's own input) has
+/// none.
+fn kernel_unary(step: UnaryStep) -> Result<Unary, String> {
+    Ok(match step {
+        UnaryStep::Activation(a) => match a {
+            Activation::Relu => Unary::Relu,
+            Activation::Clip { min, max } => Unary::Clip(min, max),
+            Activation::LeakyRelu { alpha } => Unary::LeakyRelu(alpha),
+            Activation::HardSigmoid { alpha, beta } => Unary::HardSigmoid(alpha, beta),
+            Activation::HardSwish => Unary::HardSwish,
+            Activation::Sigmoid => Unary::Sigmoid,
+            Activation::Tanh => Unary::Tanh,
+            Activation::Gelu => Unary::Gelu,
+            Activation::None | Activation::Silu => {
+                return Err(format!("no element-wise kernel for the chain step `{a}`"))
+            }
+        },
+        UnaryStep::Math(m) => match m {
+            MathOp::Exp => Unary::Exp,
+            MathOp::Log => Unary::Log,
+            MathOp::Sqrt => Unary::Sqrt,
+            MathOp::Neg => Unary::Neg,
+            MathOp::Abs => Unary::Abs,
+            MathOp::Reciprocal => Unary::Reciprocal,
+            MathOp::Erf => Unary::Erf,
+        },
     })
 }
 
-/// Decodes one `ElementwiseChain` step (see `analysis::ops::fused`).
-fn parse_chain_step(step: &str, cx: &Cx) -> Result<ChainStep, String> {
-    let parts: Vec<&str> = step.split(':').collect();
-    match parts.as_slice() {
-        ["unary", name, a, b] => {
-            unary_by_name(name, a.parse().unwrap_or(0.0), b.parse().unwrap_or(0.0))
-                .map(ChainStep::Unary)
-                .ok_or_else(|| format!("unknown chain step `{step}`"))
-        }
-        ["const", op, index, swapped] => {
-            let i: usize = index.parse().map_err(|_| format!("bad step `{step}`"))?;
-            let values = cx.const_f32(i).ok_or("chain operand must be constant")?;
-            Ok(ChainStep::WithConstant {
-                op: binary_by_name(op).ok_or("bad op")?,
-                values: values.to_vec(),
-                swapped: *swapped == "1",
-            })
-        }
-        ["input", op, swapped] => Ok(ChainStep::WithInput {
-            op: binary_by_name(op).ok_or("bad op")?,
-            swapped: *swapped == "1",
-        }),
-        _ => Err(format!("bad chain step `{step}`")),
+fn kernel_binary(op: BinaryOp) -> Binary {
+    match op {
+        BinaryOp::Add => Binary::Add,
+        BinaryOp::Sub => Binary::Sub,
+        BinaryOp::Mul => Binary::Mul,
+        BinaryOp::Div => Binary::Div,
+        BinaryOp::Pow => Binary::Pow,
+        BinaryOp::Max => Binary::Max,
+        BinaryOp::Min => Binary::Min,
     }
 }
 
@@ -328,4 +327,28 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_steps_map_to_kernels_or_fail() {
+        let unary = |s: &str| match ChainStep::parse(s).unwrap() {
+            ChainStep::Unary(u) => kernel_unary(u),
+            other => panic!("{other} is not unary"),
+        };
+        assert!(
+            matches!(unary("unary:clip:0:6"), Ok(Unary::Clip(lo, hi)) if lo == 0.0 && hi == 6.0)
+        );
+        assert!(matches!(
+            unary("unary:reciprocal:0:0"),
+            Ok(Unary::Reciprocal)
+        ));
+        // SiLU is a valid step (analysis costs it, export expands it) with no kernel: an error,
+        // not a silent identity.
+        let err = unary("unary:silu:0:0").unwrap_err();
+        assert!(err.contains("no element-wise kernel"), "{err}");
+    }
 }

@@ -3,7 +3,8 @@
 //! activation in the epilogue). All lower to one batched GEMM description; on the CPU the
 //! blocking per shape comes from the tuning cache.
 
-use super::{activation_attr, Cx, Domain, Kernel, Lowered, Lowering};
+use super::{Cx, Domain, Kernel, Lowered, Lowering};
+use crate::analysis::ops::GemmConfig;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
 use crate::exec::ExecError;
 use crate::kernels::elementwise;
@@ -51,8 +52,12 @@ fn lower_gemm(cx: &Cx) -> Result<Lowered, ExecError> {
     let attrs = cx.attrs();
     let a = cx.shape_of(0)?;
     let b = cx.shape_of(1)?;
-    let trans_a = attrs.int_or("transA", 0) != 0;
-    let trans_b = attrs.int_or("transB", 0) != 0;
+    let GemmConfig {
+        trans_a,
+        trans_b,
+        alpha,
+        beta,
+    } = GemmConfig::from_attrs(attrs);
     let (m, k) = if trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
     let n = if trans_b { b[0] } else { b[1] };
     let c = match cx.input(2) {
@@ -90,10 +95,10 @@ fn lower_gemm(cx: &Cx) -> Result<Lowered, ExecError> {
         a_col_stride: if trans_a { a[1] } else { 1 },
         b_row_stride: if trans_b { 1 } else { b[1] },
         b_col_stride: if trans_b { b[1] } else { 1 },
-        alpha: attrs.float_or("alpha", 1.0),
+        alpha,
         c,
-        beta: attrs.float_or("beta", 1.0),
-        activation: activation_attr(attrs),
+        beta,
+        activation: cx.activation()?,
     };
     Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (m * n * k) as u64))
 }
@@ -175,7 +180,7 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
             GemmC::None
         },
         beta: 1.0,
-        activation: activation_attr(cx.attrs()),
+        activation: cx.activation()?,
     };
     Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (batch * m * n * k) as u64))
 }

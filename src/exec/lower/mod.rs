@@ -190,6 +190,11 @@ impl<'a> Cx<'a> {
         node_error(self.node, reason)
     }
 
+    /// The node's epilogue activation (see `activation_attr`).
+    pub fn activation(&self) -> Result<Activation, ExecError> {
+        activation_attr(self.attrs()).map_err(|e| self.error(e))
+    }
+
     /// The value at input `i`, when given.
     pub fn input(&self, i: usize) -> Option<ValueId> {
         self.node.inputs.get(i).copied().flatten()
@@ -257,23 +262,26 @@ impl<'a> Cx<'a> {
     }
 }
 
-/// The epilogue activation of a fused or quantized node (`activation`, `act_alpha`, `act_beta`).
-pub(crate) fn activation_attr(attrs: &Attributes) -> Activation {
-    let (a, b) = (
-        attrs.float_or("act_alpha", 0.0),
-        attrs.float_or("act_beta", 0.0),
-    );
-    match attrs.string("activation").unwrap_or("none") {
-        "relu" => Activation::Relu,
-        "clip" => Activation::Clip { min: a, max: b },
-        "leaky_relu" => Activation::LeakyRelu { alpha: a },
-        "hard_sigmoid" => Activation::HardSigmoid { alpha: a, beta: b },
-        "hard_swish" => Activation::HardSwish,
-        "sigmoid" => Activation::Sigmoid,
-        "silu" => Activation::Silu,
-        "gelu" => Activation::Gelu,
-        "tanh" => Activation::Tanh,
-        _ => Activation::None,
+/// The epilogue activation of a fused or quantized node (`activation`, `act_alpha`, `act_beta`,
+/// read by the analysis vocabulary), as the kernels' epilogue runs it; an unknown one is an error.
+pub(crate) fn activation_attr(attrs: &Attributes) -> Result<Activation, String> {
+    Ok(kernel_activation(fused::Activation::from_attrs(attrs)?))
+}
+
+/// The kernels' form of a vocabulary activation: the one place they meet.
+pub(crate) fn kernel_activation(activation: fused::Activation) -> Activation {
+    use fused::Activation as A;
+    match activation {
+        A::None => Activation::None,
+        A::Relu => Activation::Relu,
+        A::Clip { min, max } => Activation::Clip { min, max },
+        A::LeakyRelu { alpha } => Activation::LeakyRelu { alpha },
+        A::HardSigmoid { alpha, beta } => Activation::HardSigmoid { alpha, beta },
+        A::HardSwish => Activation::HardSwish,
+        A::Sigmoid => Activation::Sigmoid,
+        A::Silu => Activation::Silu,
+        A::Gelu => Activation::Gelu,
+        A::Tanh => Activation::Tanh,
     }
 }
 
@@ -320,5 +328,23 @@ mod tests {
         for op in ["LSTM", "NonZero", "Einsum", "Celu", "Tan"] {
             assert!(lookup("", op).is_none(), "{op} has no kernel");
         }
+    }
+
+    #[test]
+    fn epilogue_activations_come_from_the_vocabulary() {
+        use crate::analysis::graph::Attr;
+        let mut attrs = Attributes::default();
+        assert!(matches!(activation_attr(&attrs), Ok(Activation::None)));
+        fused::Activation::LeakyRelu { alpha: 0.2 }.write_attrs(&mut attrs);
+        assert!(matches!(
+            activation_attr(&attrs),
+            Ok(Activation::LeakyRelu { alpha }) if alpha == 0.2
+        ));
+        // An unknown name is an error, not a missing epilogue.
+        attrs
+            .0
+            .insert("activation".into(), Attr::String("swish".into()));
+        let err = activation_attr(&attrs).unwrap_err();
+        assert!(err.contains("unknown activation `swish`"), "{err}");
     }
 }

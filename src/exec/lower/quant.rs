@@ -297,7 +297,7 @@ fn prepare(
     let op = node.op_type.as_str();
     let attrs = &node.attrs;
     let out_shape = dims(out_facts.first().copied()).ok_or("output shape unknown")?;
-    let activation = activation_attr(attrs);
+    let activation = activation_attr(attrs)?;
     let residual = node.inputs.get(slot::RESIDUAL).copied().flatten().is_some();
     let (kind, flops) = match op {
         "QConv" | "HalfConv" => {

@@ -22,7 +22,7 @@
 //! bytes (bf16/fp16), scales and bias as f32.
 
 use super::super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
-use super::{activation_cost, inner_ctx};
+use super::{checked_activation, inner_ctx, Activation};
 use crate::analysis::tensor::{DType, TensorFact};
 use crate::device::Precision;
 
@@ -71,7 +71,7 @@ use super::base_cost;
 /// formula counts its bias already).
 fn epilogue_flops(ctx: &CostCtx, cost: &mut OpCost, matmul_bias: bool) -> OpResult<()> {
     let outputs = ctx.output_elements(0)?;
-    let (flops, transcendental) = activation_cost(ctx.attrs().string("activation").unwrap_or(""));
+    let (flops, transcendental) = Activation::from_attrs(ctx.attrs())?.cost();
     let residual = ctx.inputs.get(slot::RESIDUAL).copied().flatten().is_some();
     let bias = matmul_bias && ctx.inputs.get(slot::BIAS).copied().flatten().is_some();
     cost.flops += outputs * (flops + u64::from(residual) + u64::from(bias));
@@ -124,6 +124,7 @@ fn float_output(mut facts: Vec<TensorFact>) -> Vec<TensorFact> {
 
 impl OpDef for QConv {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::super::lookup("", "Conv").ok_or("internal: Conv missing")?;
         op.infer(&inner_ctx(ctx, "Conv", 3)).map(float_output)
     }
@@ -135,6 +136,7 @@ impl OpDef for QConv {
 
 impl OpDef for QMatMul {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::super::lookup("", "MatMul").ok_or("internal: MatMul missing")?;
         op.infer(&inner_ctx(ctx, "MatMul", 2)).map(float_output)
     }
@@ -146,6 +148,7 @@ impl OpDef for QMatMul {
 
 impl OpDef for HalfConv {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::super::lookup("", "Conv").ok_or("internal: Conv missing")?;
         op.infer(&inner_ctx(ctx, "Conv", 3)).map(float_output)
     }
@@ -157,6 +160,7 @@ impl OpDef for HalfConv {
 
 impl OpDef for HalfMatMul {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        checked_activation(ctx)?;
         let op = super::super::lookup("", "MatMul").ok_or("internal: MatMul missing")?;
         op.infer(&inner_ctx(ctx, "MatMul", 2)).map(float_output)
     }
@@ -250,6 +254,17 @@ mod tests {
         assert_eq!(cost.vector_flops, 21_504);
         // R adds 8,192 read; y_scale and y_zero_point 5 bytes of weights.
         assert_eq!(cost.bytes, traffic(4_874, 12_288, 8_192));
+    }
+
+    #[test]
+    fn unknown_epilogue_activation_is_invalid() {
+        let inputs = qconv_inputs();
+        let op = Op::fused("QConv")
+            .ints("pads", &[1, 1, 1, 1])
+            .string("activation", "mish");
+        assert!(op
+            .invalid_opt(&refs(&inputs))
+            .contains("unknown activation `mish`"));
     }
 
     #[test]

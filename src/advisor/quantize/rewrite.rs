@@ -1,0 +1,356 @@
+//! Rewriting: the `int8` and `bf16`/`fp16` passes, which cost every candidate, convert those
+//! predicted to gain (per-channel int8 or half-width weights, calibrated activation ranges) and
+//! record every decision in the shared quantization report.
+
+use super::calibrate::{affine_params, calibrate};
+use super::cost::{
+    candidate, decide, estimate_candidate, is_heavy, lowp_node, roofs, Candidate, Costed,
+};
+
+use super::report::{decision, fmt_s, record};
+use crate::advisor::{AdvisorError, Change, Pass, PassContext};
+use crate::analysis::edit::Editor;
+use crate::analysis::graph::{Attr, ValueId};
+use crate::analysis::infer::NodeState;
+use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+use crate::device::Precision;
+use crate::exec;
+
+/// Per-channel symmetric int8: values and one scale per channel. `channel_of(i)` maps a flat
+/// index to its channel.
+fn quantize_weights(
+    w: &[f32],
+    channels: usize,
+    channel_of: impl Fn(usize) -> usize,
+) -> (Vec<i64>, Vec<f32>) {
+    let mut max = vec![0f32; channels];
+    for (i, &v) in w.iter().enumerate() {
+        let c = channel_of(i);
+        max[c] = max[c].max(v.abs());
+    }
+    let scales: Vec<f32> = max
+        .iter()
+        .map(|&m| if m > 0.0 { m / 127.0 } else { 1.0 })
+        .collect();
+    let q = w
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            (v / scales[channel_of(i)])
+                .round_ties_even()
+                .clamp(-127.0, 127.0) as i64
+        })
+        .collect();
+    (q, scales)
+}
+
+fn int_const(
+    ed: &mut Editor,
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+    values: Vec<i64>,
+) -> ValueId {
+    let tensor = Tensor {
+        dtype,
+        shape,
+        data: TensorData::I64(values),
+    };
+    ed.graph.add_value(name, TensorFact::constant(tensor))
+}
+
+fn half_const(
+    ed: &mut Editor,
+    name: String,
+    dtype: DType,
+    shape: Vec<u64>,
+    values: Vec<f32>,
+) -> ValueId {
+    let tensor = Tensor {
+        dtype,
+        shape,
+        data: TensorData::F32(values),
+    };
+    ed.graph.add_value(name, TensorFact::constant(tensor))
+}
+
+fn live_candidates(ed: &Editor, states: &[NodeState]) -> Vec<usize> {
+    (0..ed.nodes.len())
+        .filter(|i| !ed.removed.contains(i))
+        .filter(|&i| !matches!(states.get(i), Some(NodeState::Folded)))
+        .filter(|&i| is_heavy(&ed.nodes[i]).is_some())
+        .collect()
+}
+
+/// `int8`: static INT8 with calibrated activations.
+pub struct Int8;
+
+impl Pass for Int8 {
+    fn name(&self) -> &'static str {
+        "int8"
+    }
+
+    fn description(&self) -> &'static str {
+        "static INT8 Conv/Gemm/MatMul: per-channel symmetric weights, calibrated per-tensor u8 activations, VNNI kernels; ops the roofline predicts no gain for stay fp32"
+    }
+
+    fn default_enabled(&self) -> bool {
+        false
+    }
+
+    fn run(
+        &self,
+        ed: &mut Editor,
+        states: &[NodeState],
+        ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
+        let overhead = ctx.device.launch_overhead_s;
+        let (_, _, has_peak) = roofs(ctx.device, ctx.analyze, Precision::Int8)?;
+        let mut chosen: Vec<(Candidate, Costed)> = Vec::new();
+        for i in live_candidates(ed, states) {
+            let node = ed.nodes[i].clone();
+            match candidate(ed, i) {
+                Err(reason) => record(ctx, decision(&node, "int8", false, None, reason)),
+                Ok(c) => match estimate_candidate(ed, &c, ctx.device, ctx.analyze, Precision::Int8)
+                {
+                    Err(reason) => record(ctx, decision(&node, "int8", false, None, reason)),
+                    Ok(costed) => {
+                        let (convert, reason) = decide(&costed, "int8", has_peak, overhead);
+                        record(ctx, decision(&node, "int8", convert, Some(&costed), reason));
+                        if convert {
+                            chosen.push((c, costed));
+                        }
+                    }
+                },
+            }
+        }
+        if chosen.is_empty() {
+            return Ok(Vec::new());
+        }
+        let observed: Vec<ValueId> = chosen
+            .iter()
+            .filter_map(|(c, _)| ed.nodes[c.index].inputs[0])
+            .collect();
+        let mut stats = calibrate(ed.graph, &observed, ctx)?;
+        let method = ctx.options.calibration_method;
+        let mut changes = Vec::new();
+        for (c, costed) in chosen {
+            let node = ed.nodes[c.index].clone();
+            let Some(x) = node.inputs[0] else { continue };
+            let (lo, hi) = stats.get_mut(&x).map_or((-1.0, 1.0), |s| s.range(method));
+            let (x_scale, x_zp) = affine_params(lo, hi);
+            let per_channel = if c.base == "Conv" {
+                c.weights.len() / c.channels.max(1)
+            } else {
+                1
+            };
+            let channels = c.channels;
+            let (wq, mut w_scale) = if c.base == "Conv" {
+                quantize_weights(&c.weights, channels, |i| i / per_channel)
+            } else {
+                quantize_weights(&c.weights, channels, |i| i % channels)
+            };
+            if c.alpha != 1.0 {
+                w_scale.iter_mut().for_each(|s| *s *= c.alpha);
+            }
+            let name = node.name.clone();
+            let w_id = int_const(
+                ed,
+                format!("{name}_int8_w"),
+                DType::I8,
+                c.w_shape.clone(),
+                wq,
+            );
+            let ws_id = ed.add_const(
+                format!("{name}_int8_wscale"),
+                vec![channels as u64],
+                w_scale,
+            );
+            let xs_id = ed.add_const(format!("{name}_int8_xscale"), vec![], vec![x_scale]);
+            let xz_id = int_const(
+                ed,
+                format!("{name}_int8_xzp"),
+                DType::U8,
+                vec![],
+                vec![x_zp as i64],
+            );
+            let b_id = c
+                .bias
+                .clone()
+                .map(|b| ed.add_const(format!("{name}_int8_bias"), vec![b.len() as u64], b));
+            let residual = if c.base == "Conv" {
+                node.inputs.get(3).copied().flatten()
+            } else {
+                None
+            };
+            let op_type = if c.base == "Conv" { "QConv" } else { "QMatMul" };
+            let mut q = lowp_node(&node, op_type);
+            q.inputs = vec![
+                Some(x),
+                Some(w_id),
+                b_id,
+                residual,
+                Some(ws_id),
+                Some(xs_id),
+                Some(xz_id),
+            ];
+            ed.nodes[c.index] = q;
+            changes.push(Change::new(
+                &[&node],
+                &format!(
+                    "int8 ({} channels, x scale {x_scale:.3e} zero point {x_zp}): predicted {} -> {} ({:.2}x)",
+                    channels,
+                    fmt_s(costed.fp32.predicted_s),
+                    fmt_s(costed.lowp.predicted_s),
+                    costed.fp32.predicted_s / costed.lowp.predicted_s.max(1e-15)
+                ),
+            ));
+        }
+        Ok(changes)
+    }
+}
+
+/// `bf16` / `fp16`: weights stored at half width, products at the half-precision peak.
+pub struct Half {
+    precision: Precision,
+}
+
+impl Half {
+    pub fn bf16() -> Half {
+        Half {
+            precision: Precision::Bf16,
+        }
+    }
+
+    pub fn fp16() -> Half {
+        Half {
+            precision: Precision::Fp16,
+        }
+    }
+
+    fn tag(&self) -> &'static str {
+        if self.precision == Precision::Bf16 {
+            "bf16"
+        } else {
+            "fp16"
+        }
+    }
+}
+
+/// Whether this build runs fp16 products natively (it has no fp16 kernel: fp16 ops execute as
+/// fp32 on fp16-rounded operands, so their speed is predicted, not measured).
+pub const FP16_KERNEL: bool = false;
+
+impl Pass for Half {
+    fn name(&self) -> &'static str {
+        self.tag()
+    }
+
+    fn description(&self) -> &'static str {
+        if self.precision == Precision::Bf16 {
+            "BF16 Conv/Gemm/MatMul: weights stored as bf16, products on vdpbf16ps with f32 accumulation"
+        } else {
+            "FP16 Conv/Gemm/MatMul: weights stored as fp16 (predicted only: no fp16 kernel here, executed as fp32 on fp16-rounded values)"
+        }
+    }
+
+    fn default_enabled(&self) -> bool {
+        false
+    }
+
+    fn measured(&self) -> bool {
+        self.precision == Precision::Bf16 || FP16_KERNEL
+    }
+
+    fn run(
+        &self,
+        ed: &mut Editor,
+        states: &[NodeState],
+        ctx: &PassContext,
+    ) -> Result<Vec<Change>, AdvisorError> {
+        let tag = self.tag();
+        let overhead = ctx.device.launch_overhead_s;
+        let (_, _, has_peak) = roofs(ctx.device, ctx.analyze, self.precision)?;
+        if self.precision == Precision::Fp16 {
+            ctx.quant.borrow_mut().report.notes.push(
+                "fp16: no fp16 kernel in this tool (the CPU has no AVX-512 FP16); its gain is predicted only and the graph runs as fp32 on fp16-rounded values".into(),
+            );
+        }
+        if !has_peak {
+            ctx.quant.borrow_mut().report.notes.push(format!(
+                "{tag}: device `{}` has no {tag} compute ceiling; predictions use its {} peak (storage shrinks, arithmetic does not speed up)",
+                ctx.device.id, ctx.analyze.precision
+            ));
+        }
+        let dtype = if self.precision == Precision::Bf16 {
+            DType::Bf16
+        } else {
+            DType::F16
+        };
+        let mut changes = Vec::new();
+        for i in live_candidates(ed, states) {
+            let node = ed.nodes[i].clone();
+            let c = match candidate(ed, i) {
+                Ok(c) => c,
+                Err(reason) => {
+                    record(ctx, decision(&node, tag, false, None, reason));
+                    continue;
+                }
+            };
+            let costed = match estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision) {
+                Ok(x) => x,
+                Err(reason) => {
+                    record(ctx, decision(&node, tag, false, None, reason));
+                    continue;
+                }
+            };
+            let (convert, reason) = decide(&costed, tag, has_peak, overhead);
+            record(ctx, decision(&node, tag, convert, Some(&costed), reason));
+            if !convert {
+                continue;
+            }
+            let round: fn(f32) -> f32 = if self.precision == Precision::Bf16 {
+                exec::quant::round_bf16
+            } else {
+                exec::quant::round_f16
+            };
+            let values: Vec<f32> = c.weights.iter().map(|&v| round(v * c.alpha)).collect();
+            let name = node.name.clone();
+            let w_id = half_const(
+                ed,
+                format!("{name}_{tag}_w"),
+                dtype,
+                c.w_shape.clone(),
+                values,
+            );
+            let b_id = c
+                .bias
+                .clone()
+                .map(|b| ed.add_const(format!("{name}_{tag}_bias"), vec![b.len() as u64], b));
+            let residual = if c.base == "Conv" {
+                node.inputs.get(3).copied().flatten()
+            } else {
+                None
+            };
+            let op_type = if c.base == "Conv" {
+                "HalfConv"
+            } else {
+                "HalfMatMul"
+            };
+            let mut h = lowp_node(&node, op_type);
+            h.attrs.0.insert("dtype".into(), Attr::String(tag.into()));
+            h.inputs = vec![node.inputs[0], Some(w_id), b_id, residual];
+            ed.nodes[i] = h;
+            changes.push(Change::new(
+                &[&node],
+                &format!(
+                    "{tag}: predicted {} -> {} ({:.2}x)",
+                    fmt_s(costed.fp32.predicted_s),
+                    fmt_s(costed.lowp.predicted_s),
+                    costed.fp32.predicted_s / costed.lowp.predicted_s.max(1e-15)
+                ),
+            ));
+        }
+        Ok(changes)
+    }
+}

@@ -1,0 +1,166 @@
+//! Unit tests for `kernels::conv::depthwise`: every ISA variant of the direct depthwise kernel
+//! (row-blocked 3×3, the flat loop, sixteen-channel small planes) against the reference
+//! convolution, with epilogues and threads.
+
+use super::*;
+
+#[allow(clippy::too_many_arguments)]
+fn geom(
+    channels: usize,
+    h: usize,
+    w: usize,
+    k: (usize, usize),
+    stride: (usize, usize),
+    pad: (usize, usize, usize, usize),
+    dil: usize,
+) -> Conv2d {
+    let (top, left, bottom, right) = pad;
+    Conv2d {
+        batch: 2,
+        in_channels: channels,
+        in_h: h,
+        in_w: w,
+        out_channels: channels,
+        kernel_h: k.0,
+        kernel_w: k.1,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        dilation_h: dil,
+        dilation_w: dil,
+        pad_top: top,
+        pad_left: left,
+        out_h: (h + top + bottom - dil * (k.0 - 1) - 1) / stride.0 + 1,
+        out_w: (w + left + right - dil * (k.1 - 1) - 1) / stride.1 + 1,
+        group: channels,
+    }
+}
+
+fn check(g: Conv2d, activation: Activation, with_residual: bool) {
+    let input: Vec<f32> = (0..g.batch * g.in_channels * g.in_h * g.in_w)
+        .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+        .collect();
+    let weights: Vec<f32> = (0..g.in_channels * g.kernel_h * g.kernel_w)
+        .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
+    let out_len = g.batch * g.out_channels * g.out_h * g.out_w;
+    let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+    let epi = ConvEpilogue {
+        bias: Some(&bias),
+        residual: with_residual.then_some(&residual[..]),
+        activation,
+    };
+    let want = crate::kernels::conv::reference::reference_conv(&g, &input, &weights, &epi);
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for threads in [1, 2] {
+            // NaN-filled, so any output left unwritten fails.
+            let mut got = vec![f32::NAN; out_len];
+            depthwise_conv2d_with(isa, &g, &input, &weights, &epi, &mut got, threads);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{isa:?} threads {threads} {g:?} at {i}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matches_the_direct_loop_for_every_stride_padding_and_isa() {
+    let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
+    // MobileNet shapes: 3×3 stride 1 and 2 on wide, narrow and 7×7 planes.
+    check(
+        geom(5, 40, 37, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+        relu6,
+        false,
+    );
+    check(
+        geom(4, 40, 41, (3, 3), (2, 2), (1, 1, 1, 1), 1),
+        relu6,
+        false,
+    );
+    check(
+        geom(6, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+        Activation::None,
+        false,
+    );
+    check(
+        geom(7, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+        Activation::Relu,
+        true,
+    );
+    // Small planes with more than sixteen planes (AVX-512 runs them sixteen channels per
+    // vector): blocks that wrap from one image's channels to the next image's, a partial
+    // last block, stride 2, dilation, asymmetric padding, residual.
+    check(geom(20, 9, 9, (3, 3), (1, 1), (1, 1, 1, 1), 1), relu6, true);
+    check(
+        geom(18, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+        Activation::HardSwish,
+        false,
+    );
+    check(
+        geom(17, 11, 13, (5, 5), (1, 1), (3, 1, 4, 2), 2),
+        Activation::None,
+        true,
+    );
+    // Narrow stride-1 rows: 5×5 with asymmetric padding over two AVX2 vectors, dilated
+    // 3×3, and a row one lane wide.
+    check(
+        geom(3, 12, 13, (5, 5), (1, 1), (2, 1, 2, 3), 1),
+        Activation::HardSwish,
+        true,
+    );
+    check(
+        geom(2, 11, 12, (3, 3), (1, 1), (2, 2, 2, 2), 2),
+        relu6,
+        true,
+    );
+    check(
+        geom(2, 5, 1, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+        Activation::None,
+        false,
+    );
+    // 5×5 (EfficientNet, MnasNet), dilated, stride 3, asymmetric and no padding, 1×k.
+    check(
+        geom(3, 19, 23, (5, 5), (2, 2), (2, 2, 2, 2), 1),
+        Activation::HardSwish,
+        false,
+    );
+    check(
+        geom(3, 21, 20, (3, 3), (1, 1), (2, 2, 2, 2), 2),
+        Activation::None,
+        true,
+    );
+    check(
+        geom(3, 17, 18, (3, 3), (3, 3), (0, 1, 2, 0), 1),
+        Activation::None,
+        false,
+    );
+    check(
+        geom(2, 9, 50, (1, 7), (1, 2), (0, 3, 0, 3), 1),
+        Activation::None,
+        false,
+    );
+    check(
+        geom(2, 6, 5, (3, 3), (1, 1), (0, 0, 0, 0), 1),
+        Activation::None,
+        false,
+    );
+    check(
+        geom(2, 4, 4, (1, 1), (2, 2), (0, 0, 0, 0), 1),
+        Activation::None,
+        false,
+    );
+    // An empty batch is a no-op, not a division by zero.
+    let empty = Conv2d {
+        batch: 0,
+        ..geom(2, 4, 4, (3, 3), (1, 1), (1, 1, 1, 1), 1)
+    };
+    let epi = ConvEpilogue {
+        bias: None,
+        residual: None,
+        activation: Activation::None,
+    };
+    depthwise_conv2d(&empty, &[], &[0.0; 18], &epi, &mut [], 2);
+}
