@@ -50,7 +50,7 @@ pub trait Pass {
         ed: &mut edit::Editor,
         states: &[NodeState],
         ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError>;
+    ) -> Result<PassOutput, AdvisorError>;
 
     /// Applied when `--apply` names no pass (the quantization passes are opt-in).
     fn default_enabled(&self) -> bool {
@@ -63,13 +63,32 @@ pub trait Pass {
     }
 }
 
+/// What a pass returns: its rewrites and, for the quantization passes, a decision per candidate
+/// op and notes for the report's quantization section. The driver collects them; no pass keeps
+/// report state in the shared context.
+#[derive(Debug, Default)]
+pub struct PassOutput {
+    pub changes: Vec<Change>,
+    pub decisions: Vec<quantize::QuantDecision>,
+    pub notes: Vec<String>,
+}
+
+impl From<Vec<Change>> for PassOutput {
+    fn from(changes: Vec<Change>) -> Self {
+        PassOutput {
+            changes,
+            ..PassOutput::default()
+        }
+    }
+}
+
 /// What a pass may read besides the graph: the device, the options, and the state the
 /// quantization passes share with the driver.
 pub struct PassContext<'a> {
     pub device: &'a DeviceProfile,
     pub analyze: &'a AnalyzeOptions,
     pub options: &'a AdviseOptions,
-    pub quant: quantize::SharedQuantState,
+    pub calibration: quantize::SharedCalibration,
 }
 
 /// A change names the original nodes it replaced (the report type lives in `report::model`).
@@ -402,10 +421,12 @@ pub fn advise(
         device,
         analyze,
         options,
-        quant: Default::default(),
+        calibration: Default::default(),
     };
     let mut outcomes = Vec::new();
     let mut last_analysis = before.clone();
+    // The quantization passes' decisions and notes, as they return them.
+    let mut quantization = quantize::QuantizationReport::default();
     for pass in selected {
         let (order, states, _) = analysis::prepare_graph(&mut current, &analyze.bindings)?;
         let state_list: Vec<NodeState> = order
@@ -415,9 +436,11 @@ pub fn advise(
         let mut next = current.clone();
         let changes = {
             let mut ed = edit::Editor::new(&mut next);
-            let changes = pass.run(&mut ed, &state_list, &ctx)?;
+            let output = pass.run(&mut ed, &state_list, &ctx)?;
             ed.finish();
-            changes
+            quantization.decisions.extend(output.decisions);
+            quantization.notes.extend(output.notes);
+            output.changes
         };
         analysis::prepare_graph(&mut next, &analyze.bindings).map_err(|e| {
             AdvisorError::InvalidAfterPass {
@@ -528,7 +551,7 @@ pub fn advise(
             max_relative_output_error: max_error,
         },
         left_alone: left_alone(&last_analysis),
-        quantization: quantization_report(&ctx, &original, &current)?,
+        quantization: quantization_report(quantization, &ctx, &original, &current)?,
         passes: outcomes,
         before,
         after: last_analysis,
@@ -539,27 +562,21 @@ pub fn advise(
 /// The quantization section: decisions the passes recorded and, when any op changed
 /// precision, the accuracy proxy of the final graph against the fp32 original.
 fn quantization_report(
+    mut report: quantize::QuantizationReport,
     ctx: &PassContext,
     original: &Graph,
     rewritten: &Graph,
 ) -> Result<Option<quantize::QuantizationReport>, AdvisorError> {
-    let (any, converted) = {
-        let q = ctx.quant.borrow();
-        (
-            !q.report.decisions.is_empty() || !q.report.notes.is_empty(),
-            q.report.decisions.iter().any(|d| d.decision != "fp32"),
-        )
-    };
-    if !any {
+    if report.decisions.is_empty() && report.notes.is_empty() {
         return Ok(None);
     }
-    let accuracy = if converted {
+    let converted = report.decisions.iter().any(|d| d.decision != "fp32");
+    report.accuracy = if converted {
         Some(quantize::accuracy(original, rewritten, ctx)?)
     } else {
         None
     };
-    let mut report = ctx.quant.borrow().report.clone();
-    report.accuracy = accuracy;
+    report.calibration = ctx.calibration.borrow().description.clone();
     let notes = quantize::summary_notes(&report);
     report.notes.extend(notes);
     Ok(Some(report))

@@ -7,7 +7,7 @@ use crate::analysis::ops::fused::chain::{self, BinaryOp, MathOp, UnaryStep};
 use crate::analysis::ops::fused::{Activation, ChainStep, DOMAIN};
 use crate::analysis::ops::GemmConfig;
 
-use super::{AdvisorError, Change, Pass, PassContext};
+use super::{AdvisorError, Change, Pass, PassContext, PassOutput};
 use crate::analysis::edit::{set_attr, Editor};
 
 /// Every pass, in the order the driver applies them.
@@ -44,7 +44,7 @@ impl Pass for Fold {
         ed: &mut Editor,
         states: &[NodeState],
         _ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         for i in 0..ed.nodes.len() {
             let node = &ed.nodes[i];
@@ -103,7 +103,7 @@ impl Pass for Fold {
                 ed.remove(i);
             }
         }
-        Ok(changes)
+        Ok(changes.into())
     }
 }
 
@@ -146,7 +146,7 @@ impl Pass for BnFold {
         ed: &mut Editor,
         _states: &[NodeState],
         _ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         for i in 0..ed.nodes.len() {
             if ed.removed.contains(&i) {
@@ -240,7 +240,7 @@ impl Pass for BnFold {
                 "BN scale and shift folded into the weights and bias",
             ));
         }
-        Ok(changes)
+        Ok(changes.into())
     }
 }
 
@@ -599,7 +599,7 @@ impl Pass for Fuse {
         ed: &mut Editor,
         _states: &[NodeState],
         _ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         loop {
             let before = changes.len();
@@ -620,7 +620,7 @@ impl Pass for Fuse {
                 break;
             }
         }
-        Ok(changes)
+        Ok(changes.into())
     }
 }
 
@@ -704,7 +704,7 @@ impl Pass for Eltwise {
         ed: &mut Editor,
         _states: &[NodeState],
         _ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         // Transpose pairs that cancel.
         for i in 0..ed.nodes.len() {
@@ -842,7 +842,7 @@ impl Pass for Eltwise {
                 &format!("{} element-wise ops in one pass", steps.len()),
             ));
         }
-        Ok(changes)
+        Ok(changes.into())
     }
 }
 

@@ -278,10 +278,10 @@ fn fold_on_an_editor_directly() {
         device: &device,
         analyze: &analyze,
         options: &options,
-        quant: Default::default(),
+        calibration: Default::default(),
     };
     let mut ed = Editor::new(&mut g);
-    let changes = Fold.run(&mut ed, &states, &ctx).unwrap();
+    let changes = Fold.run(&mut ed, &states, &ctx).unwrap().changes;
     ed.finish();
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert_eq!(op_types(&g), ["Mul"]);

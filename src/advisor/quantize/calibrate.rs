@@ -182,7 +182,7 @@ pub fn calibration_inputs(
     ctx: &PassContext,
     plan: &exec::Plan,
 ) -> Result<Vec<HashMap<String, RtTensor>>, AdvisorError> {
-    if let Some(inputs) = &ctx.quant.borrow().inputs {
+    if let Some(inputs) = &ctx.calibration.borrow().inputs {
         return Ok(inputs.clone());
     }
     let inputs = match &ctx.options.calibration_dir {
@@ -191,14 +191,14 @@ pub fn calibration_inputs(
             .map(|s| crate::bench::random_inputs(plan, 1000 + s as u64))
             .collect(),
     };
-    let mut q = ctx.quant.borrow_mut();
-    q.report.calibration = match &ctx.options.calibration_dir {
+    let mut q = ctx.calibration.borrow_mut();
+    q.description = match &ctx.options.calibration_dir {
         Some(d) => format!("{} input(s) from {}", inputs.len(), d.display()),
         None => format!("{} random input(s)", inputs.len()),
     };
     // The activation ranges only matter to int8; the inputs also serve the accuracy proxy.
     if ctx.options.apply.iter().any(|p| p == "int8") {
-        q.report.calibration += &format!(", {}", ctx.options.calibration_method.name());
+        q.description += &format!(", {}", ctx.options.calibration_method.name());
     }
     q.inputs = Some(inputs.clone());
     Ok(inputs)

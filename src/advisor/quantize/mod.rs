@@ -63,15 +63,16 @@ pub const MIN_GAIN: f64 = 1.1;
 /// Calibration samples when the user gives no directory.
 pub const DEFAULT_SAMPLES: usize = 8;
 
-/// State the quantization passes share with the driver during one `advise` call.
+/// The calibration inputs of one `advise` call, loaded or generated once and reused by every
+/// quantization pass and by the accuracy proxy: a cache the driver owns, not report state.
 #[derive(Default)]
-pub struct QuantState {
-    pub report: QuantizationReport,
-    /// The calibration inputs (loaded or generated once, reused for the accuracy proxy).
+pub struct Calibration {
     pub inputs: Option<Vec<HashMap<String, RtTensor>>>,
+    /// Where the inputs came from, for the report ("8 random input(s), minmax").
+    pub description: String,
 }
 
-pub type SharedQuantState = RefCell<QuantState>;
+pub type SharedCalibration = RefCell<Calibration>;
 
 fn qerr(e: impl std::fmt::Display) -> AdvisorError {
     AdvisorError::Quantization(e.to_string())

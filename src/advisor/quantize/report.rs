@@ -1,8 +1,7 @@
-//! Report building: one `QuantDecision` per candidate (predictions, bounds, reason), recorded in
-//! the shared state, and the closing notes of the quantization section.
+//! Report building: one `QuantDecision` per candidate (predictions, bounds, reason), which the
+//! passes return to the driver, and the closing notes of the quantization section.
 
 use super::cost::Costed;
-use crate::advisor::PassContext;
 use crate::analysis::graph::Node;
 use crate::analysis::roofline::Estimate;
 use crate::report::model::quant::{QuantDecision, QuantizationReport};
@@ -13,10 +12,6 @@ pub(super) fn fmt_s(s: f64) -> String {
 
 pub(super) fn fmt_b(b: u64) -> String {
     crate::report::units::fmt_bytes(b as f64)
-}
-
-pub(super) fn record(ctx: &PassContext, d: QuantDecision) {
-    ctx.quant.borrow_mut().report.decisions.push(d);
 }
 
 pub(super) fn decision(

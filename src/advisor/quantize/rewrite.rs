@@ -1,14 +1,14 @@
 //! Rewriting: the `int8` and `bf16`/`fp16` passes, which cost every candidate, convert those
 //! predicted to gain (per-channel int8 or half-width weights, calibrated activation ranges) and
-//! record every decision in the shared quantization report.
+//! return every decision for the driver to put in the quantization report.
 
 use super::calibrate::{affine_params, calibrate};
 use super::cost::{
     candidate, decide, estimate_candidate, is_heavy, lowp_node, roofs, Candidate, Costed,
 };
 
-use super::report::{decision, fmt_s, record};
-use crate::advisor::{AdvisorError, Change, Pass, PassContext};
+use super::report::{decision, fmt_s};
+use crate::advisor::{AdvisorError, Change, Pass, PassContext, PassOutput};
 use crate::analysis::edit::Editor;
 use crate::analysis::graph::{Attr, ValueId};
 use crate::analysis::infer::NodeState;
@@ -103,20 +103,21 @@ impl Pass for Int8 {
         ed: &mut Editor,
         states: &[NodeState],
         ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let overhead = ctx.device.launch_overhead_s;
         let (_, _, has_peak) = roofs(ctx.device, ctx.analyze, Precision::Int8)?;
+        let mut decisions = Vec::new();
         let mut chosen: Vec<(Candidate, Costed)> = Vec::new();
         for i in live_candidates(ed, states) {
             let node = ed.nodes[i].clone();
             match candidate(ed, i) {
-                Err(reason) => record(ctx, decision(&node, "int8", false, None, reason)),
+                Err(reason) => decisions.push(decision(&node, "int8", false, None, reason)),
                 Ok(c) => match estimate_candidate(ed, &c, ctx.device, ctx.analyze, Precision::Int8)
                 {
-                    Err(reason) => record(ctx, decision(&node, "int8", false, None, reason)),
+                    Err(reason) => decisions.push(decision(&node, "int8", false, None, reason)),
                     Ok(costed) => {
                         let (convert, reason) = decide(&costed, "int8", has_peak, overhead);
-                        record(ctx, decision(&node, "int8", convert, Some(&costed), reason));
+                        decisions.push(decision(&node, "int8", convert, Some(&costed), reason));
                         if convert {
                             chosen.push((c, costed));
                         }
@@ -125,7 +126,10 @@ impl Pass for Int8 {
             }
         }
         if chosen.is_empty() {
-            return Ok(Vec::new());
+            return Ok(PassOutput {
+                decisions,
+                ..PassOutput::default()
+            });
         }
         let observed: Vec<ValueId> = chosen
             .iter()
@@ -206,7 +210,11 @@ impl Pass for Int8 {
                 ),
             ));
         }
-        Ok(changes)
+        Ok(PassOutput {
+            changes,
+            decisions,
+            notes: Vec::new(),
+        })
     }
 }
 
@@ -267,17 +275,18 @@ impl Pass for Half {
         ed: &mut Editor,
         states: &[NodeState],
         ctx: &PassContext,
-    ) -> Result<Vec<Change>, AdvisorError> {
+    ) -> Result<PassOutput, AdvisorError> {
         let tag = self.tag();
         let overhead = ctx.device.launch_overhead_s;
         let (_, _, has_peak) = roofs(ctx.device, ctx.analyze, self.precision)?;
+        let (mut decisions, mut notes) = (Vec::new(), Vec::new());
         if self.precision == Precision::Fp16 {
-            ctx.quant.borrow_mut().report.notes.push(
+            notes.push(
                 "fp16: no fp16 kernel in this tool (the CPU has no AVX-512 FP16); its gain is predicted only and the graph runs as fp32 on fp16-rounded values".into(),
             );
         }
         if !has_peak {
-            ctx.quant.borrow_mut().report.notes.push(format!(
+            notes.push(format!(
                 "{tag}: device `{}` has no {tag} compute ceiling; predictions use its {} peak (storage shrinks, arithmetic does not speed up)",
                 ctx.device.id, ctx.analyze.precision
             ));
@@ -293,19 +302,19 @@ impl Pass for Half {
             let c = match candidate(ed, i) {
                 Ok(c) => c,
                 Err(reason) => {
-                    record(ctx, decision(&node, tag, false, None, reason));
+                    decisions.push(decision(&node, tag, false, None, reason));
                     continue;
                 }
             };
             let costed = match estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision) {
                 Ok(x) => x,
                 Err(reason) => {
-                    record(ctx, decision(&node, tag, false, None, reason));
+                    decisions.push(decision(&node, tag, false, None, reason));
                     continue;
                 }
             };
             let (convert, reason) = decide(&costed, tag, has_peak, overhead);
-            record(ctx, decision(&node, tag, convert, Some(&costed), reason));
+            decisions.push(decision(&node, tag, convert, Some(&costed), reason));
             if !convert {
                 continue;
             }
@@ -351,6 +360,10 @@ impl Pass for Half {
                 ),
             ));
         }
-        Ok(changes)
+        Ok(PassOutput {
+            changes,
+            decisions,
+            notes,
+        })
     }
 }
