@@ -167,60 +167,7 @@ pub fn tempdir() -> std::path::PathBuf {
 #[test]
 fn subgraph_ops_load_and_are_reported_not_costed() {
     use prost::Message;
-    use roofline::analysis::onnx_proto::{AttributeProto, GraphProto, NodeProto};
-    let mut model = roofline::builtin::find("tinycnn")
-        .unwrap()
-        .build(roofline::builtin::WeightFill::Random(1));
-    let graph = model.graph.as_mut().unwrap();
-    let logits = graph.output[0].name.clone();
-    // If(cond) { Identity(logits) } else { Identity(logits) } appended after the classifier.
-    let branch = |name: &str| GraphProto {
-        name: name.into(),
-        node: vec![NodeProto {
-            input: vec![logits.clone()],
-            output: vec![format!("{name}_out")],
-            op_type: "Identity".into(),
-            ..Default::default()
-        }],
-        output: vec![roofline::analysis::onnx_proto::ValueInfoProto {
-            name: format!("{name}_out"),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    graph
-        .initializer
-        .push(roofline::analysis::onnx_proto::TensorProto {
-            dims: vec![],
-            data_type: 9,
-            name: "cond".into(),
-            int32_data: vec![1],
-            ..Default::default()
-        });
-    graph.node.push(NodeProto {
-        input: vec!["cond".into()],
-        output: vec!["branched".into()],
-        name: "choose".into(),
-        op_type: "If".into(),
-        attribute: vec![
-            AttributeProto {
-                name: "then_branch".into(),
-                r#type: 5,
-                g: Some(branch("then")),
-                ..Default::default()
-            },
-            AttributeProto {
-                name: "else_branch".into(),
-                r#type: 5,
-                g: Some(branch("else")),
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    });
-    let mut out = graph.output[0].clone();
-    out.name = "branched".into();
-    graph.output.push(out);
+    let model = super::common::tinycnn_with_if();
     let dir = tempdir();
     let path = dir.join("if.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();

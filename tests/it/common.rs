@@ -87,3 +87,59 @@ pub fn analyze_file(path: &Path, bindings: Bindings) -> Analysis {
     analysis::analyze_file(path, &device, &options)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// tinycnn followed by `If(cond) { Identity(logits) } else { Identity(logits) }` on a constant
+/// condition, its output a second graph output: a subgraph op the analysis loads but does not
+/// cost (a warning).
+pub fn tinycnn_with_if() -> roofline::analysis::onnx_proto::ModelProto {
+    use roofline::analysis::onnx_proto::{
+        AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto,
+    };
+    let mut model = builtin::find("tinycnn")
+        .unwrap()
+        .build(WeightFill::Random(1));
+    let graph = model.graph.as_mut().unwrap();
+    let logits = graph.output[0].name.clone();
+    let branch = |name: &str| GraphProto {
+        name: name.into(),
+        node: vec![NodeProto {
+            input: vec![logits.clone()],
+            output: vec![format!("{name}_out")],
+            op_type: "Identity".into(),
+            ..Default::default()
+        }],
+        output: vec![ValueInfoProto {
+            name: format!("{name}_out"),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    graph.initializer.push(TensorProto {
+        dims: vec![],
+        data_type: 9,
+        name: "cond".into(),
+        int32_data: vec![1],
+        ..Default::default()
+    });
+    let subgraph = |name: &str, g: GraphProto| AttributeProto {
+        name: name.into(),
+        r#type: 5,
+        g: Some(g),
+        ..Default::default()
+    };
+    graph.node.push(NodeProto {
+        input: vec!["cond".into()],
+        output: vec!["branched".into()],
+        name: "choose".into(),
+        op_type: "If".into(),
+        attribute: vec![
+            subgraph("then_branch", branch("then")),
+            subgraph("else_branch", branch("else")),
+        ],
+        ..Default::default()
+    });
+    let mut out = graph.output[0].clone();
+    out.name = "branched".into();
+    graph.output.push(out);
+    model
+}

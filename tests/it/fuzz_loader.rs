@@ -10,21 +10,7 @@ use roofline::analysis::{self, import, AnalyzeOptions, Bindings};
 use roofline::builtin::{self, WeightFill};
 use roofline::device::find_device;
 
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use super::fuzz_exec::SplitMix;
 
 fn try_analyze(bytes: Vec<u8>) {
     let path = Path::new("fuzz.onnx");

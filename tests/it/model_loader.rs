@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use roofline::analysis::onnx_proto::{AttributeProto, GraphProto, NodeProto, TensorProto};
 
 use super::cli::tempdir;
 use super::common::{roofline, stderr, stdout};
@@ -118,54 +117,8 @@ fn with_unknown_op(dir: &Path) -> PathBuf {
 
 /// tinycnn followed by an `If` on a constant: analysed, but not costed (a warning).
 fn with_if(dir: &Path) -> PathBuf {
-    let mut model = roofline::builtin::find("tinycnn")
-        .unwrap()
-        .build(roofline::builtin::WeightFill::Random(1));
-    let graph = model.graph.as_mut().unwrap();
-    let logits = graph.output[0].name.clone();
-    let branch = |name: &str| GraphProto {
-        name: name.into(),
-        node: vec![NodeProto {
-            input: vec![logits.clone()],
-            output: vec![format!("{name}_out")],
-            op_type: "Identity".into(),
-            ..Default::default()
-        }],
-        output: vec![roofline::analysis::onnx_proto::ValueInfoProto {
-            name: format!("{name}_out"),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    graph.initializer.push(TensorProto {
-        dims: vec![],
-        data_type: 9,
-        name: "cond".into(),
-        int32_data: vec![1],
-        ..Default::default()
-    });
-    let subgraph = |name: &str, g: GraphProto| AttributeProto {
-        name: name.into(),
-        r#type: 5,
-        g: Some(g),
-        ..Default::default()
-    };
-    graph.node.push(NodeProto {
-        input: vec!["cond".into()],
-        output: vec!["branched".into()],
-        name: "choose".into(),
-        op_type: "If".into(),
-        attribute: vec![
-            subgraph("then_branch", branch("then")),
-            subgraph("else_branch", branch("else")),
-        ],
-        ..Default::default()
-    });
-    let mut out = graph.output[0].clone();
-    out.name = "branched".into();
-    graph.output.push(out);
     let path = dir.join("if.onnx");
-    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    std::fs::write(&path, super::common::tinycnn_with_if().encode_to_vec()).unwrap();
     path
 }
 
