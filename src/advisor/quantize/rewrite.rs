@@ -8,6 +8,7 @@ use super::cost::{
 };
 
 use super::report::{decision, fmt_s};
+use super::QuantDecision;
 use crate::advisor::{AdvisorError, Change, Pass, PassContext, PassOutput};
 use crate::analysis::edit::Editor;
 use crate::analysis::graph::{Attr, ValueId};
@@ -109,21 +110,13 @@ impl Pass for Int8 {
         let mut decisions = Vec::new();
         let mut chosen: Vec<(Candidate, Costed)> = Vec::new();
         for i in live_candidates(ed, states) {
-            let node = ed.nodes[i].clone();
-            match candidate(ed, i) {
-                Err(reason) => decisions.push(decision(&node, "int8", false, None, reason)),
-                Ok(c) => match estimate_candidate(ed, &c, ctx.device, ctx.analyze, Precision::Int8)
-                {
-                    Err(reason) => decisions.push(decision(&node, "int8", false, None, reason)),
-                    Ok(costed) => {
-                        let (convert, reason) = decide(&costed, "int8", has_peak, overhead);
-                        decisions.push(decision(&node, "int8", convert, Some(&costed), reason));
-                        if convert {
-                            chosen.push((c, costed));
-                        }
-                    }
-                },
-            }
+            let verdict = Verdict {
+                tag: "int8",
+                precision: Precision::Int8,
+                has_peak,
+                overhead,
+            };
+            chosen.extend(verdict.judge(ed, i, ctx, &mut decisions));
         }
         if chosen.is_empty() {
             return Ok(PassOutput {
@@ -299,25 +292,15 @@ impl Pass for Half {
         let mut changes = Vec::new();
         for i in live_candidates(ed, states) {
             let node = ed.nodes[i].clone();
-            let c = match candidate(ed, i) {
-                Ok(c) => c,
-                Err(reason) => {
-                    decisions.push(decision(&node, tag, false, None, reason));
-                    continue;
-                }
+            let verdict = Verdict {
+                tag,
+                precision: self.precision,
+                has_peak,
+                overhead,
             };
-            let costed = match estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision) {
-                Ok(x) => x,
-                Err(reason) => {
-                    decisions.push(decision(&node, tag, false, None, reason));
-                    continue;
-                }
-            };
-            let (convert, reason) = decide(&costed, tag, has_peak, overhead);
-            decisions.push(decision(&node, tag, convert, Some(&costed), reason));
-            if !convert {
+            let Some((c, costed)) = verdict.judge(ed, i, ctx, &mut decisions) else {
                 continue;
-            }
+            };
             let round: fn(f32) -> f32 = if self.precision == Precision::Bf16 {
                 exec::quant::round_bf16
             } else {
@@ -365,5 +348,42 @@ impl Pass for Half {
             decisions,
             notes,
         })
+    }
+}
+
+/// How one pass judges its candidates: its tag in the report, the precision it lowers to, and
+/// the device facts the decision needs.
+struct Verdict<'a> {
+    tag: &'a str,
+    precision: Precision,
+    has_peak: bool,
+    overhead: f64,
+}
+
+impl Verdict<'_> {
+    /// Judges candidate node `i`: records the decision (with its reason, whether or not the op
+    /// qualifies) and returns the candidate with its costs when the roofline says convert.
+    fn judge(
+        &self,
+        ed: &Editor,
+        i: usize,
+        ctx: &PassContext,
+        decisions: &mut Vec<QuantDecision>,
+    ) -> Option<(Candidate, Costed)> {
+        let node = &ed.nodes[i];
+        let costed = candidate(ed, i).and_then(|c| {
+            estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision).map(|k| (c, k))
+        });
+        match costed {
+            Err(reason) => {
+                decisions.push(decision(node, self.tag, false, None, reason));
+                None
+            }
+            Ok((c, costed)) => {
+                let (convert, reason) = decide(&costed, self.tag, self.has_peak, self.overhead);
+                decisions.push(decision(node, self.tag, convert, Some(&costed), reason));
+                convert.then_some((c, costed))
+            }
+        }
     }
 }
