@@ -5,6 +5,7 @@ pub mod advisor;
 pub mod analysis;
 pub mod bench;
 pub mod builtin;
+pub mod calibrate;
 pub mod device;
 pub mod exec;
 pub mod fsio;

@@ -90,6 +90,28 @@ fn quick_probe_figures_are_positive_and_below_their_theoretical_peaks() {
             .unwrap_or_else(|| panic!("{} on one thread missing", level.name()));
         assert!(ceiling.bytes_per_s > 0.0);
     }
+    // Main memory was judged at every thread count, and a write rate, where stated, is a rate.
+    let thread_counts = if threads_used > 1 { 2 } else { 1 };
+    assert_eq!(record.dram.len(), thread_counts, "{:?}", record.dram);
+    for ceiling in &profile.memory {
+        assert!(
+            ceiling.write_bytes_per_s.is_none_or(|w| w > 0.0),
+            "{ceiling:?}"
+        );
+    }
+    if cfg!(target_arch = "x86_64") {
+        // x86 can flush the caches: one thread's DRAM ceiling always has its write rate.
+        let dram = profile
+            .memory
+            .iter()
+            .find(|m| m.level == MemoryLevel::Dram && m.threads == Some(1))
+            .expect("DRAM on one thread");
+        assert!(dram.write_bytes_per_s.is_some(), "{dram:?}");
+        assert!(record
+            .dram
+            .iter()
+            .all(|c| c.flushed_read_bytes_per_s > Some(0.0)));
+    }
     for theory in &record.theoretical {
         assert!(theory.flops_per_s > 0.0 && theory.clock_hz_sum > 0.0);
     }

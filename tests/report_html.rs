@@ -65,6 +65,7 @@ fn cpu_profile() -> roofline::device::DeviceProfile {
     .map(|(level, bytes_per_s)| MemoryCeiling {
         level,
         bytes_per_s,
+        write_bytes_per_s: None,
         capacity_bytes: None,
         threads: Some(8),
         source: "read sweep".to_string(),

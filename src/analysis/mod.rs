@@ -1,6 +1,7 @@
 //! Analysis: ONNX import, the graph IR, shape inference with constant folding, per-op cost and
 //! the roofline estimate. Pure and fast: no timing, no I/O beyond the model file it is handed.
 
+pub mod classify;
 pub mod edit;
 pub mod error;
 pub mod graph;
@@ -16,13 +17,20 @@ mod schema_data;
 pub mod tensor;
 pub mod validate;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 pub use error::AnalysisError;
 pub use graph::Graph;
 pub use infer::{Bindings, Diagnostic, Severity};
 pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
+
+/// The shape features the calibration lookup matches an analysed op on (see
+/// `device::calibration`); zero features for an op that was not costed.
+pub fn node_shape_features(node: &NodeAnalysis) -> crate::device::calibration::ShapeFeatures {
+    node.features
+        .unwrap_or_else(|| classify::shape_features(0, 0, 0, 0))
+}
 pub use roofline::{estimate, Bound, Estimate, Roof};
 
 use crate::device::{DeviceProfile, MemoryLevel, Precision};
@@ -73,9 +81,10 @@ pub fn analyze_graph(
     device: &DeviceProfile,
     options: &AnalyzeOptions,
 ) -> Result<Analysis, AnalysisError> {
-    let roof = Roof::of(device, options.precision)
+    let mut roof = Roof::of(device, options.precision)
         .map_err(|reason| AnalysisError::InvalidGraph { reason })?;
     let (order, states, mut diagnostics) = prepare_graph(&mut graph, &options.bindings)?;
+    roof.place_weights(model_weight_bytes(&graph, &order, &states));
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -143,11 +152,20 @@ pub fn analyze_graph(
             memory_s: 0.0,
             predicted_s: 0.0,
             time_share: 0.0,
+            kernel_class: None,
+            expected_s: None,
+            efficiency: None,
+            features: None,
         };
         match costed {
             Ok(cost) => {
                 let op_roof = match cost.compute_precision {
-                    Some(p) if p != options.precision => Roof::of(device, p).unwrap_or(roof),
+                    Some(p) if p != options.precision => Roof::of(device, p)
+                        .map(|other| Roof {
+                            weights_level: roof.weights_level,
+                            ..other
+                        })
+                        .unwrap_or(roof),
                     _ => roof,
                 };
                 let est = estimate(&cost, &op_roof);
@@ -169,6 +187,38 @@ pub fn analyze_graph(
                 record.compute_s = est.compute_s;
                 record.memory_s = est.memory_s;
                 record.predicted_s = est.predicted_s;
+                if !cost.is_view {
+                    let output_elements =
+                        output_facts.iter().filter_map(|f| f.element_count()).sum();
+                    let features = classify::shape_features(
+                        cost.flops + cost.transcendental,
+                        record.bytes_read + record.bytes_written,
+                        record.weights_bytes,
+                        output_elements,
+                    );
+                    record.kernel_class = classify::kernel_class(
+                        &node.domain,
+                        &node.op_type,
+                        &node.attrs,
+                        &input_facts,
+                    );
+                    record.features = Some(features);
+                    if let (Some(class), Some(calibration)) =
+                        (record.kernel_class, &device.calibration)
+                    {
+                        // The table of the thread count whose ceilings this analysis uses.
+                        let threads = device
+                            .ceiling(options.precision)
+                            .and_then(|c| c.threads)
+                            .unwrap_or(u32::MAX);
+                        record.expected_s =
+                            calibration.expected_s(class, threads, &features, est.predicted_s);
+                        record.efficiency = record
+                            .expected_s
+                            .filter(|&e| e > 0.0)
+                            .map(|e| est.predicted_s / e);
+                    }
+                }
                 if !cost.is_view {
                     for slot in node.inputs.iter().flatten() {
                         let fact = &graph.values[*slot].fact;
@@ -219,6 +269,32 @@ pub fn analyze_graph(
     })
 }
 
+/// Bytes of the float constants the model's running ops read: the weights every inference
+/// streams through the caches.
+fn model_weight_bytes(
+    graph: &Graph,
+    order: &[graph::NodeId],
+    states: &HashMap<graph::NodeId, NodeState>,
+) -> u64 {
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut total: u64 = 0;
+    for &id in order {
+        if matches!(states.get(&id), Some(NodeState::Folded)) {
+            continue;
+        }
+        for &value in graph.dag[id].inputs.iter().flatten() {
+            let fact = &graph.values[value].fact;
+            if fact.is_constant() && fact.dtype.is_float() && seen.insert(value) {
+                let bytes = fact
+                    .element_count()
+                    .map(|n| n.saturating_mul(fact.dtype.size_bytes()));
+                total = total.saturating_add(bytes.unwrap_or(0));
+            }
+        }
+    }
+    total
+}
+
 fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
     let total_time: f64 = nodes.iter().map(|n| n.predicted_s).sum();
     for node in nodes.iter_mut() {
@@ -267,6 +343,7 @@ fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
     }
     let mut by_op_type: Vec<OpTypeShare> = by_type.into_values().collect();
     by_op_type.sort_by(|a, b| b.predicted_s.total_cmp(&a.predicted_s));
+    let any_expected = nodes.iter().any(|n| n.expected_s.is_some());
     let flops: u64 = nodes.iter().map(|n| n.flops).sum();
     let transcendental: u64 = nodes.iter().map(|n| n.transcendental).sum();
     let bytes_read: u64 = nodes.iter().map(|n| n.bytes_read).sum();
@@ -286,6 +363,24 @@ fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
             0.0
         },
         predicted_latency_s: total_time,
+        expected_latency_s: any_expected.then(|| {
+            nodes
+                .iter()
+                .map(|n| n.expected_s.unwrap_or(n.predicted_s))
+                .sum()
+        }),
+        expected_coverage: any_expected.then(|| {
+            let covered: f64 = nodes
+                .iter()
+                .filter(|n| n.expected_s.is_some())
+                .map(|n| n.predicted_s)
+                .sum();
+            if total_time > 0.0 {
+                covered / total_time
+            } else {
+                1.0
+            }
+        }),
         memory_bound_share: share(Bound::Memory),
         compute_bound_share: share(Bound::Compute),
         overhead_bound_share: share(Bound::Overhead),

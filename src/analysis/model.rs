@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::infer::Diagnostic;
 use super::roofline::{Bound, Roof};
+use crate::device::calibration::{KernelClass, ShapeFeatures};
 use crate::device::{DeviceKind, Precision, ProfileSource};
 
 pub const ANALYSIS_SCHEMA: &str = "roofline-analysis";
@@ -50,9 +51,25 @@ pub struct NodeAnalysis {
     pub attainable_flops: f64,
     pub compute_s: f64,
     pub memory_s: f64,
+    /// The roofline bound: the op's time at the ceilings (never above what a kernel can
+    /// reach, so a lower bound on its measured time).
     pub predicted_s: f64,
     /// Share of the model's predicted latency.
     pub time_share: f64,
+    /// Which calibration table the op is predicted from (`None`: views, shape arithmetic,
+    /// quantized and other ops no table covers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_class: Option<KernelClass>,
+    /// Expected time: the bound × the measured/bound ratio of the nearest calibration shapes
+    /// of its class on this device (`roofline calibrate`); absent without a calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_s: Option<f64>,
+    /// bound ÷ expected: the share of its roof the op is expected to reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
+    /// The features the calibration lookup matched on (in memory only).
+    #[serde(skip)]
+    pub features: Option<ShapeFeatures>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,7 +134,15 @@ pub struct Summary {
     pub weights_bytes: u64,
     /// Model FLOPs / model bytes.
     pub intensity: f64,
+    /// Sum of the ops' roofline bounds.
     pub predicted_latency_s: f64,
+    /// Sum of the ops' expected times, where the device has a calibration; ops it does not
+    /// cover count at their bound (see `expected_coverage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_latency_s: Option<f64>,
+    /// Share of the bound time whose ops have an expected time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_coverage: Option<f64>,
     /// Shares of predicted time by bound.
     pub memory_bound_share: f64,
     pub compute_bound_share: f64,

@@ -3,14 +3,58 @@
 //!
 //! work      = FLOPs + transcendental evaluations (see the counting conventions in `ops`)
 //! intensity = work / bytes moved
-//! attainable = min(peak(precision), intensity × DRAM bandwidth)
-//! time      = max(work / peak, bytes / bandwidth) + launch overhead
+//! memory    = bytes read / read bandwidth + bytes written / write bandwidth
+//! attainable = min(peak(precision), intensity × bytes moved / memory)
+//! time      = max(work / peak, memory) + launch overhead
 //! bound     = the larger of the two terms, or `overhead` when the fixed per-op cost exceeds both.
+//!
+//! # Memory traffic by direction
+//! Bytes read (`weights_read + act_read`) are charged at the DRAM ceiling's read rate
+//! (`bytes_per_s`), bytes written (`act_written`) at its write rate (`write_bytes_per_s`). A
+//! probed CPU profile measures both with the kernels inference code runs: ordinary loads for
+//! reads, ordinary stores for writes (never the non-temporal stores a compiler rarely emits
+//! for an activation). The two terms add up rather than overlap: reads and writes share the
+//! memory bus, and on the probed machine the sum reproduces a copy kernel. A ceiling without
+//! a write rate (datasheet figures, hand-written and older profiles) charges writes at the
+//! read rate, and the time is then `bytes / bandwidth` exactly as before the split.
+//! The ridge point and the chart's memory roof use the read rate: an op whose writes are
+//! slower sits below that line, at its own attainable rate.
+//!
+//! # Memory traffic by level (cache-aware roofline)
+//! Where the device states cache levels with a capacity and measured rates (probed CPU
+//! profiles), each tensor's traffic is charged at the level it can live in between the ops of
+//! repeated inference:
+//! - an op's activations (the tensors it reads that another op wrote, and those it writes) at
+//!   the smallest level whose capacity holds all of them at once (`act_read + act_written`);
+//!   per-core levels (L1, L2) hold `capacity × threads`, the shared L3 its capacity;
+//! - weights at the smallest level that holds the whole model's weights (every run streams all
+//!   of them through the caches, so a level smaller than the set keeps none for the next run),
+//!   else DRAM;
+//! - anything larger than every level, at DRAM.
+//!
+//! Each term uses that level's read and write rates. The placement is the most favourable one
+//! the capacities allow, which keeps the figure a bound: a kernel cannot beat it by running from
+//! a level faster than the one charged. Devices without cache levels (datasheet entries, older
+//! profiles) charge everything at DRAM, bit for bit as before.
 
 use serde::{Deserialize, Serialize};
 
-use super::ops::OpCost;
-use crate::device::{DeviceProfile, Precision};
+use super::ops::{OpCost, Traffic};
+use crate::device::{DeviceProfile, MemoryLevel, Precision};
+
+/// One cache level's roof at the thread count of the analysis.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CacheRoof {
+    pub level: MemoryLevel,
+    /// Bytes the threads together keep at this level.
+    pub capacity_bytes: u64,
+    pub read_bytes_per_s: f64,
+    pub write_bytes_per_s: f64,
+}
+
+fn no_caches(caches: &[Option<CacheRoof>; 3]) -> bool {
+    caches.iter().all(Option::is_none)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,6 +88,23 @@ pub struct Roof {
     /// written before the field existed: treated as the op's own peak).
     #[serde(default)]
     pub vector_peak_flops: f64,
+    /// DRAM write bandwidth; 0 = the read rate `bandwidth_bytes_per_s` (devices that state one
+    /// figure, reports written before the field existed). Left out of reports when 0, so
+    /// reports on such devices keep their bytes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub write_bandwidth_bytes_per_s: f64,
+    /// L1, L2 and L3 where the device states them (capacity and measured rates), smallest
+    /// first; none on datasheet devices.
+    #[serde(default, skip_serializing_if = "no_caches")]
+    pub caches: [Option<CacheRoof>; 3],
+    /// The level the model's weights stay in between runs (`None`: DRAM). Set per model by
+    /// [`Roof::place_weights`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_level: Option<MemoryLevel>,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
 }
 
 impl Roof {
@@ -71,13 +132,117 @@ impl Roof {
             bandwidth_bytes_per_s,
             launch_overhead_s: device.launch_overhead_s,
             vector_peak_flops: device.peak_flops(Precision::Fp32).unwrap_or(peak_flops),
+            write_bandwidth_bytes_per_s: device.dram_write_bandwidth().unwrap_or(0.0),
+            caches: cache_roofs(device),
+            weights_level: None,
         })
     }
 
-    /// Intensity at which the memory and compute roofs meet (FLOP/byte).
+    /// Places the model's weights (`weight_bytes` in all) at the smallest cache level that
+    /// holds them, or DRAM.
+    pub fn place_weights(&mut self, weight_bytes: u64) {
+        self.weights_level = self.level_holding(weight_bytes).map(|c| c.level);
+    }
+
+    /// The smallest cache level that holds `bytes`.
+    fn level_holding(&self, bytes: u64) -> Option<&CacheRoof> {
+        self.caches
+            .iter()
+            .flatten()
+            .find(|cache| bytes <= cache.capacity_bytes)
+    }
+
+    /// Intensity at which the memory and compute roofs meet (FLOP/byte), at the read rate.
     pub fn ridge_point(&self) -> f64 {
         self.peak_flops / self.bandwidth_bytes_per_s
     }
+
+    /// The rate written bytes are charged at.
+    pub fn write_bandwidth(&self) -> f64 {
+        if self.write_bandwidth_bytes_per_s > 0.0 {
+            self.write_bandwidth_bytes_per_s
+        } else {
+            self.bandwidth_bytes_per_s
+        }
+    }
+
+    /// Seconds to move `traffic`: reads at the read rate, writes at the write rate, one after
+    /// the other; and the bandwidth that amounts to over all its bytes.
+    pub fn memory_time(&self, traffic: &Traffic) -> (f64, f64) {
+        if !no_caches(&self.caches) {
+            return self.memory_time_by_level(traffic);
+        }
+        let read_bw = self.bandwidth_bytes_per_s;
+        let write_bw = self.write_bandwidth();
+        let bytes = traffic.total() as f64;
+        if write_bw == read_bw {
+            // One rate: the single division keeps every figure bit for bit what it was before
+            // writes had their own rate (two divisions can round differently).
+            return (bytes / read_bw, read_bw);
+        }
+        let read = (traffic.weights_read + traffic.act_read) as f64;
+        let written = traffic.act_written as f64;
+        let seconds = read / read_bw + written / write_bw;
+        let effective = if seconds > 0.0 {
+            bytes / seconds
+        } else {
+            read_bw
+        };
+        (seconds, effective)
+    }
+
+    /// [`Roof::memory_time`] with each tensor class at the level it can live in (see the
+    /// module docs).
+    fn memory_time_by_level(&self, traffic: &Traffic) -> (f64, f64) {
+        let dram = (self.bandwidth_bytes_per_s, self.write_bandwidth());
+        let rates = |cache: Option<&CacheRoof>| {
+            cache.map_or(dram, |c| (c.read_bytes_per_s, c.write_bytes_per_s))
+        };
+        let activations = traffic.act_read + traffic.act_written;
+        let (act_read_bw, act_write_bw) = rates(self.level_holding(activations));
+        let weights_cache = self
+            .weights_level
+            .and_then(|level| self.caches.iter().flatten().find(|c| c.level == level));
+        let (weights_bw, _) = rates(weights_cache);
+        let seconds = traffic.act_read as f64 / act_read_bw
+            + traffic.act_written as f64 / act_write_bw
+            + traffic.weights_read as f64 / weights_bw;
+        let bytes = traffic.total() as f64;
+        let effective = if seconds > 0.0 {
+            bytes / seconds
+        } else {
+            act_read_bw
+        };
+        (seconds, effective)
+    }
+}
+
+/// The cache levels of `device` with a capacity and a measured read rate: per-core levels
+/// (L1, L2) hold their capacity once per thread of the ceiling's thread count, L3 once.
+fn cache_roofs(device: &DeviceProfile) -> [Option<CacheRoof>; 3] {
+    let mut caches = [None; 3];
+    for (slot, level) in [MemoryLevel::L1, MemoryLevel::L2, MemoryLevel::L3]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(ceiling) = device.memory_ceiling(level) else {
+            continue;
+        };
+        let Some(capacity) = ceiling.capacity_bytes.filter(|&c| c > 0) else {
+            continue;
+        };
+        let copies = match level {
+            MemoryLevel::L3 => 1,
+            _ => u64::from(ceiling.threads.unwrap_or(1).max(1)),
+        };
+        caches[slot] = Some(CacheRoof {
+            level,
+            capacity_bytes: capacity.saturating_mul(copies),
+            read_bytes_per_s: ceiling.bytes_per_s,
+            write_bytes_per_s: ceiling.write_bytes_per_s.unwrap_or(ceiling.bytes_per_s),
+        });
+    }
+    caches
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -127,11 +292,11 @@ pub fn estimate(cost: &OpCost, roof: &Roof) -> Estimate {
     } else {
         roof.peak_flops
     };
+    let (memory_s, bandwidth) = roof.memory_time(&cost.bytes);
     let attainable_flops = match intensity {
-        Some(i) => op_peak.min(i * roof.bandwidth_bytes_per_s),
+        Some(i) => op_peak.min(i * bandwidth),
         None => op_peak,
     };
-    let memory_s = bytes / roof.bandwidth_bytes_per_s;
     let overhead_s = roof.launch_overhead_s;
     let bound = if overhead_s > compute_s.max(memory_s) {
         Bound::Overhead
@@ -154,7 +319,6 @@ pub fn estimate(cost: &OpCost, roof: &Roof) -> Estimate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::ops::Traffic;
 
     fn roof() -> Roof {
         // A round device: 10 TFLOP/s, 500 GB/s, ridge at 20 FLOP/byte, 2 us launch.
@@ -163,6 +327,9 @@ mod tests {
             bandwidth_bytes_per_s: 500e9,
             launch_overhead_s: 2e-6,
             vector_peak_flops: 10e12,
+            write_bandwidth_bytes_per_s: 0.0,
+            caches: [None; 3],
+            weights_level: None,
         }
     }
 
@@ -229,5 +396,196 @@ mod tests {
         let e = estimate(&OpCost::view(), &roof());
         assert_eq!(e.bound, Bound::None);
         assert_eq!(e.predicted_s, 0.0);
+    }
+
+    fn read_write(read: u64, written: u64) -> OpCost {
+        OpCost {
+            bytes: Traffic {
+                act_read: read,
+                act_written: written,
+                ..Traffic::default()
+            },
+            ..OpCost::default()
+        }
+    }
+
+    #[test]
+    fn reads_and_writes_are_charged_at_their_own_rates() {
+        // 1 MB read at 10 GB/s = 0.1 ms, 1 MB written at 5 GB/s = 0.2 ms: 0.3 ms in all.
+        let split = Roof {
+            bandwidth_bytes_per_s: 10e9,
+            write_bandwidth_bytes_per_s: 5e9,
+            launch_overhead_s: 0.0,
+            ..roof()
+        };
+        let e = estimate(&read_write(1_000_000, 1_000_000), &split);
+        assert!((e.memory_s - 3e-4).abs() < 1e-15, "{}", e.memory_s);
+        assert_eq!(e.bound, Bound::Memory);
+        // Weights count as reads too: 2 MB of weights alone take 0.2 ms.
+        let weights = OpCost {
+            bytes: Traffic {
+                weights_read: 2_000_000,
+                ..Traffic::default()
+            },
+            ..OpCost::default()
+        };
+        assert!((estimate(&weights, &split).memory_s - 2e-4).abs() < 1e-15);
+        // 0.6 MFLOP over those 2 MB: intensity 0.3, moved at 2 MB / 0.3 ms = 6.67 GB/s, so
+        // attainable = 0.3 × 6.67 GB/s = 2 GFLOP/s (work over memory time).
+        let mut c = read_write(1_000_000, 1_000_000);
+        c.flops = 600_000;
+        let e = estimate(&c, &split);
+        assert!(
+            (e.attainable_flops - 2e9).abs() < 1.0,
+            "{}",
+            e.attainable_flops
+        );
+        // The ridge point stays at the read rate.
+        assert_eq!(split.ridge_point(), 10e12 / 10e9);
+    }
+
+    #[test]
+    fn one_rate_when_the_device_states_no_write_rate() {
+        // 0 means "the read rate": the same time as the single-rate formula, bit for bit.
+        let c = read_write(14_080, 65_536);
+        let e = estimate(&c, &roof());
+        assert_eq!(e.memory_s, (14_080.0 + 65_536.0) / 500e9);
+        let same = Roof {
+            write_bandwidth_bytes_per_s: 500e9,
+            ..roof()
+        };
+        assert_eq!(estimate(&c, &same), e);
+        // And a report without the field reads as one rate.
+        let json = serde_json::to_string(&roof()).expect("serialises");
+        assert!(!json.contains("write_bandwidth"), "{json}");
+        let back: Roof = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back.write_bandwidth(), 500e9);
+    }
+
+    #[test]
+    fn the_roof_of_a_device_takes_its_write_rate() {
+        let mut device = crate::device::catalog()[0].to_profile();
+        let read = device.memory[0].bytes_per_s;
+        let roof = Roof::of(&device, Precision::Fp32).expect("catalogue roof");
+        assert_eq!(roof.write_bandwidth_bytes_per_s, 0.0);
+        device.memory[0].write_bytes_per_s = Some(read / 2.0);
+        let roof = Roof::of(&device, Precision::Fp32).expect("roof");
+        assert_eq!(roof.bandwidth_bytes_per_s, read);
+        assert_eq!(roof.write_bandwidth(), read / 2.0);
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    /// DRAM 10/5 GB/s read/write; L2 of 1 MB per core at 100/50 GB/s on 2 threads (2 MB);
+    /// L3 of 8 MB at 40/20 GB/s.
+    fn cached_roof() -> Roof {
+        Roof {
+            peak_flops: 1e12,
+            bandwidth_bytes_per_s: 10e9,
+            launch_overhead_s: 0.0,
+            vector_peak_flops: 1e12,
+            write_bandwidth_bytes_per_s: 5e9,
+            caches: [
+                None,
+                Some(CacheRoof {
+                    level: MemoryLevel::L2,
+                    capacity_bytes: 2_000_000,
+                    read_bytes_per_s: 100e9,
+                    write_bytes_per_s: 50e9,
+                }),
+                Some(CacheRoof {
+                    level: MemoryLevel::L3,
+                    capacity_bytes: 8_000_000,
+                    read_bytes_per_s: 40e9,
+                    write_bytes_per_s: 20e9,
+                }),
+            ],
+            weights_level: None,
+        }
+    }
+
+    fn traffic(act_read: u64, act_written: u64, weights_read: u64) -> Traffic {
+        Traffic {
+            act_read,
+            act_written,
+            weights_read,
+        }
+    }
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() <= 1e-12 * b.abs().max(1e-9), "{a} vs {b}");
+    }
+
+    #[test]
+    fn activations_that_fit_l2_are_charged_at_l2() {
+        // 1 MB read + 0.5 MB written = 1.5 MB ≤ 2 MB: 1e6/100e9 + 0.5e6/50e9 = 10 µs + 10 µs.
+        let (seconds, _) = cached_roof().memory_time(&traffic(1_000_000, 500_000, 0));
+        close(seconds, 20e-6);
+    }
+
+    #[test]
+    fn activations_past_l2_go_to_l3_then_dram() {
+        // 3 MB + 1 MB = 4 MB: L3, 3e6/40e9 + 1e6/20e9 = 75 + 50 µs.
+        let (seconds, _) = cached_roof().memory_time(&traffic(3_000_000, 1_000_000, 0));
+        close(seconds, 125e-6);
+        // 8 MB + 2 MB = 10 MB > 8 MB: DRAM, 8e6/10e9 + 2e6/5e9 = 0.8 + 0.4 ms.
+        let (seconds, _) = cached_roof().memory_time(&traffic(8_000_000, 2_000_000, 0));
+        close(seconds, 1.2e-3);
+    }
+
+    #[test]
+    fn weights_stay_in_the_level_that_holds_the_whole_model() {
+        let mut roof = cached_roof();
+        // A 5 MB model: its weights stay in L3 between runs; 1 MB of them at 40 GB/s = 25 µs,
+        // on top of 0.1 MB + 0.1 MB of activations in L2 (1 µs + 2 µs).
+        roof.place_weights(5_000_000);
+        assert_eq!(roof.weights_level, Some(MemoryLevel::L3));
+        let (seconds, _) = roof.memory_time(&traffic(100_000, 100_000, 1_000_000));
+        close(seconds, 28e-6);
+        // A 100 MB model: every run streams its weights from DRAM (100 µs for the same 1 MB).
+        roof.place_weights(100_000_000);
+        assert_eq!(roof.weights_level, None);
+        let (seconds, _) = roof.memory_time(&traffic(100_000, 100_000, 1_000_000));
+        close(seconds, 103e-6);
+    }
+
+    #[test]
+    fn per_core_levels_hold_a_copy_per_thread_and_l3_one() {
+        use crate::device::{DeviceKind, MemoryCeiling, ProfileSource};
+        let ceiling = |level, capacity| MemoryCeiling {
+            level,
+            bytes_per_s: 50e9,
+            write_bytes_per_s: None,
+            capacity_bytes: Some(capacity),
+            threads: Some(4),
+            source: String::new(),
+        };
+        let profile = DeviceProfile {
+            schema_version: 1,
+            id: "t".into(),
+            name: "t".into(),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![],
+            memory: vec![
+                ceiling(MemoryLevel::L2, 1 << 20),
+                ceiling(MemoryLevel::L3, 32 << 20),
+            ],
+            launch_overhead_s: 0.0,
+            l2_bytes: None,
+            launch_overhead_source: String::new(),
+            sources: vec![],
+            notes: String::new(),
+            probe: None,
+            calibration: None,
+        };
+        let caches = cache_roofs(&profile);
+        assert!(caches[0].is_none());
+        assert_eq!(caches[1].unwrap().capacity_bytes, 4 << 20);
+        assert_eq!(caches[2].unwrap().capacity_bytes, 32 << 20);
+        assert_eq!(caches[1].unwrap().write_bytes_per_s, 50e9);
     }
 }

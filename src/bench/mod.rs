@@ -116,10 +116,18 @@ pub fn bench_graph(
             measured_gbs: bytes as f64 / measured_s / 1e9,
             roofline_fraction: node.predicted_s / measured_s,
             prediction_error: (node.predicted_s - measured_s) / measured_s,
+            expected_s: node.expected_s,
+            expected_error: node.expected_s.map(|e| (e - measured_s) / measured_s),
         });
     }
     let mut abs_errors: Vec<f64> = ops.iter().map(|o| o.prediction_error.abs()).collect();
     abs_errors.sort_by(f64::total_cmp);
+    let mut expected_abs_errors: Vec<f64> = ops
+        .iter()
+        .filter_map(|o| o.expected_error.map(f64::abs))
+        .collect();
+    expected_abs_errors.sort_by(f64::total_cmp);
+    let expected_ms = analysis.summary.expected_latency_s.map(|s| s * 1e3);
     let mut sorted_latency = latencies.clone();
     sorted_latency.sort_by(f64::total_cmp);
     let median_ms = percentile(&sorted_latency, 0.5);
@@ -139,7 +147,13 @@ pub fn bench_graph(
             median_abs_error: percentile(&abs_errors, 0.5),
             p90_abs_error: percentile(&abs_errors, 0.9),
             end_to_end_error: (predicted_ms - median_ms) / median_ms,
+            expected_median_abs_error: (!expected_abs_errors.is_empty())
+                .then(|| percentile(&expected_abs_errors, 0.5)),
+            expected_p90_abs_error: (!expected_abs_errors.is_empty())
+                .then(|| percentile(&expected_abs_errors, 0.9)),
+            expected_end_to_end_error: expected_ms.map(|e| (e - median_ms) / median_ms),
         },
+        expected_latency_ms: expected_ms,
         ops,
         peak_activation_bytes: plan.peak_activation_bytes,
         unplanned_activation_bytes: plan.unplanned_activation_bytes,

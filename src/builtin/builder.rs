@@ -38,7 +38,7 @@ pub struct GraphBuilder {
     counter: usize,
 }
 
-fn attr_int(name: &str, value: i64) -> AttributeProto {
+pub fn attr_int(name: &str, value: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INT,
@@ -47,7 +47,7 @@ fn attr_int(name: &str, value: i64) -> AttributeProto {
     }
 }
 
-fn attr_ints(name: &str, values: &[i64]) -> AttributeProto {
+pub fn attr_ints(name: &str, values: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::INTS,
@@ -56,7 +56,7 @@ fn attr_ints(name: &str, values: &[i64]) -> AttributeProto {
     }
 }
 
-fn attr_float(name: &str, value: f32) -> AttributeProto {
+pub fn attr_float(name: &str, value: f32) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         r#type: attribute_type::FLOAT,

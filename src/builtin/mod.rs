@@ -8,7 +8,7 @@
 //!   word and position embeddings, no attention mask, symbolic batch and sequence length.
 //! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
 
-mod builder;
+pub mod builder;
 
 pub use builder::{ConvSpec, GraphBuilder, SigDim, WeightFill, BUILTIN_OPSET};
 

@@ -4,6 +4,7 @@
 mod advise;
 mod analyze;
 mod bench;
+mod calibrate;
 mod model;
 mod probe;
 
@@ -199,6 +200,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Run a model with the tool's own CPU kernels; time every op against its prediction.
     Bench(bench::BenchArgs),
+    /// Measure the tool's kernels per op class and save their efficiency into the profile.
+    Calibrate(calibrate::CalibrateArgs),
     /// Rewrite the model (fold, BN fold, fusion) with predicted and measured gains.
     Advise(advise::AdviseArgs),
     /// Run a model once and write every graph output as .npy.
@@ -228,6 +231,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Analyze(args) => analyze::run(&args),
         Command::Probe(args) => probe::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
         Command::Run(args) => bench::run_model(&args),
         Command::Advise(args) => advise::run(&args),
         Command::Devices { json } => {

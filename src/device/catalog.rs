@@ -57,6 +57,7 @@ impl CatalogEntry {
             memory: vec![MemoryCeiling {
                 level: MemoryLevel::Dram,
                 bytes_per_s: self.bandwidth_gbs * 1e9,
+                write_bytes_per_s: None,
                 capacity_bytes: self.memory_gb.map(|gb| (gb * 1e9) as u64),
                 threads: None,
                 source,
@@ -68,6 +69,7 @@ impl CatalogEntry {
             sources: self.sources.iter().map(|s| s.to_string()).collect(),
             notes: self.notes.to_string(),
             probe: None,
+            calibration: None,
         }
     }
 }

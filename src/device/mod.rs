@@ -1,6 +1,7 @@
 //! Devices: the `DeviceProfile` every other layer reads (the format `roofline probe` writes and
 //! `--device FILE.json` loads), numeric precisions, and the built-in catalogue of real hardware.
 
+pub mod calibration;
 pub mod catalog;
 mod catalog_data;
 pub mod probe_record;
@@ -8,8 +9,8 @@ pub mod profile;
 
 pub use catalog::{catalog, find_device};
 pub use profile::{
-    ComputeCeiling, DeviceKind, DeviceProfile, MemoryCeiling, MemoryLevel, ProfileSource,
-    PROFILE_SCHEMA_VERSION,
+    probed_name, ComputeCeiling, DeviceKind, DeviceProfile, MemoryCeiling, MemoryLevel,
+    ProfileSource, PROFILE_SCHEMA_VERSION,
 };
 
 use serde::{Deserialize, Serialize};

@@ -41,9 +41,14 @@ pub struct ProbeRecord {
     /// Working-set sweeps, one per bandwidth kernel and thread count.
     #[serde(default)]
     pub sweeps: Vec<BandwidthSweep>,
-    /// Bandwidth per memory level, kernel and thread count, read off the sweeps' plateaus.
+    /// Bandwidth per memory level, kernel and thread count, read off the sweeps' plateaus (or,
+    /// for main memory, measured over a buffer flushed from the caches; see `dram`).
     #[serde(default)]
     pub memory_levels: Vec<LevelBandwidth>,
+    /// Per thread count: how main memory was told apart from cache, and which method gave the
+    /// DRAM figures.
+    #[serde(default)]
+    pub dram: Vec<DramCheck>,
     #[serde(default)]
     pub dispatch: DispatchRecord,
     #[serde(default)]
@@ -159,6 +164,16 @@ pub struct CoreModelRecord {
     pub fma_latency_cycles: f64,
     pub assumption: String,
     pub source: String,
+    /// What heavy 256-/512-bit code is documented to do to the clock on this core (licence
+    /// levels, or none), with its source: the expectation next to the measured vector clock.
+    #[serde(default)]
+    pub licence_frequency: String,
+    /// AMX tile throughput per core (bf16 FLOP, int8 OP per cycle) where the core has AMX.
+    /// Documentation only: no AMX kernel measures it and it is never a roof.
+    #[serde(default)]
+    pub amx_bf16_flops_per_cycle: f64,
+    #[serde(default)]
+    pub amx_int8_ops_per_cycle: f64,
 }
 
 /// Whether a compute figure uses FMA (or dot) instructions only, or FMAs mixed with the
@@ -358,6 +373,27 @@ pub struct BandwidthSweep {
     pub plateaus: Vec<Plateau>,
 }
 
+/// How a bandwidth figure was obtained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FigureMethod {
+    /// Read off a working-set sweep: a plateau, or points where the sweep found one.
+    #[default]
+    Sweep,
+    /// One pass over a buffer whose every line was flushed from every cache level right before
+    /// it (x86 `clflushopt`/`clflush`): main memory whatever the caches' size.
+    Flushed,
+}
+
+impl FigureMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            FigureMethod::Sweep => "sweep plateau",
+            FigureMethod::Flushed => "flushed buffer",
+        }
+    }
+}
+
 /// Bandwidth of one memory level for one kernel and thread count.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LevelBandwidth {
@@ -370,6 +406,36 @@ pub struct LevelBandwidth {
     pub working_set_hi_bytes: u64,
     pub spread: f64,
     pub flags: Vec<MeasurementFlag>,
+    #[serde(default)]
+    pub method: FigureMethod,
+}
+
+/// How main memory was found at one thread count. The sweep's last plateau is main memory
+/// only if it is no faster than reading a buffer flushed from every cache (within
+/// `tolerance`): a faster one is cache the CPU does not report, however large the working set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DramCheck {
+    pub threads: u32,
+    /// The flush instruction (`clflushopt`, `clflush`); empty where none exists (non-x86), and
+    /// the sweep alone names main memory, by the cache sizes.
+    pub flush: String,
+    /// All threads' flushed buffers together, in bytes.
+    pub flushed_bytes: u64,
+    /// Read and write (ordinary stores) kernels over the flushed buffers, best sample.
+    pub flushed_read_bytes_per_s: Option<f64>,
+    pub flushed_write_bytes_per_s: Option<f64>,
+    /// The read sweep's last plateau and its working sets, when it has one past the caches.
+    pub sweep_plateau_bytes_per_s: Option<f64>,
+    pub sweep_plateau_lo_bytes: Option<u64>,
+    pub sweep_plateau_hi_bytes: Option<u64>,
+    /// Largest working set the read sweep reached, all threads.
+    pub sweep_largest_bytes: u64,
+    /// Largest plateau/flushed ratio still counted as main memory, minus one.
+    pub tolerance: f64,
+    /// Which method gave the DRAM figures of this thread count.
+    pub method: FigureMethod,
+    /// The decision in words.
+    pub verdict: String,
 }
 
 /// Per-op dispatch cost on this CPU.

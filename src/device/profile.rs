@@ -68,11 +68,18 @@ impl MemoryLevel {
     }
 }
 
-/// A memory roof.
+/// A memory roof. Reads and writes may have their own rates: a probed CPU profile measures
+/// both (ordinary loads and ordinary stores), a datasheet states one figure for both.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MemoryCeiling {
     pub level: MemoryLevel,
+    /// Read bandwidth: the rate bytes read are charged at (and written bytes too, when
+    /// `write_bytes_per_s` is absent).
     pub bytes_per_s: f64,
+    /// Write bandwidth, when measured apart from reads: bytes stored per second with ordinary
+    /// stores (read-for-ownership and write-back included in the time, not in the bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_bytes_per_s: Option<f64>,
     /// Capacity in bytes (total for DRAM, per device for L2, per core for L1 on CPUs).
     #[serde(default)]
     pub capacity_bytes: Option<u64>,
@@ -112,12 +119,25 @@ pub struct DeviceProfile {
     /// Everything a probe measured (CPU description, clocks, sweeps); absent for catalogue entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<super::probe_record::ProbeRecord>,
+    /// Measured efficiency of the tool's kernels per class (`roofline calibrate`); absent until
+    /// calibrated, and for catalogue entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<super::calibration::Calibration>,
 }
 
 /// Where `roofline probe` saves this machine's profile and `--device local` reads it:
 /// `$XDG_CACHE_HOME/roofline/local.json` (or the platform's cache folder).
 pub fn default_profile_path() -> Option<std::path::PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("roofline").join("local.json"))
+}
+
+/// The name `roofline probe` gives the profile of a CPU measured on `threads` threads.
+pub fn probed_name(model_name: &str, threads: u32) -> String {
+    if threads == 1 {
+        format!("{model_name} (1 thread)")
+    } else {
+        format!("{model_name} ({threads} threads)")
+    }
 }
 
 /// Largest compute ceiling a profile may state: 10^17 FLOP/s (100 PFLOP/s), about five times the
@@ -216,6 +236,21 @@ impl DeviceProfile {
                 out.memory.push(m.clone());
             }
         }
+        // A probed profile is named after the threads its roofs were measured on: once the
+        // one-thread roofs are chosen, "(2 threads)" would misname them. Only the name the
+        // probe gave is rewritten; a name edited by hand is the user's.
+        if let Some(record) = &self.probe {
+            let probed_as = record.cores.threads_used as u32;
+            let used = out
+                .memory_ceiling(MemoryLevel::Dram)
+                .and_then(|m| m.threads)
+                .or_else(|| out.compute.iter().filter_map(|c| c.threads).max());
+            if let Some(used) = used {
+                if self.name == probed_name(&record.cpu.model_name, probed_as) {
+                    out.name = probed_name(&record.cpu.model_name, used);
+                }
+            }
+        }
         out
     }
 
@@ -227,11 +262,17 @@ impl DeviceProfile {
             .max_by_key(|m| m.threads.unwrap_or(u32::MAX))
     }
 
-    /// Main-memory bandwidth: the roof the analysis uses, since each op is modelled as streaming
-    /// its tensors from the outermost level.
+    /// Main-memory read bandwidth: the roof the analysis uses, since each op is modelled as
+    /// streaming its tensors from the outermost level.
     pub fn dram_bandwidth(&self) -> Option<f64> {
         self.memory_ceiling(MemoryLevel::Dram)
             .map(|m| m.bytes_per_s)
+    }
+
+    /// Main-memory write bandwidth, where the profile states one apart from the read figure.
+    pub fn dram_write_bandwidth(&self) -> Option<f64> {
+        self.memory_ceiling(MemoryLevel::Dram)
+            .and_then(|m| m.write_bytes_per_s)
     }
 
     /// Checks that the profile can drive a roofline: a DRAM roof and at least one compute roof,
@@ -258,15 +299,17 @@ impl DeviceProfile {
             }
         }
         for m in &self.memory {
-            if !m.bytes_per_s.is_finite()
-                || m.bytes_per_s <= 0.0
-                || m.bytes_per_s > MAX_PLAUSIBLE_BYTES_PER_S
-            {
-                return Err(format!(
-                    "memory ceiling {} is {:e} B/s; a ceiling must be above 0 and at most {MAX_PLAUSIBLE_BYTES_PER_S:e}",
-                    m.level.name(),
-                    m.bytes_per_s
-                ));
+            for (what, value) in [
+                ("", Some(m.bytes_per_s)),
+                (" (writes)", m.write_bytes_per_s),
+            ] {
+                let Some(value) = value else { continue };
+                if !value.is_finite() || value <= 0.0 || value > MAX_PLAUSIBLE_BYTES_PER_S {
+                    return Err(format!(
+                        "memory ceiling {}{what} is {value:e} B/s; a ceiling must be above 0 and at most {MAX_PLAUSIBLE_BYTES_PER_S:e}",
+                        m.level.name(),
+                    ));
+                }
             }
         }
         if !self.launch_overhead_s.is_finite()
@@ -378,6 +421,7 @@ mod tests {
             memory: vec![MemoryCeiling {
                 level: MemoryLevel::Dram,
                 bytes_per_s: 30.0,
+                write_bytes_per_s: Some(20.0),
                 capacity_bytes: None,
                 threads: Some(1),
                 source: String::new(),
@@ -388,6 +432,7 @@ mod tests {
             sources: vec![],
             notes: String::new(),
             probe: None,
+            calibration: None,
         };
         assert_eq!(profile.peak_flops(Precision::Fp32), Some(190.0));
         let one = profile.for_threads(1);
@@ -398,5 +443,64 @@ mod tests {
             profile.for_threads(4).peak_flops(Precision::Fp32),
             Some(190.0)
         );
+        assert_eq!(one.dram_bandwidth(), Some(30.0));
+        assert_eq!(one.dram_write_bandwidth(), Some(20.0));
+    }
+
+    fn dram(threads: u32, read: f64) -> MemoryCeiling {
+        MemoryCeiling {
+            level: MemoryLevel::Dram,
+            bytes_per_s: read,
+            write_bytes_per_s: None,
+            capacity_bytes: None,
+            threads: Some(threads),
+            source: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_probed_name_follows_the_threads_of_the_roofs_used() {
+        let mut record = crate::device::probe_record::ProbeRecord::default();
+        record.cpu.model_name = "AMD EPYC".into();
+        record.cores.threads_used = 2;
+        let profile = DeviceProfile {
+            schema_version: PROFILE_SCHEMA_VERSION,
+            id: "local".into(),
+            name: probed_name("AMD EPYC", 2),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![
+                ceiling(Precision::Fp32, Some(1), 100.0),
+                ceiling(Precision::Fp32, Some(2), 190.0),
+            ],
+            memory: vec![dram(1, 30.0), dram(2, 35.0)],
+            launch_overhead_s: 0.0,
+            launch_overhead_source: String::new(),
+            l2_bytes: None,
+            sources: vec![],
+            notes: String::new(),
+            probe: Some(record),
+            calibration: None,
+        };
+        assert_eq!(profile.name, "AMD EPYC (2 threads)");
+        assert_eq!(profile.for_threads(1).name, "AMD EPYC (1 thread)");
+        assert_eq!(profile.for_threads(2).name, "AMD EPYC (2 threads)");
+        assert_eq!(profile.for_threads(8).name, "AMD EPYC (2 threads)");
+        // A name the user chose stays.
+        let renamed = DeviceProfile {
+            name: "build box".into(),
+            ..profile
+        };
+        assert_eq!(renamed.for_threads(1).name, "build box");
+    }
+
+    #[test]
+    fn a_write_rate_is_checked_like_a_read_rate() {
+        let mut profile = crate::device::catalog()[0].to_profile();
+        assert_eq!(profile.dram_write_bandwidth(), None);
+        profile.memory[0].write_bytes_per_s = Some(0.0);
+        assert!(profile.validate().unwrap_err().contains("(writes)"));
+        profile.memory[0].write_bytes_per_s = Some(100e9);
+        assert_eq!(profile.validate(), Ok(()));
     }
 }

@@ -108,13 +108,18 @@ pub(super) fn level_figures(
             working_set_hi_bytes: points.last().map(|p| p.working_set_bytes).unwrap_or(0),
             spread: points.iter().map(|p| p.spread).fold(0.0, f64::max),
             flags,
+            method: FigureMethod::Sweep,
         });
     }
     figures
 }
 
 /// Assembles the profile from the record: compute ceilings are the FMA-only figures (what
-/// GEMM-like ops can use); memory ceilings take the best kernel per level and thread count.
+/// GEMM-like ops can use); memory ceilings are the rates of ordinary loads (`bytes_per_s`, the
+/// read kernel) and ordinary stores (`write_bytes_per_s`, the write kernel) per level and
+/// thread count, since inference kernels move their tensors with those. The non-temporal
+/// kernels, often the fastest at DRAM, stay in the record: charging every byte at their rate
+/// would price reads at a speed no load reaches.
 pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
     let mut compute = Vec::new();
     for measurement in record.compute.iter().filter(|m| m.mix == ComputeMix::Fma) {
@@ -148,36 +153,50 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
         MemoryLevel::Dram,
     ] {
         for &threads in &thread_counts {
-            let best = record
+            let figures: Vec<&LevelBandwidth> = record
                 .memory_levels
                 .iter()
                 .filter(|l| l.level == level && l.threads == threads && l.bytes_per_s > 0.0)
-                .max_by(|a, b| a.bytes_per_s.total_cmp(&b.bytes_per_s));
-            let Some(best) = best else { continue };
+                .collect();
+            let best = |kernel: Option<BandwidthKernel>| {
+                figures
+                    .iter()
+                    .copied()
+                    .filter(|l| kernel.is_none_or(|k| l.kernel == k))
+                    .max_by(|a, b| a.bytes_per_s.total_cmp(&b.bytes_per_s))
+            };
+            // Without a read figure at this level (never seen), the best kernel stands in.
+            let Some(read) = best(Some(BandwidthKernel::Read)).or_else(|| best(None)) else {
+                continue;
+            };
+            let write = best(Some(BandwidthKernel::Write));
             let capacity_bytes = match level {
                 MemoryLevel::L1 => cache_size(1),
                 MemoryLevel::L2 => cache_size(2),
                 MemoryLevel::L3 => cache_size(3),
                 MemoryLevel::Dram => record.cpu.memory_bytes,
             };
+            let mut source = format!(
+                "measured by roofline probe on {threads} pinned thread(s): reads {}",
+                figure_text(read)
+            );
+            if let Some(write) = write {
+                source.push_str(&format!(
+                    "; writes {} (ordinary stores: the bytes stored, with their \
+                     read-for-ownership and write-back in the time)",
+                    figure_text(write)
+                ));
+            }
+            if level == MemoryLevel::Dram {
+                source.push_str(&dram_note(&record, threads, read, write, best));
+            }
             memory.push(MemoryCeiling {
                 level,
-                bytes_per_s: best.bytes_per_s,
+                bytes_per_s: read.bytes_per_s,
+                write_bytes_per_s: write.map(|w| w.bytes_per_s),
                 capacity_bytes,
                 threads: Some(threads),
-                source: format!(
-                    "measured by roofline probe: {} kernel, working sets {}-{}, {} pinned \
-                     thread(s){}",
-                    best.kernel.name(),
-                    format_bytes(best.working_set_lo_bytes),
-                    format_bytes(best.working_set_hi_bytes),
-                    threads,
-                    if best.flags.contains(&MeasurementFlag::NotDetected) {
-                        " (no plateau detected; read at the cache-size guide)"
-                    } else {
-                        ""
-                    }
-                ),
+                source,
             });
         }
     }
@@ -204,16 +223,26 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
             }
         }
     }
-    let single_memory: Vec<(MemoryLevel, f64)> = memory
+    let single_memory: Vec<(MemoryLevel, f64, Option<f64>)> = memory
         .iter()
         .filter(|m| m.threads == Some(1))
-        .map(|m| (m.level, m.bytes_per_s))
+        .map(|m| (m.level, m.bytes_per_s, m.write_bytes_per_s))
         .collect();
     for ceiling in memory.iter_mut().filter(|m| m.threads > Some(1)) {
-        if let Some(&(_, single)) = single_memory.iter().find(|(l, _)| *l == ceiling.level) {
+        if let Some(&(_, single, single_write)) =
+            single_memory.iter().find(|(l, _, _)| *l == ceiling.level)
+        {
             if ceiling.bytes_per_s < single {
                 ceiling.source.push_str(&floor_note(ceiling.bytes_per_s));
                 ceiling.bytes_per_s = single;
+            }
+            if let (Some(write), Some(single_write)) = (ceiling.write_bytes_per_s, single_write) {
+                if write < single_write {
+                    ceiling.source.push_str(
+                        &floor_note(write).replace("all-thread figure", "all-thread write figure"),
+                    );
+                    ceiling.write_bytes_per_s = Some(single_write);
+                }
             }
         }
     }
@@ -228,8 +257,12 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
     ));
     let notes = format!(
         "Compute ceilings are FMA-only (dot-product for bf16/int8) figures; FMA+ADD figures \
-         and every sample are in probe.compute. Capacities: L1 and L2 per core, L3 per \
-         instance, DRAM total. Sustained clock {:.2} GHz on one thread (TSC {}).",
+         and every sample are in probe.compute. Memory ceilings: bytes_per_s is the read rate \
+         (read kernel, ordinary loads), write_bytes_per_s the ordinary-store rate (write \
+         kernel); the analysis charges bytes read and bytes written each at its own rate. \
+         Non-temporal kernels and every sweep are in probe.memory_levels and probe.sweeps; \
+         how main memory was told from cache is in probe.dram. Capacities: L1 and L2 per \
+         core, L3 per instance, DRAM total. Sustained clock {:.2} GHz on one thread (TSC {}).",
         record
             .clock
             .single_thread
@@ -245,7 +278,7 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
     DeviceProfile {
         schema_version: PROFILE_SCHEMA_VERSION,
         id: "local".into(),
-        name: format!("{} ({threads_used} threads)", record.cpu.model_name),
+        name: crate::device::probed_name(&record.cpu.model_name, threads_used as u32),
         kind: DeviceKind::Cpu,
         source: ProfileSource::Probed,
         compute,
@@ -256,5 +289,67 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
         sources,
         notes,
         probe: Some(record),
+        calibration: None,
     }
+}
+
+/// How one figure was measured, for a ceiling's source.
+fn figure_text(figure: &LevelBandwidth) -> String {
+    let flags = if figure.flags.contains(&MeasurementFlag::NotDetected) {
+        " (no plateau detected; read at the cache-size guide)"
+    } else {
+        ""
+    };
+    match figure.method {
+        FigureMethod::Sweep => format!(
+            "{} kernel, working sets {}-{}{flags}",
+            figure.kernel.name(),
+            format_bytes(figure.working_set_lo_bytes),
+            format_bytes(figure.working_set_hi_bytes)
+        ),
+        FigureMethod::Flushed => format!(
+            "{} kernel, one pass over {} flushed from every cache level before each sample{}",
+            figure.kernel.name(),
+            format_bytes(figure.working_set_hi_bytes),
+            if figure.kernel == BandwidthKernel::Write {
+                // Lines still dirty in the caches when the pass ends are written back later.
+                " (write-backs of lines the caches still hold after the pass are not timed: \
+                 an upper bound when the caches hold more than the buffer)"
+            } else {
+                ""
+            }
+        ),
+    }
+}
+
+/// The DRAM ceiling's provenance: which method found main memory, and how well the two rates
+/// together predict the copy kernel (reads and writes at once, as most ops move data).
+fn dram_note<'a>(
+    record: &ProbeRecord,
+    threads: u32,
+    read: &LevelBandwidth,
+    write: Option<&LevelBandwidth>,
+    best: impl Fn(Option<BandwidthKernel>) -> Option<&'a LevelBandwidth>,
+) -> String {
+    let mut note = String::new();
+    if let Some(check) = record.dram.iter().find(|c| c.threads == threads) {
+        note.push_str(&format!(
+            "; main memory by {}: {}",
+            read.method.name(),
+            check.verdict
+        ));
+    }
+    let copy = best(Some(BandwidthKernel::Copy));
+    if let (Some(write), Some(copy)) = (write, copy) {
+        // A copy moves as many bytes in as out: 2 / (1/read + 1/write) bytes per second.
+        let predicted = 2.0 / (1.0 / read.bytes_per_s + 1.0 / write.bytes_per_s);
+        note.push_str(&format!(
+            "; charged at these two rates, the copy kernel would run at {:.1} GB/s; it \
+             measured {:.1} GB/s ({:+.0}%)",
+            predicted / 1e9,
+            copy.bytes_per_s / 1e9,
+            (predicted / copy.bytes_per_s - 1.0) * 100.0
+        ));
+    }
+    note
 }

@@ -7,6 +7,10 @@
 //! known way C roofline kernels built with -O3 report twice the real bandwidth. Bytes counted
 //! are explicit loads plus stores; write-allocate traffic is not counted (as STREAM and
 //! likwid-bench count). The portable fallback is plain Rust with `black_box` between passes.
+//!
+//! Main memory is also measured without a sweep: every line of a buffer is flushed from every
+//! cache level (`CacheFlush`) before one timed pass, so the pass reads (or writes) DRAM however
+//! large the caches are, or are reported to be.
 
 use std::sync::Mutex;
 
@@ -224,11 +228,86 @@ mod x86 {
 
 type NativeKernel = unsafe fn(*mut u8, *const u8, *const u8, usize, u64);
 
+/// Bytes evicted by one flush instruction: the x86 cache line.
+const FLUSH_LINE: usize = 64;
+
+/// An instruction that writes a line back and evicts it from every cache level of the
+/// coherence domain, shared caches and other cores' included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheFlush {
+    /// `clflushopt`: flushes of different lines overlap.
+    ClflushOpt,
+    /// `clflush` (every x86-64 CPU): ordered, slower; the flush itself is not timed.
+    Clflush,
+}
+
+impl CacheFlush {
+    /// The flush this CPU has; `None` off x86, where only the sweep finds main memory.
+    pub fn detect() -> Option<CacheFlush> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let optimised = raw_cpuid::CpuId::new()
+                .get_extended_feature_info()
+                .is_some_and(|ext| ext.has_clflushopt());
+            Some(if optimised {
+                CacheFlush::ClflushOpt
+            } else {
+                CacheFlush::Clflush
+            })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheFlush::ClflushOpt => "clflushopt",
+            CacheFlush::Clflush => "clflush",
+        }
+    }
+
+    /// Flushes every line of `bytes` bytes from `ptr`, then fences, so no line is in any cache
+    /// and every dirty line has reached memory when it returns.
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` must be mapped memory of this process.
+    unsafe fn flush(self, ptr: *const u8, bytes: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_clflush, _mm_mfence};
+            for offset in (0..bytes).step_by(FLUSH_LINE) {
+                // SAFETY: inside the range the caller vouches for; both instructions only
+                // touch the cache state of the line.
+                unsafe {
+                    let line = ptr.add(offset);
+                    match self {
+                        CacheFlush::ClflushOpt => std::arch::asm!(
+                            "clflushopt [{line}]",
+                            line = in(reg) line,
+                            options(nostack, preserves_flags)
+                        ),
+                        CacheFlush::Clflush => _mm_clflush(line),
+                    }
+                }
+            }
+            // clflushopt is ordered only by a fence; mfence also waits for the write-backs.
+            // SAFETY: a fence has no memory operands.
+            unsafe { _mm_mfence() };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (ptr, bytes);
+        }
+    }
+}
+
 /// The bandwidth kernels this CPU runs, chosen once.
 #[derive(Clone, Copy, Debug)]
 pub struct BandwidthKernels {
     pub isa: &'static str,
     native: Option<[NativeKernel; 7]>,
+    /// How to empty the caches before a flushed pass; `None` where the CPU cannot.
+    pub flush: Option<CacheFlush>,
 }
 
 impl BandwidthKernels {
@@ -237,6 +316,7 @@ impl BandwidthKernels {
         {
             if isa.avx512f {
                 return BandwidthKernels {
+                    flush: CacheFlush::detect(),
                     isa: "AVX-512F",
                     native: Some([
                         x86::read_zmm,
@@ -251,6 +331,7 @@ impl BandwidthKernels {
             }
             if isa.avx2 && isa.fma {
                 return BandwidthKernels {
+                    flush: CacheFlush::detect(),
                     isa: "AVX2",
                     native: Some([
                         x86::read_ymm,
@@ -268,6 +349,7 @@ impl BandwidthKernels {
         BandwidthKernels {
             isa: "portable",
             native: None,
+            flush: CacheFlush::detect(),
         }
     }
 
@@ -312,6 +394,28 @@ impl BandwidthKernels {
                 unsafe { portable(kernel, a, b, c, bytes_per_array, passes) }
             }
         }
+        true
+    }
+}
+
+impl BandwidthKernels {
+    /// Evicts the arrays `kernel` uses (as `run` lays them out) from every cache level.
+    /// Returns false where there is no flush instruction or the buffer is too small.
+    pub fn flush_arrays(
+        &self,
+        kernel: BandwidthKernel,
+        buffer: &mut AlignedBuffer,
+        bytes_per_array: usize,
+    ) -> bool {
+        let Some(flush) = self.flush else {
+            return false;
+        };
+        let bytes = buffer_bytes_needed(kernel, bytes_per_array);
+        if bytes > buffer.faulted() {
+            return false;
+        }
+        // SAFETY: the range lies inside the buffer's pre-faulted prefix.
+        unsafe { flush.flush(buffer.as_mut_ptr(), bytes) };
         true
     }
 }
@@ -443,6 +547,25 @@ mod tests {
         // Misuse is refused, not executed.
         assert!(!kernels.run(BandwidthKernel::Read, &mut buffer, 100, 1));
         assert!(!kernels.run(BandwidthKernel::Triad, &mut buffer, 1 << 20, 1));
+    }
+
+    /// A flush leaves the data as it was (it only evicts), and a flushed pass still computes.
+    #[test]
+    fn flushing_keeps_the_data() {
+        let kernels = BandwidthKernels::select(&IsaFlags::detect());
+        let bytes = 64 * ARRAY_GRANULE;
+        let mut buffer = AlignedBuffer::new(buffer_bytes_needed(BandwidthKernel::Copy, bytes))
+            .expect("allocates");
+        buffer.prefault();
+        assert!(kernels.run(BandwidthKernel::Write, &mut buffer, bytes, 1));
+        let flushed = kernels.flush_arrays(BandwidthKernel::Copy, &mut buffer, bytes);
+        assert_eq!(flushed, kernels.flush.is_some());
+        // SAFETY: inside the buffer, aligned.
+        let first = unsafe { *buffer.as_mut_ptr().cast::<f64>() };
+        assert_eq!(first, TRIAD_SCALAR);
+        assert!(kernels.run(BandwidthKernel::Read, &mut buffer, bytes, 1));
+        // Refused when the arrays are larger than the buffer.
+        assert!(!kernels.flush_arrays(BandwidthKernel::Triad, &mut buffer, bytes));
     }
 
     #[test]

@@ -104,6 +104,44 @@ pub fn sample_clock(worker: &Worker, samples: usize, sample_s: f64) -> Option<Cl
     })
 }
 
+/// Chain length timed right after each load block: 384k adds, about 0.1 ms at 3-4 GHz. Intel
+/// cores keep a lowered licence frequency for about 2 ms after the last heavy vector
+/// instruction (Intel 64 and IA-32 Architectures Optimization Reference Manual, 248966,
+/// "Intel AVX-512 frequency" section), so a chain this short runs wholly at the clock the
+/// load ran at; a longer one would see the clock climb back.
+const CHAIN_AFTER_LOAD_ITERATIONS: u64 = 24_000;
+
+/// The clock a vector kernel runs at: `samples` rounds of `load` (a block of the kernel, a
+/// millisecond or more) each followed at once by a short dependent-add chain, timed. All
+/// threads of the team load together, so the figure is the clock under the same package
+/// power as the kernel's own measurement. Each thread keeps its fastest round (an interrupt
+/// can only slow a round down).
+pub fn clock_after_load(
+    worker: &Worker,
+    samples: usize,
+    mut load: impl FnMut(),
+) -> Option<ClockStats> {
+    let mut rates = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        worker.sync();
+        load();
+        let start = Instant::now();
+        if !add_chain(CHAIN_AFTER_LOAD_ITERATIONS) {
+            return None;
+        }
+        let seconds = start.elapsed().as_secs_f64().max(1e-9);
+        rates.push((CHAIN_AFTER_LOAD_ITERATIONS * ADDS_PER_ITERATION) as f64 / seconds);
+    }
+    rates.sort_by(f64::total_cmp);
+    Some(ClockStats {
+        cpu: worker.cpu,
+        min_hz: rates.first().copied().unwrap_or(0.0),
+        median_hz: super::plateau::median_sorted(&rates),
+        max_hz: rates.last().copied().unwrap_or(0.0),
+        samples: rates.len() as u32,
+    })
+}
+
 /// Sustained clock of each CPU in `cpus`, all running the chain at once.
 pub fn measure_team_clock(
     cpus: &[usize],
@@ -158,5 +196,37 @@ pub fn measure_tsc_hz() -> Option<f64> {
     #[cfg(not(target_arch = "x86_64"))]
     {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_under_load_runs_one_load_block_per_round_and_agrees_with_the_idle_clock() {
+        let cpus = [0usize];
+        let (results, _) = run_team(&cpus, |worker| {
+            let mut blocks = 0;
+            let loaded = clock_after_load(worker, 4, || blocks += 1);
+            let idle = sample_clock(worker, 3, 0.001);
+            (blocks, loaded, idle)
+        })
+        .expect("a team of one");
+        let (blocks, loaded, idle) = &results[0];
+        assert_eq!(*blocks, 4, "one load block before each timed chain");
+        let (Some(loaded), Some(idle)) = (loaded, idle) else {
+            // Architectures without a chain measure no clock at all.
+            return;
+        };
+        assert_eq!(loaded.samples, 4);
+        assert!(loaded.min_hz <= loaded.median_hz && loaded.median_hz <= loaded.max_hz);
+        // Same chain, same core, an empty load: the two methods must describe the same clock
+        // (a factor, not a timing threshold: a chain counted wrongly is off by 2× or more).
+        let ratio = loaded.max_hz / idle.max_hz;
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "loaded/idle clock ratio {ratio}"
+        );
     }
 }

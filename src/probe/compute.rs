@@ -514,7 +514,7 @@ mod tests {
 
     #[test]
     fn flop_counts_of_the_kernels() {
-        let zen4 = super::super::microarch::x86_core_model("AuthenticAMD", 0x19, 0x11);
+        let zen4 = super::super::microarch::x86_core_model("AuthenticAMD", 0x19, 0x11, Some(1));
         let isa = IsaFlags {
             avx512f: true,
             avx512bf16: true,

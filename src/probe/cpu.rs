@@ -1,6 +1,7 @@
 //! CPU identification in layers (CPUID through raw-cpuid, then sysfs and procfs, then stated
-//! defaults), ISA detection for kernel dispatch, the cores this process may use (affinity mask
-//! and cgroup CPU quota) and thread pinning.
+//! defaults), ISA detection for kernel dispatch (with whether the OS has enabled the AMX tile
+//! state, which CPUID alone does not say), the cores this process may use (affinity mask and
+//! cgroup CPU quota) and thread pinning.
 
 use std::path::Path;
 
@@ -28,6 +29,8 @@ pub struct IsaFlags {
     pub amx_tile: bool,
     pub amx_bf16: bool,
     pub amx_int8: bool,
+    /// Whether the OS lets processes use the AMX tiles (CPUID only says the hardware has them).
+    pub amx_os: AmxOsSupport,
     pub neon: bool,
     pub arm_dotprod: bool,
     pub arm_bf16: bool,
@@ -58,6 +61,9 @@ impl IsaFlags {
                 flags.amx_tile = ext.has_amx_tile();
                 flags.amx_bf16 = ext.has_amx_bf16();
                 flags.amx_int8 = ext.has_amx_int8();
+            }
+            if flags.amx_tile {
+                flags.amx_os = AmxOsSupport::detect();
             }
         }
         #[cfg(target_arch = "aarch64")]
@@ -96,7 +102,10 @@ impl IsaFlags {
         table
             .iter()
             .filter(|(present, _)| *present)
-            .map(|(_, name)| name.to_string())
+            .map(|&(_, name)| match name {
+                "AMX-TILE" => format!("{name} ({})", self.amx_os.label()),
+                _ => name.to_string(),
+            })
             .collect()
     }
 
@@ -144,6 +153,116 @@ impl IsaFlags {
     }
 }
 
+/// XSAVE state components 17 (XTILECFG) and 18 (XTILEDATA): the AMX tile configuration and
+/// the tile registers.
+const XTILECFG: u64 = 1 << 17;
+const XTILEDATA: u64 = 1 << 18;
+
+/// Whether the OS lets a process use the AMX tiles. The CPUID flags only say the hardware has
+/// them: the OS must also enable the tile state in XCR0, and Linux (5.16 and later) hands the
+/// large tile-data state to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), so
+/// it reports which dynamic components it supports and which this process already holds. The
+/// probe asks but never requests: it runs no AMX code. See the kernel's
+/// Documentation/arch/x86/xstate.rst.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmxOsSupport {
+    /// XCR0 has both tile components set (read with `xgetbv` when CPUID says OSXSAVE).
+    pub xcr0_tile_state: bool,
+    /// XTILEDATA is among the kernel's supported dynamic components
+    /// (`ARCH_GET_XCOMP_SUPP`); `None` off Linux or on kernels without the call.
+    pub kernel_offers_tile_data: Option<bool>,
+    /// This process already holds the tile-data permission (`ARCH_GET_XCOMP_PERM`).
+    pub process_permitted: Option<bool>,
+}
+
+impl AmxOsSupport {
+    /// Interprets the raw register and arch_prctl answers (`None` where one was unavailable).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // Only x86 asks.
+    pub fn from_raw(xcr0: Option<u64>, supported: Option<u64>, permitted: Option<u64>) -> Self {
+        let tile_bits = XTILECFG | XTILEDATA;
+        AmxOsSupport {
+            xcr0_tile_state: xcr0.is_some_and(|x| x & tile_bits == tile_bits),
+            kernel_offers_tile_data: supported.map(|mask| mask & XTILEDATA != 0),
+            process_permitted: permitted.map(|mask| mask & XTILEDATA != 0),
+        }
+    }
+
+    /// The tiles can be used once the process asks for them.
+    pub fn enabled(&self) -> bool {
+        self.xcr0_tile_state && self.kernel_offers_tile_data != Some(false)
+    }
+
+    /// Short label for the ISA list.
+    pub fn label(&self) -> &'static str {
+        if self.enabled() {
+            "OS: enabled"
+        } else {
+            "OS: not enabled"
+        }
+    }
+
+    /// One identification line saying what was asked and what it answered.
+    pub fn describe(&self) -> String {
+        let kernel = match self.kernel_offers_tile_data {
+            Some(true) => "tile data offered by the kernel",
+            Some(false) => "tile data not offered by the kernel",
+            None => "kernel not asked",
+        };
+        let process = match self.process_permitted {
+            Some(true) => "already permitted to this process",
+            Some(false) => "not yet requested by this process",
+            None => "process permission unknown",
+        };
+        format!(
+            "AMX OS support: XCR0 tile state {} (xgetbv); {kernel} \
+             (arch_prctl ARCH_GET_XCOMP_SUPP); {process} (ARCH_GET_XCOMP_PERM)",
+            if self.xcr0_tile_state { "on" } else { "off" }
+        )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn detect() -> AmxOsSupport {
+        let (supported, permitted) = linux_xcomp_masks();
+        AmxOsSupport::from_raw(read_xcr0(), supported, permitted)
+    }
+}
+
+/// XCR0, where the OS has enabled `xgetbv` (CPUID OSXSAVE).
+#[cfg(target_arch = "x86_64")]
+fn read_xcr0() -> Option<u64> {
+    #[target_feature(enable = "xsave")]
+    unsafe fn xgetbv0() -> u64 {
+        std::arch::x86_64::_xgetbv(0)
+    }
+    let osxsave = raw_cpuid::CpuId::new()
+        .get_feature_info()
+        .is_some_and(|info| info.has_oxsave());
+    // SAFETY: OSXSAVE means the CPU has XSAVE and the OS set CR4.OSXSAVE, so xgetbv with
+    // ECX = 0 does not fault.
+    osxsave.then(|| unsafe { xgetbv0() })
+}
+
+/// The kernel's supported and this process's permitted dynamic XSAVE components.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn linux_xcomp_masks() -> (Option<u64>, Option<u64>) {
+    // From arch/x86/include/uapi/asm/prctl.h.
+    const ARCH_GET_XCOMP_SUPP: libc::c_long = 0x1021;
+    const ARCH_GET_XCOMP_PERM: libc::c_long = 0x1022;
+    let ask = |code: libc::c_long| {
+        let mut mask: u64 = 0;
+        // SAFETY: both codes only write one u64 through the pointer, which outlives the call;
+        // older kernels fail with EINVAL and write nothing.
+        let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, code, &mut mask as *mut u64) };
+        (rc == 0).then_some(mask)
+    };
+    (ask(ARCH_GET_XCOMP_SUPP), ask(ARCH_GET_XCOMP_PERM))
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn linux_xcomp_masks() -> (Option<u64>, Option<u64>) {
+    (None, None)
+}
+
 /// Everything identification found out, for the record and for the rest of the probe.
 #[derive(Clone, Debug)]
 pub struct CpuInfo {
@@ -166,6 +285,9 @@ pub fn identify() -> CpuInfo {
     let core_model = identify_arm(&mut description);
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let core_model = microarch::unknown_core_model();
+    if isa.amx_tile {
+        description.identification.push(isa.amx_os.describe());
+    }
 
     if description.model_name.is_empty() {
         if let Some(name) = proc_cpuinfo_field("model name") {
@@ -271,11 +393,15 @@ fn identify_x86(description: &mut CpuDescription) -> CoreModel {
             });
         }
     }
-    microarch::x86_core_model(
+    let row = microarch::x86_core_model(
         &description.vendor,
         description.family.unwrap_or(0),
         description.model.unwrap_or(0),
-    )
+        description.stepping,
+    );
+    // Some Xeon SKUs of one model have one 512-bit FMA unit instead of two; only the brand
+    // string tells them apart.
+    microarch::refine_for_brand(row, &description.model_name)
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -623,6 +749,52 @@ mod tests {
         assert_eq!(parse_cpu_max("max 100000\n"), None);
         assert_eq!(parse_cpu_max("150000 100000\n"), Some(1.5));
         assert_eq!(parse_cpu_max("garbage"), None);
+    }
+
+    #[test]
+    fn amx_os_support_reads_xcr0_and_the_kernel_masks() {
+        let tiles = XTILECFG | XTILEDATA;
+        // AVX-512 state on (bits 0-2, 5-7) but no tile state: not enabled whatever the kernel.
+        let no_tiles = AmxOsSupport::from_raw(Some(0xe7), Some(tiles), Some(0));
+        assert!(!no_tiles.enabled());
+        assert_eq!(no_tiles.label(), "OS: not enabled");
+        // Tile state on, kernel offers tile data, not yet requested: usable on request.
+        let on = AmxOsSupport::from_raw(Some(0xe7 | tiles), Some(tiles), Some(XTILECFG));
+        assert!(on.enabled());
+        assert_eq!(on.process_permitted, Some(false));
+        assert!(on.describe().contains("XCR0 tile state on"));
+        // A kernel that masks tile data out.
+        let masked = AmxOsSupport::from_raw(Some(0xe7 | tiles), Some(XTILECFG), None);
+        assert!(!masked.enabled());
+        // Off Linux only XCR0 answers; without OSXSAVE nothing does.
+        assert!(AmxOsSupport::from_raw(Some(tiles), None, None).enabled());
+        assert!(!AmxOsSupport::from_raw(None, None, None).enabled());
+        // Only XTILECFG is not enough.
+        assert!(!AmxOsSupport::from_raw(Some(XTILECFG), Some(tiles), None).enabled());
+    }
+
+    #[test]
+    fn the_isa_list_says_whether_the_os_enabled_amx() {
+        let flags = IsaFlags {
+            amx_tile: true,
+            amx_bf16: true,
+            amx_os: AmxOsSupport::from_raw(Some(XTILECFG | XTILEDATA), None, None),
+            ..IsaFlags::default()
+        };
+        let names = flags.names();
+        assert!(
+            names.contains(&"AMX-TILE (OS: enabled)".to_string()),
+            "{names:?}"
+        );
+        assert!(names.contains(&"AMX-BF16".to_string()));
+        let hidden = IsaFlags {
+            amx_tile: true,
+            ..IsaFlags::default()
+        };
+        assert_eq!(
+            hidden.names(),
+            vec!["AMX-TILE (OS: not enabled)".to_string()]
+        );
     }
 
     #[test]

@@ -94,13 +94,17 @@ struct Settings {
     bandwidth: SamplePlan,
     clock_samples: usize,
     clock_sample_s: f64,
+    /// Rounds of kernel block + short chain per compute measurement (the clock under load).
+    vector_clock_samples: usize,
     /// Sweep points per doubling of the working set: read kernel, other kernels.
     points_per_octave: f64,
     other_points_per_octave: f64,
     /// Largest planned working set, as a multiple of the last-level cache the threads reach.
     dram_factor: u64,
-    /// How far the sweep may grow past the plan looking for the DRAM plateau (all threads'
-    /// bytes), and until when.
+    /// All threads' bytes the sweep may reach, planned or grown past the plan looking for the
+    /// DRAM plateau, whatever caches the CPU reports (the flushed measurement finds main
+    /// memory when the sweep cannot); and until when it may grow. Peak memory is this plus
+    /// the process's own (about 20 MB), inside the mode's budget (quick 512 MB, full 1 GB).
     sweep_cap_total: u64,
     extend_until: Instant,
     /// Sweep every kernel (full) or only the read kernel, measuring the others at the
@@ -138,10 +142,11 @@ impl Settings {
                 },
                 clock_samples: 9,
                 clock_sample_s: 0.001,
+                vector_clock_samples: 9,
                 points_per_octave: 2.0,
                 other_points_per_octave: 2.0,
                 dram_factor: 6,
-                sweep_cap_total: 512 << 20,
+                sweep_cap_total: 384 << 20,
                 extend_until,
                 sweep_every_kernel: false,
                 dispatch_rounds: 2_000,
@@ -164,10 +169,11 @@ impl Settings {
                 },
                 clock_samples: 15,
                 clock_sample_s: 0.002,
+                vector_clock_samples: 15,
                 points_per_octave: 3.0,
                 other_points_per_octave: 2.0,
                 dram_factor: 8,
-                sweep_cap_total: 1 << 30,
+                sweep_cap_total: 768 << 20,
                 extend_until,
                 sweep_every_kernel: true,
                 dispatch_rounds: 20_000,
@@ -176,8 +182,8 @@ impl Settings {
     }
 }
 
-/// A figure above its theoretical peak by more than this is flagged: the clock is measured
-/// seconds apart from the kernels, so a few percent of drift is not a bug.
+/// A figure above its theoretical peak by more than this is flagged: the clock is timed right
+/// after the kernel's blocks, not during them, so a few percent of drift is not a bug.
 const ABOVE_THEORY_TOLERANCE: f64 = 1.03;
 
 struct Tracker<'a> {
@@ -263,12 +269,14 @@ pub fn run_probe(
                     n,
                     settings.dram_factor,
                     settings.points_per_octave,
+                    settings.sweep_cap_total,
                 ),
                 sweep_sizes(
                     &cpu.description,
                     n,
                     settings.dram_factor,
                     settings.other_points_per_octave,
+                    settings.sweep_cap_total,
                 ),
             )
         })
@@ -319,68 +327,6 @@ pub fn run_probe(
         description.tsc_hz = clock::measure_tsc_hz();
     }
     clock.tsc_hz = description.tsc_hz;
-    let phase_clock_of = |cpu: usize| -> f64 {
-        clock
-            .all_threads
-            .iter()
-            .chain(clock.single_thread.iter())
-            .filter(|c| c.cpu == cpu)
-            .map(|c| c.max_hz)
-            .fold(0.0, f64::max)
-    };
-    let clocks_for = |threads: usize| -> Vec<f64> {
-        if threads == 1 {
-            clock.single_thread.iter().map(|c| c.max_hz).collect()
-        } else {
-            clock.all_threads.iter().map(|c| c.max_hz).collect()
-        }
-    };
-
-    // Theoretical peaks for every precision the CPU has, FMA-only and FMA+ADD.
-    let mut theoretical = Vec::new();
-    for &threads in &thread_counts {
-        let clocks = clocks_for(threads);
-        if clocks.len() != threads {
-            continue;
-        }
-        for precision in Precision::ALL {
-            for mix in [ComputeMix::Fma, ComputeMix::FmaAdd] {
-                if mix == ComputeMix::FmaAdd
-                    && !matches!(precision, Precision::Fp64 | Precision::Fp32)
-                {
-                    continue;
-                }
-                let widths = cpu.isa.widths_for(precision);
-                let Some((per_cycle, bits)) =
-                    cpu.core_model.flops_per_cycle(precision, mix, &widths)
-                else {
-                    continue;
-                };
-                let clock_sum: f64 = clocks.iter().sum();
-                theoretical.push(TheoreticalPeak {
-                    precision,
-                    mix,
-                    threads: threads as u32,
-                    vector_bits: bits,
-                    flops_per_cycle: per_cycle,
-                    clock_hz_sum: clock_sum,
-                    flops_per_s: microarch::theoretical_flops(per_cycle, &clocks),
-                    derivation: format!(
-                        "{per_cycle} {unit}/cycle/core at {bits} bits ({model}) × {threads} \
-                         thread(s) × measured sustained clock ({ghz:.2} GHz average)",
-                        unit = if precision == Precision::Int8 {
-                            "OP"
-                        } else {
-                            "FLOP"
-                        },
-                        model = cpu.core_model.name,
-                        ghz = clock_sum / clocks.len() as f64 / 1e9,
-                    ),
-                });
-            }
-        }
-    }
-    end_phase("theoretical peaks");
 
     // Compute kernels.
     let mut compute_results: Vec<ComputeMeasurement> = Vec::new();
@@ -401,14 +347,8 @@ pub fn run_probe(
                     Err(reason) => warnings.push(format!("counters on {}: {reason}", kernel.id)),
                 }
             }
-            // Theory at the clock the threads ran at around this very measurement, or the
-            // clock phase's fastest sample of that CPU if higher: the peak must stay an upper
-            // bound even when the samples next to the kernel were slowed by other work.
-            let clocks: Vec<f64> = clocks
-                .iter()
-                .zip(&cpus[..threads])
-                .map(|(&near, cpu)| near.max(phase_clock_of(*cpu)))
-                .collect();
+            // Theory at the clock the kernel's own instructions ran at (measured right after
+            // blocks of it, each thread's fastest round).
             let widths = cpu.isa.widths_for(kernel.precision);
             let theory = cpu
                 .core_model
@@ -492,11 +432,85 @@ pub fn run_probe(
 
     end_phase("compute kernels");
 
+    // Theoretical peaks for every precision the CPU has, FMA-only and FMA+ADD, each at the
+    // clock measured under the kernel that issues its instructions; precisions without a
+    // kernel use the scalar sustained clock, and say so.
+    let scalar_clocks_for = |threads: usize| -> Vec<f64> {
+        if threads == 1 {
+            clock.single_thread.iter().map(|c| c.max_hz).collect()
+        } else {
+            clock.all_threads.iter().map(|c| c.max_hz).collect()
+        }
+    };
+    let mut theoretical = Vec::new();
+    for &threads in &thread_counts {
+        for precision in Precision::ALL {
+            for mix in [ComputeMix::Fma, ComputeMix::FmaAdd] {
+                if mix == ComputeMix::FmaAdd
+                    && !matches!(precision, Precision::Fp64 | Precision::Fp32)
+                {
+                    continue;
+                }
+                let widths = cpu.isa.widths_for(precision);
+                let Some((per_cycle, bits)) =
+                    cpu.core_model.flops_per_cycle(precision, mix, &widths)
+                else {
+                    continue;
+                };
+                let measured = compute_results.iter().find(|m| {
+                    m.precision == precision
+                        && m.mix == mix
+                        && m.threads == threads as u32
+                        && m.clock_hz_per_thread.len() == threads
+                });
+                let (clocks, clock_name) = match measured {
+                    Some(m) => (
+                        m.clock_hz_per_thread.clone(),
+                        format!(
+                            "clock measured right after blocks of {}",
+                            m.kernel.split(':').next().unwrap_or("its kernel")
+                        ),
+                    ),
+                    None => (
+                        scalar_clocks_for(threads),
+                        "scalar sustained clock (no kernel for this precision)".to_string(),
+                    ),
+                };
+                if clocks.len() != threads {
+                    continue;
+                }
+                let clock_sum: f64 = clocks.iter().sum();
+                theoretical.push(TheoreticalPeak {
+                    precision,
+                    mix,
+                    threads: threads as u32,
+                    vector_bits: bits,
+                    flops_per_cycle: per_cycle,
+                    clock_hz_sum: clock_sum,
+                    flops_per_s: microarch::theoretical_flops(per_cycle, &clocks),
+                    derivation: format!(
+                        "{per_cycle} {unit}/cycle/core at {bits} bits ({model}) × {threads} \
+                         thread(s) × {clock_name} ({ghz:.2} GHz average)",
+                        unit = if precision == Precision::Int8 {
+                            "OP"
+                        } else {
+                            "FLOP"
+                        },
+                        model = cpu.core_model.name,
+                        ghz = clock_sum / clocks.len() as f64 / 1e9,
+                    ),
+                });
+            }
+        }
+    }
+    end_phase("theoretical peaks");
+
     // Bandwidth.
     let mut sweeps = Vec::new();
     let mut memory_levels = Vec::new();
+    let mut dram = Vec::new();
     for (index, &threads) in thread_counts.iter().enumerate() {
-        let (mut new_sweeps, mut new_levels, mut new_warnings) = measure_bandwidth(
+        let (mut new_sweeps, mut new_levels, check, mut new_warnings) = measure_bandwidth(
             &bandwidth_kernels,
             &description,
             &cpus[..threads],
@@ -506,6 +520,7 @@ pub fn run_probe(
         )?;
         sweeps.append(&mut new_sweeps);
         memory_levels.append(&mut new_levels);
+        dram.push(check);
         warnings.append(&mut new_warnings);
         end_phase(&format!("bandwidth, {threads} thread(s)"));
     }
@@ -590,6 +605,7 @@ pub fn run_probe(
         compute: compute_results,
         sweeps,
         memory_levels,
+        dram,
         dispatch,
         counters: counter_report,
         gpus,
@@ -641,7 +657,7 @@ pub(crate) fn format_bytes(bytes: u64) -> String {
 }
 
 /// RFC 3339 timestamp in UTC, from the civil-calendar conversion of days since 1970.
-fn rfc3339_utc(time: SystemTime) -> String {
+pub(crate) fn rfc3339_utc(time: SystemTime) -> String {
     let seconds = time
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -712,10 +728,86 @@ mod tests {
             2,
             settings.dram_factor,
             settings.points_per_octave,
+            settings.sweep_cap_total,
         );
         assert_eq!(sizes.first(), Some(&4096));
         let largest_total = sizes.last().copied().unwrap_or(0) * 2;
         assert!(largest_total as u64 >= 4 * (32 << 20));
         assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// A guest that reports its socket's 260 MiB L3 (or a 1 GiB one) as shared by every vCPU
+    /// must not make the sweep, or the buffers behind it, grow with it.
+    #[test]
+    fn sweep_memory_is_capped_whatever_the_reported_cache() {
+        const MIB: u64 = 1 << 20;
+        for l3 in [260 * MIB, 1024 * MIB] {
+            let description = CpuDescription {
+                caches: vec![
+                    CacheInfo {
+                        level: 2,
+                        kind: "unified".into(),
+                        size_bytes: 2 * MIB,
+                        shared_by_cpus: 1,
+                        line_bytes: 64,
+                        source: "test".into(),
+                    },
+                    CacheInfo {
+                        level: 3,
+                        kind: "unified".into(),
+                        size_bytes: l3,
+                        shared_by_cpus: 16,
+                        line_bytes: 64,
+                        source: "test".into(),
+                    },
+                ],
+                memory_bytes: Some(512 << 30),
+                ..CpuDescription::default()
+            };
+            for (quick, budget) in [(true, 384 * MIB), (false, 768 * MIB)] {
+                let settings = Settings::for_mode(quick, Instant::now());
+                assert!(settings.sweep_cap_total <= budget);
+                for threads in [1usize, 2, 16] {
+                    let mut largest = 0;
+                    for per_octave in [settings.points_per_octave, settings.other_points_per_octave]
+                    {
+                        let sizes = sweep_sizes(
+                            &description,
+                            threads,
+                            settings.dram_factor,
+                            per_octave,
+                            settings.sweep_cap_total,
+                        );
+                        largest = largest.max(sizes.last().copied().unwrap_or(0));
+                    }
+                    let planned = (largest * threads) as u64;
+                    assert!(
+                        planned <= budget,
+                        "L3 {l3}, quick {quick}, {threads} thread(s): plans {planned} bytes"
+                    );
+                    // The buffers are sized for the largest working set the sweep may grow to:
+                    // the cap, plus the gaps between arrays.
+                    let per_thread = sweep_cap_per_thread(
+                        &description,
+                        threads,
+                        settings.sweep_cap_total,
+                        largest,
+                    );
+                    let buffers = (buffer_bytes_for(per_thread) * threads) as u64;
+                    assert!(
+                        buffers <= budget + (threads as u64) * MIB,
+                        "L3 {l3}, quick {quick}, {threads} thread(s): {buffers} buffer bytes"
+                    );
+                }
+            }
+        }
+        // A small machine: a quarter of its memory at most.
+        let small = CpuDescription {
+            memory_bytes: Some(1 << 30),
+            ..CpuDescription::default()
+        };
+        let settings = Settings::for_mode(false, Instant::now());
+        let sizes = sweep_sizes(&small, 1, 8, 3.0, settings.sweep_cap_total);
+        assert!(sizes.last().copied().unwrap_or(0) as u64 <= 256 * MIB);
     }
 }

@@ -3,9 +3,17 @@
 //!
 //! Detection looks only at the data: a plateau is a run of consecutive sweep points whose
 //! bandwidths stay inside a relative band. The cache sizes from CPU identification are used
-//! afterwards, as a guide to *name* each plateau (L1, L2, L3, DRAM); they never create one. A
-//! plateau is named DRAM only when it lies beyond the last-level cache, so a sweep that stops
-//! too early reports no DRAM plateau instead of calling the L3 plateau "DRAM".
+//! afterwards, as a guide to *name* each plateau (L1, L2, L3, DRAM); they never create one.
+//!
+//! Main memory is named by bandwidth where the probe could measure it apart from the sweep
+//! (`label_plateaus_flushed`: reading a buffer flushed from every cache): the curve's last
+//! plateau is DRAM when it is no faster than that figure (within `DRAM_TOLERANCE`), wherever
+//! it starts, and never when it is faster, however far past the reported last-level cache it
+//! lies. Reported cache sizes are wrong in both directions in virtual machines (a guest that
+//! reports the whole socket's 260 MiB L3; vCPUs that reach several dies' L3). Without that
+//! figure (no flush instruction), a plateau is named DRAM only when it lies beyond the
+//! last-level cache, so a sweep that stops too early reports no DRAM plateau instead of
+//! calling the L3 plateau "DRAM".
 
 use crate::device::MemoryLevel;
 
@@ -135,8 +143,94 @@ pub struct CacheGuide {
 /// vCPUs sit on different dies) stays unnamed. Without cache sizes the plateaus are named in
 /// order (first L1, last DRAM).
 pub fn label_plateaus(plateaus: &mut [Plateau], guide: &CacheGuide) {
+    label(plateaus, guide, None);
+}
+
+/// How much faster than the flushed-read figure a plateau may be and still be main memory,
+/// as a fraction: a sweep plateau is the median of many best-of-N points in steady state, the
+/// flushed figure one cold pass per sample, and the two differ by a few percent to ~10% on
+/// the machines tried; a cache level is faster than memory by 1.5× or more.
+pub const DRAM_TOLERANCE: f64 = 0.2;
+
+/// Labels the plateaus knowing main memory's read bandwidth, `flushed_read` (a buffer flushed
+/// from every cache before each pass). The last plateau is DRAM when it is at most
+/// `1 + DRAM_TOLERANCE` times that figure, starts past the second-to-last cache level and
+/// follows a faster plateau; no other plateau is DRAM. Cache levels are named as
+/// `label_plateaus` names them, among the other plateaus. Returns the DRAM plateau's index.
+pub fn label_plateaus_flushed(
+    plateaus: &mut [Plateau],
+    guide: &CacheGuide,
+    flushed_read: f64,
+) -> Option<usize> {
+    let limit = flushed_read * (1.0 + DRAM_TOLERANCE);
+    // Memory lies past L2 at least: an inner level's capacity is not in doubt the way a
+    // VM's shared L3 is.
+    let inner = guide
+        .capacities
+        .iter()
+        .rev()
+        .nth(1)
+        .map(|&(_, bytes)| bytes)
+        .unwrap_or(0);
+    let dram = plateaus.len().checked_sub(1).filter(|&last| {
+        let plateau = &plateaus[last];
+        plateau.bytes_per_s <= limit
+            && plateau.working_set_lo_bytes > inner
+            && plateaus[..last].iter().any(|p| p.bytes_per_s > limit)
+    });
+    label(plateaus, guide, Some(dram));
+    dram
+}
+
+/// Labels another kernel's plateaus where the read sweep decided what main memory is: the
+/// last plateau is DRAM when it starts at `memory_from` or later; `None` = the read sweep
+/// found no main memory, so no plateau is DRAM.
+pub fn label_plateaus_past(plateaus: &mut [Plateau], guide: &CacheGuide, memory_from: Option<u64>) {
+    let dram = memory_from.and_then(|from| {
+        plateaus
+            .len()
+            .checked_sub(1)
+            .filter(|&last| plateaus[last].working_set_lo_bytes >= from)
+    });
+    label(plateaus, guide, Some(dram));
+}
+
+/// `known_dram`: `None` = name DRAM by the cache sizes; `Some(d)` = main memory is plateau `d`
+/// (or none of them), decided elsewhere.
+fn label(plateaus: &mut [Plateau], guide: &CacheGuide, known_dram: Option<Option<usize>>) {
     for plateau in plateaus.iter_mut() {
         plateau.level = None;
+    }
+    if let Some(dram) = known_dram {
+        if guide.capacities.is_empty() {
+            let inner = [MemoryLevel::L1, MemoryLevel::L2, MemoryLevel::L3];
+            let caches = plateaus.len() - usize::from(dram.is_some());
+            for (plateau, level) in plateaus.iter_mut().take(caches).zip(inner) {
+                plateau.level = Some(level);
+            }
+        } else {
+            // Name the caches among the other plateaus, then mark memory.
+            let mut others: Vec<Plateau> = plateaus
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| Some(i) != dram)
+                .map(|(_, p)| p.clone())
+                .collect();
+            label(&mut others, guide, None);
+            let mut named = others.into_iter();
+            for (index, plateau) in plateaus.iter_mut().enumerate() {
+                if Some(index) == dram {
+                    continue;
+                }
+                if let Some(other) = named.next() {
+                    plateau.level = other.level.filter(|&l| l != MemoryLevel::Dram);
+                }
+            }
+        }
+        if let Some(index) = dram {
+            plateaus[index].level = Some(MemoryLevel::Dram);
+        }
+        return;
     }
     if guide.capacities.is_empty() {
         label_by_order(plateaus);
@@ -194,7 +288,8 @@ pub fn ends_on_dram_plateau(plateaus: &[Plateau], points: usize) -> bool {
 }
 
 /// Plateaus past the last-level cache that are not main memory: cache the threads reach
-/// beyond what the CPU reports.
+/// beyond what the CPU reports. Where no plateau is main memory (the flushed-read figure
+/// showed the last one to be cache), every unnamed plateau past that cache is such cache.
 pub fn unreported_cache_plateaus<'a>(
     plateaus: &'a [Plateau],
     guide: &CacheGuide,
@@ -213,7 +308,7 @@ pub fn unreported_cache_plateaus<'a>(
         .filter(|p| {
             p.level.is_none()
                 && p.working_set_lo_bytes >= last_cache
-                && dram_start.is_some_and(|start| p.last_point < start)
+                && dram_start.is_none_or(|start| p.last_point < start)
         })
         .collect()
 }
@@ -374,6 +469,81 @@ mod tests {
         let hidden = unreported_cache_plateaus(&plateaus, &guide());
         assert_eq!(hidden.len(), 1);
         assert!((hidden[0].bytes_per_s / 35e9 - 1.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn flushed_memory_confirms_the_dram_plateau() {
+        // Flushed reads at 19 GB/s: the 20 GB/s plateau past the L3 is main memory.
+        let curve = zen4_like(512 * MIB, 0.0);
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        let dram = label_plateaus_flushed(&mut plateaus, &guide(), 19e9);
+        assert_eq!(dram, Some(plateaus.len() - 1));
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20e9);
+        assert!(unreported_cache_plateaus(&plateaus, &guide()).is_empty());
+    }
+
+    #[test]
+    fn a_plateau_faster_than_flushed_memory_is_cache() {
+        // Another die's cache up to 128 MiB at 35 GB/s, and the sweep stops at 96 MiB: by the
+        // cache sizes alone its last plateau (past the 32 MiB L3) would be DRAM.
+        let capacities = [
+            (32 * KIB, 200e9),
+            (MIB, 100e9),
+            (32 * MIB, 60e9),
+            (256 * MIB, 35e9),
+        ];
+        let curve: Vec<CurvePoint> = sizes(3, 96 * MIB)
+            .into_iter()
+            .map(|ws| CurvePoint {
+                working_set_bytes: ws,
+                bytes_per_s: staircase(ws, &capacities, 15e9),
+            })
+            .collect();
+        let mut by_size = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut by_size, &guide());
+        assert_near(level_figure(&by_size, MemoryLevel::Dram), 35e9);
+        // Flushed reads run at 15 GB/s: 35 GB/s is cache, and there is no DRAM plateau.
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        assert_eq!(label_plateaus_flushed(&mut plateaus, &guide(), 15e9), None);
+        assert!(level_figure(&plateaus, MemoryLevel::Dram).is_none());
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+        let hidden = unreported_cache_plateaus(&plateaus, &guide());
+        assert_eq!(hidden.len(), 1);
+        assert_near(Some(hidden[0].bytes_per_s), 35e9);
+    }
+
+    #[test]
+    fn flushed_memory_names_dram_inside_an_oversized_reported_cache() {
+        // The guest reports a 256 MiB L3, but the threads reach 32 MiB of it: the plateau from
+        // 64 MiB on is main memory, though its working sets fit the reported L3.
+        let reported = CacheGuide {
+            capacities: vec![
+                (MemoryLevel::L1, 32 * KIB),
+                (MemoryLevel::L2, MIB),
+                (MemoryLevel::L3, 256 * MIB),
+            ],
+        };
+        let curve = zen4_like(192 * MIB, 0.0);
+        let mut by_size = detect_plateaus(&curve, &PlateauSettings::default());
+        label_plateaus(&mut by_size, &reported);
+        assert!(level_figure(&by_size, MemoryLevel::Dram).is_none());
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        let dram = label_plateaus_flushed(&mut plateaus, &reported, 20e9);
+        assert!(dram.is_some());
+        assert_near(level_figure(&plateaus, MemoryLevel::Dram), 20e9);
+        // The L3 is the 60 GB/s plateau, not memory.
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+        assert_near(level_figure(&plateaus, MemoryLevel::L1), 200e9);
+    }
+
+    #[test]
+    fn a_short_sweep_with_flushed_memory_still_has_no_dram_plateau() {
+        let curve = zen4_like(48 * MIB, 0.0);
+        let mut plateaus = detect_plateaus(&curve, &PlateauSettings::default());
+        assert_eq!(label_plateaus_flushed(&mut plateaus, &guide(), 20e9), None);
+        assert_near(level_figure(&plateaus, MemoryLevel::L3), 60e9);
+        assert!(level_figure(&plateaus, MemoryLevel::Dram).is_none());
     }
 
     #[test]

@@ -129,17 +129,57 @@ impl Worker<'_> {
         mut run: impl FnMut(u64),
     ) -> TeamTiming {
         let passes = self.agree_on_passes(calibrate(plan.target_s, &mut run));
+        self.sample(plan, passes, units_per_pass, || {
+            self.barrier.wait();
+            let start = Instant::now();
+            run(passes);
+            Span {
+                start,
+                end: Instant::now(),
+            }
+        })
+    }
+
+    /// Times one pass of `run` per sample, each after `prepare` (not timed) on every thread:
+    /// `prepare` puts the data back where the pass must find it (flushed from the caches), so
+    /// a pass cannot be repeated the way `time` repeats one. `state` is what both work on.
+    pub fn time_cold<S>(
+        &self,
+        plan: &SamplePlan,
+        units_per_pass: f64,
+        state: &mut S,
+        mut prepare: impl FnMut(&mut S),
+        mut run: impl FnMut(&mut S),
+    ) -> TeamTiming {
+        // One untimed round first, as `time`'s calibration is: page tables and clock warm.
+        prepare(state);
+        run(state);
+        self.sample(plan, 1, units_per_pass, || {
+            prepare(state);
+            self.barrier.wait();
+            let start = Instant::now();
+            run(state);
+            Span {
+                start,
+                end: Instant::now(),
+            }
+        })
+    }
+
+    /// Takes the samples of `time` and `time_cold`: rounds of `plan.samples` spans, again
+    /// while noisy or contended and the plan allows.
+    fn sample(
+        &self,
+        plan: &SamplePlan,
+        passes: u64,
+        units_per_pass: f64,
+        mut one: impl FnMut() -> Span,
+    ) -> TeamTiming {
         let mut mine: Vec<Span> = Vec::new();
         let mut reruns = 0;
         loop {
             for _ in 0..plan.samples.max(1) {
-                self.barrier.wait();
-                let start = Instant::now();
-                run(passes);
-                mine.push(Span {
-                    start,
-                    end: Instant::now(),
-                });
+                mine.push(one());
             }
             let (timing, last_end) = self.summarise(&mine, passes, units_per_pass, reruns);
             // Decided from data every thread shares, so all threads take the same branch.
@@ -367,5 +407,38 @@ mod tests {
         assert_eq!(timings[0].passes, timings[1].passes);
         assert_eq!(timings[0].team_rates, timings[1].team_rates);
         assert!(timings[0].stats.best > 0.0);
+    }
+
+    #[test]
+    fn a_cold_sample_prepares_before_every_pass() {
+        let plan = SamplePlan {
+            samples: 4,
+            target_s: 1e-4,
+            noise_threshold: 1.0,
+            max_reruns: 0,
+            rerun_until: None,
+        };
+        let (results, _) = run_team(&[0, 0], |worker| {
+            // (prepared, ran): every run must find the data freshly prepared.
+            let mut state = (0u32, 0u32);
+            let timing = worker.time_cold(
+                &plan,
+                1.0,
+                &mut state,
+                |s| s.0 += 1,
+                |s| {
+                    assert_eq!(s.0, s.1 + 1, "a pass ran without its preparation");
+                    s.1 += 1;
+                },
+            );
+            (timing, state)
+        })
+        .expect("team runs");
+        for (timing, (prepared, ran)) in results {
+            assert_eq!(timing.passes, 1);
+            assert_eq!(timing.stats.samples, 4);
+            // One warm-up round plus the samples.
+            assert_eq!((prepared, ran), (5, 5));
+        }
     }
 }

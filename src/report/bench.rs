@@ -34,12 +34,35 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
     );
     let _ = writeln!(
         out,
-        "latency  median {:.3} ms  (min {:.3}, max {:.3})   predicted {:.3} ms   end-to-end error {:+.0}%",
-        report.latency_ms.median, report.latency_ms.min, report.latency_ms.max, report.predicted_latency_ms, report.errors.end_to_end_error * 100.0
+        "latency  median {:.3} ms  (min {:.3}, max {:.3})   bound {:.3} ms   end-to-end {:+.0}%",
+        report.latency_ms.median,
+        report.latency_ms.min,
+        report.latency_ms.max,
+        report.predicted_latency_ms,
+        report.errors.end_to_end_error * 100.0
     );
+    if let (Some(expected), Some(error)) = (
+        report.expected_latency_ms,
+        report.errors.expected_end_to_end_error,
+    ) {
+        let coverage = a.summary.expected_coverage.unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "expected {expected:.3} ms (calibrated; {:.0}% of the bound time covered)   end-to-end error {:+.0}%   per-op |error| median {:.0}%  p90 {:.0}%",
+            coverage * 100.0,
+            error * 100.0,
+            report.errors.expected_median_abs_error.unwrap_or(0.0) * 100.0,
+            report.errors.expected_p90_abs_error.unwrap_or(0.0) * 100.0
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "predicted is the roofline bound; `roofline calibrate` adds an expected time per op"
+        );
+    }
     let _ = writeln!(
         out,
-        "per-op |error|  median {:.0}%  p90 {:.0}%   activations {} planned ({} without reuse), weights {}",
+        "bound per-op |error|  median {:.0}%  p90 {:.0}%   activations {} planned ({} without reuse), weights {}",
         report.errors.median_abs_error * 100.0,
         report.errors.p90_abs_error * 100.0,
         fmt_bytes(report.peak_activation_bytes as f64),
@@ -49,8 +72,8 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<28} {:<18} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}",
-        "op", "type", "measured", "predicted", "GFLOP/s", "GB/s", "of roof", "error"
+        "{:<28} {:<18} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8}",
+        "op", "type", "measured", "bound", "expected", "GFLOP/s", "GB/s", "of roof", "error"
     );
     let mut ops: Vec<_> = report.ops.iter().collect();
     ops.sort_by(|x, y| y.measured_s.total_cmp(&x.measured_s));
@@ -58,15 +81,17 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
         let name: String = safe(&op.name).chars().take(28).collect();
         let _ = writeln!(
             out,
-            "{:<28} {:<18} {:>10} {:>10} {:>9.1} {:>8.1} {:>7.0}% {:>+7.0}%",
+            "{:<28} {:<18} {:>10} {:>10} {:>10} {:>9.1} {:>8.1} {:>7.0}% {:>+7.0}%",
             name,
             safe(&op.op_type),
             fmt_seconds(op.measured_s),
             fmt_seconds(op.predicted_s),
+            op.expected_s.map(fmt_seconds).unwrap_or_else(|| "-".into()),
             op.measured_gflops,
             op.measured_gbs,
             op.roofline_fraction * 100.0,
-            op.prediction_error * 100.0
+            // Against the expected time where there is one, else against the bound.
+            op.expected_error.unwrap_or(op.prediction_error) * 100.0
         );
     }
     if ops.len() > top {
@@ -114,21 +139,26 @@ pub fn render_bench_html(report: &BenchReport) -> Result<String, ReportError> {
     ops.sort_by(|a, b| b.measured_s.total_cmp(&a.measured_s));
     for op in ops {
         rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
             escape(&op.name),
             escape(&op.op_type),
             fmt_seconds(op.measured_s),
             fmt_seconds(op.predicted_s),
+            op.expected_s.map(fmt_seconds).unwrap_or_else(|| "-".into()),
             op.measured_gflops,
             op.measured_gbs,
             op.roofline_fraction * 100.0,
-            op.prediction_error * 100.0
+            op.expected_error.unwrap_or(op.prediction_error) * 100.0
         ));
     }
     let body = format!(
-        "<p>End-to-end latency over {} runs with {} thread(s): median {:.3} ms (min {:.3}, max {:.3}); predicted {:.3} ms ({:+.0}%). Per-op |error|: median {:.0}%, 90th percentile {:.0}%. Kernels: {}.</p>\n<table><thead><tr><th>op</th><th>type</th><th>measured</th><th>predicted</th><th>GFLOP/s</th><th>GB/s</th><th>of roof</th><th>error</th></tr></thead><tbody>\n{rows}</tbody></table>",
+        "<p>End-to-end latency over {} runs with {} thread(s): median {:.3} ms (min {:.3}, max {:.3}); roofline bound {:.3} ms ({:+.0}%){}. Per-op |error|: median {:.0}%, 90th percentile {:.0}%. Kernels: {}.</p>\n<table><thead><tr><th>op</th><th>type</th><th>measured</th><th>bound</th><th>expected</th><th>GFLOP/s</th><th>GB/s</th><th>of roof</th><th>error</th></tr></thead><tbody>\n{rows}</tbody></table>",
         report.runs, report.threads, report.latency_ms.median, report.latency_ms.min, report.latency_ms.max,
         report.predicted_latency_ms, report.errors.end_to_end_error * 100.0,
+        match (report.expected_latency_ms, report.errors.expected_end_to_end_error) {
+            (Some(expected), Some(error)) => format!("; expected (calibrated) {expected:.3} ms ({:+.0}%)", error * 100.0),
+            _ => String::new(),
+        },
         report.errors.median_abs_error * 100.0, report.errors.p90_abs_error * 100.0,
         escape(&report.kernel_isa)
     );

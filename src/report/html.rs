@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use super::chart::{bound_colour, chart_scale, render_roofline_svg, ChartSeries, SvgOptions};
 use super::error::ReportError;
 use super::markup::{escape, percent, si3, si_unit};
-use super::units::{fmt_bytes, fmt_count, fmt_seconds};
+use super::units::{fmt_bytes, fmt_count, fmt_memory_rates, fmt_seconds};
 use crate::analysis::model::DeviceInfo;
 use crate::analysis::{Analysis, Bound, NodeAnalysis, NodeStatus, Severity};
 use crate::device::{DeviceKind, ProfileSource};
@@ -416,12 +416,15 @@ fn section_summary(out: &mut String, analyses: &[Analysis]) {
                 let d = &analysis.device;
                 let _ = write!(
                     out,
-                    "<div class=\"device-summary\"><h3 class=\"device-heading\">{} <span class=\"muted\">{} · {} peak {} · DRAM {}/s</span></h3>\n<div class=\"cards\">",
+                    "<div class=\"device-summary\"><h3 class=\"device-heading\">{} <span class=\"muted\">{} · {} peak {} · DRAM {}</span></h3>\n<div class=\"cards\">",
                     escape(&d.name),
                     escape(&d.id),
                     analysis.precision,
                     si_unit(d.roof.peak_flops, "FLOP/s"),
-                    fmt_bytes(d.roof.bandwidth_bytes_per_s)
+                    fmt_memory_rates(
+                        d.roof.bandwidth_bytes_per_s,
+                        d.roof.write_bandwidth_bytes_per_s
+                    )
                 );
                 device_cards(out, analysis, Some(first));
                 out.push_str("</div></div>\n");
@@ -827,7 +830,7 @@ fn device_specs(out: &mut String, analysis: &Analysis) {
         "<article class=\"device\"><h3>{} <span class=\"muted\">{}</span></h3>\n<dl class=\"specs\">\
          <dt>kind</dt><dd>{}</dd><dt>profile</dt><dd>{}</dd><dt>analysed at</dt><dd>{}</dd>\
          <dt>peak used</dt><dd>{} <span class=\"source\">{}</span></dd>\
-         <dt>DRAM bandwidth used</dt><dd>{}/s <span class=\"source\">{}</span></dd>\
+         <dt>DRAM bandwidth used</dt><dd>{} <span class=\"source\">{}</span></dd>\
          <dt>ridge point</dt><dd>{} FLOP/B</dd>\
          <dt>per-op overhead</dt><dd>{} <span class=\"source\">{}</span></dd></dl>\n",
         escape(&d.name),
@@ -837,7 +840,10 @@ fn device_specs(out: &mut String, analysis: &Analysis) {
         analysis.precision,
         si_unit(d.roof.peak_flops, "FLOP/s"),
         linkify(&d.compute_source),
-        fmt_bytes(d.roof.bandwidth_bytes_per_s),
+        fmt_memory_rates(
+            d.roof.bandwidth_bytes_per_s,
+            d.roof.write_bandwidth_bytes_per_s
+        ),
         linkify(&d.bandwidth_source),
         si3(d.ridge_point),
         fmt_seconds(d.roof.launch_overhead_s),
@@ -864,9 +870,9 @@ fn device_specs(out: &mut String, analysis: &Analysis) {
     for m in &d.memory_ceilings {
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td class=\"num\">{}/s</td><td class=\"num\">{}</td><td>{}</td><td class=\"source\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"source\">{}</td></tr>",
             m.level.name(),
-            fmt_bytes(m.bytes_per_s),
+            fmt_memory_rates(m.bytes_per_s, m.write_bytes_per_s.unwrap_or(0.0)),
             m.capacity_bytes
                 .map(|c| fmt_bytes(c as f64))
                 .unwrap_or_else(|| "-".into()),

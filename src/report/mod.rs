@@ -10,6 +10,7 @@
 
 pub mod advice;
 pub mod bench;
+pub mod calibration;
 pub mod chart;
 pub mod devices;
 pub mod error;
@@ -26,7 +27,7 @@ use std::fmt::Write as _;
 
 use crate::analysis::{Analysis, NodeStatus};
 use markup::{terminal_safe as safe, terminal_safe_lines};
-use units::{fmt_bytes, fmt_count, fmt_rate, fmt_seconds};
+use units::{fmt_bytes, fmt_count, fmt_memory_rates, fmt_rate, fmt_seconds};
 
 /// Output formats of `roofline analyze`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,13 +155,16 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     let _ = writeln!(out, "inputs {}", inputs.join(", "));
     let _ = writeln!(
         out,
-        "device {} ({}, {:?}) at {}: peak {}, DRAM {}/s, ridge {:.1} FLOP/B, per-op overhead {}",
+        "device {} ({}, {:?}) at {}: peak {}, DRAM {}, ridge {:.1} FLOP/B, per-op overhead {}",
         safe(&d.id),
         safe(&d.name),
         d.source,
         analysis.precision,
         fmt_rate(d.roof.peak_flops, "FLOP/s"),
-        fmt_bytes(d.roof.bandwidth_bytes_per_s),
+        fmt_memory_rates(
+            d.roof.bandwidth_bytes_per_s,
+            d.roof.write_bandwidth_bytes_per_s
+        ),
         d.ridge_point,
         fmt_seconds(d.roof.launch_overhead_s),
     );

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use super::units::fmt_bytes_binary as format_bytes;
-use crate::device::probe_record::{ComputeMix, MeasurementFlag, ProbeRecord};
+use crate::device::probe_record::{ComputeMix, FigureMethod, MeasurementFlag, ProbeRecord};
 use crate::device::{DeviceProfile, MemoryLevel, Precision};
 
 fn rate(value: f64, precision: Precision) -> String {
@@ -59,9 +59,13 @@ fn render_ceilings(out: &mut String, profile: &DeviceProfile) {
         );
     }
     for ceiling in &profile.memory {
+        let writes = ceiling
+            .write_bytes_per_s
+            .map(|w| format!(" read, {:.1} GB/s write", w / 1e9))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:<5} {:>12.1} GB/s",
+            "  {:<5} {:>12.1} GB/s{writes}",
             ceiling.level.name(),
             ceiling.bytes_per_s / 1e9
         );
@@ -161,12 +165,51 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
         reference("base", clock.base_clock_hz),
         reference("TSC", clock.tsc_hz)
     );
+    // The clock each kernel's instructions ran at (1 thread), against the scalar clock: Intel
+    // cores run heavy vector code at a lower licence frequency.
+    let scalar_hz = clock.single_thread.as_ref().map(|c| c.max_hz);
+    let vector_clocks: Vec<String> = record
+        .compute
+        .iter()
+        .filter(|m| m.threads == 1)
+        .filter_map(|m| {
+            let hz = *m.clock_hz_per_thread.first()?;
+            let kernel = m.kernel.split(':').next().unwrap_or("");
+            let relative = scalar_hz
+                .filter(|&s| s > 0.0)
+                .map(|s| {
+                    let percent = ((hz / s - 1.0) * 100.0).round();
+                    if percent == 0.0 {
+                        " (±0%)".to_string()
+                    } else {
+                        format!(" ({percent:+.0}%)")
+                    }
+                })
+                .unwrap_or_default();
+            Some(format!("{kernel} {:.2}{relative}", hz / 1e9))
+        })
+        .collect();
+    if !vector_clocks.is_empty() {
+        let _ = writeln!(
+            out,
+            "Under load {} GHz (1 thread, right after blocks of each kernel, against the scalar \
+             clock)",
+            vector_clocks.join(", ")
+        );
+    }
     let _ = writeln!(
         out,
         "Model     {}: {}",
         record.core_model.name, record.core_model.assumption
     );
     let _ = writeln!(out, "          source: {}", record.core_model.source);
+    if !record.core_model.licence_frequency.is_empty() {
+        let _ = writeln!(
+            out,
+            "          frequency: {}",
+            record.core_model.licence_frequency
+        );
+    }
 
     let _ = writeln!(out);
     let _ = writeln!(
@@ -250,13 +293,22 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
             .iter()
             .map(|t| t.flops_per_cycle.to_string())
             .collect();
-        let clock = peaks
-            .first()
+        let ghz: Vec<f64> = peaks
+            .iter()
             .map(|t| t.clock_hz_sum / f64::from(threads.max(1)) / 1e9)
-            .unwrap_or(0.0);
+            .collect();
+        let lowest = ghz.iter().copied().fold(f64::INFINITY, f64::min);
+        let highest = ghz.iter().copied().fold(0.0, f64::max);
+        // Each peak uses the clock measured under its own kernel; show the range when the
+        // clocks differ visibly.
+        let clock = if highest - lowest >= 0.005 {
+            format!("{lowest:.2}-{highest:.2}")
+        } else {
+            format!("{highest:.2}")
+        };
         let _ = writeln!(
             out,
-            "theory, {threads} thread(s) at {clock:.2} GHz: {} G/s ({} per cycle per core)",
+            "theory, {threads} thread(s) at {clock} GHz: {} G/s ({} per cycle per core)",
             rates.join(", "),
             per_cycle.join(" / ")
         );
@@ -284,26 +336,37 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
                 .then(b.bytes_per_s.total_cmp(&a.bytes_per_s))
         });
         for row in rows {
-            let is_roof = profile.memory.iter().any(|m| {
-                m.level == level
-                    && m.threads == Some(row.threads)
-                    && m.bytes_per_s == row.bytes_per_s
-            });
+            let ceiling = profile
+                .memory
+                .iter()
+                .find(|m| m.level == level && m.threads == Some(row.threads));
+            // A ceiling's read rate is the read kernel's figure, its write rate the write
+            // kernel's (the roofline charges each direction at its own rate).
+            let roof = match ceiling {
+                Some(m) if m.bytes_per_s == row.bytes_per_s => "  <- read roof",
+                Some(m) if m.write_bytes_per_s == Some(row.bytes_per_s) => "  <- write roof",
+                _ => "",
+            };
             let flags = flags_text(&row.flags);
-            let _ = writeln!(
-                out,
-                "{:<6} {:>3} {:>7.1} GB/s  {:<9} {:>22} {:>6.1}%{}{}",
-                level.name(),
-                row.threads,
-                row.bytes_per_s / 1e9,
-                row.kernel.name(),
-                format!(
+            let working_sets = match row.method {
+                FigureMethod::Sweep => format!(
                     "{}-{}",
                     format_bytes(row.working_set_lo_bytes),
                     format_bytes(row.working_set_hi_bytes)
                 ),
+                FigureMethod::Flushed => {
+                    format!("{} flushed", format_bytes(row.working_set_hi_bytes))
+                }
+            };
+            let _ = writeln!(
+                out,
+                "{:<6} {:>3} {:>7.1} GB/s  {:<9} {:>22} {:>6.1}%{roof}{}",
+                level.name(),
+                row.threads,
+                row.bytes_per_s / 1e9,
+                row.kernel.name(),
+                working_sets,
                 row.spread * 100.0,
-                if is_roof { "  <- roof" } else { "" },
                 if flags.is_empty() {
                     String::new()
                 } else {
@@ -313,19 +376,37 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
         }
         // Roofs that no row shows: one thread's figure standing in for a contended one.
         for roof in profile.memory.iter().filter(|m| m.level == level) {
-            let shown = record.memory_levels.iter().any(|l| {
-                l.level == level
-                    && Some(l.threads) == roof.threads
-                    && l.bytes_per_s == roof.bytes_per_s
-            });
-            if !shown {
+            let shown = |rate: f64| {
+                record.memory_levels.iter().any(|l| {
+                    l.level == level && Some(l.threads) == roof.threads && l.bytes_per_s == rate
+                })
+            };
+            let rates = [
+                ("read", Some(roof.bytes_per_s)),
+                ("write", roof.write_bytes_per_s),
+            ];
+            for (direction, rate) in rates {
+                let Some(rate) = rate.filter(|&r| !shown(r)) else {
+                    continue;
+                };
                 let _ = writeln!(
                     out,
-                    "{:<6} {:>3} {:>7.1} GB/s  <- roof: one thread's figure (the all-thread \
-                     figures were lower: other work on the cores)",
+                    "{:<6} {:>3} {:>7.1} GB/s  <- {direction} roof: one thread's figure (the \
+                     all-thread figures were lower: other work on the cores)",
                     level.name(),
                     roof.threads.unwrap_or(0),
-                    roof.bytes_per_s / 1e9
+                    rate / 1e9
+                );
+            }
+        }
+        if level == MemoryLevel::Dram {
+            for check in &record.dram {
+                let _ = writeln!(
+                    out,
+                    "DRAM   {:>3} by {}: {}",
+                    check.threads,
+                    check.method.name(),
+                    check.verdict
                 );
             }
         }

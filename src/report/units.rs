@@ -31,6 +31,16 @@ pub fn fmt_bytes(value: f64) -> String {
     }
 }
 
+/// A memory level's rates: `12.3 GB/s`, or `12.3 GB/s read, 9.8 GB/s write` when the device
+/// measured writes apart (`write` 0 = the read rate).
+pub fn fmt_memory_rates(read: f64, write: f64) -> String {
+    if write > 0.0 && write != read {
+        format!("{}/s read, {}/s write", fmt_bytes(read), fmt_bytes(write))
+    } else {
+        format!("{}/s", fmt_bytes(read))
+    }
+}
+
 /// `48 KiB`, `1.5 MiB`: binary prefixes, as cache and working-set sizes are given.
 pub fn fmt_bytes_binary(bytes: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -145,7 +145,10 @@ pub struct Ceilings {
     pub memory: Vec<MemoryLine>,
     /// The ridge points worth marking, the analysis' own first.
     pub ridges: Vec<Ridge>,
-    /// The roof the analysis used: its peak, DRAM bandwidth, ridge and precision.
+    /// The roof the analysis used: its peak, DRAM bandwidth, ridge and precision. The line is
+    /// drawn at the read rate: a device that measured writes apart charges an op's written
+    /// bytes at the write rate (see `analysis::roofline`), so an op with slow writes sits
+    /// below the line, at the attainable rate the analysis gave it.
     pub peak_flops: f64,
     pub dram_bandwidth: f64,
     pub ridge_point: f64,

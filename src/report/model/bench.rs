@@ -31,6 +31,12 @@ pub struct OpMeasurement {
     pub roofline_fraction: f64,
     /// (predicted − measured) / measured.
     pub prediction_error: f64,
+    /// The calibrated expected time (see `NodeAnalysis::expected_s`), where the device has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_s: Option<f64>,
+    /// (expected − measured) / measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_error: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -39,6 +45,13 @@ pub struct ErrorSummary {
     pub p90_abs_error: f64,
     /// End-to-end: (predicted latency − measured median) / measured median.
     pub end_to_end_error: f64,
+    /// The same three for the calibrated expected times (per op over the ops that have one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_median_abs_error: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_p90_abs_error: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_end_to_end_error: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,7 +62,11 @@ pub struct BenchReport {
     pub runs: usize,
     /// End-to-end latency in milliseconds over the timed runs (per-op timing off).
     pub latency_ms: Latency,
+    /// Sum of the ops' roofline bounds (a lower bound on the latency).
     pub predicted_latency_ms: f64,
+    /// Sum of the ops' calibrated expected times, where the device has a calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_latency_ms: Option<f64>,
     pub ops: Vec<OpMeasurement>,
     pub errors: ErrorSummary,
     pub peak_activation_bytes: u64,

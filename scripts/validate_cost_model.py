@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Judges the cost model against measurement (issue 13's acceptance): for every built-in model
+and every model of the corpus, at 1 and N threads, runs `roofline bench` with a calibrated
+profile and compares the expected (calibrated) and bound latencies with the measured median,
+end to end and per op (ops taking at least 1% of the measured time).
+
+The calibration grid (src/calibrate/grid.rs) is fixed one-op shapes, so none of these models is
+in it. Usage:
+
+    roofline probe -o P.json && roofline calibrate --device P.json
+    python3 scripts/validate_cost_model.py --profile P.json [--threads 1 2] [--runs 10]
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILTINS = ["builtin:mobilenetv2", "builtin:resnet50", "builtin:vgg16", "builtin:bert-base",
+            "builtin:tinycnn"]
+
+
+def corpus():
+    models = []
+    for folder in ["light", "ppocr", "extra"]:
+        models += sorted(glob.glob(os.path.join(ROOT, ".cache", "models", folder, "*.onnx")))
+    return models
+
+
+def bench(binary, model, profile, threads, runs):
+    command = [binary, "bench", model, "--device", profile, "--threads", str(threads),
+               "--runs", str(runs), "--format", "json"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode not in (0, 1) or not result.stdout.strip():
+        return None, result.stderr.strip().splitlines()[-1:] or ["no output"]
+    return json.loads(result.stdout), None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, help="calibrated device profile")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "roofline"))
+    parser.add_argument("--models", nargs="*", help="default: built-ins and the corpus")
+    parser.add_argument("--json", help="write the per-model figures to this file")
+    args = parser.parse_args()
+
+    models = args.models or BUILTINS + corpus()
+    rows = []
+    per_op_errors = {t: [] for t in args.threads}
+    per_op_bound_violations = []
+    print(f"{'model':<40} {'thr':>3} {'measured':>10} {'bound':>10} {'expected':>10} "
+          f"{'exp err':>8} {'covered':>8}")
+    for model in models:
+        for threads in args.threads:
+            report, error = bench(args.binary, model, args.profile, threads, args.runs)
+            name = os.path.basename(model)
+            if report is None:
+                print(f"{name:<40} {threads:>3} failed: {error[0]}")
+                continue
+            measured = report["latency_ms"]["median"]
+            bound = report["predicted_latency_ms"]
+            expected = report.get("expected_latency_ms")
+            coverage = report["analysis"]["summary"].get("expected_coverage")
+            error_e2e = None if expected is None else (expected - measured) / measured
+            rows.append({"model": name, "threads": threads, "measured_ms": measured,
+                         "bound_ms": bound, "expected_ms": expected, "error": error_e2e,
+                         "coverage": coverage})
+            total_op_time = sum(op["measured_s"] for op in report["ops"])
+            for op in report["ops"]:
+                if op["measured_s"] >= 0.01 * total_op_time and op.get("expected_s"):
+                    per_op_errors[threads].append(abs(op["expected_error"]))
+                # A kernel that beats its bound by more than noise is a cost-model bug.
+                if op["measured_s"] < 0.9 * op["predicted_s"] and op["predicted_s"] > 5e-6:
+                    per_op_bound_violations.append(
+                        (name, threads, op["name"], op["op_type"], op["predicted_s"],
+                         op["measured_s"]))
+            exp_text = "-" if expected is None else f"{expected:.2f}"
+            err_text = "-" if error_e2e is None else f"{error_e2e * 100:+.0f}%"
+            cov_text = "-" if coverage is None else f"{coverage * 100:.0f}%"
+            print(f"{name:<40} {threads:>3} {measured:>10.2f} {bound:>10.2f} {exp_text:>10} "
+                  f"{err_text:>8} {cov_text:>8}", flush=True)
+
+    judged = [r for r in rows if r["error"] is not None]
+    within = [r for r in judged if abs(r["error"]) <= 0.10]
+    print()
+    if judged:
+        print(f"end to end: {len(within)}/{len(judged)} model runs within ±10% "
+              f"({100 * len(within) / len(judged):.0f}%); median |error| "
+              f"{100 * statistics.median(abs(r['error']) for r in judged):.0f}%")
+        bound_ratio = [r["bound_ms"] / r["measured_ms"] for r in judged]
+        print(f"bound ÷ measured: median {statistics.median(bound_ratio):.2f}, "
+              f"range {min(bound_ratio):.2f}-{max(bound_ratio):.2f}")
+    for threads, errors in per_op_errors.items():
+        if errors:
+            print(f"per op (≥1% of the time), {threads} thread(s): median |error| "
+                  f"{100 * statistics.median(errors):.0f}% over {len(errors)} ops")
+    print(f"ops measured faster than 0.9 × their bound: {len(per_op_bound_violations)}")
+    for violation in per_op_bound_violations[:15]:
+        name, threads, op, op_type, bound, measured = violation
+        print(f"  {name} ({threads} thr) {op} {op_type}: bound {bound * 1e6:.1f} µs, "
+              f"measured {measured * 1e6:.1f} µs")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"rows": rows, "bound_violations": per_op_bound_violations}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+//! Which calibration table an op is predicted from: its kernel class (from the op type, the
+//! convolution's window and groups, whether a MatMul's second operand is a constant) and its
+//! shape features. Pure: facts in, class out.
+
+use crate::device::calibration::{KernelClass, ShapeFeatures};
+
+use super::graph::Attributes;
+use super::tensor::TensorFact;
+
+/// The kernel class of an op, or `None` for ops no calibration table covers (views, shape
+/// arithmetic, quantized kernels, control flow): their expected time is not predicted.
+pub fn kernel_class(
+    domain: &str,
+    op_type: &str,
+    attrs: &Attributes,
+    inputs: &[Option<&TensorFact>],
+) -> Option<KernelClass> {
+    let standard = domain.is_empty() || domain == "ai.onnx";
+    let fused = domain == "roofline";
+    if !(standard || fused) {
+        return None;
+    }
+    let class = match op_type {
+        "Conv" | "FusedConv" | "ConvTranspose" => conv_class(attrs, inputs),
+        "Gemm" | "FusedGemm" => KernelClass::Gemm,
+        "MatMul" | "FusedMatMul" => {
+            let weights = inputs.get(1).copied().flatten();
+            if weights.is_some_and(TensorFact::is_constant) {
+                KernelClass::Gemm
+            } else {
+                KernelClass::Matmul
+            }
+        }
+        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" | "LpPool"
+        | "GlobalLpPool" => KernelClass::Pool,
+        "BatchNormalization" => KernelClass::BatchNorm,
+        "LayerNormalization"
+        | "InstanceNormalization"
+        | "GroupNormalization"
+        | "LRN"
+        | "MeanVarianceNormalization" => KernelClass::Norm,
+        "Softmax" | "LogSoftmax" | "Hardmax" => KernelClass::Softmax,
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" | "ArgMax"
+        | "ArgMin" => KernelClass::Reduce,
+        "Transpose" | "Concat" | "Slice" | "Gather" | "GatherElements" | "GatherND" | "Pad"
+        | "Resize" | "Upsample" | "Split" | "Expand" | "Tile" | "DepthToSpace" | "SpaceToDepth"
+        | "ScatterND" | "ScatterElements" | "Scatter" => KernelClass::Movement,
+        "Relu" | "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "Celu" | "Sigmoid" | "HardSigmoid"
+        | "HardSwish" | "Tanh" | "Softplus" | "Softsign" | "Gelu" | "Mish" | "Erf" | "Exp"
+        | "Log" | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "Ceil" | "Floor" | "Round" | "Sign"
+        | "Clip" | "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean"
+        | "Where" | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "Not"
+        | "And" | "Or" | "Xor" | "Cast" | "CastLike" | "Mod" | "Sin" | "Cos" | "IsNaN"
+        | "IsInf" | "ThresholdedRelu" | "Shrink" | "Dropout" | "ElementwiseChain" => {
+            KernelClass::Elementwise
+        }
+        _ => return None,
+    };
+    Some(class)
+}
+
+fn conv_class(attrs: &Attributes, inputs: &[Option<&TensorFact>]) -> KernelClass {
+    let group = attrs.int_or("group", 1).max(1) as u64;
+    let weight_shape = inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .and_then(TensorFact::concrete_shape);
+    let input_channels = inputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(TensorFact::concrete_shape)
+        .and_then(|shape| shape.get(1).copied());
+    match weight_shape {
+        Some(w) if group > 1 && w.get(1) == Some(&1) && input_channels == Some(group) => {
+            KernelClass::Depthwise
+        }
+        Some(w) if group == 1 && w.len() > 2 && w[2..].iter().all(|&k| k == 1) => {
+            let strided = attrs
+                .ints("strides")
+                .is_some_and(|s| s.iter().any(|&x| x != 1));
+            // A strided 1×1 gathers its input like a window does.
+            if strided {
+                KernelClass::Conv
+            } else {
+                KernelClass::Pointwise
+            }
+        }
+        _ => KernelClass::Conv,
+    }
+}
+
+/// Shape features from an op's counts.
+pub fn shape_features(
+    work: u64,
+    bytes: u64,
+    weight_bytes: u64,
+    output_elements: u64,
+) -> ShapeFeatures {
+    ShapeFeatures::new(work, bytes, weight_bytes, output_elements)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::graph::Attr;
+    use crate::analysis::tensor::DType;
+
+    fn attrs(pairs: &[(&str, Attr)]) -> Attributes {
+        Attributes(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    fn fact(shape: &[u64]) -> TensorFact {
+        TensorFact::known(DType::F32, shape)
+    }
+
+    #[test]
+    fn convolutions_by_window_and_groups() {
+        let x = fact(&[1, 32, 56, 56]);
+        let dense = fact(&[64, 32, 3, 3]);
+        let point = fact(&[64, 32, 1, 1]);
+        let depth = fact(&[32, 1, 3, 3]);
+        let none = Attributes::default();
+        let class =
+            |a: &Attributes, w: &TensorFact| kernel_class("", "Conv", a, &[Some(&x), Some(w)]);
+        assert_eq!(class(&none, &dense), Some(KernelClass::Conv));
+        assert_eq!(class(&none, &point), Some(KernelClass::Pointwise));
+        let grouped = attrs(&[("group", Attr::Int(32))]);
+        assert_eq!(class(&grouped, &depth), Some(KernelClass::Depthwise));
+        let strided = attrs(&[("strides", Attr::Ints(vec![2, 2]))]);
+        assert_eq!(class(&strided, &point), Some(KernelClass::Conv));
+    }
+
+    #[test]
+    fn matmul_against_weights_is_a_gemm_otherwise_a_batched_matmul() {
+        let a = fact(&[128, 768]);
+        let weights = TensorFact::constant(crate::analysis::tensor::Tensor::from_f32(
+            vec![2, 2],
+            vec![0.0; 4],
+        ));
+        let computed = fact(&[768, 64]);
+        let none = Attributes::default();
+        assert_eq!(
+            kernel_class("", "MatMul", &none, &[Some(&a), Some(&weights)]),
+            Some(KernelClass::Gemm)
+        );
+        assert_eq!(
+            kernel_class("", "MatMul", &none, &[Some(&a), Some(&computed)]),
+            Some(KernelClass::Matmul)
+        );
+    }
+
+    #[test]
+    fn uncovered_ops_have_no_class() {
+        let none = Attributes::default();
+        assert_eq!(kernel_class("", "Reshape", &none, &[]), None);
+        assert_eq!(kernel_class("", "If", &none, &[]), None);
+        assert_eq!(kernel_class("com.microsoft", "Attention", &none, &[]), None);
+        assert_eq!(kernel_class("roofline", "QConv", &none, &[]), None);
+        assert_eq!(
+            kernel_class("", "Sigmoid", &none, &[]),
+            Some(KernelClass::Elementwise)
+        );
+    }
+}

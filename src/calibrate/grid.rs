@@ -1,0 +1,367 @@
+//! The calibration grid: one-op ONNX models per kernel class, at shapes typical of CNNs and
+//! transformers (channel counts, planes, sequence lengths and widths of the common
+//! architectures), fixed in code so it never depends on the model being predicted.
+
+use crate::analysis::onnx_proto::ModelProto;
+use crate::builtin::builder::{attr_int, attr_ints, ConvSpec, GraphBuilder, SigDim, WeightFill};
+use crate::device::calibration::KernelClass;
+
+const FLOAT: i32 = 1;
+
+/// One grid point: a model with one costed op.
+pub struct GridModel {
+    pub class: KernelClass,
+    /// The shape in words.
+    pub shape: String,
+    pub model: ModelProto,
+}
+
+fn fixed(dims: &[i64]) -> Vec<SigDim> {
+    dims.iter().map(|&d| SigDim::Fixed(d)).collect()
+}
+
+fn one_op(
+    class: KernelClass,
+    shape: String,
+    inputs: &[&[i64]],
+    output: &[i64],
+    build: impl FnOnce(&mut GraphBuilder, &[String]) -> String,
+) -> GridModel {
+    let mut b = GraphBuilder::new(WeightFill::Random(7));
+    let names: Vec<String> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, dims)| b.input(&format!("x{i}"), FLOAT, &fixed(dims)))
+        .collect();
+    let y = build(&mut b, &names);
+    b.output(&y, FLOAT, &fixed(output));
+    GridModel {
+        class,
+        shape,
+        model: b.finish("calibration"),
+    }
+}
+
+fn conv_out(size: i64, kernel: i64, stride: i64) -> i64 {
+    (size + 2 * (kernel / 2) - kernel) / stride + 1
+}
+
+fn conv(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64, group: i64) -> GridModel {
+    let class = if group > 1 {
+        KernelClass::Depthwise
+    } else if kernel == 1 {
+        KernelClass::Pointwise
+    } else {
+        KernelClass::Conv
+    };
+    let out = conv_out(size, kernel, stride);
+    let shape = format!("conv {cin}→{cout} {kernel}x{kernel} s{stride} g{group} {size}x{size}");
+    one_op(
+        class,
+        shape,
+        &[&[1, cin, size, size]],
+        &[1, cout, out, out],
+        |b, x| {
+            let spec = ConvSpec {
+                group,
+                bias: true,
+                ..ConvSpec::new(cout, kernel, stride)
+            };
+            b.conv(&x[0], cin, spec)
+        },
+    )
+}
+
+fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
+    one_op(
+        KernelClass::Gemm,
+        format!("matmul {rows}x{inner} · {inner}x{cols} (weights)"),
+        &[&[rows, inner]],
+        &[rows, cols],
+        |b, x| {
+            let w = b.weight("w", &[inner, cols], inner);
+            b.node("MatMul", &[&x[0], &w], vec![])
+        },
+    )
+}
+
+fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
+    one_op(
+        KernelClass::Matmul,
+        format!("matmul {batch}×({rows}x{inner} · {inner}x{cols})"),
+        &[&[batch, rows, inner], &[batch, inner, cols]],
+        &[batch, rows, cols],
+        |b, x| b.node("MatMul", &[&x[0], &x[1]], vec![]),
+    )
+}
+
+fn elementwise(op: &str, elements: i64, binary: bool) -> GridModel {
+    let dims = [1, elements / 64, 64];
+    let inputs: Vec<&[i64]> = if binary {
+        vec![&dims, &dims]
+    } else {
+        vec![&dims]
+    };
+    let op_name = op.to_string();
+    one_op(
+        KernelClass::Elementwise,
+        format!("{op} {elements}"),
+        &inputs,
+        &dims,
+        move |b, x| {
+            let refs: Vec<&str> = x.iter().map(String::as_str).collect();
+            b.node(&op_name, &refs, vec![])
+        },
+    )
+}
+
+fn max_pool(channels: i64, size: i64) -> GridModel {
+    let out = (size + 2 - 3) / 2 + 1;
+    one_op(
+        KernelClass::Pool,
+        format!("maxpool 3x3 s2 {channels}x{size}x{size}"),
+        &[&[1, channels, size, size]],
+        &[1, channels, out, out],
+        |b, x| b.max_pool(&x[0], 3, 2, 1),
+    )
+}
+
+fn global_pool(channels: i64, size: i64) -> GridModel {
+    one_op(
+        KernelClass::Pool,
+        format!("global average pool {channels}x{size}x{size}"),
+        &[&[1, channels, size, size]],
+        &[1, channels, 1, 1],
+        |b, x| b.global_avg_pool(&x[0]),
+    )
+}
+
+fn batch_norm(channels: i64, size: i64) -> GridModel {
+    let dims = [1, channels, size, size];
+    one_op(
+        KernelClass::BatchNorm,
+        format!("batchnorm {channels}x{size}x{size}"),
+        &[&dims],
+        &dims,
+        |b, x| b.batch_norm(&x[0], channels),
+    )
+}
+
+fn layer_norm(rows: i64, features: i64) -> GridModel {
+    let dims = [1, rows, features];
+    one_op(
+        KernelClass::Norm,
+        format!("layernorm {rows}x{features}"),
+        &[&dims],
+        &dims,
+        |b, x| b.layer_norm(&x[0], features),
+    )
+}
+
+fn softmax(rows: i64, cols: i64) -> GridModel {
+    let dims = [1, rows, cols];
+    one_op(
+        KernelClass::Softmax,
+        format!("softmax {rows}x{cols}"),
+        &[&dims],
+        &dims,
+        |b, x| b.softmax(&x[0], -1),
+    )
+}
+
+fn reduce_mean(rows: i64, cols: i64) -> GridModel {
+    one_op(
+        KernelClass::Reduce,
+        format!("reducemean {rows}x{cols} over the last axis"),
+        &[&[1, rows, cols]],
+        &[1, rows, 1],
+        |b, x| {
+            b.node(
+                "ReduceMean",
+                &[&x[0]],
+                vec![attr_ints("axes", &[-1]), attr_int("keepdims", 1)],
+            )
+        },
+    )
+}
+
+fn transpose(seq: i64, heads: i64, width: i64) -> GridModel {
+    one_op(
+        KernelClass::Movement,
+        format!("transpose {seq}x{heads}x{width} → heads first"),
+        &[&[1, seq, heads, width]],
+        &[1, heads, seq, width],
+        |b, x| b.transpose(&x[0], &[0, 2, 1, 3]),
+    )
+}
+
+fn concat(channels: i64, size: i64) -> GridModel {
+    let part = [1, channels, size, size];
+    one_op(
+        KernelClass::Movement,
+        format!("concat 2×{channels}x{size}x{size} on channels"),
+        &[&part, &part],
+        &[1, 2 * channels, size, size],
+        |b, x| b.node("Concat", &[&x[0], &x[1]], vec![attr_int("axis", 1)]),
+    )
+}
+
+/// The grid; `quick` keeps about a third of the points (every class still covered).
+pub fn grid(quick: bool) -> Vec<GridModel> {
+    let mut models = Vec::new();
+    // Dense convolutions with a window: stems, ResNet/VGG stages, strided downsampling.
+    for &(cin, cout, size, kernel, stride) in &[
+        (3, 32, 224, 3, 2),
+        (3, 64, 224, 7, 2),
+        (16, 16, 112, 3, 1),
+        (32, 64, 112, 3, 2),
+        (64, 64, 56, 3, 1),
+        (64, 128, 56, 3, 2),
+        (128, 128, 28, 3, 1),
+        (96, 96, 40, 3, 1),
+        (256, 256, 14, 3, 1),
+        (256, 512, 14, 3, 2),
+        (512, 512, 7, 3, 1),
+        (64, 64, 28, 5, 1),
+        (32, 32, 160, 3, 1),
+        (24, 24, 80, 3, 1),
+    ] {
+        models.push(conv(cin, cout, size, kernel, stride, 1));
+    }
+    // Pointwise: MobileNet expansions and projections, ResNet bottlenecks.
+    for &(cin, cout, size, stride) in &[
+        (16, 96, 112, 1),
+        (24, 144, 56, 1),
+        (144, 24, 56, 1),
+        (32, 192, 28, 1),
+        (64, 384, 14, 1),
+        (384, 64, 14, 1),
+        (160, 960, 7, 1),
+        (320, 1280, 7, 1),
+        (64, 256, 56, 1),
+        (256, 64, 56, 1),
+        (256, 512, 56, 2),
+        (512, 128, 28, 1),
+        (1024, 256, 14, 1),
+        (2048, 512, 7, 1),
+        (512, 2048, 7, 1),
+        (8, 32, 160, 1),
+    ] {
+        models.push(conv(cin, cout, size, 1, stride, 1));
+    }
+    // Depthwise 3x3 and 5x5, stride 1 and 2.
+    for &(channels, size, kernel, stride) in &[
+        (32, 112, 3, 1),
+        (96, 112, 3, 2),
+        (144, 56, 3, 1),
+        (144, 56, 3, 2),
+        (192, 28, 3, 1),
+        (384, 14, 3, 1),
+        (576, 14, 3, 2),
+        (960, 7, 3, 1),
+        (240, 28, 5, 1),
+        (672, 14, 5, 1),
+        (1152, 7, 5, 1),
+        (64, 160, 3, 1),
+    ] {
+        models.push(conv(channels, channels, size, kernel, stride, channels));
+    }
+    // GEMMs against weights: classifier heads (GEMV), transformer projections and MLPs.
+    for &(rows, inner, cols) in &[
+        (1, 512, 1000),
+        (1, 1280, 1000),
+        (1, 2048, 1000),
+        (1, 4096, 4096),
+        (1, 25088, 4096),
+        (16, 1024, 1024),
+        (64, 256, 256),
+        (128, 768, 768),
+        (128, 768, 3072),
+        (128, 3072, 768),
+        (197, 768, 2304),
+        (256, 512, 512),
+        (40, 384, 96),
+        (512, 96, 384),
+    ] {
+        models.push(gemm(rows, inner, cols));
+    }
+    // Attention: scores and context.
+    for &(batch, rows, inner, cols) in &[
+        (12, 128, 64, 128),
+        (12, 128, 128, 64),
+        (12, 197, 64, 197),
+        (12, 197, 197, 64),
+        (6, 128, 64, 128),
+        (8, 256, 32, 256),
+        (4, 64, 64, 64),
+    ] {
+        models.push(batched_matmul(batch, rows, inner, cols));
+    }
+    for &elements in &[1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22] {
+        models.push(elementwise("Relu", elements, false));
+        models.push(elementwise("Add", elements, true));
+        models.push(elementwise("Sigmoid", elements, false));
+        models.push(elementwise("Mul", elements, true));
+    }
+    for &(channels, size) in &[(64, 112), (128, 56), (32, 160), (256, 28)] {
+        models.push(max_pool(channels, size));
+    }
+    for &(channels, size) in &[(2048, 7), (1280, 7), (256, 56), (64, 112), (512, 14)] {
+        models.push(global_pool(channels, size));
+    }
+    for &(channels, size) in &[
+        (64, 112),
+        (256, 56),
+        (512, 28),
+        (1024, 14),
+        (32, 56),
+        (96, 28),
+    ] {
+        models.push(batch_norm(channels, size));
+    }
+    for &(rows, features) in &[(128, 768), (197, 768), (50, 512), (1024, 256), (128, 384)] {
+        models.push(layer_norm(rows, features));
+    }
+    for &(rows, cols) in &[(1536, 128), (2364, 197), (1, 1000), (64, 4096), (768, 128)] {
+        models.push(softmax(rows, cols));
+    }
+    for &(rows, cols) in &[(128, 768), (2048, 49), (197, 768), (1, 100_000)] {
+        models.push(reduce_mean(rows, cols));
+    }
+    for &(seq, heads, width) in &[(128, 12, 64), (197, 12, 64), (128, 6, 64), (1024, 4, 32)] {
+        models.push(transpose(seq, heads, width));
+    }
+    for &(channels, size) in &[(64, 56), (128, 28), (32, 112), (256, 14)] {
+        models.push(concat(channels, size));
+    }
+    if quick {
+        // Every third point of each class (the first always kept).
+        let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
+        models.retain(|m| {
+            let count = seen.entry(m.class).or_insert(0);
+            *count += 1;
+            (*count - 1).is_multiple_of(3)
+        });
+    }
+    models
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_class_is_in_the_grid_quick_or_full() {
+        for quick in [false, true] {
+            let models = grid(quick);
+            for class in KernelClass::ALL {
+                assert!(
+                    models.iter().any(|m| m.class == class),
+                    "{} missing (quick {quick})",
+                    class.name()
+                );
+            }
+        }
+        assert!(grid(true).len() * 2 < grid(false).len());
+    }
+}

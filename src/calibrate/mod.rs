@@ -1,0 +1,152 @@
+//! `roofline calibrate`: runs the tool's own kernels over a fixed grid of one-op models per
+//! kernel class (`grid.rs`), at one thread and at every thread count asked, and stores what each
+//! took against its roofline bound. The analysis then predicts an op's expected time as its
+//! bound × the measured ratio of the nearest grid shapes of its class
+//! (`device::calibration`). The grid never contains the model being predicted.
+
+pub mod grid;
+
+use std::path::Path;
+use std::time::{Instant, SystemTime};
+
+use crate::analysis::{import, AnalyzeOptions, NodeStatus};
+use crate::bench::{bench_graph, BenchError, BenchOptions};
+use crate::device::calibration::{
+    Calibration, CalibrationPoint, ClassTable, KernelClass, ShapeFeatures,
+};
+use crate::device::DeviceProfile;
+
+#[derive(Clone, Debug)]
+pub struct CalibrateOptions {
+    pub quick: bool,
+    /// Thread counts to calibrate (each gets its own tables).
+    pub thread_counts: Vec<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("calibration model `{shape}`: {source}")]
+    Model {
+        shape: String,
+        #[source]
+        source: BenchError,
+    },
+    #[error("calibration model `{shape}`: {reason}")]
+    Import { shape: String, reason: String },
+}
+
+/// Progress of a calibration run, one event per grid model.
+pub struct Progress<'a> {
+    pub completed: usize,
+    pub total: usize,
+    pub threads: usize,
+    pub shape: &'a str,
+}
+
+/// Runs the grid on this CPU against `device` (the probed profile whose ceilings give the
+/// bounds) and returns the tables with their leave-one-out errors.
+pub fn calibrate(
+    device: &DeviceProfile,
+    options: &CalibrateOptions,
+    mut progress: impl FnMut(Progress<'_>),
+) -> Result<Calibration, CalibrateError> {
+    let started = Instant::now();
+    let models = grid::grid(options.quick);
+    let runs = if options.quick { 3 } else { 7 };
+    let mut tables: Vec<ClassTable> = Vec::new();
+    let total = models.len() * options.thread_counts.len();
+    let mut completed = 0;
+    for &threads in &options.thread_counts {
+        let bench_options = BenchOptions {
+            runs,
+            warmup: 1,
+            threads,
+            seed: 0,
+            tune: false,
+        };
+        for model in &models {
+            let graph =
+                import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
+                    .map_err(|e| CalibrateError::Import {
+                    shape: model.shape.clone(),
+                    reason: e.to_string(),
+                })?;
+            let report = bench_graph(
+                graph,
+                &model.shape,
+                device,
+                &AnalyzeOptions::default(),
+                &bench_options,
+            )
+            .map_err(|source| CalibrateError::Model {
+                shape: model.shape.clone(),
+                source,
+            })?;
+            // The one timed op of the model (its costed node).
+            for op in &report.ops {
+                let node = &report.analysis.nodes[op.node_index];
+                if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
+                    continue;
+                }
+                let point = CalibrationPoint {
+                    shape: model.shape.clone(),
+                    features: node_features(node),
+                    bound_s: op.predicted_s,
+                    measured_s: op.measured_s,
+                };
+                match tables
+                    .iter_mut()
+                    .find(|t| t.class == model.class && t.threads == threads as u32)
+                {
+                    Some(table) => table.points.push(point),
+                    None => tables.push(ClassTable {
+                        class: model.class,
+                        threads: threads as u32,
+                        points: vec![point],
+                        fit_error: None,
+                    }),
+                }
+            }
+            completed += 1;
+            progress(Progress {
+                completed,
+                total,
+                threads,
+                shape: &model.shape,
+            });
+        }
+    }
+    for table in &mut tables {
+        table.fit_error = table.leave_one_out();
+    }
+    tables.sort_by_key(|t| (t.class, t.threads));
+    Ok(Calibration {
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        measured_at: crate::probe::rfc3339_utc(SystemTime::now()),
+        mode: if options.quick { "quick" } else { "full" }.to_string(),
+        wall_time_s: started.elapsed().as_secs_f64(),
+        method: format!(
+            "the tool's own kernels on {} one-op models per thread count (median of {runs} \
+             timed runs after a warm-up, inputs and weights warm in cache as in repeated \
+             inference); an op's expected time is its roofline bound × measured/bound of the \
+             {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
+             work, bytes, weight bytes and output elements, averaged in log space)",
+            models.len(),
+            crate::device::calibration::NEIGHBOURS
+        ),
+        tables,
+    })
+}
+
+/// The features an analysed node is matched on.
+pub fn node_features(node: &crate::analysis::NodeAnalysis) -> ShapeFeatures {
+    crate::analysis::node_shape_features(node)
+}
+
+/// Classes with no table in `calibration` (for the report).
+pub fn uncovered(calibration: &Calibration) -> Vec<KernelClass> {
+    KernelClass::ALL
+        .into_iter()
+        .filter(|c| !calibration.tables.iter().any(|t| t.class == *c))
+        .collect()
+}

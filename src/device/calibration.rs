@@ -1,0 +1,408 @@
+//! Measured efficiency of the tool's own kernels, per kernel class and thread count: the data
+//! `roofline calibrate` stores in a device profile and the pure lookup the analysis uses to turn
+//! an op's roofline bound into an expected time.
+//!
+//! An op's *bound* is the roofline time (its work at the peak, its bytes at the bandwidth, plus
+//! the dispatch cost). Its *expected* time is the bound × the ratio measured/bound that the
+//! kernels of its class showed on calibration shapes near it. Nearness is measured on shape
+//! features in log2 space (work, bytes moved, weight bytes, output elements), so a GEMM is
+//! predicted from GEMMs of similar size and intensity, never from the model being predicted:
+//! the calibration grid is fixed and model-independent. The ratio is interpolated by inverse
+//! squared distance over the nearest points, in log space (ratios multiply).
+
+use serde::{Deserialize, Serialize};
+
+/// Kernel classes with their own efficiency table: ops whose kernels behave alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelClass {
+    /// Dense convolution with a spatial window (im2col packed into the GEMM).
+    Conv,
+    /// 1×1 convolution (a GEMM over the image, no im2col).
+    Pointwise,
+    /// Grouped convolution with one input channel per group.
+    Depthwise,
+    /// MatMul / Gemm with a constant weight operand.
+    Gemm,
+    /// MatMul of two computed operands (attention scores and context).
+    Matmul,
+    /// Unary, binary and fused element-wise chains, activations, casts.
+    Elementwise,
+    /// Max/average pooling, global pooling.
+    Pool,
+    /// Inference BatchNormalization: a per-channel scale and shift.
+    BatchNorm,
+    /// Normalisations over rows: LayerNormalization, InstanceNorm, GroupNorm, LRN.
+    Norm,
+    /// Softmax and LogSoftmax.
+    Softmax,
+    /// Reductions.
+    Reduce,
+    /// Transpose, Concat, Slice, Gather, Pad, Resize, Split, Expand, Tile and other copies.
+    Movement,
+}
+
+impl KernelClass {
+    pub const ALL: [KernelClass; 12] = [
+        KernelClass::Conv,
+        KernelClass::Pointwise,
+        KernelClass::Depthwise,
+        KernelClass::Gemm,
+        KernelClass::Matmul,
+        KernelClass::Elementwise,
+        KernelClass::Pool,
+        KernelClass::BatchNorm,
+        KernelClass::Norm,
+        KernelClass::Softmax,
+        KernelClass::Reduce,
+        KernelClass::Movement,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Conv => "conv",
+            KernelClass::Pointwise => "pointwise",
+            KernelClass::Depthwise => "depthwise",
+            KernelClass::Gemm => "gemm",
+            KernelClass::Matmul => "matmul",
+            KernelClass::Elementwise => "elementwise",
+            KernelClass::Pool => "pool",
+            KernelClass::BatchNorm => "batchnorm",
+            KernelClass::Norm => "norm",
+            KernelClass::Softmax => "softmax",
+            KernelClass::Reduce => "reduce",
+            KernelClass::Movement => "movement",
+        }
+    }
+}
+
+/// The shape features an op is matched on, all log2 of a count (0 for a zero count).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShapeFeatures {
+    /// FLOPs + transcendental evaluations.
+    pub log2_work: f64,
+    /// Bytes read + written.
+    pub log2_bytes: f64,
+    /// Constant (weight) bytes read.
+    pub log2_weight_bytes: f64,
+    /// Output elements.
+    pub log2_output_elements: f64,
+}
+
+impl ShapeFeatures {
+    pub fn new(work: u64, bytes: u64, weight_bytes: u64, output_elements: u64) -> ShapeFeatures {
+        let log2 = |count: u64| {
+            if count == 0 {
+                0.0
+            } else {
+                (count as f64).log2()
+            }
+        };
+        ShapeFeatures {
+            log2_work: log2(work),
+            log2_bytes: log2(bytes),
+            log2_weight_bytes: log2(weight_bytes),
+            log2_output_elements: log2(output_elements),
+        }
+    }
+
+    fn as_array(&self) -> [f64; 4] {
+        [
+            self.log2_work,
+            self.log2_bytes,
+            self.log2_weight_bytes,
+            self.log2_output_elements,
+        ]
+    }
+
+    /// Squared distance; a doubling of any feature counts 1.
+    fn distance_squared(&self, other: &ShapeFeatures) -> f64 {
+        self.as_array()
+            .iter()
+            .zip(other.as_array())
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum()
+    }
+}
+
+/// One calibration shape: what the roofline bounded and what the kernel took.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationPoint {
+    /// The shape in words (e.g. `conv 64→64 3x3 s1 56x56`).
+    pub shape: String,
+    pub features: ShapeFeatures,
+    pub bound_s: f64,
+    pub measured_s: f64,
+}
+
+impl CalibrationPoint {
+    /// measured ÷ bound: 1 at the roof, 2 at half of it.
+    pub fn ratio(&self) -> f64 {
+        self.measured_s / self.bound_s
+    }
+}
+
+/// How well a table predicts its own points, each left out in turn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FitError {
+    /// Median of |predicted − measured| ÷ measured.
+    pub median_abs: f64,
+    /// 90th percentile of the same.
+    pub p90_abs: f64,
+    pub points: u32,
+}
+
+/// The measured points of one kernel class at one thread count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassTable {
+    pub class: KernelClass,
+    pub threads: u32,
+    pub points: Vec<CalibrationPoint>,
+    /// Leave-one-out error; `None` with fewer than two points.
+    pub fit_error: Option<FitError>,
+}
+
+/// Neighbours interpolated per prediction.
+pub const NEIGHBOURS: usize = 4;
+
+impl ClassTable {
+    /// measured ÷ bound expected for an op with `features`, from the nearest points.
+    pub fn ratio_at(&self, features: &ShapeFeatures) -> Option<f64> {
+        interpolate(self.points.iter(), features, None)
+    }
+
+    /// Leave-one-out relative errors of the table's own points.
+    pub fn leave_one_out(&self) -> Option<FitError> {
+        if self.points.len() < 2 {
+            return None;
+        }
+        let mut errors: Vec<f64> = self
+            .points
+            .iter()
+            .enumerate()
+            .filter_map(|(left_out, point)| {
+                let ratio = interpolate(self.points.iter(), &point.features, Some(left_out))?;
+                let predicted = point.bound_s * ratio;
+                Some((predicted - point.measured_s).abs() / point.measured_s)
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
+        Some(FitError {
+            median_abs: at(0.5),
+            p90_abs: at(0.9),
+            points: errors.len() as u32,
+        })
+    }
+}
+
+/// Inverse-squared-distance mean of log(ratio) over the `NEIGHBOURS` nearest points (skipping
+/// `skip`); an exact match returns that point's ratio.
+fn interpolate<'a>(
+    points: impl Iterator<Item = &'a CalibrationPoint>,
+    features: &ShapeFeatures,
+    skip: Option<usize>,
+) -> Option<f64> {
+    let mut near: Vec<(f64, f64)> = points
+        .enumerate()
+        .filter(|(index, p)| Some(*index) != skip && p.bound_s > 0.0 && p.measured_s > 0.0)
+        .map(|(_, p)| (p.features.distance_squared(features), p.ratio().ln()))
+        .collect();
+    if near.is_empty() {
+        return None;
+    }
+    near.sort_by(|a, b| a.0.total_cmp(&b.0));
+    near.truncate(NEIGHBOURS);
+    if let Some(&(distance, log_ratio)) = near.first() {
+        if distance < 1e-9 {
+            return Some(log_ratio.exp());
+        }
+    }
+    let (weighted, weights) =
+        near.iter()
+            .fold((0.0, 0.0), |(sum, total), &(distance, log_ratio)| {
+                let weight = 1.0 / distance;
+                (sum + weight * log_ratio, total + weight)
+            });
+    Some((weighted / weights).exp())
+}
+
+/// What `roofline calibrate` measured on one machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub tool_version: String,
+    pub measured_at: String,
+    /// `quick` or `full`.
+    pub mode: String,
+    pub wall_time_s: f64,
+    /// How the points were measured and how they are interpolated, in words.
+    pub method: String,
+    pub tables: Vec<ClassTable>,
+}
+
+impl Calibration {
+    /// The table of `class` at the most threads not above `threads` (or the fewest measured
+    /// when all are above).
+    pub fn table(&self, class: KernelClass, threads: u32) -> Option<&ClassTable> {
+        let of_class = || self.tables.iter().filter(move |t| t.class == class);
+        of_class()
+            .filter(|t| t.threads <= threads)
+            .max_by_key(|t| t.threads)
+            .or_else(|| of_class().min_by_key(|t| t.threads))
+    }
+
+    /// The expected time of an op whose roofline bound is `bound_s`, or `None` when its class
+    /// was not calibrated.
+    pub fn expected_s(
+        &self,
+        class: KernelClass,
+        threads: u32,
+        features: &ShapeFeatures,
+        bound_s: f64,
+    ) -> Option<f64> {
+        let ratio = self.table(class, threads)?.ratio_at(features)?;
+        Some(bound_s * ratio)
+    }
+
+    /// A calibration that cannot be used: an empty table or a non-finite or non-positive
+    /// figure, named.
+    pub fn validate(&self) -> Result<(), String> {
+        for table in &self.tables {
+            for point in &table.points {
+                let fine = |x: f64| x.is_finite() && x > 0.0;
+                if !fine(point.bound_s) || !fine(point.measured_s) {
+                    return Err(format!(
+                        "calibration point `{}` ({} on {} threads) has a non-positive time",
+                        point.shape,
+                        table.class.name(),
+                        table.threads
+                    ));
+                }
+                let features = point.features.as_array();
+                if features
+                    .iter()
+                    .any(|f| !f.is_finite() || !(0.0..=128.0).contains(f))
+                {
+                    return Err(format!(
+                        "calibration point `{}` has an impossible shape feature",
+                        point.shape
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(work: u64, bytes: u64, bound_s: f64, measured_s: f64) -> CalibrationPoint {
+        CalibrationPoint {
+            shape: format!("{work}/{bytes}"),
+            features: ShapeFeatures::new(work, bytes, 0, 1),
+            bound_s,
+            measured_s,
+        }
+    }
+
+    fn table(points: Vec<CalibrationPoint>) -> ClassTable {
+        ClassTable {
+            class: KernelClass::Gemm,
+            threads: 1,
+            points,
+            fit_error: None,
+        }
+    }
+
+    #[test]
+    fn an_exact_shape_returns_its_own_ratio() {
+        let t = table(vec![
+            point(1 << 20, 1 << 16, 1.0, 2.0),
+            point(1 << 30, 1 << 20, 1.0, 1.25),
+        ]);
+        let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
+        assert!((t.ratio_at(&features).unwrap() - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn halfway_between_two_shapes_is_the_geometric_mean() {
+        // Equal distances in log2 space: ratios 2 and 8 → exp(mean(ln 2, ln 8)) = 4.
+        let t = table(vec![
+            point(1 << 10, 1 << 10, 1.0, 2.0),
+            point(1 << 14, 1 << 10, 1.0, 8.0),
+        ]);
+        let features = ShapeFeatures::new(1 << 12, 1 << 10, 0, 1);
+        assert!((t.ratio_at(&features).unwrap() - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_nearer_shape_weighs_more() {
+        let t = table(vec![
+            point(1 << 10, 1 << 10, 1.0, 2.0),
+            point(1 << 20, 1 << 10, 1.0, 8.0),
+        ]);
+        let near_small = ShapeFeatures::new(1 << 11, 1 << 10, 0, 1);
+        let ratio = t.ratio_at(&near_small).unwrap();
+        assert!(ratio > 2.0 && ratio < 2.2, "{ratio}");
+    }
+
+    #[test]
+    fn leave_one_out_on_a_constant_ratio_is_exact() {
+        let t = table(
+            (10..16)
+                .map(|k| point(1 << (2 * k), 1 << k, 1e-3, 1.5e-3))
+                .collect(),
+        );
+        let fit = t.leave_one_out().unwrap();
+        assert_eq!(fit.points, 6);
+        assert!(fit.median_abs < 1e-12 && fit.p90_abs < 1e-12);
+    }
+
+    #[test]
+    fn the_table_of_the_thread_count_in_use_is_chosen() {
+        let mut one = table(vec![point(1 << 20, 1 << 16, 1.0, 2.0)]);
+        let mut two = one.clone();
+        two.threads = 2;
+        two.points[0].measured_s = 3.0;
+        one.threads = 1;
+        let calibration = Calibration {
+            tool_version: "test".into(),
+            measured_at: "now".into(),
+            mode: "quick".into(),
+            wall_time_s: 1.0,
+            method: "test".into(),
+            tables: vec![one, two],
+        };
+        let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
+        let expected = |threads| {
+            calibration
+                .expected_s(KernelClass::Gemm, threads, &features, 1.0)
+                .map(|e| (e * 1e9).round() / 1e9)
+        };
+        assert_eq!(expected(1), Some(2.0));
+        assert_eq!(expected(2), Some(3.0));
+        // More threads than calibrated: the largest table not above.
+        assert_eq!(expected(8), Some(3.0));
+        assert_eq!(
+            calibration.expected_s(KernelClass::Pool, 1, &features, 1.0),
+            None
+        );
+    }
+
+    #[test]
+    fn impossible_points_are_refused() {
+        let mut c = Calibration {
+            tool_version: "t".into(),
+            measured_at: "n".into(),
+            mode: "quick".into(),
+            wall_time_s: 0.0,
+            method: "m".into(),
+            tables: vec![table(vec![point(4, 4, 1.0, 0.0)])],
+        };
+        assert!(c.validate().is_err());
+        c.tables[0].points[0].measured_s = 1.0;
+        assert!(c.validate().is_ok());
+    }
+}
