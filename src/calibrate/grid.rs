@@ -115,6 +115,73 @@ fn elementwise(op: &str, elements: i64, binary: bool) -> GridModel {
     )
 }
 
+/// A per-channel multiply broadcast over the plane (squeeze-excitation gates, scales).
+fn channel_scale(channels: i64, size: i64) -> GridModel {
+    let dims = [1, channels, size, size];
+    one_op(
+        KernelClass::Elementwise,
+        format!("mul {channels}x{size}x{size} by {channels}x1x1"),
+        &[&dims, &[1, channels, 1, 1]],
+        &dims,
+        |b, x| b.node("Mul", &[&x[0], &x[1]], vec![]),
+    )
+}
+
+fn average_pool(channels: i64, size: i64, kernel: i64, stride: i64) -> GridModel {
+    let pad = if stride == 1 { kernel / 2 } else { 0 };
+    let out = (size + 2 * pad - kernel) / stride + 1;
+    one_op(
+        KernelClass::Pool,
+        format!("averagepool {kernel}x{kernel} s{stride} {channels}x{size}x{size}"),
+        &[&[1, channels, size, size]],
+        &[1, channels, out, out],
+        |b, x| {
+            b.node(
+                "AveragePool",
+                &[&x[0]],
+                vec![
+                    attr_ints("kernel_shape", &[kernel, kernel]),
+                    attr_ints("strides", &[stride, stride]),
+                    attr_ints("pads", &[pad, pad, pad, pad]),
+                ],
+            )
+        },
+    )
+}
+
+fn lrn(channels: i64, size: i64) -> GridModel {
+    let dims = [1, channels, size, size];
+    one_op(
+        KernelClass::Norm,
+        format!("lrn size 5 {channels}x{size}x{size}"),
+        &[&dims],
+        &dims,
+        |b, x| b.node("LRN", &[&x[0]], vec![attr_int("size", 5)]),
+    )
+}
+
+/// ShuffleNet's channel shuffle: planes regrouped by a 5-D transpose.
+fn channel_shuffle(channels: i64, size: i64) -> GridModel {
+    one_op(
+        KernelClass::Movement,
+        format!("transpose 2x{channels}x{size}x{size} → {channels}x2 (channel shuffle)"),
+        &[&[1, 2, channels, size, size]],
+        &[1, channels, 2, size, size],
+        |b, x| b.transpose(&x[0], &[0, 2, 1, 3, 4]),
+    )
+}
+
+/// NCHW → NHWC, as detection heads do before their reshapes.
+fn to_channels_last(channels: i64, size: i64) -> GridModel {
+    one_op(
+        KernelClass::Movement,
+        format!("transpose {channels}x{size}x{size} → channels last"),
+        &[&[1, channels, size, size]],
+        &[1, size, size, channels],
+        |b, x| b.transpose(&x[0], &[0, 2, 3, 1]),
+    )
+}
+
 fn max_pool(channels: i64, size: i64) -> GridModel {
     let out = (size + 2 - 3) / 2 + 1;
     one_op(
@@ -225,6 +292,14 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (64, 64, 28, 5, 1),
         (32, 32, 160, 3, 1),
         (24, 24, 80, 3, 1),
+        // Few output channels from many (DenseNet growth layers, detection heads).
+        (128, 32, 56, 3, 1),
+        (128, 32, 28, 3, 1),
+        (128, 32, 14, 3, 1),
+        (128, 32, 7, 3, 1),
+        (256, 24, 20, 3, 1),
+        (96, 256, 27, 5, 1),
+        (3, 96, 227, 11, 4),
     ] {
         models.push(conv(cin, cout, size, kernel, stride, 1));
     }
@@ -246,6 +321,11 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (2048, 512, 7, 1),
         (512, 2048, 7, 1),
         (8, 32, 160, 1),
+        (384, 128, 28, 1),
+        (640, 128, 14, 1),
+        (1024, 128, 7, 1),
+        (58, 58, 28, 1),
+        (232, 232, 7, 1),
     ] {
         models.push(conv(cin, cout, size, 1, stride, 1));
     }
@@ -263,6 +343,18 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (672, 14, 5, 1),
         (1152, 7, 5, 1),
         (64, 160, 3, 1),
+        (16, 160, 3, 2),
+        (32, 56, 3, 1),
+        (64, 28, 3, 2),
+        (128, 28, 3, 1),
+        (256, 14, 3, 1),
+        (512, 7, 3, 1),
+        (120, 28, 5, 1),
+        (480, 14, 5, 2),
+        (72, 56, 5, 2),
+        (240, 14, 3, 1),
+        (32, 320, 3, 2),
+        (960, 14, 3, 2),
     ] {
         models.push(conv(channels, channels, size, kernel, stride, channels));
     }
@@ -273,6 +365,10 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (1, 2048, 1000),
         (1, 4096, 4096),
         (1, 25088, 4096),
+        (1, 8192, 2048),
+        (1, 2048, 8192),
+        (1, 16384, 1024),
+        (1, 1024, 16384),
         (16, 1024, 1024),
         (64, 256, 256),
         (128, 768, 768),
@@ -297,14 +393,29 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(batched_matmul(batch, rows, inner, cols));
     }
-    for &elements in &[1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22] {
+    for &elements in &[1 << 12, 1 << 15, 1 << 17, 1 << 18, 1 << 20, 1 << 22] {
         models.push(elementwise("Relu", elements, false));
         models.push(elementwise("Add", elements, true));
         models.push(elementwise("Sigmoid", elements, false));
         models.push(elementwise("Mul", elements, true));
     }
-    for &(channels, size) in &[(64, 112), (128, 56), (32, 160), (256, 28)] {
+    for &(channels, size) in &[(32, 112), (96, 56), (256, 28), (672, 14), (1280, 7)] {
+        models.push(channel_scale(channels, size));
+    }
+    for &(channels, size) in &[(64, 112), (128, 56), (32, 160), (256, 28), (96, 55)] {
         models.push(max_pool(channels, size));
+    }
+    for &(channels, size, kernel, stride) in &[
+        (128, 56, 2, 2),
+        (256, 28, 2, 2),
+        (24, 56, 3, 2),
+        (240, 14, 3, 1),
+        (192, 28, 3, 1),
+    ] {
+        models.push(average_pool(channels, size, kernel, stride));
+    }
+    for &(channels, size) in &[(96, 55), (256, 27), (64, 56), (192, 28)] {
+        models.push(lrn(channels, size));
     }
     for &(channels, size) in &[(2048, 7), (1280, 7), (256, 56), (64, 112), (512, 14)] {
         models.push(global_pool(channels, size));
@@ -322,7 +433,16 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     for &(rows, features) in &[(128, 768), (197, 768), (50, 512), (1024, 256), (128, 384)] {
         models.push(layer_norm(rows, features));
     }
-    for &(rows, cols) in &[(1536, 128), (2364, 197), (1, 1000), (64, 4096), (768, 128)] {
+    for &(rows, cols) in &[
+        (1536, 128),
+        (2364, 197),
+        (1, 1000),
+        (64, 4096),
+        (768, 128),
+        (384, 64),
+        (256, 256),
+        (12, 3000),
+    ] {
         models.push(softmax(rows, cols));
     }
     for &(rows, cols) in &[(128, 768), (2048, 49), (197, 768), (1, 100_000)] {
@@ -333,6 +453,12 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     }
     for &(channels, size) in &[(64, 56), (128, 28), (32, 112), (256, 14)] {
         models.push(concat(channels, size));
+    }
+    for &(channels, size) in &[(58, 28), (116, 14), (232, 7), (24, 56)] {
+        models.push(channel_shuffle(channels, size));
+    }
+    for &(channels, size) in &[(255, 20), (64, 80), (18, 40)] {
+        models.push(to_channels_last(channels, size));
     }
     if quick {
         // Every third point of each class (the first always kept).

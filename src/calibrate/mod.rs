@@ -52,47 +52,56 @@ pub fn calibrate(
 ) -> Result<Calibration, CalibrateError> {
     let started = Instant::now();
     let models = grid::grid(options.quick);
-    let runs = if options.quick { 3 } else { 7 };
+    let runs = if options.quick { 3 } else { 5 };
+    // The grid is timed in several rounds and each point keeps the median of its rounds: a
+    // slow spell of a shared machine then lands on different points in each round instead of
+    // on one class.
+    let rounds = if options.quick { 2 } else { 3 };
     let mut tables: Vec<ClassTable> = Vec::new();
-    let total = models.len() * options.thread_counts.len();
+    let total = models.len() * options.thread_counts.len() * rounds;
     let mut completed = 0;
+    let mut round_times: std::collections::HashMap<(usize, usize, usize), Vec<f64>> =
+        Default::default();
+    for _ in 0..rounds {
+        for &threads in &options.thread_counts {
+            for (model_index, model) in models.iter().enumerate() {
+                let report = bench_model(model, device, threads, runs)?;
+                for op in &report.ops {
+                    round_times
+                        .entry((threads, model_index, op.node_index))
+                        .or_default()
+                        .push(op.measured_s);
+                }
+                completed += 1;
+                progress(Progress {
+                    completed,
+                    total,
+                    threads,
+                    shape: &model.shape,
+                });
+            }
+        }
+    }
     for &threads in &options.thread_counts {
-        let bench_options = BenchOptions {
-            runs,
-            warmup: 1,
-            threads,
-            seed: 0,
-            tune: false,
-        };
-        for model in &models {
-            let graph =
-                import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
-                    .map_err(|e| CalibrateError::Import {
-                    shape: model.shape.clone(),
-                    reason: e.to_string(),
-                })?;
-            let report = bench_graph(
-                graph,
-                &model.shape,
-                device,
-                &AnalyzeOptions::default(),
-                &bench_options,
-            )
-            .map_err(|source| CalibrateError::Model {
-                shape: model.shape.clone(),
-                source,
-            })?;
+        // The analysis of each point (bounds and features) is the same in every round.
+        for (model_index, model) in models.iter().enumerate() {
+            let report = bench_model(model, device, threads, 1)?;
             // The one timed op of the model (its costed node).
             for op in &report.ops {
                 let node = &report.analysis.nodes[op.node_index];
                 if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
                     continue;
                 }
+                let Some(times) = round_times.get_mut(&(threads, model_index, op.node_index))
+                else {
+                    continue;
+                };
+                times.sort_by(f64::total_cmp);
                 let point = CalibrationPoint {
                     shape: model.shape.clone(),
                     features: node_features(node),
                     bound_s: op.predicted_s,
-                    measured_s: op.measured_s,
+                    measured_s: times[times.len() / 2],
                 };
                 match tables
                     .iter_mut()
@@ -107,13 +116,6 @@ pub fn calibrate(
                     }),
                 }
             }
-            completed += 1;
-            progress(Progress {
-                completed,
-                total,
-                threads,
-                shape: &model.shape,
-            });
         }
     }
     for table in &mut tables {
@@ -126,8 +128,9 @@ pub fn calibrate(
         mode: if options.quick { "quick" } else { "full" }.to_string(),
         wall_time_s: started.elapsed().as_secs_f64(),
         method: format!(
-            "the tool's own kernels on {} one-op models per thread count (median of {runs} \
-             timed runs after a warm-up, inputs and weights warm in cache as in repeated \
+            "the tool's own kernels on {} one-op models per thread count (per point the median \
+             of {rounds} rounds over the grid, each the median of {runs} timed runs after a \
+             warm-up, inputs and weights warm in cache as in repeated \
              inference); an op's expected time is its roofline bound × measured/bound of the \
              {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
              work, bytes, weight bytes and output elements, averaged in log space)",
@@ -135,6 +138,38 @@ pub fn calibrate(
             crate::device::calibration::NEIGHBOURS
         ),
         tables,
+    })
+}
+
+/// Benches one grid model on `threads` threads with `runs` timed runs.
+fn bench_model(
+    model: &grid::GridModel,
+    device: &DeviceProfile,
+    threads: usize,
+    runs: usize,
+) -> Result<crate::bench::BenchReport, CalibrateError> {
+    let graph = import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
+        .map_err(|e| CalibrateError::Import {
+        shape: model.shape.clone(),
+        reason: e.to_string(),
+    })?;
+    let options = BenchOptions {
+        runs,
+        warmup: 1,
+        threads,
+        seed: 0,
+        tune: false,
+    };
+    bench_graph(
+        graph,
+        &model.shape,
+        device,
+        &AnalyzeOptions::default(),
+        &options,
+    )
+    .map_err(|source| CalibrateError::Model {
+        shape: model.shape.clone(),
+        source,
     })
 }
 
