@@ -593,6 +593,8 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
         ("bound", "text", "bound"),
         ("time", "num", "predicted_s"),
         ("share", "num", "time_share"),
+        ("expected", "num", "expected_s"),
+        ("of roof", "num", "efficiency"),
         ("FLOP/B", "num", "intensity"),
         ("FLOPs", "num", "flops"),
         ("MACs", "num", "macs"),
@@ -653,6 +655,16 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
             out.push_str(
                 "<td class=\"num\" data-v=\"-1\">-</td><td class=\"num\" data-v=\"-1\">-</td>",
             );
+        }
+        // The calibrated expected time and the share of its roof the op reaches.
+        match (node.expected_s, node.efficiency) {
+            (Some(expected), Some(efficiency)) => {
+                num_cell(out, expected, &fmt_seconds(expected));
+                num_cell(out, efficiency, &percent(efficiency));
+            }
+            _ => out.push_str(
+                "<td class=\"num\" data-v=\"-1\">-</td><td class=\"num\" data-v=\"-1\">-</td>",
+            ),
         }
         match node.intensity {
             Some(i) => num_cell(out, i, &si3(i)),

@@ -57,7 +57,7 @@ pub fn render_json(analyses: &[Analysis]) -> Result<String, serde_json::Error> {
     }
 }
 
-const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,reason";
+const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,kernel_class,expected_s,efficiency,reason";
 
 /// A text cell of the CSV (names, op types, shapes, paths, messages), RFC 4180 style: quoted
 /// when it holds a comma, a quote, a newline or a carriage return, quotes doubled. A cell that
@@ -97,7 +97,7 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_text(&analysis.device.id),
                 analysis.precision,
                 n.index,
@@ -116,6 +116,9 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 n.attainable_flops,
                 n.predicted_s,
                 n.time_share,
+                n.kernel_class.map(|c| c.name()).unwrap_or(""),
+                n.expected_s.map(|e| e.to_string()).unwrap_or_default(),
+                n.efficiency.map(|e| format!("{e:.4}")).unwrap_or_default(),
                 csv_text(n.reason.as_deref().unwrap_or("")),
             );
         }
@@ -177,11 +180,17 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
         .unwrap_or(4)
         .clamp(4, 32);
     let shape_width = 20;
-    let _ = writeln!(
+    // The calibrated columns only where the device has a calibration.
+    let calibrated = analysis.nodes.iter().any(|n| n.expected_s.is_some());
+    let _ = write!(
         out,
         "{:>4}  {:<name_width$}  {:<18}  {:<shape_width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:<8}  {:>10}  {:>6}",
         "#", "name", "op", "output", "FLOPs", "read", "written", "weights", "FLOP/B", "bound", "time", "share"
     );
+    if calibrated {
+        let _ = write!(out, "  {:>10}  {:>7}", "expected", "of roof");
+    }
+    out.push('\n');
     for n in &analysis.nodes {
         if !options.all_ops && matches!(n.status, NodeStatus::Folded | NodeStatus::View) {
             continue;
@@ -191,7 +200,7 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
             NodeStatus::Folded => ("folded".to_string(), "-".to_string()),
             _ => (n.bound.name().to_string(), fmt_seconds(n.predicted_s)),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{:>4}  {:<name_width$}  {:<18}  {:<shape_width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:<8}  {:>10}  {:>5.1}%",
             n.index,
@@ -207,6 +216,22 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
             time,
             n.time_share * 100.0,
         );
+        if calibrated {
+            match (n.expected_s, n.efficiency) {
+                (Some(expected), Some(efficiency)) => {
+                    let _ = write!(
+                        out,
+                        "  {:>10}  {:>6.0}%",
+                        fmt_seconds(expected),
+                        efficiency * 100.0
+                    );
+                }
+                _ => {
+                    let _ = write!(out, "  {:>10}  {:>7}", "-", "-");
+                }
+            }
+        }
+        out.push('\n');
     }
     out.push('\n');
     out.push_str(&render_summary(analysis));
@@ -240,11 +265,26 @@ pub fn render_summary(analysis: &Analysis) -> String {
         "  intensity        {:.2} FLOP/B (ridge {:.1})",
         s.intensity, analysis.device.ridge_point
     );
-    let _ = writeln!(
-        out,
-        "  predicted        {}",
-        fmt_seconds(s.predicted_latency_s)
-    );
+    match (s.expected_latency_s, s.expected_coverage) {
+        (Some(expected), Some(coverage)) => {
+            let _ = writeln!(
+                out,
+                "  predicted        {} (roofline bound)   expected {} (calibrated on this \
+                 device; ops covering {:.0}% of the bound time)",
+                fmt_seconds(s.predicted_latency_s),
+                fmt_seconds(expected),
+                coverage * 100.0
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "  predicted        {} (roofline bound: the latency cannot be lower; a profile \
+                 probed and calibrated on the machine adds an expected time)",
+                fmt_seconds(s.predicted_latency_s)
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "  time by bound    memory {:.1}%  compute {:.1}%  overhead {:.1}%",
