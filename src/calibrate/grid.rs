@@ -182,6 +182,18 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
     )
 }
 
+/// Clip to [0, 6] (MobileNet's activation), with its two scalar bounds.
+fn relu6(channels: i64, size: i64) -> GridModel {
+    let dims = [1, channels, size, size];
+    one_op(
+        KernelClass::Elementwise,
+        format!("clip 0..6 {channels}x{size}x{size}"),
+        &[&dims],
+        &dims,
+        |b, x| b.relu6(&x[0]),
+    )
+}
+
 fn max_pool(channels: i64, size: i64) -> GridModel {
     let out = (size + 2 - 3) / 2 + 1;
     one_op(
@@ -401,6 +413,9 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     }
     for &(channels, size) in &[(32, 112), (96, 56), (256, 28), (672, 14), (1280, 7)] {
         models.push(channel_scale(channels, size));
+    }
+    for &(channels, size) in &[(32, 112), (144, 56), (192, 28), (576, 14), (960, 7)] {
+        models.push(relu6(channels, size));
     }
     for &(channels, size) in &[(64, 112), (128, 56), (32, 160), (256, 28), (96, 55)] {
         models.push(max_pool(channels, size));

@@ -76,6 +76,9 @@ impl KernelClass {
     }
 }
 
+/// Constant bytes below which an op counts as having no weights.
+const MIN_WEIGHT_BYTES: u64 = 1024;
+
 /// The shape features an op is matched on, all log2 of a count (0 for a zero count).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ShapeFeatures {
@@ -97,6 +100,14 @@ impl ShapeFeatures {
             } else {
                 (count as f64).log2()
             }
+        };
+        // Constants under a kilobyte (a Clip's bounds, a scalar, a bias of a few channels) do
+        // not change how a kernel runs: they count as no weights, so a Clip is matched with
+        // the element-wise shapes rather than ten doublings away from them.
+        let weight_bytes = if weight_bytes < MIN_WEIGHT_BYTES {
+            0
+        } else {
+            weight_bytes
         };
         ShapeFeatures {
             log2_work: log2(work),

@@ -111,6 +111,17 @@ pub fn sample_clock(worker: &Worker, samples: usize, sample_s: f64) -> Option<Cl
 /// load ran at; a longer one would see the clock climb back.
 const CHAIN_AFTER_LOAD_ITERATIONS: u64 = 24_000;
 
+/// One short dependent-add chain timed now, in Hz (`None` where no chain exists): called right
+/// after a block of a kernel, it runs at the clock the kernel left the core at.
+pub fn chain_clock_now() -> Option<f64> {
+    let start = Instant::now();
+    if !add_chain(CHAIN_AFTER_LOAD_ITERATIONS) {
+        return None;
+    }
+    let seconds = start.elapsed().as_secs_f64().max(1e-9);
+    Some((CHAIN_AFTER_LOAD_ITERATIONS * ADDS_PER_ITERATION) as f64 / seconds)
+}
+
 /// The clock a vector kernel runs at: `samples` rounds of `load` (a block of the kernel, a
 /// millisecond or more) each followed at once by a short dependent-add chain, timed. All
 /// threads of the team load together, so the figure is the clock under the same package

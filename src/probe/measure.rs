@@ -20,16 +20,25 @@ pub(super) fn measure_compute(
     count_as: Option<(String, u32)>,
 ) -> Result<ComputeOutcome, ProbeError> {
     let (results, _) = run_team(cpus, |worker| {
-        let timing = worker.time(
+        // A chain after every timed sample, so the clock is sampled across the same window
+        // the kernel's best sample comes from (turbo can drift within it), then a few more
+        // rounds of block + chain.
+        let mut clock_samples: Vec<f64> = Vec::new();
+        let timing = worker.time_then(
             &settings.compute,
             kernel.flops_per_iteration,
             |iterations| kernel.run(iterations),
+            || clock_samples.extend(clock::chain_clock_now()),
         );
         // One load block is one timed sample's worth of the kernel (1-2 ms).
-        let clock = clock::clock_after_load(worker, settings.vector_clock_samples, || {
+        let after_blocks = clock::clock_after_load(worker, settings.vector_clock_samples, || {
             kernel.run(timing.passes)
         })
         .map(|stats| stats.max_hz);
+        let clock = clock_samples
+            .into_iter()
+            .chain(after_blocks)
+            .reduce(f64::max);
         // Counted on the measuring thread itself, after the timed samples.
         let check = match (&count_as, worker.index) {
             (Some((vendor, family)), 0) => Some(counters::check_kernel(

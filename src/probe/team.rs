@@ -122,21 +122,31 @@ impl Worker<'_> {
 
     /// Times `run(passes)` on every thread at once. `units_per_pass` is the work one pass does
     /// on one thread (bytes or FLOPs). Every thread must call this in the same order.
-    pub fn time(
+    pub fn time(&self, plan: &SamplePlan, units_per_pass: f64, run: impl FnMut(u64)) -> TeamTiming {
+        self.time_then(plan, units_per_pass, run, || {})
+    }
+
+    /// As [`Worker::time`], with `after` run right after each timed sample, outside its time
+    /// (the compute phase times a short clock chain there, so the clock is sampled all through
+    /// the window the kernel's samples come from).
+    pub fn time_then(
         &self,
         plan: &SamplePlan,
         units_per_pass: f64,
         mut run: impl FnMut(u64),
+        mut after: impl FnMut(),
     ) -> TeamTiming {
         let passes = self.agree_on_passes(calibrate(plan.target_s, &mut run));
         self.sample(plan, passes, units_per_pass, || {
             self.barrier.wait();
             let start = Instant::now();
             run(passes);
-            Span {
+            let span = Span {
                 start,
                 end: Instant::now(),
-            }
+            };
+            after();
+            span
         })
     }
 
