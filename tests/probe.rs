@@ -203,3 +203,53 @@ fn plateaus_of_a_synthetic_three_level_curve() {
         ]
     );
 }
+
+/// The roofline figure is a bound: no kernel of the tool's own may beat it by more than noise
+/// (noise only slows a measurement down). A kernel that does shows a cost-model bug: bytes
+/// charged at a slower level than the data lives in, or work the op does not do. Built-in
+/// models on one thread against this machine's quick probe; ops under 2 µs (timer and call
+/// overhead) are left out.
+#[test]
+fn no_kernel_beats_its_roofline_bound() {
+    use roofline::analysis::{import, AnalyzeOptions};
+    use roofline::bench::{bench_graph, BenchOptions};
+    use roofline::builtin::{self, WeightFill};
+
+    let profile = quick_profile();
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for name in ["builtin:tinycnn", "builtin:mobilenetv2"] {
+        let model = builtin::find(name).expect("built-in model");
+        let proto = model.build(WeightFill::Random(0));
+        let graph = import::import_model(
+            &proto,
+            std::path::Path::new("."),
+            std::path::Path::new(name),
+        )
+        .expect("built-in imports");
+        let options = AnalyzeOptions {
+            bindings: (model.default_bindings)(),
+            ..AnalyzeOptions::default()
+        };
+        let bench = BenchOptions {
+            runs: 5,
+            threads: 1,
+            ..BenchOptions::default()
+        };
+        let report = bench_graph(graph, name, profile, &options, &bench).expect("bench runs");
+        for op in report.ops.iter().filter(|op| op.predicted_s > 2e-6) {
+            checked += 1;
+            if op.measured_s < 0.85 * op.predicted_s {
+                violations.push(format!(
+                    "{name} {} ({}): measured {:.1} µs, bound {:.1} µs",
+                    op.name,
+                    op.op_type,
+                    op.measured_s * 1e6,
+                    op.predicted_s * 1e6
+                ));
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} ops checked");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
