@@ -7,6 +7,7 @@ pub mod error;
 pub mod graph;
 pub mod import;
 pub mod infer;
+pub mod measured;
 pub mod model;
 pub mod onnx_proto;
 pub mod ops;
@@ -155,6 +156,8 @@ pub fn analyze_graph(
             kernel_class: None,
             expected_s: None,
             efficiency: None,
+            measured_s: None,
+            measured_efficiency: None,
             features: None,
         };
         match costed {
@@ -190,12 +193,14 @@ pub fn analyze_graph(
                 if !cost.is_view {
                     let output_elements =
                         output_facts.iter().filter_map(|f| f.element_count()).sum();
+                    let (activation_level, weight_level) = op_roof.level_numbers(&cost.bytes);
                     let features = classify::shape_features(
                         cost.flops + cost.transcendental,
                         record.bytes_read + record.bytes_written,
                         record.weights_bytes,
                         output_elements,
-                    );
+                    )
+                    .at_levels(activation_level, weight_level);
                     record.kernel_class = classify::kernel_class(
                         &node.domain,
                         &node.op_type,
@@ -211,8 +216,13 @@ pub fn analyze_graph(
                             .ceiling(options.precision)
                             .and_then(|c| c.threads)
                             .unwrap_or(u32::MAX);
-                        record.expected_s =
-                            calibration.expected_s(class, threads, &features, est.predicted_s);
+                        record.expected_s = calibration.expected_s(
+                            class,
+                            &node.op_type,
+                            threads,
+                            &features,
+                            est.predicted_s,
+                        );
                         record.efficiency = record
                             .expected_s
                             .filter(|&e| e > 0.0)
@@ -266,6 +276,7 @@ pub fn analyze_graph(
         nodes,
         summary,
         diagnostics,
+        measured: None,
     })
 }
 
@@ -381,6 +392,7 @@ fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
                 1.0
             }
         }),
+        measured_total_s: None,
         memory_bound_share: share(Bound::Memory),
         compute_bound_share: share(Bound::Compute),
         overhead_bound_share: share(Bound::Overhead),

@@ -67,6 +67,13 @@ pub struct NodeAnalysis {
     /// bound ÷ expected: the share of its roof the op is expected to reach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub efficiency: Option<f64>,
+    /// Time another runtime took for this node: the median over the runs of a profile joined
+    /// with `analyze --measured` (see `analysis::measured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_s: Option<f64>,
+    /// bound ÷ measured: the share of its roof the op reached in that runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_efficiency: Option<f64>,
     /// The features the calibration lookup matched on (in memory only).
     #[serde(skip)]
     pub features: Option<ShapeFeatures>,
@@ -143,6 +150,11 @@ pub struct Summary {
     /// Share of the bound time whose ops have an expected time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_coverage: Option<f64>,
+    /// Sum of the measured times of the nodes a runtime profile was joined to: not the
+    /// end-to-end latency (the runtime's time between nodes and its nodes the model does not
+    /// have are not in it; see `Analysis::measured`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_total_s: Option<f64>,
     /// Shares of predicted time by bound.
     pub memory_bound_share: f64,
     pub compute_bound_share: f64,
@@ -169,4 +181,47 @@ pub struct Analysis {
     pub nodes: Vec<NodeAnalysis>,
     pub summary: Summary,
     pub diagnostics: Vec<Diagnostic>,
+    /// The runtime profile joined to the nodes (`analyze --measured`), when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredInfo>,
+}
+
+/// Names listed per kind of mismatch in [`MeasuredInfo`] (the counts are complete).
+pub const MEASURED_NAMES_LISTED: usize = 10;
+
+/// What a runtime profile held and how it joined onto the model's nodes. Runtimes rewrite the
+/// graph before running it (onnxruntime folds BatchNormalization into the Conv before it,
+/// fuses activations, names the nodes it creates), so mismatches are listed, not errors.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredInfo {
+    /// The profile file as given.
+    pub source: String,
+    /// The runtime that wrote it (`onnxruntime`).
+    pub runtime: String,
+    /// Its version, when the profile states it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_version: Option<String>,
+    /// Execution providers named by the profile's node events.
+    pub providers: Vec<String>,
+    /// Timed runs in the profile (each node's time is its median over them).
+    pub runs: u32,
+    /// The runtime's end-to-end time per run in the profile (median), its time between nodes
+    /// and the profiler's bookkeeping included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_median_s: Option<f64>,
+    /// Nodes of the profile.
+    pub profile_nodes: usize,
+    /// Profile nodes joined to a model node of the same name.
+    pub matched_nodes: usize,
+    /// Profile nodes with no model node of that name (nodes the runtime created or renamed).
+    pub unmatched_profile_nodes: usize,
+    /// Their first names, in profile order.
+    pub unmatched_profile_names: Vec<String>,
+    /// Their summed measured time.
+    pub unmatched_profile_s: f64,
+    /// Model nodes that run (costed or not costed; views and folded constants aside) and have
+    /// no measurement: fused into a neighbour or removed by the runtime.
+    pub unmeasured_model_nodes: usize,
+    /// Their first names, in topological order.
+    pub unmeasured_model_names: Vec<String>,
 }

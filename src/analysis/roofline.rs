@@ -144,6 +144,38 @@ impl Roof {
         self.weights_level = self.level_holding(weight_bytes).map(|c| c.level);
     }
 
+    /// The cache levels an op's activations and weights are charged at (`None`: DRAM).
+    fn placement(&self, traffic: &Traffic) -> (Option<&CacheRoof>, Option<&CacheRoof>) {
+        let activations = self.level_holding(traffic.act_read + traffic.act_written);
+        let weights = self
+            .weights_level
+            .and_then(|level| self.caches.iter().flatten().find(|c| c.level == level));
+        (activations, weights)
+    }
+
+    /// Where an op's activations and weights are charged, as level numbers (1-3 for L1-L3,
+    /// 4 for DRAM; weights 0 when the op reads none): the calibration lookup matches ops on
+    /// them, since a measured/bound ratio means something else against a cache bound than
+    /// against a DRAM one.
+    pub fn level_numbers(&self, traffic: &Traffic) -> (u8, u8) {
+        let number = |cache: Option<&CacheRoof>| match cache.map(|c| c.level) {
+            Some(MemoryLevel::L1) => 1,
+            Some(MemoryLevel::L2) => 2,
+            Some(MemoryLevel::L3) => 3,
+            _ => 4,
+        };
+        if no_caches(&self.caches) {
+            return (4, if traffic.weights_read > 0 { 4 } else { 0 });
+        }
+        let (activations, weights) = self.placement(traffic);
+        let weights = if traffic.weights_read > 0 {
+            number(weights)
+        } else {
+            0
+        };
+        (number(activations), weights)
+    }
+
     /// The smallest cache level that holds `bytes`.
     fn level_holding(&self, bytes: u64) -> Option<&CacheRoof> {
         self.caches
@@ -198,11 +230,8 @@ impl Roof {
         let rates = |cache: Option<&CacheRoof>| {
             cache.map_or(dram, |c| (c.read_bytes_per_s, c.write_bytes_per_s))
         };
-        let activations = traffic.act_read + traffic.act_written;
-        let (act_read_bw, act_write_bw) = rates(self.level_holding(activations));
-        let weights_cache = self
-            .weights_level
-            .and_then(|level| self.caches.iter().flatten().find(|c| c.level == level));
+        let (act_cache, weights_cache) = self.placement(traffic);
+        let (act_read_bw, act_write_bw) = rates(act_cache);
         let (weights_bw, _) = rates(weights_cache);
         let seconds = traffic.act_read as f64 / act_read_bw
             + traffic.act_written as f64 / act_write_bw
@@ -550,6 +579,18 @@ mod cache_tests {
         assert_eq!(roof.weights_level, None);
         let (seconds, _) = roof.memory_time(&traffic(100_000, 100_000, 1_000_000));
         close(seconds, 103e-6);
+    }
+
+    #[test]
+    fn level_numbers_follow_the_placement() {
+        let mut roof = cached_roof();
+        roof.place_weights(5_000_000);
+        assert_eq!(roof.level_numbers(&traffic(100_000, 100_000, 0)), (2, 0));
+        assert_eq!(roof.level_numbers(&traffic(3_000_000, 0, 1_000)), (3, 3));
+        roof.place_weights(100_000_000);
+        assert_eq!(roof.level_numbers(&traffic(9_000_000, 0, 1_000)), (4, 4));
+        roof.caches = [None; 3];
+        assert_eq!(roof.level_numbers(&traffic(1, 1, 1)), (4, 4));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! bound × the measured ratio of the nearest grid shapes of its class
 //! (`device::calibration`). The grid never contains the model being predicted.
 
+pub mod from_profile;
 pub mod grid;
 
 use std::path::Path;
@@ -102,6 +103,7 @@ pub fn calibrate(
                     features: node_features(node),
                     bound_s: op.predicted_s,
                     measured_s: times[times.len() / 2],
+                    op_type: node.op_type.clone(),
                 };
                 match tables
                     .iter_mut()

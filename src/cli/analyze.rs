@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use roofline::analysis::{self, AnalyzeOptions};
+use roofline::analysis::{self, measured, AnalyzeOptions};
 use roofline::device::Precision;
 use roofline::report::{self, chart, TableOptions};
 
@@ -44,6 +44,15 @@ pub struct AnalyzeArgs {
     /// Show folded and view ops in the table too.
     #[arg(long)]
     pub all_ops: bool,
+    /// Predict for a run on N threads: probed profiles then use the ceilings and calibration
+    /// tables measured at the most threads not above N (default: all the profile measured).
+    #[arg(short, long, value_name = "N", value_parser = super::threads_parser())]
+    pub threads: Option<usize>,
+    /// Join another runtime's measured per-node times: an onnxruntime profile JSON
+    /// (`SessionOptions.enable_profiling`, e.g. scripts/ort_profile.py), matched by node name;
+    /// one --device, the machine it ran on.
+    #[arg(long, value_name = "PROFILE.json")]
+    pub measured: Option<PathBuf>,
 }
 
 pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
@@ -53,9 +62,26 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     for spec in &args.device {
         protected.add_device(spec);
     }
+    if let Some(profile) = &args.measured {
+        protected.add(profile, "the measured profile");
+        // A profile is one runtime on one machine: joined to a second device's bounds it would
+        // compare that machine's times to another machine's roof.
+        if args.device.len() > 1 {
+            bail!(
+                "--measured joins one runtime's times on one machine: give one --device (the \
+                 machine the profile was recorded on), not {}",
+                args.device.len()
+            );
+        }
+    }
     if let Some(path) = &args.output {
         protected.check(path)?;
     }
+    let profile = args
+        .measured
+        .as_deref()
+        .map(|path| super::read_runtime_profile(path).context("--measured"))
+        .transpose()?;
     let model = args.model.load(Purpose::Analyze)?;
     protected.add_model_files(&model.graph);
     let options = AnalyzeOptions {
@@ -66,17 +92,32 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .device
         .iter()
         .map(|spec| super::resolve_device(spec).with_context(|| format!("--device {spec}")))
+        .map(|device| match (device, args.threads) {
+            (Ok(device), Some(threads)) => Ok(device.for_threads(threads as u32)),
+            (device, _) => device,
+        })
         .collect::<Result<Vec<_>>>()?;
-    let analyses = devices
+    let mut analyses = devices
         .iter()
         .map(|device| analysis::analyze_graph(model.graph.clone(), &model.source, device, &options))
         .collect::<Result<Vec<_>, _>>()?;
+    if let (Some(profile), Some(path)) = (&profile, &args.measured) {
+        for analysis in &mut analyses {
+            measured::join(analysis, profile, &path.display().to_string());
+        }
+    }
     let text = match args.format {
         OutputFormat::Json => report::render_json(&analyses)?,
         OutputFormat::Csv => report::render_csv(&analyses),
         OutputFormat::Html => report::html::render_html(&analyses)?,
         OutputFormat::Svg => {
-            chart::render_roofline_svg(&analyses[0], &chart::SvgOptions::default())?
+            let options = chart::SvgOptions {
+                overlays: report::measured::measured_series(&analyses[0])
+                    .into_iter()
+                    .collect(),
+                ..chart::SvgOptions::default()
+            };
+            chart::render_roofline_svg(&analyses[0], &options)?
         }
         OutputFormat::Table => analyses
             .iter()

@@ -283,6 +283,35 @@ pub fn safe(text: &str) -> std::borrow::Cow<'_, str> {
     roofline::report::markup::terminal_safe(text)
 }
 
+/// Largest runtime profile read (`--measured`, `--from-profile`): a profile of thousands of
+/// runs of a large model stays far below it; a bigger file is not a profile of inference.
+const MAX_RUNTIME_PROFILE_BYTES: u64 = 1 << 30;
+
+/// Reads and parses an onnxruntime profile (`analyze --measured`, `calibrate --from-profile`).
+/// Only a regular file is opened (a FIFO would block), and only up to the size limit.
+pub fn read_runtime_profile(path: &Path) -> Result<roofline::analysis::measured::RuntimeProfile> {
+    use std::io::Read;
+    let shown = safe(&path.display().to_string()).into_owned();
+    let metadata = std::fs::metadata(path).with_context(|| shown.clone())?;
+    if !metadata.is_file() {
+        bail!("{shown}: not a regular file");
+    }
+    if metadata.len() > MAX_RUNTIME_PROFILE_BYTES {
+        bail!(
+            "{shown}: {} bytes is larger than any runtime profile this reads (1 GiB)",
+            metadata.len()
+        );
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(MAX_RUNTIME_PROFILE_BYTES)
+                .read_to_string(&mut text)
+        })
+        .with_context(|| shown.clone())?;
+    roofline::analysis::measured::parse_ort_profile(&text).with_context(|| shown)
+}
+
 /// Resolves `--device`: a catalogue name, `local` (the saved probe profile), or a JSON file.
 pub fn resolve_device(spec: &str) -> Result<DeviceProfile> {
     if spec == "local" {

@@ -90,7 +90,18 @@ pub struct ShapeFeatures {
     pub log2_weight_bytes: f64,
     /// Output elements.
     pub log2_output_elements: f64,
+    /// The level the bound charged the activations at (1-3 for L1-L3, 4 for DRAM) and the
+    /// weights at (0 without weights): a ratio to a cache-level bound is not a ratio to a DRAM
+    /// one, so points at another level are far (one level counts as `LEVEL_DISTANCE`
+    /// doublings).
+    #[serde(default)]
+    pub activation_level: u8,
+    #[serde(default)]
+    pub weight_level: u8,
 }
+
+/// Doublings of a size feature that one memory level of difference counts as.
+const LEVEL_DISTANCE: f64 = 3.0;
 
 impl ShapeFeatures {
     pub fn new(work: u64, bytes: u64, weight_bytes: u64, output_elements: u64) -> ShapeFeatures {
@@ -114,6 +125,22 @@ impl ShapeFeatures {
             log2_bytes: log2(bytes),
             log2_weight_bytes: log2(weight_bytes),
             log2_output_elements: log2(output_elements),
+            activation_level: 0,
+            weight_level: 0,
+        }
+    }
+
+    /// The same features with the memory levels the bound charged.
+    pub fn at_levels(self, activation_level: u8, weight_level: u8) -> ShapeFeatures {
+        ShapeFeatures {
+            activation_level,
+            // Constants too small to count as weights have no level either.
+            weight_level: if self.log2_weight_bytes == 0.0 {
+                0
+            } else {
+                weight_level
+            },
+            ..self
         }
     }
 
@@ -128,11 +155,16 @@ impl ShapeFeatures {
 
     /// Squared distance; a doubling of any feature counts 1.
     fn distance_squared(&self, other: &ShapeFeatures) -> f64 {
-        self.as_array()
+        let level = |a: u8, b: u8| (f64::from(a) - f64::from(b)) * LEVEL_DISTANCE;
+        let sizes: f64 = self
+            .as_array()
             .iter()
             .zip(other.as_array())
             .map(|(a, b)| (a - b) * (a - b))
-            .sum()
+            .sum();
+        sizes
+            + level(self.activation_level, other.activation_level).powi(2)
+            + level(self.weight_level, other.weight_level).powi(2)
     }
 }
 
@@ -144,6 +176,10 @@ pub struct CalibrationPoint {
     pub features: ShapeFeatures,
     pub bound_s: f64,
     pub measured_s: f64,
+    /// The ONNX op type measured (`Relu`, `MaxPool`...): within a class, ops of the same type
+    /// are matched first.
+    #[serde(default)]
+    pub op_type: String,
 }
 
 impl CalibrationPoint {
@@ -177,9 +213,46 @@ pub struct ClassTable {
 pub const NEIGHBOURS: usize = 4;
 
 impl ClassTable {
-    /// measured ÷ bound expected for an op with `features`, from the nearest points.
-    pub fn ratio_at(&self, features: &ShapeFeatures) -> Option<f64> {
-        interpolate(self.points.iter(), features, None)
+    /// measured ÷ bound expected for an op with `features`, from the nearest points: of the
+    /// same op type where the table has one (a Sigmoid and a Relu of one size
+    /// run different kernels), else of the whole class.
+    pub fn ratio_at(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
+        self.ratio_skipping(op_type, features, None)
+    }
+
+    fn ratio_skipping(
+        &self,
+        op_type: &str,
+        features: &ShapeFeatures,
+        skip: Option<usize>,
+    ) -> Option<f64> {
+        let same_type = |index: usize, p: &CalibrationPoint| {
+            Some(index) != skip && !op_type.is_empty() && p.op_type == op_type
+        };
+        let typed = self
+            .points
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| same_type(i, p))
+            .count();
+        if typed >= 1 {
+            let points = self
+                .points
+                .iter()
+                .enumerate()
+                .filter(|&(i, p)| same_type(i, p) || Some(i) == skip)
+                .map(|(_, p)| p);
+            // `skip` indexes the full list: map it into the filtered one.
+            let skip_in_typed = skip.map(|s| {
+                self.points[..s]
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, p)| same_type(i, p) || Some(i) == skip)
+                    .count()
+            });
+            return interpolate(points, features, skip_in_typed);
+        }
+        interpolate(self.points.iter(), features, skip)
     }
 
     /// Leave-one-out relative errors of the table's own points.
@@ -192,7 +265,7 @@ impl ClassTable {
             .iter()
             .enumerate()
             .filter_map(|(left_out, point)| {
-                let ratio = interpolate(self.points.iter(), &point.features, Some(left_out))?;
+                let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(left_out))?;
                 let predicted = point.bound_s * ratio;
                 Some((predicted - point.measured_s).abs() / point.measured_s)
             })
@@ -267,11 +340,12 @@ impl Calibration {
     pub fn expected_s(
         &self,
         class: KernelClass,
+        op_type: &str,
         threads: u32,
         features: &ShapeFeatures,
         bound_s: f64,
     ) -> Option<f64> {
-        let ratio = self.table(class, threads)?.ratio_at(features)?;
+        let ratio = self.table(class, threads)?.ratio_at(op_type, features)?;
         Some(bound_s * ratio)
     }
 
@@ -315,6 +389,7 @@ mod tests {
             features: ShapeFeatures::new(work, bytes, 0, 1),
             bound_s,
             measured_s,
+            op_type: String::new(),
         }
     }
 
@@ -334,7 +409,7 @@ mod tests {
             point(1 << 30, 1 << 20, 1.0, 1.25),
         ]);
         let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
-        assert!((t.ratio_at(&features).unwrap() - 2.0).abs() < 1e-12);
+        assert!((t.ratio_at("", &features).unwrap() - 2.0).abs() < 1e-12);
     }
 
     #[test]
@@ -345,7 +420,7 @@ mod tests {
             point(1 << 14, 1 << 10, 1.0, 8.0),
         ]);
         let features = ShapeFeatures::new(1 << 12, 1 << 10, 0, 1);
-        assert!((t.ratio_at(&features).unwrap() - 4.0).abs() < 1e-9);
+        assert!((t.ratio_at("", &features).unwrap() - 4.0).abs() < 1e-9);
     }
 
     #[test]
@@ -355,8 +430,47 @@ mod tests {
             point(1 << 20, 1 << 10, 1.0, 8.0),
         ]);
         let near_small = ShapeFeatures::new(1 << 11, 1 << 10, 0, 1);
-        let ratio = t.ratio_at(&near_small).unwrap();
+        let ratio = t.ratio_at("", &near_small).unwrap();
         assert!(ratio > 2.0 && ratio < 2.2, "{ratio}");
+    }
+
+    #[test]
+    fn a_point_at_the_same_memory_level_wins_over_a_same_size_one_at_another() {
+        // A GEMV whose weights the bound charged at DRAM must not take the ratio of one whose
+        // weights sat in L3, even at a size one doubling closer.
+        let gemv =
+            |size: u64, level: u8| ShapeFeatures::new(size, size, size, 1).at_levels(2, level);
+        let mut in_l3 = point(1 << 24, 1 << 24, 1.0, 3.0);
+        in_l3.features = gemv(1 << 24, 3);
+        let mut in_dram = point(1 << 26, 1 << 26, 1.0, 1.2);
+        in_dram.features = gemv(1 << 26, 4);
+        let t = table(vec![in_l3, in_dram]);
+        let query = gemv(1 << 25, 4);
+        let ratio = t.ratio_at("", &query).unwrap();
+        assert!(ratio < 1.5, "{ratio}");
+    }
+
+    #[test]
+    fn points_of_the_same_op_type_come_first() {
+        let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
+            op_type: op.to_string(),
+            ..point(work, 1 << 20, 1.0, ratio)
+        };
+        let t = table(vec![
+            typed("Relu", 1 << 20, 1.1),
+            typed("Relu", 1 << 22, 1.1),
+            typed("Sigmoid", 1 << 21, 20.0),
+            typed("Sigmoid", 1 << 23, 20.0),
+        ]);
+        let features = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
+        assert!((t.ratio_at("Relu", &features).unwrap() - 1.1).abs() < 1e-9);
+        assert!((t.ratio_at("Sigmoid", &features).unwrap() - 20.0).abs() < 1e-9);
+        // An op type the grid lacks takes the whole class.
+        let mixed = t.ratio_at("Tanh", &features).unwrap();
+        assert!(mixed > 1.1 && mixed < 20.0, "{mixed}");
+        // Left out in turn, each point is predicted from its own type: exact here.
+        let fit = t.leave_one_out().unwrap();
+        assert!(fit.p90_abs < 1e-9, "{fit:?}");
     }
 
     #[test]
@@ -389,7 +503,7 @@ mod tests {
         let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
         let expected = |threads| {
             calibration
-                .expected_s(KernelClass::Gemm, threads, &features, 1.0)
+                .expected_s(KernelClass::Gemm, "", threads, &features, 1.0)
                 .map(|e| (e * 1e9).round() / 1e9)
         };
         assert_eq!(expected(1), Some(2.0));
@@ -397,7 +511,7 @@ mod tests {
         // More threads than calibrated: the largest table not above.
         assert_eq!(expected(8), Some(3.0));
         assert_eq!(
-            calibration.expected_s(KernelClass::Pool, 1, &features, 1.0),
+            calibration.expected_s(KernelClass::Pool, "", 1, &features, 1.0),
             None
         );
     }

@@ -372,6 +372,9 @@ fn device_cards(out: &mut String, analysis: &Analysis, baseline: Option<&Analysi
         &latency_detail,
         "card-primary",
     );
+    if let Some((label, value, detail)) = super::measured::html_card(analysis) {
+        card(out, &label, &value, &detail, "");
+    }
     card(
         out,
         "Memory-bound",
@@ -449,8 +452,13 @@ fn section_charts(
          Hover a dot to find its row in the table; click it to jump there.</p>"
     );
     // One scale for every chart, so charts of several devices compare by eye.
+    // A joined runtime profile draws its measured rates over the roof of its analysis.
+    let mut overlays = options.overlays.clone();
+    for (index, analysis) in analyses.iter().enumerate() {
+        overlays.extend(super::measured::measured_series(analysis).map(|s| (index, s)));
+    }
     let mut scale_options = options.chart.clone();
-    scale_options.overlays = options.overlays.iter().map(|(_, s)| s.clone()).collect();
+    scale_options.overlays = overlays.iter().map(|(_, s)| s.clone()).collect();
     let scale = chart_scale(analyses, &scale_options);
     let class = if analyses.len() > 1 {
         "charts multi"
@@ -462,8 +470,7 @@ fn section_charts(
         let mut chart = options.chart.clone();
         chart.scale = scale.clone();
         chart.dom_id = format!("chart-{index}");
-        chart.overlays = options
-            .overlays
+        chart.overlays = overlays
             .iter()
             .filter(|(i, _)| *i == index)
             .map(|(_, s)| s.clone())
@@ -585,7 +592,17 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
         out,
         "<div class=\"table-wrap tall\"><table class=\"ops sortable\" id=\"{table_id}\">\n<thead><tr>"
     );
-    for (text, kind, field) in [
+    // The measured columns only where a runtime profile was joined (`--measured`).
+    let measured = analysis.measured.is_some();
+    let measured_columns: &[(&str, &str, &str)] = if measured {
+        &[
+            ("measured", "num", "measured_s"),
+            ("reached", "num", "measured_efficiency"),
+        ]
+    } else {
+        &[]
+    };
+    for &(text, kind, field) in [
         ("#", "num", "index"),
         ("name", "text", "name"),
         ("op", "text", "op_type"),
@@ -595,6 +612,10 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
         ("share", "num", "time_share"),
         ("expected", "num", "expected_s"),
         ("of roof", "num", "efficiency"),
+    ]
+    .iter()
+    .chain(measured_columns)
+    .chain(&[
         ("FLOP/B", "num", "intensity"),
         ("FLOPs", "num", "flops"),
         ("MACs", "num", "macs"),
@@ -609,7 +630,7 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
         ("inputs", "text", "input_shapes"),
         ("outputs", "text", "output_shapes"),
         ("reason", "text", "reason"),
-    ] {
+    ]) {
         header_cell(out, text, kind, field);
     }
     out.push_str("</tr></thead>\n<tbody>\n");
@@ -665,6 +686,9 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
             _ => out.push_str(
                 "<td class=\"num\" data-v=\"-1\">-</td><td class=\"num\" data-v=\"-1\">-</td>",
             ),
+        }
+        if measured {
+            super::measured::html_cells(out, node);
         }
         match node.intensity {
             Some(i) => num_cell(out, i, &si3(i)),

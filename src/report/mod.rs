@@ -17,6 +17,7 @@ pub mod error;
 pub mod html;
 mod label_layout;
 pub mod markup;
+pub mod measured;
 pub mod model;
 pub mod probe;
 pub mod units;
@@ -57,7 +58,7 @@ pub fn render_json(analyses: &[Analysis]) -> Result<String, serde_json::Error> {
     }
 }
 
-const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,kernel_class,expected_s,efficiency,reason";
+const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,kernel_class,expected_s,efficiency,measured_s,measured_efficiency,reason";
 
 /// A text cell of the CSV (names, op types, shapes, paths, messages), RFC 4180 style: quoted
 /// when it holds a comma, a quote, a newline or a carriage return, quotes doubled. A cell that
@@ -97,7 +98,7 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_text(&analysis.device.id),
                 analysis.precision,
                 n.index,
@@ -119,6 +120,10 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 n.kernel_class.map(|c| c.name()).unwrap_or(""),
                 n.expected_s.map(|e| e.to_string()).unwrap_or_default(),
                 n.efficiency.map(|e| format!("{e:.4}")).unwrap_or_default(),
+                n.measured_s.map(|m| m.to_string()).unwrap_or_default(),
+                n.measured_efficiency
+                    .map(|e| format!("{e:.4}"))
+                    .unwrap_or_default(),
                 csv_text(n.reason.as_deref().unwrap_or("")),
             );
         }
@@ -190,6 +195,11 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     if calibrated {
         let _ = write!(out, "  {:>10}  {:>7}", "expected", "of roof");
     }
+    // The measured columns only where a runtime profile was joined (`--measured`).
+    let measured = analysis.measured.is_some();
+    if measured {
+        let _ = write!(out, "  {:>10}  {:>7}", "measured", "reached");
+    }
     out.push('\n');
     for n in &analysis.nodes {
         if !options.all_ops && matches!(n.status, NodeStatus::Folded | NodeStatus::View) {
@@ -230,6 +240,14 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
                     let _ = write!(out, "  {:>10}  {:>7}", "-", "-");
                 }
             }
+        }
+        if measured {
+            let time = n.measured_s.map(fmt_seconds).unwrap_or_else(|| "-".into());
+            let reached = n
+                .measured_efficiency
+                .map(|e| format!("{:.0}%", e * 100.0))
+                .unwrap_or_else(|| "-".into());
+            let _ = write!(out, "  {time:>10}  {reached:>7}");
         }
         out.push('\n');
     }
@@ -285,6 +303,7 @@ pub fn render_summary(analysis: &Analysis) -> String {
             );
         }
     }
+    out.push_str(&measured::summary_lines(analysis));
     let _ = writeln!(
         out,
         "  time by bound    memory {:.1}%  compute {:.1}%  overhead {:.1}%",
@@ -432,6 +451,28 @@ mod tests {
             }
             assert_eq!(fields, columns, "{row}");
         }
+    }
+
+    #[test]
+    fn csv_has_the_measured_columns_before_the_reason() {
+        assert!(CSV_HEADER.ends_with(",efficiency,measured_s,measured_efficiency,reason"));
+        let mut analysis = tinycnn();
+        let profile = crate::analysis::measured::parse_ort_profile(
+            r#"[{"cat": "Node", "name": "Conv_0_kernel_time", "dur": 40}]"#,
+        )
+        .unwrap();
+        crate::analysis::measured::join(&mut analysis, &profile, "p.json");
+        let csv = render_csv(std::slice::from_ref(&analysis));
+        let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+        let column = |name: &str| rows[0].iter().position(|c| *c == name).unwrap();
+        let conv = &rows[1];
+        assert_eq!(conv[column("name")], "Conv_0");
+        assert_eq!(conv[column("measured_s")], "0.00004");
+        let efficiency: f64 = conv[column("measured_efficiency")].parse().unwrap();
+        assert!((efficiency - analysis.nodes[0].predicted_s / 40e-6).abs() < 1e-4);
+        // Nodes without a time leave both cells empty.
+        assert_eq!(rows[2][column("measured_s")], "");
+        assert_eq!(rows[2][column("measured_efficiency")], "");
     }
 
     #[test]

@@ -236,3 +236,205 @@ fn bench_lists_missing_kernels_before_running() {
     assert!(err.contains("no kernel") && err.contains("Einsum"), "{err}");
     assert!(!err.contains("panicked"));
 }
+
+/// An onnxruntime profile of two runs of tinycnn's first nodes, with a node onnxruntime
+/// created (not in the model) and the fences older versions write.
+fn tinycnn_profile() -> String {
+    let mut events = vec![
+        r#"{"cat": "Session", "ph": "M", "name": "metadata", "args": {"runtime": "onnxruntime", "runtime_version": "1.32.0"}}"#.to_string(),
+    ];
+    for (run, start) in [(0u32, 1000u32), (1, 2000)] {
+        events.push(format!(
+            r#"{{"cat": "Session", "name": "model_run", "ph": "X", "ts": {start}, "dur": 500}}"#
+        ));
+        for (i, (name, us)) in [
+            ("Conv_0", 40 + run * 10),
+            ("Relu_1", 3),
+            ("Conv_3", 60),
+            ("fused_reorder", 5),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let ts = start + 1 + 50 * i as u32;
+            events.push(format!(
+                r#"{{"cat": "Node", "name": "{name}_fence_before", "ph": "X", "ts": {ts}, "dur": 0}}"#
+            ));
+            events.push(format!(
+                r#"{{"cat": "Node", "name": "{name}_kernel_time", "ph": "X", "ts": {ts}, "dur": {us}, "args": {{"op_name": "Conv", "provider": "CPUExecutionProvider"}}}}"#
+            ));
+        }
+    }
+    format!("[{}]", events.join(",\n"))
+}
+
+#[test]
+fn analyze_measured_joins_an_onnxruntime_profile() {
+    let dir = tempdir();
+    let profile = dir.join("ort.json");
+    std::fs::write(&profile, tinycnn_profile()).unwrap();
+    let profile = profile.to_str().unwrap();
+    let out = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile,
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let node = |name: &str| {
+        json["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    // Median of 40 and 50 µs.
+    assert!((node("Conv_0")["measured_s"].as_f64().unwrap() - 45e-6).abs() < 1e-12);
+    assert!((node("Conv_3")["measured_s"].as_f64().unwrap() - 60e-6).abs() < 1e-12);
+    assert!(node("Conv_0")["measured_efficiency"].as_f64().unwrap() > 0.0);
+    assert!(node("MaxPool_2").get("measured_s").is_none());
+    let info = &json["measured"];
+    assert_eq!(info["runtime"], "onnxruntime");
+    assert_eq!(info["runtime_version"], "1.32.0");
+    assert_eq!(info["runs"], 2);
+    assert_eq!(info["matched_nodes"], 3);
+    assert_eq!(info["unmatched_profile_names"][0], "fused_reorder");
+    let total = json["summary"]["measured_total_s"].as_f64().unwrap();
+    assert!((total - 108e-6).abs() < 1e-12, "{total}");
+
+    // Every format shows it: a column in the table and the CSV, points over the HTML roof.
+    let table = stdout(&roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile,
+    ]));
+    assert!(
+        table.contains("measured") && table.contains("45.00 µs"),
+        "{table}"
+    );
+    let csv = stdout(&roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile,
+        "--format",
+        "csv",
+    ]));
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with("measured_s,measured_efficiency,reason"));
+    let html = stdout(&roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile,
+        "--format",
+        "html",
+    ]));
+    assert!(
+        html.contains("measured (onnxruntime)"),
+        "the chart overlay's legend"
+    );
+    assert!(html.contains("JSON field: measured_s"));
+    let plain = stdout(&roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--format",
+        "html",
+    ]));
+    assert!(!plain.contains("measured_s"));
+}
+
+#[test]
+fn analyze_measured_refuses_a_bad_profile_in_one_line() {
+    let dir = tempdir();
+    let profile = dir.join("bad.json");
+    std::fs::write(&profile, "Conv_0 took 40 us").unwrap();
+    let out = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("bad.json") && err.contains("not JSON"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty());
+    // The profile is an input: -o never replaces it.
+    std::fs::write(&profile, tinycnn_profile()).unwrap();
+    let out = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--measured",
+        profile.to_str().unwrap(),
+        "-o",
+        profile.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        std::fs::read_to_string(&profile).unwrap(),
+        tinycnn_profile()
+    );
+}
+
+#[test]
+fn calibrate_from_profile_predicts_the_runtime() {
+    let dir = tempdir();
+    let profile = dir.join("ort.json");
+    std::fs::write(&profile, tinycnn_profile()).unwrap();
+    let calibrated = dir.join("ort-profile.json");
+    let spec = format!("builtin:tinycnn={}", profile.display());
+    let out = roofline(&[
+        "calibrate",
+        "--device",
+        "rtx2080ti",
+        "--from-profile",
+        &spec,
+        "-o",
+        calibrated.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&calibrated).unwrap()).unwrap();
+    assert_eq!(saved["calibration"]["mode"], "onnxruntime");
+    assert!(saved["calibration"]["method"]
+        .as_str()
+        .unwrap()
+        .contains("ort.json"));
+    // The model it was fitted on is predicted at its measured times, op for op.
+    let out = roofline(&[
+        "analyze",
+        "builtin:tinycnn",
+        "--device",
+        calibrated.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let conv = &json["nodes"][0];
+    assert_eq!(conv["name"], "Conv_0");
+    assert!((conv["expected_s"].as_f64().unwrap() - 45e-6).abs() < 1e-9);
+    // Without -o the device would be rewritten: refused.
+    let out = roofline(&[
+        "calibrate",
+        "--device",
+        "rtx2080ti",
+        "--from-profile",
+        &spec,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("-o FILE"), "{}", stderr(&out));
+}
