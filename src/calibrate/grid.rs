@@ -85,6 +85,18 @@ fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
     )
 }
 
+/// Gemm with transB = 1 (the PyTorch export of a linear layer): weights stored [out, in],
+/// so each output is a dot product over contiguous weights, another kernel than MatMul's.
+fn gemm_trans_b(rows: i64, inner: i64, cols: i64) -> GridModel {
+    one_op(
+        KernelClass::Gemm,
+        format!("gemm {rows}x{inner} · ({cols}x{inner})ᵀ + bias"),
+        &[&[rows, inner]],
+        &[rows, cols],
+        |b, x| b.gemm(&x[0], inner, cols),
+    )
+}
+
 fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
     one_op(
         KernelClass::Matmul,
@@ -312,6 +324,13 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (256, 24, 20, 3, 1),
         (96, 256, 27, 5, 1),
         (3, 96, 227, 11, 4),
+        // Large planes (VGG-style stages, detection backbones at high resolution).
+        (64, 64, 112, 3, 1),
+        (128, 128, 56, 3, 1),
+        (256, 256, 28, 3, 1),
+        (512, 512, 14, 3, 1),
+        (48, 48, 160, 3, 1),
+        (256, 384, 13, 3, 1),
     ] {
         models.push(conv(cin, cout, size, kernel, stride, 1));
     }
@@ -392,6 +411,20 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (512, 96, 384),
     ] {
         models.push(gemm(rows, inner, cols));
+    }
+    for &(rows, inner, cols) in &[
+        (1, 512, 1000),
+        (1, 1280, 1000),
+        (1, 2048, 1000),
+        (1, 4096, 4096),
+        (1, 8192, 4096),
+        (1, 16384, 2048),
+        (1, 25088, 4096),
+        (8, 2048, 1000),
+        (128, 768, 768),
+        (64, 1024, 4096),
+    ] {
+        models.push(gemm_trans_b(rows, inner, cols));
     }
     // Attention: scores and context.
     for &(batch, rows, inner, cols) in &[
