@@ -127,15 +127,46 @@ fn elementwise(op: &str, elements: i64, binary: bool) -> GridModel {
     )
 }
 
-/// A per-channel multiply broadcast over the plane (squeeze-excitation gates, scales).
-fn channel_scale(channels: i64, size: i64) -> GridModel {
+/// A per-channel multiply or add broadcast over the plane (squeeze-excitation gates, scales,
+/// unfused batch-norm halves, biases).
+fn channel_binary(op: &str, channels: i64, size: i64) -> GridModel {
     let dims = [1, channels, size, size];
+    let op_name = op.to_string();
     one_op(
         KernelClass::Elementwise,
-        format!("mul {channels}x{size}x{size} by {channels}x1x1"),
+        format!(
+            "{} {channels}x{size}x{size} by {channels}x1x1",
+            op.to_lowercase()
+        ),
         &[&dims, &[1, channels, 1, 1]],
         &dims,
-        |b, x| b.node("Mul", &[&x[0], &x[1]], vec![]),
+        move |b, x| b.node(&op_name, &[&x[0], &x[1]], vec![]),
+    )
+}
+
+/// A transposed convolution (decoder and FPN upsampling), weights [in, out, k, k].
+fn conv_transpose(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64) -> GridModel {
+    let out = (size - 1) * stride + kernel;
+    one_op(
+        KernelClass::Conv,
+        format!("convtranspose {cin}→{cout} {kernel}x{kernel} s{stride} {size}x{size}"),
+        &[&[1, cin, size, size]],
+        &[1, cout, out, out],
+        |b, x| {
+            let w = b.weight(
+                "deconv_w",
+                &[cin, cout, kernel, kernel],
+                cin * kernel * kernel,
+            );
+            b.node(
+                "ConvTranspose",
+                &[&x[0], &w],
+                vec![
+                    attr_ints("kernel_shape", &[kernel, kernel]),
+                    attr_ints("strides", &[stride, stride]),
+                ],
+            )
+        },
     )
 }
 
@@ -334,6 +365,14 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(conv(cin, cout, size, kernel, stride, 1));
     }
+    for &(cin, cout, size, kernel, stride) in &[
+        (64, 16, 80, 2, 2),
+        (24, 24, 160, 2, 2),
+        (128, 64, 40, 2, 2),
+        (256, 128, 20, 4, 2),
+    ] {
+        models.push(conv_transpose(cin, cout, size, kernel, stride));
+    }
     // Pointwise: MobileNet expansions and projections, ResNet bottlenecks.
     for &(cin, cout, size, stride) in &[
         (16, 96, 112, 1),
@@ -445,7 +484,8 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         models.push(elementwise("Mul", elements, true));
     }
     for &(channels, size) in &[(32, 112), (96, 56), (256, 28), (672, 14), (1280, 7)] {
-        models.push(channel_scale(channels, size));
+        models.push(channel_binary("Mul", channels, size));
+        models.push(channel_binary("Add", channels, size));
     }
     for &(channels, size) in &[(32, 112), (144, 56), (192, 28), (576, 14), (960, 7)] {
         models.push(relu6(channels, size));
