@@ -31,6 +31,9 @@ const MIN_GEMV_ELEMS_PER_THREAD: usize = 1 << 16;
 /// Outputs per GEMV chunk (before rounding to the panel width).
 const GEMV_CHUNK: usize = 256;
 const GEMV_CHUNK_MAX: usize = GEMV_CHUNK + 64;
+/// Outputs per chunk of the axpy form (row-streamed): long row segments stream well, and the
+/// outputs (8 KiB) stay in L1.
+const AXPY_CHUNK: usize = 2048;
 
 /// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
 fn min_flops_per_thread() -> f64 {
@@ -619,8 +622,18 @@ fn gemv(job: &Job, threads: usize) -> bool {
         GemvMat::Panel { is_a: false, .. } => kern.nr,
         _ => 1,
     };
-    let chunk = GEMV_CHUNK.div_ceil(width) * width;
-    debug_assert!(chunk <= GEMV_CHUNK_MAX);
+    let chunk = match mat {
+        // Split the outputs over the threads, in chunks as long as L1 allows.
+        GemvMat::Axpy { .. } => {
+            outputs
+                .div_ceil(threads.max(1))
+                .clamp(GEMV_CHUNK, AXPY_CHUNK)
+                .div_ceil(16)
+                * 16
+        }
+        _ => GEMV_CHUNK.div_ceil(width) * width,
+    };
+    debug_assert!(chunk <= AXPY_CHUNK.max(GEMV_CHUNK_MAX));
     let chunks = outputs.div_ceil(chunk);
     let t = threads
         .min(outputs * k / min_gemv_elems_per_thread())
@@ -631,7 +644,11 @@ fn gemv(job: &Job, threads: usize) -> bool {
     parallel_for(t, chunks, |ci| {
         let o0 = ci * chunk;
         let len = (outputs - o0).min(chunk);
-        let mut y = [0.0f32; GEMV_CHUNK_MAX];
+        let mut y = [0.0f32; if AXPY_CHUNK > GEMV_CHUNK_MAX {
+            AXPY_CHUNK
+        } else {
+            GEMV_CHUNK_MAX
+        }];
         // SAFETY: the job was validated; chunk `ci` covers outputs `o0..o0 + len` only.
         unsafe {
             match &mat {

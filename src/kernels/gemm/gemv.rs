@@ -77,6 +77,12 @@ pub(crate) unsafe fn gemv_dot<V: Vf32>(
 }
 
 /// Axpy form: `M[r, kk]` at `m[r + kk·cs]`; writes `y[0..rows]`.
+///
+/// The matrix is streamed row by row (four rows at a time), each row's `rows` outputs one
+/// contiguous segment, with `y` kept in L1 between rows. Register-blocked column strips would
+/// touch every row in 512-byte pieces a row stride apart, a pattern the hardware prefetchers
+/// stream poorly: a 4096×4096 MatMul GEMV from DRAM reached 24-31% of the read roof that way,
+/// against 81-89% for the contiguous dot-product form.
 #[inline(always)]
 pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     m: *const f32,
@@ -86,46 +92,66 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     x: *const f32,
     y: *mut f32,
 ) {
-    const U: usize = 8;
     let l = V::LANES;
+    let full = rows / l * l;
+    let tail = rows - full;
     let mut r = 0;
-    while r + U * l <= rows {
-        let mut acc = [V::zero(); U];
-        for kk in 0..k {
-            let xv = V::splat(*x.add(kk));
-            let col = m.add(kk * cs + r);
-            for (u, a) in acc.iter_mut().enumerate() {
-                *a = V::fma(V::load(col.add(u * l)), xv, *a);
-            }
-        }
-        for (u, a) in acc.iter().enumerate() {
-            V::store(y.add(r + u * l), *a);
-        }
-        r += U * l;
-    }
-    while r < rows {
-        let w = (rows - r).min(l);
-        let mut acc = [V::zero(); 4];
-        let mut kk = 0;
-        while kk + 4 <= k {
-            for (u, a) in acc.iter_mut().enumerate() {
-                let col = m.add((kk + u) * cs + r);
-                *a = V::fma(V::load_n(col, w), V::splat(*x.add(kk + u)), *a);
-            }
-            kk += 4;
-        }
-        while kk < k {
-            let col = m.add(kk * cs + r);
-            acc[0] = V::fma(V::load_n(col, w), V::splat(*x.add(kk)), acc[0]);
-            kk += 1;
-        }
-        let s = V::add(V::add(acc[0], acc[1]), V::add(acc[2], acc[3]));
-        if w == l {
-            V::store(y.add(r), s);
-        } else {
-            V::store_n(y.add(r), s, w);
-        }
+    while r < full {
+        V::store(y.add(r), V::zero());
         r += l;
+    }
+    if tail > 0 {
+        V::store_n(y.add(full), V::zero(), tail);
+    }
+    let mut kk = 0;
+    while kk + 4 <= k {
+        let xs = [
+            V::splat(*x.add(kk)),
+            V::splat(*x.add(kk + 1)),
+            V::splat(*x.add(kk + 2)),
+            V::splat(*x.add(kk + 3)),
+        ];
+        let rows_at = [
+            m.add(kk * cs),
+            m.add((kk + 1) * cs),
+            m.add((kk + 2) * cs),
+            m.add((kk + 3) * cs),
+        ];
+        let mut r = 0;
+        while r < full {
+            let mut acc = V::load(y.add(r));
+            for (row, xv) in rows_at.iter().zip(xs.iter()) {
+                acc = V::fma(V::load(row.add(r)), *xv, acc);
+            }
+            V::store(y.add(r), acc);
+            r += l;
+        }
+        if tail > 0 {
+            let mut acc = V::load_n(y.add(full), tail);
+            for (row, xv) in rows_at.iter().zip(xs.iter()) {
+                acc = V::fma(V::load_n(row.add(full), tail), *xv, acc);
+            }
+            V::store_n(y.add(full), acc, tail);
+        }
+        kk += 4;
+    }
+    while kk < k {
+        let xv = V::splat(*x.add(kk));
+        let row = m.add(kk * cs);
+        let mut r = 0;
+        while r < full {
+            V::store(y.add(r), V::fma(V::load(row.add(r)), xv, V::load(y.add(r))));
+            r += l;
+        }
+        if tail > 0 {
+            let acc = V::fma(
+                V::load_n(row.add(full), tail),
+                xv,
+                V::load_n(y.add(full), tail),
+            );
+            V::store_n(y.add(full), acc, tail);
+        }
+        kk += 1;
     }
 }
 

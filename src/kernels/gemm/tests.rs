@@ -516,6 +516,8 @@ pub(super) fn gemv_paths(isa: Isa) {
                     (301, 1, 65),
                     (19, 1, 300),
                     (1, 1, 1025),
+                    // Several row-streamed axpy chunks of 2048 outputs, and a short last one.
+                    (1, 4500, 9),
                 ] {
                     for (bias_kind, residual, act) in [
                         (0, false, Activation::None),
