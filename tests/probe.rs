@@ -211,7 +211,7 @@ fn plateaus_of_a_synthetic_three_level_curve() {
 /// overhead) are left out.
 #[test]
 fn no_kernel_beats_its_roofline_bound() {
-    use roofline::analysis::{import, AnalyzeOptions};
+    use roofline::analysis::AnalyzeOptions;
     use roofline::bench::{bench_graph, BenchOptions};
     use roofline::builtin::{self, WeightFill};
 
@@ -220,13 +220,9 @@ fn no_kernel_beats_its_roofline_bound() {
     let mut checked = 0;
     for name in ["builtin:tinycnn", "builtin:mobilenetv2"] {
         let model = builtin::find(name).expect("built-in model");
-        let proto = model.build(WeightFill::Random(0));
-        let graph = import::import_model(
-            &proto,
-            std::path::Path::new("."),
-            std::path::Path::new(name),
-        )
-        .expect("built-in imports");
+        let graph = model
+            .graph(WeightFill::Random(0))
+            .expect("built-in imports");
         let options = AnalyzeOptions {
             bindings: (model.default_bindings)(),
             ..AnalyzeOptions::default()

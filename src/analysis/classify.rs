@@ -1,8 +1,8 @@
 //! Which calibration table an op is predicted from: its kernel class (from the op type, the
-//! convolution's window and groups, whether a MatMul's second operand is a constant) and its
-//! shape features. Pure: facts in, class out.
+//! convolution's window and groups, whether a MatMul's second operand is a constant); its shape
+//! features are `device::calibration::ShapeFeatures`. Pure: facts in, class out.
 
-use crate::device::calibration::{KernelClass, ShapeFeatures};
+use crate::device::calibration::KernelClass;
 
 use super::graph::Attributes;
 use super::tensor::TensorFact;
@@ -90,16 +90,6 @@ fn conv_class(attrs: &Attributes, inputs: &[Option<&TensorFact>]) -> KernelClass
         }
         _ => KernelClass::Conv,
     }
-}
-
-/// Shape features from an op's counts.
-pub fn shape_features(
-    work: u64,
-    bytes: u64,
-    weight_bytes: u64,
-    output_elements: u64,
-) -> ShapeFeatures {
-    ShapeFeatures::new(work, bytes, weight_bytes, output_elements)
 }
 
 #[cfg(test)]

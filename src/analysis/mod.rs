@@ -26,12 +26,6 @@ pub use graph::Graph;
 pub use infer::{Bindings, Diagnostic, Severity};
 pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 
-/// The shape features the calibration lookup matches an analysed op on (see
-/// `device::calibration`); zero features for an op that was not costed.
-pub fn node_shape_features(node: &NodeAnalysis) -> crate::device::calibration::ShapeFeatures {
-    node.features
-        .unwrap_or_else(|| classify::shape_features(0, 0, 0, 0))
-}
 pub use roofline::{estimate, Bound, Estimate, Roof};
 
 use crate::device::{DeviceProfile, MemoryLevel, Precision};
@@ -86,6 +80,11 @@ pub fn analyze_graph(
         .map_err(|reason| AnalysisError::InvalidGraph { reason })?;
     let (order, states, mut diagnostics) = prepare_graph(&mut graph, &options.bindings)?;
     roof.place_weights(model_weight_bytes(&graph, &order, &states));
+    // The calibration tables of the thread count whose ceilings this analysis uses.
+    let calibration_threads = device
+        .ceiling(options.precision)
+        .and_then(|c| c.threads)
+        .unwrap_or(u32::MAX);
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -194,7 +193,7 @@ pub fn analyze_graph(
                     let output_elements =
                         output_facts.iter().filter_map(|f| f.element_count()).sum();
                     let (activation_level, weight_level) = op_roof.level_numbers(&cost.bytes);
-                    let features = classify::shape_features(
+                    let features = crate::device::calibration::ShapeFeatures::new(
                         cost.flops + cost.transcendental,
                         record.bytes_read + record.bytes_written,
                         record.weights_bytes,
@@ -211,15 +210,10 @@ pub fn analyze_graph(
                     if let (Some(class), Some(calibration)) =
                         (record.kernel_class, &device.calibration)
                     {
-                        // The table of the thread count whose ceilings this analysis uses.
-                        let threads = device
-                            .ceiling(options.precision)
-                            .and_then(|c| c.threads)
-                            .unwrap_or(u32::MAX);
                         record.expected_s = calibration.expected_s(
                             class,
                             &node.op_type,
-                            threads,
+                            calibration_threads,
                             &features,
                             est.predicted_s,
                         );

@@ -29,6 +29,36 @@ impl BuiltinModel {
     pub fn build(&self, fill: WeightFill) -> ModelProto {
         (self.build)(fill)
     }
+
+    /// The model as an analysis graph (source `builtin:NAME`).
+    pub fn graph(&self, fill: WeightFill) -> Result<crate::analysis::Graph, AnalysisError> {
+        let source = format!("builtin:{}", self.name);
+        crate::analysis::import::import_model(
+            &self.build(fill),
+            std::path::Path::new("."),
+            std::path::Path::new(&source),
+        )
+    }
+}
+
+/// A built-in model analysed on a catalogue device with its default bindings: the fixture of
+/// the unit tests that need a real analysis.
+#[cfg(test)]
+pub(crate) fn analyze_on_catalog(
+    name: &str,
+    device: &str,
+    precision: crate::device::Precision,
+) -> crate::analysis::Analysis {
+    let model = find(name).expect("built-in model");
+    let graph = model.graph(WeightFill::Zeros).expect("built-in imports");
+    let options = crate::analysis::AnalyzeOptions {
+        bindings: (model.default_bindings)(),
+        precision,
+    };
+    let device = crate::device::find_device(device)
+        .expect("catalogue device")
+        .to_profile();
+    crate::analysis::analyze_graph(graph, name, &device, &options).expect("built-in analyses")
 }
 
 fn batch_one() -> Bindings {

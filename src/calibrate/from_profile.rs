@@ -207,22 +207,11 @@ mod tests {
     use crate::analysis::measured::{join, parse_ort_profile};
 
     fn tinycnn() -> Analysis {
-        let model = crate::builtin::find("builtin:tinycnn").unwrap();
-        let proto = model.build(crate::builtin::WeightFill::Zeros);
-        let graph = crate::analysis::import::import_model(
-            &proto,
-            std::path::Path::new("."),
-            std::path::Path::new("builtin:tinycnn"),
+        crate::builtin::analyze_on_catalog(
+            "builtin:tinycnn",
+            "rtx2080ti",
+            crate::device::Precision::Fp32,
         )
-        .unwrap();
-        let options = crate::analysis::AnalyzeOptions {
-            bindings: (model.default_bindings)(),
-            precision: crate::device::Precision::Fp32,
-        };
-        let device = crate::device::find_device("rtx2080ti")
-            .unwrap()
-            .to_profile();
-        crate::analysis::analyze_graph(graph, "builtin:tinycnn", &device, &options).unwrap()
     }
 
     /// One run of tinycnn's nodes at `us` microseconds each, plus a node it does not have.

@@ -12,9 +12,7 @@ use std::time::{Instant, SystemTime};
 
 use crate::analysis::{import, AnalyzeOptions, NodeStatus};
 use crate::bench::{bench_graph, BenchError, BenchOptions};
-use crate::device::calibration::{
-    Calibration, CalibrationPoint, ClassTable, KernelClass, ShapeFeatures,
-};
+use crate::device::calibration::{Calibration, CalibrationPoint, ClassTable, KernelClass};
 use crate::device::DeviceProfile;
 
 #[derive(Clone, Debug)]
@@ -61,17 +59,38 @@ pub fn calibrate(
     let mut tables: Vec<ClassTable> = Vec::new();
     let total = models.len() * options.thread_counts.len() * rounds;
     let mut completed = 0;
-    let mut round_times: std::collections::HashMap<(usize, usize, usize), Vec<f64>> =
-        Default::default();
+    // Per (threads, grid model, op): the point as the first round's analysis gives it (bound,
+    // features: the same in every round) and each round's measured time.
+    let mut points: std::collections::BTreeMap<
+        (usize, usize, usize),
+        (CalibrationPoint, Vec<f64>),
+    > = Default::default();
     for _ in 0..rounds {
         for &threads in &options.thread_counts {
             for (model_index, model) in models.iter().enumerate() {
                 let report = bench_model(model, device, threads, runs)?;
+                // The one timed op of the model (its costed node).
                 for op in &report.ops {
-                    round_times
+                    let node = &report.analysis.nodes[op.node_index];
+                    let Some(features) = node.features else {
+                        continue;
+                    };
+                    if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
+                        continue;
+                    }
+                    let (_, times) = points
                         .entry((threads, model_index, op.node_index))
-                        .or_default()
-                        .push(op.measured_s);
+                        .or_insert_with(|| {
+                            let point = CalibrationPoint {
+                                shape: model.shape.clone(),
+                                features,
+                                bound_s: op.predicted_s,
+                                measured_s: 0.0,
+                                op_type: node.op_type.clone(),
+                            };
+                            (point, Vec::new())
+                        });
+                    times.push(op.measured_s);
                 }
                 completed += 1;
                 progress(Progress {
@@ -83,41 +102,21 @@ pub fn calibrate(
             }
         }
     }
-    for &threads in &options.thread_counts {
-        // The analysis of each point (bounds and features) is the same in every round.
-        for (model_index, model) in models.iter().enumerate() {
-            let report = bench_model(model, device, threads, 1)?;
-            // The one timed op of the model (its costed node).
-            for op in &report.ops {
-                let node = &report.analysis.nodes[op.node_index];
-                if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
-                    continue;
-                }
-                let Some(times) = round_times.get_mut(&(threads, model_index, op.node_index))
-                else {
-                    continue;
-                };
-                times.sort_by(f64::total_cmp);
-                let point = CalibrationPoint {
-                    shape: model.shape.clone(),
-                    features: node_features(node),
-                    bound_s: op.predicted_s,
-                    measured_s: times[times.len() / 2],
-                    op_type: node.op_type.clone(),
-                };
-                match tables
-                    .iter_mut()
-                    .find(|t| t.class == model.class && t.threads == threads as u32)
-                {
-                    Some(table) => table.points.push(point),
-                    None => tables.push(ClassTable {
-                        class: model.class,
-                        threads: threads as u32,
-                        points: vec![point],
-                        fit_error: None,
-                    }),
-                }
-            }
+    for ((threads, model_index, _), (mut point, mut times)) in points {
+        times.sort_by(f64::total_cmp);
+        point.measured_s = times[times.len() / 2];
+        let class = models[model_index].class;
+        match tables
+            .iter_mut()
+            .find(|t| t.class == class && t.threads == threads as u32)
+        {
+            Some(table) => table.points.push(point),
+            None => tables.push(ClassTable {
+                class,
+                threads: threads as u32,
+                points: vec![point],
+                fit_error: None,
+            }),
         }
     }
     for table in &mut tables {
@@ -173,11 +172,6 @@ fn bench_model(
         shape: model.shape.clone(),
         source,
     })
-}
-
-/// The features an analysed node is matched on.
-pub fn node_features(node: &crate::analysis::NodeAnalysis) -> ShapeFeatures {
-    crate::analysis::node_shape_features(node)
 }
 
 /// Classes with no table in `calibration` (for the report).

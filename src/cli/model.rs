@@ -90,8 +90,7 @@ pub fn load(
             Purpose::Analyze => WeightFill::Zeros,
             Purpose::Execute => WeightFill::Random(0),
         };
-        let proto = builtin.build(fill);
-        let graph = import::import_model(&proto, Path::new("."), Path::new(spec))?;
+        let graph = builtin.graph(fill)?;
         (graph, Some((builtin.default_bindings)()))
     } else {
         let mut graph = import::load_graph(Path::new(spec))?;

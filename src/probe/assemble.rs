@@ -304,13 +304,13 @@ fn figure_text(figure: &LevelBandwidth) -> String {
         FigureMethod::Sweep => format!(
             "{} kernel, working sets {}-{}{flags}",
             figure.kernel.name(),
-            format_bytes(figure.working_set_lo_bytes),
-            format_bytes(figure.working_set_hi_bytes)
+            fmt_bytes_binary(figure.working_set_lo_bytes),
+            fmt_bytes_binary(figure.working_set_hi_bytes)
         ),
         FigureMethod::Flushed => format!(
             "{} kernel, one pass over {} flushed from every cache level before each sample{}",
             figure.kernel.name(),
-            format_bytes(figure.working_set_hi_bytes),
+            fmt_bytes_binary(figure.working_set_hi_bytes),
             if figure.kernel == BandwidthKernel::Write {
                 // Lines still dirty in the caches when the pass ends are written back later.
                 " (write-backs of lines the caches still hold after the pass are not timed: \

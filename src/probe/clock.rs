@@ -136,12 +136,7 @@ pub fn clock_after_load(
     for _ in 0..samples.max(1) {
         worker.sync();
         load();
-        let start = Instant::now();
-        if !add_chain(CHAIN_AFTER_LOAD_ITERATIONS) {
-            return None;
-        }
-        let seconds = start.elapsed().as_secs_f64().max(1e-9);
-        rates.push((CHAIN_AFTER_LOAD_ITERATIONS * ADDS_PER_ITERATION) as f64 / seconds);
+        rates.push(chain_clock_now()?);
     }
     rates.sort_by(f64::total_cmp);
     Some(ClockStats {

@@ -290,7 +290,7 @@ pub(super) fn measure_bandwidth(
             tracker.step(format!(
                 "{} over {} flushed from the caches on {threads} thread(s)",
                 kernel.name(),
-                format_bytes((flushed_per_thread * threads) as u64)
+                fmt_bytes_binary((flushed_per_thread * threads) as u64)
             ));
         }
         Ok(measured.map(|(total, timing)| LevelBandwidth {
@@ -354,18 +354,12 @@ pub(super) fn measure_bandwidth(
             if let Some((total, timing)) =
                 measure_point(kernels, &buffers, cpus, kernel, size, &settings.bandwidth)?
             {
-                sweep.points.push(SweepPoint {
-                    working_set_bytes: total,
-                    bytes_per_s: timing.stats.best,
-                    spread: timing.stats.spread,
-                    noisy: timing.noisy,
-                    contended: timing.contended,
-                });
+                sweep.points.push(sweep_point(total, &timing));
             }
             tracker.step(format!(
                 "{} {} on {threads} thread(s)",
                 kernel.name(),
-                format_bytes(size as u64 * threads as u64)
+                fmt_bytes_binary(size as u64 * threads as u64)
             ));
         }
         if kernel == BandwidthKernel::Read {
@@ -382,19 +376,13 @@ pub(super) fn measure_bandwidth(
                 if let Some((total, timing)) =
                     measure_point(kernels, &buffers, cpus, kernel, size, &settings.bandwidth)?
                 {
-                    sweep.points.push(SweepPoint {
-                        working_set_bytes: total,
-                        bytes_per_s: timing.stats.best,
-                        spread: timing.stats.spread,
-                        noisy: timing.noisy,
-                        contended: timing.contended,
-                    });
+                    sweep.points.push(sweep_point(total, &timing));
                 }
                 extension.push(size);
                 tracker.step(format!(
                     "{} {} on {threads} thread(s) (past the plan: no DRAM plateau yet)",
                     kernel.name(),
-                    format_bytes(size as u64 * threads as u64)
+                    fmt_bytes_binary(size as u64 * threads as u64)
                 ));
             }
         }
@@ -444,8 +432,8 @@ pub(super) fn measure_bandwidth(
                      last-level cache{against}: the threads reach cache the CPU does not \
                      report (vCPUs on different dies?)",
                     hidden.bytes_per_s / 1e9,
-                    format_bytes(hidden.working_set_lo_bytes),
-                    format_bytes(hidden.working_set_hi_bytes)
+                    fmt_bytes_binary(hidden.working_set_lo_bytes),
+                    fmt_bytes_binary(hidden.working_set_hi_bytes)
                 ));
             }
         }
@@ -563,8 +551,8 @@ fn dram_check(
         format!(
             "the read sweep's last plateau ({:.1} GB/s at {}-{})",
             p.bytes_per_s / 1e9,
-            format_bytes(p.working_set_lo_bytes),
-            format_bytes(p.working_set_hi_bytes)
+            fmt_bytes_binary(p.working_set_lo_bytes),
+            fmt_bytes_binary(p.working_set_hi_bytes)
         )
     };
     let tolerance = plateau::DRAM_TOLERANCE;
@@ -693,4 +681,15 @@ fn find_plateaus_past(
     let mut plateaus = plateau::detect_plateaus(&curve(points), &PlateauSettings::default());
     plateau::label_plateaus_past(&mut plateaus, guide, memory_from);
     plateaus
+}
+
+/// A sweep point from one timed working set (all threads' bytes).
+fn sweep_point(total: u64, timing: &TeamTiming) -> SweepPoint {
+    SweepPoint {
+        working_set_bytes: total,
+        bytes_per_s: timing.stats.best,
+        spread: timing.stats.spread,
+        noisy: timing.noisy,
+        contended: timing.contended,
+    }
 }

@@ -32,6 +32,7 @@ use crate::device::{
     ComputeCeiling, DeviceKind, DeviceProfile, MemoryCeiling, MemoryLevel, Precision,
     ProfileSource, PROFILE_SCHEMA_VERSION,
 };
+use crate::report::units::fmt_bytes_binary;
 
 pub use crate::device::profile::default_profile_path;
 pub use microarch::{CoreModel, PerWidth};
@@ -640,22 +641,6 @@ pub fn load_or_probe_local() -> Result<DeviceProfile, ProbeError> {
     Ok(profile)
 }
 
-/// Bytes in binary units, e.g. `48 KiB`, `1.5 MiB`.
-pub(crate) fn format_bytes(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 || value >= 100.0 {
-        format!("{value:.0} {}", units[unit])
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
-}
-
 /// RFC 3339 timestamp in UTC, from the civil-calendar conversion of days since 1970.
 pub(crate) fn rfc3339_utc(time: SystemTime) -> String {
     let seconds = time
@@ -704,9 +689,9 @@ mod tests {
 
     #[test]
     fn byte_formatting() {
-        assert_eq!(format_bytes(48 * 1024), "48 KiB");
-        assert_eq!(format_bytes(1536 * 1024), "1.5 MiB");
-        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(fmt_bytes_binary(48 * 1024), "48 KiB");
+        assert_eq!(fmt_bytes_binary(1536 * 1024), "1.5 MiB");
+        assert_eq!(fmt_bytes_binary(512), "512 B");
     }
 
     #[test]

@@ -465,20 +465,7 @@ mod tests {
     use crate::analysis::Bound;
 
     fn analyse(device: &str, precision: Precision) -> Analysis {
-        let model = crate::builtin::find("builtin:tinycnn").unwrap();
-        let proto = model.build(crate::builtin::WeightFill::Zeros);
-        let graph = crate::analysis::import::import_model(
-            &proto,
-            std::path::Path::new("."),
-            std::path::Path::new("builtin:tinycnn"),
-        )
-        .unwrap();
-        let options = crate::analysis::AnalyzeOptions {
-            bindings: (model.default_bindings)(),
-            precision,
-        };
-        let device = crate::device::find_device(device).unwrap().to_profile();
-        crate::analysis::analyze_graph(graph, "builtin:tinycnn", &device, &options).unwrap()
+        crate::builtin::analyze_on_catalog("builtin:tinycnn", device, precision)
     }
 
     fn close(a: f64, b: f64) -> bool {
