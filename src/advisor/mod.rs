@@ -6,6 +6,7 @@
 
 pub mod export;
 pub mod passes;
+pub mod prune;
 pub mod qdq;
 pub mod quantize;
 
