@@ -4,6 +4,7 @@
 //! the rewritten graph with the tool's own kernels. Composes `analysis` (predictions) and `exec`
 //! (measurements); `export` writes the rewritten model back as standard ONNX.
 
+pub mod compress;
 pub mod export;
 pub mod passes;
 pub mod prune;
@@ -122,6 +123,9 @@ pub struct AdviseOptions {
     /// Memory the plans kept alive for interleaved `--verify` timing may take together; a
     /// graph version past it is timed on its own and its plan dropped.
     pub live_plan_budget_bytes: u64,
+    /// The quantization passes convert every candidate op, gain or not (the hardware-blind
+    /// all-low-precision baseline of `compress`).
+    pub convert_all: bool,
 }
 
 impl Default for AdviseOptions {
@@ -137,6 +141,7 @@ impl Default for AdviseOptions {
             calibration_method: quantize::CalibrationMethod::MinMax,
             calibration_samples: quantize::DEFAULT_SAMPLES,
             live_plan_budget_bytes: DEFAULT_LIVE_PLAN_BUDGET_BYTES,
+            convert_all: false,
         }
     }
 }
@@ -189,7 +194,7 @@ struct MeasuredVersion {
 }
 
 /// One warm-up run, then one timed run (ms).
-fn timed_run(
+pub(crate) fn timed_run(
     plan: &exec::Plan,
     workspace: &mut exec::plan::Workspace,
     inputs: &HashMap<String, exec::RtTensor>,
@@ -389,6 +394,34 @@ pub fn check_structure(pass: &str, graph: &Graph) -> Result<(), AdvisorError> {
     analysis::validate::validate_graph(graph).map_err(|e| invalid(e.to_string()))
 }
 
+/// Runs one pass over `graph` in place: infers it, lets the pass edit it, then re-infers and
+/// validates the result (every rewrite leaves a graph that re-infers and validates).
+pub fn apply_pass(
+    graph: &mut Graph,
+    pass: &dyn Pass,
+    ctx: &PassContext,
+) -> Result<PassOutput, AdvisorError> {
+    let (order, states, _) = analysis::prepare_graph(graph, &ctx.analyze.bindings)?;
+    let state_list: Vec<NodeState> = order
+        .iter()
+        .map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred))
+        .collect();
+    let output = {
+        let mut ed = edit::Editor::new(graph);
+        let output = pass.run(&mut ed, &state_list, ctx)?;
+        ed.finish();
+        output
+    };
+    analysis::prepare_graph(graph, &ctx.analyze.bindings).map_err(|e| {
+        AdvisorError::InvalidAfterPass {
+            pass: pass.name().into(),
+            reason: e.to_string(),
+        }
+    })?;
+    check_structure(pass.name(), graph)?;
+    Ok(output)
+}
+
 /// Applies the selected passes to `graph`; returns the report and the rewritten graph.
 pub fn advise(
     graph: Graph,
@@ -429,27 +462,13 @@ pub fn advise(
     // The quantization passes' decisions and notes, as they return them.
     let mut quantization = quantize::QuantizationReport::default();
     for pass in selected {
-        let (order, states, _) = analysis::prepare_graph(&mut current, &analyze.bindings)?;
-        let state_list: Vec<NodeState> = order
-            .iter()
-            .map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred))
-            .collect();
         let mut next = current.clone();
         let changes = {
-            let mut ed = edit::Editor::new(&mut next);
-            let output = pass.run(&mut ed, &state_list, &ctx)?;
-            ed.finish();
+            let output = apply_pass(&mut next, pass.as_ref(), &ctx)?;
             quantization.decisions.extend(output.decisions);
             quantization.notes.extend(output.notes);
             output.changes
         };
-        analysis::prepare_graph(&mut next, &analyze.bindings).map_err(|e| {
-            AdvisorError::InvalidAfterPass {
-                pass: pass.name().into(),
-                reason: e.to_string(),
-            }
-        })?;
-        check_structure(pass.name(), &next)?;
         let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
         let measured = if verify && !changes.is_empty() && pass.measured() {
             Some(measurements.add(&next, analyze, options)?)

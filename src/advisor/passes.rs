@@ -848,7 +848,7 @@ impl Pass for Eltwise {
 
 #[cfg(test)]
 #[path = "passes_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "passes_quant_tests.rs"]

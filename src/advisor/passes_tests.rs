@@ -103,7 +103,7 @@ pub(super) fn ints(values: &[i64]) -> Attr {
 
 /// A device with round ceilings: fp32 1 TFLOP/s, bf16 2 TFLOP/s, int8 4 TOP/s (no fp16),
 /// DRAM 100 GB/s, 1 µs fixed cost per op.
-pub(super) fn device() -> DeviceProfile {
+pub(crate) fn device() -> DeviceProfile {
     let mut d = find_device("rtx2080ti")
         .expect("catalogue entry")
         .to_profile();

@@ -32,7 +32,7 @@ use crate::device::{DeviceProfile, MemoryLevel, Precision};
 use infer::NodeState;
 use model::{DeviceInfo, IoInfo, ModelInfo, OpTypeShare};
 use ops::{CostCtx, OpNode};
-use tensor::TensorFact;
+use tensor::{DType, TensorFact};
 
 /// Options of one analysis run.
 #[derive(Clone, Debug)]
@@ -226,7 +226,10 @@ pub fn analyze_graph(
                 if !cost.is_view {
                     for slot in node.inputs.iter().flatten() {
                         let fact = &graph.values[*slot].fact;
-                        if fact.is_constant() && fact.dtype.is_float() {
+                        // Quantized weights are parameters too; i64 constants are shapes.
+                        let weight_type =
+                            fact.dtype.is_float() || matches!(fact.dtype, DType::I8 | DType::U8);
+                        if fact.is_constant() && weight_type {
                             param_values.insert(*slot);
                         }
                     }

@@ -5,6 +5,7 @@ mod advise;
 mod analyze;
 mod bench;
 mod calibrate;
+mod compress;
 mod model;
 mod probe;
 
@@ -204,6 +205,9 @@ enum Command {
     Calibrate(calibrate::CalibrateArgs),
     /// Rewrite the model (fold, BN fold, fusion) with predicted and measured gains.
     Advise(advise::AdviseArgs),
+    /// Prune channels and lower precisions toward a latency target, predicted by the roofline
+    /// and measured on this CPU.
+    Compress(compress::CompressArgs),
     /// Run a model once and write every graph output as .npy.
     Run(bench::RunArgs),
     /// List the built-in device catalogue.
@@ -234,6 +238,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Run(args) => bench::run_model(&args),
         Command::Advise(args) => advise::run(&args),
+        Command::Compress(args) => compress::run(&args),
         Command::Devices { json } => {
             let catalog = device::catalog();
             let text = if json {

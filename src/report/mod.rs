@@ -12,6 +12,7 @@ pub mod advice;
 pub mod bench;
 pub mod calibration;
 pub mod chart;
+pub mod compress;
 pub mod devices;
 pub mod error;
 pub mod html;

@@ -633,8 +633,10 @@ impl Builder<'_, '_> {
 /// facts), prunable or frozen, with per-channel importance for the prunable ones.
 pub fn channel_spaces(graph: &mut Graph) -> Vec<ChannelSpace> {
     let ed = Editor::new(graph);
-    let spaces = spaces_of(&ed);
-    drop(ed);
+    let mut spaces = spaces_of(&ed);
+    for space in spaces.iter_mut().filter(|s| s.frozen.is_none()) {
+        space.importance = importance(&ed, space);
+    }
     spaces
 }
 
@@ -669,9 +671,6 @@ fn spaces_of(ed: &Editor) -> Vec<ChannelSpace> {
         .map(|r| builder.spaces[r].clone())
         .collect();
     for space in &mut spaces {
-        if space.frozen.is_none() {
-            space.importance = importance(ed, space);
-        }
         if space.channels < 2 && space.frozen.is_none() {
             space.frozen = Some("a single channel".into());
         }
@@ -781,7 +780,8 @@ fn unique_name(graph: &Graph, base: &str) -> String {
 /// (the pruned shapes flow from the cut weights) and validates.
 pub fn prune(graph: &mut Graph, plan: &[SpaceCut]) -> Result<(), PruneError> {
     for step in plan {
-        let spaces = channel_spaces(graph);
+        // Structure only: the kept channels are given, so no importance is needed.
+        let spaces = spaces_of(&Editor::new(graph));
         let space = spaces
             .iter()
             .find(|s| s.key == step.space)

@@ -5,6 +5,7 @@ use super::calibrate::{calibration_inputs, plan_of};
 use super::qerr;
 use crate::advisor::{AdvisorError, PassContext};
 use crate::analysis::graph::Graph;
+use crate::exec::RtTensor;
 use crate::report::model::quant::AccuracyProxy;
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -39,40 +40,72 @@ pub fn accuracy(
     let new_plan = plan_of(rewritten, ctx.analyze, ctx.options.threads)?;
     let inputs = calibration_inputs(ctx, &ref_plan)?;
     let (mut ws_a, mut ws_b) = (ref_plan.workspace(), new_plan.workspace());
-    let (mut cos_min, mut cos_sum, mut cos_n) = (1.0f64, 0.0f64, 0usize);
-    let (mut max_err, mut max_ref) = (0.0f64, 0.0f64);
-    let (mut agree, mut rows) = (0usize, 0usize);
+    let mut comparison = OutputComparison::default();
     for sample in &inputs {
         let a = ref_plan.run(&mut ws_a, sample, None)?;
         let b = new_plan.run(&mut ws_b, sample, None)?;
-        for ((name, ta), (_, tb)) in a.iter().zip(&b) {
+        comparison.add(&a, &b)?;
+    }
+    Ok(comparison.finish())
+}
+
+/// Accumulates the proxy over samples: each call adds one sample's reference and rewritten
+/// outputs (same names, same order).
+#[derive(Default)]
+pub struct OutputComparison {
+    samples: usize,
+    cos_min: Option<f64>,
+    cos_sum: f64,
+    cos_n: usize,
+    max_err: f64,
+    max_ref: f64,
+    agree: usize,
+    rows: usize,
+}
+
+impl OutputComparison {
+    pub fn add(
+        &mut self,
+        reference: &[(String, RtTensor)],
+        rewritten: &[(String, RtTensor)],
+    ) -> Result<(), AdvisorError> {
+        self.samples += 1;
+        for ((name, ta), (_, tb)) in reference.iter().zip(rewritten) {
             let (x, y) = (ta.to_f32(), tb.to_f32());
             if x.len() != y.len() {
                 return Err(qerr(format!("output `{name}` changed size")));
             }
             let c = cosine(&x, &y);
-            cos_min = cos_min.min(c);
-            cos_sum += c;
-            cos_n += 1;
+            self.cos_min = Some(self.cos_min.map_or(c, |m| m.min(c)));
+            self.cos_sum += c;
+            self.cos_n += 1;
             for (&p, &q) in x.iter().zip(&y) {
-                max_err = max_err.max((p - q).abs() as f64);
-                max_ref = max_ref.max(p.abs() as f64);
+                self.max_err = self.max_err.max((p - q).abs() as f64);
+                self.max_ref = self.max_ref.max(p.abs() as f64);
             }
             let classes = ta.shape.last().copied().unwrap_or(1);
             if classes >= 2 && x.len() % classes == 0 {
                 for (ra, rb) in x.chunks(classes).zip(y.chunks(classes)) {
-                    rows += 1;
-                    agree += usize::from(argmax(ra) == argmax(rb));
+                    self.rows += 1;
+                    self.agree += usize::from(argmax(ra) == argmax(rb));
                 }
             }
         }
+        Ok(())
     }
-    Ok(AccuracyProxy {
-        samples: inputs.len(),
-        cosine_min: cos_min,
-        cosine_mean: cos_sum / cos_n.max(1) as f64,
-        max_abs_error: max_err,
-        max_abs_reference: max_ref,
-        top1_agreement: (rows > 0).then(|| agree as f64 / rows as f64),
-    })
+
+    pub fn finish(self) -> AccuracyProxy {
+        AccuracyProxy {
+            samples: self.samples,
+            cosine_min: self.cos_min.unwrap_or(1.0),
+            cosine_mean: if self.cos_n > 0 {
+                self.cos_sum / self.cos_n as f64
+            } else {
+                1.0
+            },
+            max_abs_error: self.max_err,
+            max_abs_reference: self.max_ref,
+            top1_agreement: (self.rows > 0).then(|| self.agree as f64 / self.rows as f64),
+        }
+    }
 }

@@ -204,7 +204,8 @@ pub fn calibration_inputs(
     Ok(inputs)
 }
 
-pub(super) fn plan_of(
+/// Plans `graph` on the executor (inferred again first) with `threads` threads.
+pub fn plan_of(
     graph: &Graph,
     analyze: &AnalyzeOptions,
     threads: usize,

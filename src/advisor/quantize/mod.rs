@@ -53,8 +53,8 @@ use super::AdvisorError;
 use crate::exec::RtTensor;
 
 pub use crate::report::model::quant::{AccuracyProxy, QuantDecision, QuantizationReport};
-pub use accuracy::accuracy;
-pub use calibrate::{affine_params, calibration_inputs, CalibrationMethod};
+pub use accuracy::{accuracy, OutputComparison};
+pub use calibrate::{affine_params, calibration_inputs, plan_of, CalibrationMethod};
 pub use report::summary_notes;
 pub use rewrite::{Half, Int8, FP16_KERNEL};
 

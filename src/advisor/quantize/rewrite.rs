@@ -380,7 +380,17 @@ impl Verdict<'_> {
                 None
             }
             Ok((c, costed)) => {
-                let (convert, reason) = decide(&costed, self.tag, self.has_peak, self.overhead);
+                let (convert, reason) = if ctx.options.convert_all {
+                    (
+                        true,
+                        format!(
+                            "{}: converted without consulting the roofline (baseline)",
+                            self.tag
+                        ),
+                    )
+                } else {
+                    decide(&costed, self.tag, self.has_peak, self.overhead)
+                };
                 decisions.push(decision(node, self.tag, convert, Some(&costed), reason));
                 convert.then_some((c, costed))
             }

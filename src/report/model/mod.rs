@@ -5,6 +5,7 @@
 
 pub mod advice;
 pub mod bench;
+pub mod compress;
 pub mod quant;
 
 pub use advice::{

@@ -1,0 +1,997 @@
+//! The hardware-aware compression loop behind `roofline compress`: a NetAdapt-style greedy
+//! search over structured channel pruning (`advisor::prune`) and per-op precision (the `int8` /
+//! `bf16` passes), toward a latency target, predicted by the cost model and, on this CPU,
+//! corrected and proven by measurement.
+//!
+//! # One step
+//! 1. Every prunable channel space is offered a cut: the fewest channels to remove, at a count
+//!    aligned to the device's kernel tile, for the predicted latency to drop by the step's
+//!    share (a fraction of the original latency). The prediction is the analysis of the
+//!    deployable graph (the candidate after folding, BN folding and fusion, and after the chosen
+//!    precision pass): calibrated expected time when the profile has a calibration, the roofline
+//!    bound otherwise. A space whose deepest aligned cut gains under 0.5% is skipped and the
+//!    reason kept (its ops overhead-bound, or their time not in its channels).
+//! 2. While no low precision is chosen, each allowed precision pass is a candidate too (the
+//!    pass converts the ops whose roofline gain is ≥ 1.1×: the per-layer choice).
+//! 3. The candidates with the least importance removed per millisecond gained are run on the
+//!    calibration inputs (accuracy proxy: agreement of the outputs with the original model's);
+//!    the one with the most gain per accuracy lost is applied.
+//!
+//! # Feedback
+//! On the local device, the deployable graph is measured every few steps (interleaved with the
+//! original, as `advise --verify` does) and the predictor is scaled by measured ÷ predicted for
+//! this model from then on; reaching the target is always confirmed by measurement. For
+//! another device the search predicts only and says so.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::passes::all_passes;
+use super::prune::{self, ChannelSpace, SpaceCut};
+use super::quantize::{calibration_inputs, plan_of, OutputComparison};
+use super::{apply_pass, median, timed_run, AdviseOptions, AdvisorError, Pass, PassContext};
+use crate::analysis::graph::Graph;
+use crate::analysis::{self, Analysis, AnalyzeOptions, Bound};
+use crate::device::{DeviceKind, DeviceProfile, ProfileSource};
+use crate::exec::{self, RtTensor};
+use crate::report::model::compress::{
+    Baseline, CompressReport, LayerDecision, PlannedSpace, Point, PrecisionChoice, PrunePlan, Step,
+    COMPRESS_SCHEMA, COMPRESS_SCHEMA_VERSION, PRUNE_PLAN_SCHEMA,
+};
+use crate::report::model::quant::AccuracyProxy;
+
+/// What the search aims at.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    Speedup(f64),
+    LatencyMs(f64),
+}
+
+#[derive(Clone, Debug)]
+pub struct CompressOptions {
+    pub target: Target,
+    /// Low precisions the search may choose (`int8`, `bf16`, `fp16`); fp32 is always allowed.
+    pub precisions: Vec<String>,
+    pub prune: bool,
+    /// Largest accuracy drop allowed: of `--eval`'s number when given, else of the proxy
+    /// (1 − top-1 agreement for classifier-like outputs, 1 − mean cosine otherwise).
+    pub max_drop: Option<f64>,
+    /// `--eval CMD` with `{model}` replaced by a candidate's path; the last number it prints
+    /// is the accuracy (higher is better).
+    pub eval: Option<String>,
+    /// Predicted latency removed per step, as a fraction of the original's.
+    pub step_fraction: f64,
+    /// Measure (local device) every this many steps.
+    pub measure_every: usize,
+    pub max_steps: usize,
+    /// Smallest share of a space's original channels a cut may leave.
+    pub min_keep: f64,
+    /// Candidates run on the calibration inputs per step.
+    pub checked_per_step: usize,
+    pub compare_baselines: bool,
+    /// Threads, timed runs and calibration inputs (shared with `advise`).
+    pub advise: AdviseOptions,
+}
+
+impl Default for CompressOptions {
+    fn default() -> Self {
+        CompressOptions {
+            target: Target::Speedup(2.0),
+            precisions: vec!["int8".into(), "bf16".into()],
+            prune: true,
+            max_drop: None,
+            eval: None,
+            step_fraction: 0.04,
+            measure_every: 4,
+            max_steps: 80,
+            min_keep: 0.25,
+            checked_per_step: 3,
+            compare_baselines: false,
+            advise: AdviseOptions::default(),
+        }
+    }
+}
+
+/// The result: the report, the compressed graph and the pruning plan.
+pub struct Compressed {
+    pub report: CompressReport,
+    pub graph: Graph,
+    pub plan: PrunePlan,
+}
+
+/// Progress events for the CLI's progress bar.
+pub enum Progress<'a> {
+    Step {
+        step: usize,
+        latency_ms: f64,
+        target_ms: f64,
+        action: &'a str,
+    },
+    Phase(&'a str),
+}
+
+const FLOAT_PASSES: &[&str] = &["fold", "bn-fold", "fuse", "eltwise"];
+/// Gains smaller than this share of the current latency are not worth an action.
+const MIN_STEP_GAIN: f64 = 0.005;
+
+/// The proxy's reference: the original deployable graph's outputs on the calibration inputs.
+struct Proxy {
+    inputs: Vec<HashMap<String, RtTensor>>,
+    reference: Vec<Vec<(String, RtTensor)>>,
+}
+
+/// Interleaved timing against the original (kept planned for the whole search).
+struct Timer {
+    plan: exec::Plan,
+    workspace: exec::Workspace,
+    inputs: HashMap<String, RtTensor>,
+    runs: usize,
+}
+
+struct Measured {
+    original_ms: f64,
+    candidate_ms: f64,
+    speedup: f64,
+}
+
+impl Timer {
+    fn measure(&mut self, graph: &Graph, ctx: &PassContext) -> Result<Measured, AdvisorError> {
+        let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let (mut original, mut candidate, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..self.runs.max(1) {
+            // Alternate which runs first so drift hits both alike.
+            let (a, b) = if round % 2 == 0 {
+                let a = timed_run(&self.plan, &mut self.workspace, &self.inputs)?;
+                (a, timed_run(&plan, &mut workspace, &self.inputs)?)
+            } else {
+                let b = timed_run(&plan, &mut workspace, &self.inputs)?;
+                (timed_run(&self.plan, &mut self.workspace, &self.inputs)?, b)
+            };
+            original.push(a);
+            candidate.push(b);
+            ratios.push(a / b.max(1e-12));
+        }
+        Ok(Measured {
+            original_ms: median(original),
+            candidate_ms: median(candidate),
+            speedup: median(ratios),
+        })
+    }
+}
+
+struct Search<'a> {
+    source: &'a str,
+    device: &'a DeviceProfile,
+    ctx: PassContext<'a>,
+    options: &'a CompressOptions,
+    passes: Vec<Box<dyn Pass>>,
+    proxy: Proxy,
+}
+
+/// A candidate action with its predicted effect.
+struct Candidate {
+    kind: Action,
+    /// The pruned graph (before the float passes) after the action.
+    pruned: Graph,
+    precision: Option<String>,
+    predicted_ms: f64,
+    /// Share of the space's importance the cut removes (0 for precision actions).
+    importance_removed: f64,
+}
+
+#[derive(Clone, Debug)]
+enum Action {
+    Prune {
+        space: String,
+        from: usize,
+        keep: Vec<usize>,
+    },
+    Precision(String),
+}
+
+impl Search<'_> {
+    fn pass(&self, name: &str) -> &dyn Pass {
+        self.passes
+            .iter()
+            .find(|p| p.name() == name)
+            .map(|p| p.as_ref())
+            .expect("pass exists")
+    }
+
+    /// The graph as it would be deployed: float passes, then the precision pass.
+    fn deployable(
+        &self,
+        pruned: &Graph,
+        precision: Option<&str>,
+    ) -> Result<(Graph, Vec<PrecisionChoice>), AdvisorError> {
+        let mut graph = pruned.clone();
+        for name in FLOAT_PASSES {
+            apply_pass(&mut graph, self.pass(name), &self.ctx)?;
+        }
+        let mut choices = Vec::new();
+        if let Some(precision) = precision {
+            let output = apply_pass(&mut graph, self.pass(precision), &self.ctx)?;
+            choices = output
+                .decisions
+                .into_iter()
+                .filter(|d| d.decision != "fp32")
+                .map(|d| PrecisionChoice {
+                    node: d.node,
+                    precision: d.decision,
+                    reason: d.reason,
+                })
+                .collect();
+        }
+        Ok((graph, choices))
+    }
+
+    fn analyse(&self, deployable: &Graph) -> Result<Analysis, AdvisorError> {
+        Ok(analysis::analyze_graph(
+            deployable.clone(),
+            self.source,
+            self.device,
+            self.ctx.analyze,
+        )?)
+    }
+
+    fn predict_ms(&self, pruned: &Graph, precision: Option<&str>) -> Result<f64, AdvisorError> {
+        let (graph, _) = self.deployable(pruned, precision)?;
+        Ok(latency_ms(&self.analyse(&graph)?))
+    }
+
+    fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
+        let plan = plan_of(deployable, self.ctx.analyze, self.ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let mut comparison = OutputComparison::default();
+        for (sample, reference) in self.proxy.inputs.iter().zip(&self.proxy.reference) {
+            let outputs = plan.run(&mut workspace, sample, None)?;
+            comparison.add(reference, &outputs)?;
+        }
+        Ok(comparison.finish())
+    }
+
+    fn eval(&self, deployable: &Graph) -> Result<Option<f64>, AdvisorError> {
+        let Some(command) = &self.options.eval else {
+            return Ok(None);
+        };
+        run_eval(command, deployable).map(Some)
+    }
+}
+
+/// The figure the search predicts with: calibrated expected time where the analysis has one.
+fn latency_ms(analysis: &Analysis) -> f64 {
+    analysis
+        .summary
+        .expected_latency_s
+        .unwrap_or(analysis.summary.predicted_latency_s)
+        * 1e3
+}
+
+/// The accuracy drop the budget counts: of the classifier agreement where outputs look like
+/// classes, else of the mean cosine.
+fn drop_of(accuracy: &AccuracyProxy) -> f64 {
+    1.0 - accuracy.top1_agreement.unwrap_or(accuracy.cosine_mean)
+}
+
+/// Channel counts a cut may leave on this device, and why.
+fn alignment(device: &DeviceProfile) -> (usize, String) {
+    match device.kind {
+        DeviceKind::Gpu => (
+            8,
+            "multiples of 8 channels: NVIDIA tensor cores run fp16/int8 GEMMs and convolutions on channel counts that are multiples of 8 (NVIDIA Deep Learning Performance Guide, 'Channels In and Out Requirements')".into(),
+        ),
+        _ => {
+            let isa = crate::kernels::gemm::Isa::detect();
+            let (mr, _) = isa.tile();
+            (
+                mr,
+                format!("multiples of {mr} channels: the {} GEMM microkernel computes {mr} output channels per tile, so a count between two multiples pays for the next one", isa.name()),
+            )
+        }
+    }
+}
+
+/// Runs the user's accuracy command on a candidate written to a temporary ONNX file.
+fn run_eval(command: &str, deployable: &Graph) -> Result<f64, AdvisorError> {
+    let fail = |reason: String| AdvisorError::Quantization(format!("--eval: {reason}"));
+    let proto = super::export::to_model(deployable).map_err(|e| fail(e.to_string()))?;
+    let dir = std::env::temp_dir().join(format!("roofline-compress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("candidate.onnx");
+    std::fs::write(&path, prost::Message::encode_to_vec(&proto))
+        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    let line = command.replace("{model}", &path.to_string_lossy());
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&line)
+        .output()
+        .map_err(|e| fail(format!("cannot run `{line}`: {e}")))?;
+    if !output.status.success() {
+        return Err(fail(format!("`{line}` exited with {}", output.status)));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == ':')
+        .rev()
+        .find_map(|word| word.trim_end_matches('%').parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| fail(format!("`{line}` printed no number")))
+}
+
+fn point(
+    analysis: &Analysis,
+    measured_ms: Option<f64>,
+    accuracy: Option<AccuracyProxy>,
+    eval: Option<f64>,
+) -> Point {
+    Point {
+        predicted_latency_ms: latency_ms(analysis),
+        measured_latency_ms: measured_ms,
+        macs: analysis.summary.macs,
+        params: analysis.summary.params,
+        accuracy,
+        eval,
+    }
+}
+
+fn bound_name(bound: Bound) -> &'static str {
+    match bound {
+        Bound::Compute => "compute",
+        Bound::Memory => "memory",
+        Bound::Overhead => "overhead",
+        Bound::None => "no",
+    }
+}
+
+/// Searches for a compressed version of `graph` that meets `options.target` on `device`.
+pub fn compress(
+    mut graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    analyze: &AnalyzeOptions,
+    options: &CompressOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Compressed, AdvisorError> {
+    let started = Instant::now();
+    let device = &device.for_threads(options.advise.threads.max(1) as u32);
+    let local = device.source == ProfileSource::Probed;
+    for precision in &options.precisions {
+        if !matches!(precision.as_str(), "int8" | "bf16" | "fp16") {
+            return Err(AdvisorError::UnknownPass(precision.clone()));
+        }
+    }
+    analysis::prepare_graph(&mut graph, &analyze.bindings)?;
+    let mut search = Search {
+        source,
+        device,
+        ctx: PassContext {
+            device,
+            analyze,
+            options: &options.advise,
+            calibration: Default::default(),
+        },
+        options,
+        passes: all_passes(),
+        proxy: Proxy {
+            inputs: Vec::new(),
+            reference: Vec::new(),
+        },
+    };
+    progress(Progress::Phase("planning the original model"));
+    let (original_dep, _) = search.deployable(&graph, None)?;
+    let original_analysis = search.analyse(&original_dep)?;
+    let original_pred_ms = latency_ms(&original_analysis);
+    let predictor = if original_analysis.summary.expected_latency_s.is_some() {
+        "calibrated expected time (the profile's calibration)".to_string()
+    } else {
+        "roofline bound (no calibration in the profile: run `roofline calibrate`)".to_string()
+    };
+    // Calibration inputs and the reference outputs of the proxy.
+    let original_plan = plan_of(&original_dep, analyze, options.advise.threads)?;
+    search.proxy.inputs = calibration_inputs(&search.ctx, &original_plan)?;
+    {
+        let mut workspace = original_plan.workspace();
+        for sample in &search.proxy.inputs {
+            let outputs = original_plan.run(&mut workspace, sample, None)?;
+            search.proxy.reference.push(outputs);
+        }
+    }
+    let original_eval = search.eval(&original_dep)?;
+    let mut timer = if local {
+        let inputs = exec::random_inputs(&original_plan, 0);
+        let workspace = original_plan.workspace();
+        Some(Timer {
+            plan: original_plan,
+            workspace,
+            inputs,
+            runs: options.advise.runs.max(3),
+        })
+    } else {
+        drop(original_plan);
+        None
+    };
+    let mut original_meas_ms = None;
+    let mut correction = 1.0;
+    if let Some(timer) = &mut timer {
+        progress(Progress::Phase("measuring the original model"));
+        let m = timer.measure(&original_dep, &search.ctx)?;
+        original_meas_ms = Some(m.original_ms);
+        correction = m.original_ms / original_pred_ms.max(1e-12);
+    }
+    let target_ms = match options.target {
+        Target::Speedup(s) => original_meas_ms.unwrap_or(original_pred_ms) / s.max(1e-9),
+        Target::LatencyMs(ms) => ms,
+    };
+    let (align, alignment_reason) = alignment(device);
+
+    let original_spaces = prune::channel_spaces(&mut graph.clone());
+    let original_channels: HashMap<String, usize> = original_spaces
+        .iter()
+        .map(|s| (s.key.clone(), s.channels))
+        .collect();
+    let mut kept: HashMap<String, Vec<usize>> = original_spaces
+        .iter()
+        .map(|s| (s.key.clone(), (0..s.channels).collect()))
+        .collect();
+    let mut skip_reasons: HashMap<String, String> = HashMap::new();
+
+    let mut current = graph.clone();
+    let mut precision: Option<String> = None;
+    let mut precision_choices: Vec<PrecisionChoice> = Vec::new();
+    let mut current_pred_ms = original_pred_ms;
+    let mut current_analysis = original_analysis.clone();
+    // Prediction with the chosen precision ÷ without, refreshed every step.
+    let mut precision_ratio = 1.0;
+    let mut steps: Vec<Step> = Vec::new();
+    let step_ms = options.step_fraction * original_pred_ms;
+    let mut stop_reason = String::new();
+    let mut reached = false;
+
+    for step in 1..=options.max_steps {
+        if current_pred_ms * correction <= target_ms {
+            match &mut timer {
+                Some(timer) => {
+                    progress(Progress::Phase("confirming the target by measurement"));
+                    let (dep, _) = search.deployable(&current, precision.as_deref())?;
+                    let m = timer.measure(&dep, &search.ctx)?;
+                    correction = m.candidate_ms / current_pred_ms.max(1e-12);
+                    if let Some(last) = steps.last_mut() {
+                        last.measured_latency_ms = Some(m.candidate_ms);
+                    }
+                    let done = match options.target {
+                        Target::Speedup(s) => m.speedup >= s,
+                        Target::LatencyMs(ms) => m.candidate_ms <= ms,
+                    };
+                    if done {
+                        reached = true;
+                        stop_reason = "target reached (measured)".into();
+                        break;
+                    }
+                }
+                None => {
+                    reached = true;
+                    stop_reason = "target reached (predicted)".into();
+                    break;
+                }
+            }
+        }
+        let wanted_ms = (current_pred_ms - step_ms).max(target_ms / correction);
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut costed = 0usize;
+        if options.prune {
+            let spaces = prune::channel_spaces(&mut current.clone());
+            for space in spaces.iter().filter(|s| s.frozen.is_none()) {
+                let original = original_channels
+                    .get(&space.key)
+                    .copied()
+                    .unwrap_or(space.channels);
+                let floor = ((original as f64 * options.min_keep).ceil() as usize).max(1);
+                let floor = floor.div_ceil(align) * align;
+                let counts: Vec<usize> = (1..)
+                    .map(|k| (space.channels - 1) / align * align - (k - 1) * align)
+                    .take_while(|&c| c >= floor && c > 0)
+                    .collect();
+                let counts: Vec<usize> =
+                    counts.into_iter().filter(|&c| c < space.channels).collect();
+                if counts.is_empty() {
+                    skip_reasons.entry(space.key.clone()).or_insert_with(|| {
+                        format!("at its floor ({} of {original} channels, {}% kept at least, aligned to {align})", space.channels, (options.min_keep * 100.0).round())
+                    });
+                    continue;
+                }
+                if let Some(candidate) = search.best_cut(
+                    space,
+                    &current,
+                    &counts,
+                    wanted_ms,
+                    precision_ratio,
+                    &mut costed,
+                )? {
+                    if candidate.predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) {
+                        candidates.push(candidate);
+                        continue;
+                    }
+                }
+                skip_reasons.insert(
+                    space.key.clone(),
+                    Search::why_no_gain(space, &current_analysis),
+                );
+            }
+        }
+        if precision.is_none() {
+            for p in &options.precisions {
+                let predicted_ms = search.predict_ms(&current, Some(p))?;
+                costed += 1;
+                if predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) {
+                    candidates.push(Candidate {
+                        kind: Action::Precision(p.clone()),
+                        pruned: current.clone(),
+                        precision: Some(p.clone()),
+                        predicted_ms,
+                        importance_removed: 0.0,
+                    });
+                }
+            }
+        }
+        if candidates.is_empty() {
+            stop_reason = "no action left that the cost model predicts to gain".into();
+            break;
+        }
+        // Cheap ranking first: importance removed per millisecond gained; precision actions
+        // are always checked.
+        let gain = |c: &Candidate| (current_pred_ms - c.predicted_ms).max(1e-9);
+        candidates.sort_by(|a, b| {
+            let ka = a.importance_removed / gain(a);
+            let kb = b.importance_removed / gain(b);
+            ka.total_cmp(&kb)
+        });
+        let mut checked: Vec<(Candidate, Graph, AccuracyProxy)> = Vec::new();
+        let mut pruned_checked = 0;
+        for candidate in candidates {
+            let is_prune = matches!(candidate.kind, Action::Prune { .. });
+            if is_prune && pruned_checked >= options.checked_per_step {
+                continue;
+            }
+            pruned_checked += usize::from(is_prune);
+            let (dep, _) = search.deployable(
+                &candidate.pruned,
+                candidate.precision.as_deref().or(precision.as_deref()),
+            )?;
+            let accuracy = search.score(&dep)?;
+            checked.push((candidate, dep, accuracy));
+        }
+        let checked_count = checked.len();
+        if let Some(max_drop) = options.max_drop.filter(|_| options.eval.is_none()) {
+            checked.retain(|(_, _, a)| drop_of(a) <= max_drop);
+            if checked.is_empty() {
+                stop_reason = format!("accuracy budget spent: every next action drops the proxy by more than {max_drop}");
+                break;
+            }
+        }
+        // Most gain per accuracy lost; the loss ranked on the mean cosine, which moves with every
+        // cut where top-1 agreement on a few samples moves in coarse steps.
+        let value = |(c, _, a): &(Candidate, Graph, AccuracyProxy)| {
+            gain(c) / ((1.0 - a.cosine_mean).max(0.0) + 1e-4)
+        };
+        let best_index = (0..checked.len())
+            .max_by(|&a, &b| value(&checked[a]).total_cmp(&value(&checked[b])))
+            .expect("a checked candidate");
+        let (best, best_dep, accuracy) = checked.swap_remove(best_index);
+        let eval = search.eval(&best_dep)?;
+        if let (Some(max_drop), Some(base), Some(now)) = (options.max_drop, original_eval, eval) {
+            if base - now > max_drop {
+                stop_reason = format!(
+                    "accuracy budget spent: --eval gives {now} against {base} (drop > {max_drop})"
+                );
+                break;
+            }
+        }
+        let action = match &best.kind {
+            Action::Prune { space, from, keep } => {
+                let original_keep = kept
+                    .get(space)
+                    .cloned()
+                    .unwrap_or_else(|| (0..*from).collect());
+                kept.insert(
+                    space.clone(),
+                    keep.iter().map(|&k| original_keep[k]).collect(),
+                );
+                format!("prune {space}: {from} -> {} channels", keep.len())
+            }
+            Action::Precision(p) => {
+                precision = Some(p.clone());
+                let (_, choices) = search.deployable(&best.pruned, Some(p))?;
+                let text = format!("{p} on {} op(s) the roofline picks", choices.len());
+                precision_choices = choices;
+                text
+            }
+        };
+        current = best.pruned;
+        let analysis = search.analyse(&best_dep)?;
+        current_pred_ms = latency_ms(&analysis);
+        let macs = analysis.summary.macs;
+        current_analysis = analysis;
+        if let Some(p) = &precision {
+            let float_ms = search.predict_ms(&current, None)?;
+            precision_ratio = current_pred_ms / float_ms.max(1e-12);
+            let (_, choices) = search.deployable(&current, Some(p))?;
+            precision_choices = choices;
+        }
+        // The prediction as the search believes it before this step is measured.
+        let corrected_ms = current_pred_ms * correction;
+        let mut measured_ms = None;
+        if step % options.measure_every.max(1) == 0 {
+            if let Some(timer) = &mut timer {
+                let m = timer.measure(&best_dep, &search.ctx)?;
+                correction = m.candidate_ms / current_pred_ms.max(1e-12);
+                measured_ms = Some(m.candidate_ms);
+            }
+        }
+        progress(Progress::Step {
+            step,
+            latency_ms: current_pred_ms * correction,
+            target_ms,
+            action: &action,
+        });
+        steps.push(Step {
+            step,
+            action,
+            predicted_latency_ms: current_pred_ms,
+            corrected_latency_ms: corrected_ms,
+            measured_latency_ms: measured_ms,
+            macs,
+            accuracy,
+            eval,
+            candidates_costed: costed,
+            candidates_checked: checked_count,
+        });
+    }
+    if stop_reason.is_empty() {
+        stop_reason = format!("step limit ({}) reached", options.max_steps);
+    }
+
+    // The final model, measured once more.
+    let (final_dep, _) = search.deployable(&current, precision.as_deref())?;
+    let final_analysis = search.analyse(&final_dep)?;
+    let final_accuracy = search.score(&final_dep)?;
+    let final_eval = search.eval(&final_dep)?;
+    let final_measured = match &mut timer {
+        Some(timer) => {
+            progress(Progress::Phase("measuring the compressed model"));
+            Some(timer.measure(&final_dep, &search.ctx)?)
+        }
+        None => None,
+    };
+    // What the search predicted for the final model before measuring it: its prediction scaled
+    // by the measured/predicted ratio of the last model measured before it.
+    let final_corrected_ms = steps
+        .last()
+        .map_or(original_meas_ms.unwrap_or(original_pred_ms), |s| {
+            s.corrected_latency_ms
+        });
+    let predicted_speedup =
+        original_meas_ms.unwrap_or(original_pred_ms) / final_corrected_ms.max(1e-12);
+    let uncorrected_speedup = original_pred_ms / latency_ms(&final_analysis).max(1e-12);
+    let measured_speedup = final_measured.as_ref().map(|m| m.speedup);
+
+    let mut baselines = Vec::new();
+    if options.compare_baselines {
+        progress(Progress::Phase("measuring the baselines"));
+        let pruned_macs = search
+            .analyse(&search.deployable(&current, None)?.0)?
+            .summary
+            .macs;
+        baselines = search.baselines(&graph, &original_analysis, pruned_macs, timer.as_mut())?;
+    }
+
+    let layers = original_spaces
+        .iter()
+        .map(|space| {
+            let kept_count = kept.get(&space.key).map_or(space.channels, Vec::len);
+            let reason = match (&space.frozen, kept_count < space.channels) {
+                (Some(frozen), _) => format!("not prunable: {frozen}"),
+                (None, true) => format!(
+                    "pruned to {kept_count} of {} channels ({:.0}% kept), the most important by filter norm x BN scale",
+                    space.channels,
+                    100.0 * kept_count as f64 / space.channels as f64
+                ),
+                (None, false) => skip_reasons.get(&space.key).cloned().unwrap_or_else(|| {
+                    "kept: other layers bought more predicted time per accuracy lost".into()
+                }),
+            };
+            LayerDecision {
+                space: space.key.clone(),
+                sources: space.sources.clone(),
+                channels: space.channels,
+                kept: kept_count,
+                reason,
+            }
+        })
+        .collect();
+    let pareto = pareto_front(&steps);
+    let mut notes = vec![
+        "fine-tuning is out of scope: the pruned model is exported as is; apply the pruning plan (kept channel indices per space) in your training framework and fine-tune to recover accuracy".to_string(),
+    ];
+    if options.advise.calibration_dir.is_none() && options.eval.is_none() {
+        notes.push("the accuracy proxy ran on random inputs: it measures agreement with the original model's outputs, which says little about a trained model's accuracy on real data (pass --calibration DIR or --eval CMD)".into());
+    }
+    if !local {
+        notes.push(format!(
+            "device `{}` is not this machine: latencies are predicted only, nothing was measured",
+            device.id
+        ));
+    }
+    let report = CompressReport {
+        schema: COMPRESS_SCHEMA.into(),
+        schema_version: COMPRESS_SCHEMA_VERSION,
+        model: source.to_string(),
+        device: device.id.clone(),
+        target: match options.target {
+            Target::Speedup(s) => format!("speed-up {s:.2}x"),
+            Target::LatencyMs(ms) => format!("latency {ms:.3} ms"),
+        },
+        target_latency_ms: target_ms,
+        measured: local,
+        threads: options.advise.threads.max(1),
+        predictor,
+        channel_alignment: align,
+        alignment_reason,
+        accuracy_source: match (&options.eval, &options.advise.calibration_dir) {
+            (Some(cmd), _) => {
+                format!("--eval `{cmd}` (proxy on the calibration inputs for ranking)")
+            }
+            (None, Some(dir)) => format!(
+                "agreement with the original's outputs on {} input(s) from {}",
+                search.proxy.inputs.len(),
+                dir.display()
+            ),
+            (None, None) => format!(
+                "agreement with the original's outputs on {} random input(s)",
+                search.proxy.inputs.len()
+            ),
+        },
+        reached,
+        stop_reason,
+        original: point(&original_analysis, original_meas_ms, None, original_eval),
+        compressed: point(
+            &final_analysis,
+            final_measured.as_ref().map(|m| m.candidate_ms),
+            Some(final_accuracy),
+            final_eval,
+        ),
+        predicted_speedup,
+        uncorrected_speedup,
+        measured_speedup,
+        prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
+        steps,
+        pareto,
+        layers,
+        precision: precision_choices.clone(),
+        baselines,
+        notes,
+        search_s: started.elapsed().as_secs_f64(),
+    };
+    let plan = PrunePlan {
+        schema: PRUNE_PLAN_SCHEMA.into(),
+        model: source.to_string(),
+        spaces: original_spaces
+            .iter()
+            .filter_map(|s| {
+                let keep = kept.get(&s.key)?;
+                (keep.len() < s.channels).then(|| PlannedSpace {
+                    space: s.key.clone(),
+                    sources: s.sources.clone(),
+                    channels: s.channels,
+                    keep: keep.clone(),
+                })
+            })
+            .collect(),
+        precision: precision_choices,
+        note: "keep: indices of the output channels kept in the original model; every node that reads these channels loses the same input channels".into(),
+    };
+    Ok(Compressed {
+        report,
+        graph: final_dep,
+        plan,
+    })
+}
+
+impl Search<'_> {
+    /// The smallest aligned cut of `space` whose predicted latency reaches `wanted_ms` (or the
+    /// deepest cut when none does), by binary search over `counts` (descending).
+    fn best_cut(
+        &self,
+        space: &ChannelSpace,
+        current: &Graph,
+        counts: &[usize],
+        wanted_ms: f64,
+        precision_ratio: f64,
+        costed: &mut usize,
+    ) -> Result<Option<Candidate>, AdvisorError> {
+        let total: f64 = space.importance.iter().sum::<f64>().max(1e-12);
+        let evaluate = |count: usize, costed: &mut usize| -> Result<Candidate, AdvisorError> {
+            let keep = prune::keep_most_important(space, count);
+            let mut pruned = current.clone();
+            prune::prune(
+                &mut pruned,
+                &[SpaceCut {
+                    space: space.key.clone(),
+                    keep: keep.clone(),
+                }],
+            )
+            .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
+            *costed += 1;
+            let predicted_ms = self.predict_ms(&pruned, None)? * precision_ratio;
+            let kept_importance: f64 = keep.iter().map(|&k| space.importance[k]).sum();
+            Ok(Candidate {
+                kind: Action::Prune {
+                    space: space.key.clone(),
+                    from: space.channels,
+                    keep,
+                },
+                pruned,
+                precision: None,
+                predicted_ms,
+                importance_removed: 1.0 - kept_importance / total,
+            })
+        };
+        // counts[0] is the shallowest cut, counts[last] the deepest.
+        let deepest = evaluate(*counts.last().expect("non-empty"), costed)?;
+        if deepest.predicted_ms > wanted_ms || counts.len() == 1 {
+            return Ok(Some(deepest));
+        }
+        let (mut lo, mut hi) = (0usize, counts.len() - 1);
+        let mut best = deepest;
+        // Invariant: counts[hi] reaches the wanted latency.
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let candidate = evaluate(counts[mid], costed)?;
+            if candidate.predicted_ms <= wanted_ms {
+                best = candidate;
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(Some(best))
+    }
+
+    /// Why no cut of `space` buys time: the bound of the ops that read or write its channels.
+    fn why_no_gain(space: &ChannelSpace, analysis: &Analysis) -> String {
+        let mut bounds: Vec<&str> = analysis
+            .nodes
+            .iter()
+            .filter(|n| space.sources.iter().any(|s| *s == n.name))
+            .map(|n| bound_name(n.bound))
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        format!(
+            "no aligned cut predicted to gain {:.1}% or more: its producing ops are {}-bound here ({} of them)",
+            MIN_STEP_GAIN * 100.0,
+            if bounds.is_empty() { "of unknown".to_string() } else { bounds.join("/") },
+            space.sources.len()
+        )
+    }
+
+    /// Hardware-blind baselines: uniform magnitude pruning of every prunable space at the same
+    /// MAC reduction (channel counts unaligned), and every heavy op in each allowed precision.
+    fn baselines(
+        &self,
+        original: &Graph,
+        original_analysis: &Analysis,
+        pruned_macs: u64,
+        mut timer: Option<&mut Timer>,
+    ) -> Result<Vec<Baseline>, AdvisorError> {
+        let mut out = Vec::new();
+        let original_pred = latency_ms(original_analysis);
+        if self.options.prune && pruned_macs < original_analysis.summary.macs {
+            // Fraction of channels kept in every space so that MACs match (bisection).
+            let uniform = |fraction: f64| -> Result<(Graph, u64), AdvisorError> {
+                let mut graph = original.clone();
+                let spaces = prune::channel_spaces(&mut graph.clone());
+                let plan: Vec<SpaceCut> = spaces
+                    .iter()
+                    .filter(|s| s.frozen.is_none())
+                    .map(|s| SpaceCut {
+                        space: s.key.clone(),
+                        keep: prune::keep_most_important(
+                            s,
+                            ((s.channels as f64 * fraction).round() as usize).max(1),
+                        ),
+                    })
+                    .collect();
+                prune::prune(&mut graph, &plan)
+                    .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
+                let (dep, _) = self.deployable(&graph, None)?;
+                let macs = self.analyse(&dep)?.summary.macs;
+                Ok((dep, macs))
+            };
+            let (mut lo, mut hi) = (0.05f64, 1.0f64);
+            for _ in 0..14 {
+                let mid = 0.5 * (lo + hi);
+                if uniform(mid)?.1 > pruned_macs {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            let (dep, _) = uniform(0.5 * (lo + hi))?;
+            out.push(self.baseline(
+                "uniform-magnitude".into(),
+                format!("every prunable space keeps {:.1}% of its channels (smallest filter norms removed, counts unaligned), at the compressed model's MAC count", 50.0 * (lo + hi)),
+                &dep,
+                original_pred,
+                timer.as_deref_mut(),
+            )?);
+        }
+        for precision in &self.options.precisions {
+            let mut blind = self.options.advise.clone();
+            blind.convert_all = true;
+            let ctx = PassContext {
+                device: self.ctx.device,
+                analyze: self.ctx.analyze,
+                options: &blind,
+                calibration: Default::default(),
+            };
+            let mut dep = self.deployable(original, None)?.0;
+            apply_pass(&mut dep, self.pass(precision), &ctx)?;
+            out.push(self.baseline(
+                format!("all-{precision}"),
+                format!("every Conv/Gemm/MatMul in {precision}, no pruning, whatever the roofline predicts"),
+                &dep,
+                original_pred,
+                timer.as_deref_mut(),
+            )?);
+        }
+        Ok(out)
+    }
+
+    fn baseline(
+        &self,
+        name: String,
+        description: String,
+        deployable: &Graph,
+        original_pred: f64,
+        timer: Option<&mut Timer>,
+    ) -> Result<Baseline, AdvisorError> {
+        let analysis = self.analyse(deployable)?;
+        let accuracy = self.score(deployable)?;
+        let eval = self.eval(deployable)?;
+        let measured = match timer {
+            Some(timer) => Some(timer.measure(deployable, &self.ctx)?),
+            None => None,
+        };
+        Ok(Baseline {
+            name,
+            description,
+            predicted_speedup: original_pred / latency_ms(&analysis).max(1e-12),
+            measured_speedup: measured.as_ref().map(|m| m.speedup),
+            point: point(
+                &analysis,
+                measured.map(|m| m.candidate_ms),
+                Some(accuracy),
+                eval,
+            ),
+        })
+    }
+}
+
+/// Steps no other step beats on both latency (corrected prediction) and accuracy proxy.
+fn pareto_front(steps: &[Step]) -> Vec<usize> {
+    let accuracy = |s: &Step| 1.0 - drop_of(&s.accuracy);
+    (0..steps.len())
+        .filter(|&i| {
+            !steps.iter().enumerate().any(|(j, other)| {
+                j != i
+                    && other.corrected_latency_ms <= steps[i].corrected_latency_ms
+                    && accuracy(other) >= accuracy(&steps[i])
+                    && (other.corrected_latency_ms < steps[i].corrected_latency_ms
+                        || accuracy(other) > accuracy(&steps[i]))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

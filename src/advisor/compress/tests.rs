@@ -1,0 +1,274 @@
+//! The search on graphs built here, predicted only (a catalogue-style device with round
+//! ceilings): it reaches a reachable target with aligned channel counts and a plan that
+//! re-applies, stops with the reason when nothing the cost model sees can gain, and keeps the
+//! Pareto front honest.
+
+use super::*;
+use crate::advisor::passes::tests::device;
+use crate::analysis::graph::{Attr, Attributes, Node, ValueId};
+use crate::analysis::infer::Bindings;
+use crate::analysis::tensor::{DType, Tensor, TensorFact};
+use crate::report::model::compress::Step;
+
+/// input 1×3×32×32 → conv 3→64 → Relu → conv 64→128 → Relu → conv 128→128 → Relu →
+/// GlobalAveragePool → Flatten → Gemm 128→10: compute-bound convolutions on the round device.
+fn cnn(channels: [u64; 3], size: u64) -> Graph {
+    let mut g = Graph {
+        name: "cnn".into(),
+        opset: 17,
+        ir_version: 8,
+        ..Graph::default()
+    };
+    let mut seed = 11u64;
+    let mut konst = |g: &mut Graph, name: &str, shape: &[u64]| {
+        let values: Vec<f32> = (0..shape.iter().product::<u64>())
+            .map(|_| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect();
+        g.add_value(
+            name,
+            TensorFact::constant(Tensor::from_f32(shape.to_vec(), values)),
+        )
+    };
+    let node =
+        |g: &mut Graph, name: &str, op: &str, inputs: Vec<ValueId>, attrs: Vec<(&str, Attr)>| {
+            let out = g.add_value(format!("{name}_y"), TensorFact::unknown(DType::F32));
+            let mut map = Attributes::default();
+            for (k, v) in attrs {
+                map.0.insert(k.to_string(), v);
+            }
+            g.add_node(Node {
+                name: name.into(),
+                op_type: op.into(),
+                domain: String::new(),
+                attrs: map,
+                inputs: inputs.into_iter().map(Some).collect(),
+                outputs: vec![out],
+            });
+            out
+        };
+    let x = g.add_value("x", TensorFact::known(DType::F32, &[1, 3, size, size]));
+    g.inputs.push(x);
+    let mut y = x;
+    let mut c_in = 3;
+    for (i, &c) in channels.iter().enumerate() {
+        let w = konst(&mut g, &format!("w{i}"), &[c, c_in, 3, 3]);
+        let b = konst(&mut g, &format!("b{i}"), &[c]);
+        let conv = node(
+            &mut g,
+            &format!("conv{i}"),
+            "Conv",
+            vec![y, w, b],
+            vec![
+                ("pads", Attr::Ints(vec![1; 4])),
+                ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ],
+        );
+        y = node(&mut g, &format!("relu{i}"), "Relu", vec![conv], vec![]);
+        c_in = c;
+    }
+    let p = node(&mut g, "gap", "GlobalAveragePool", vec![y], vec![]);
+    let f = node(&mut g, "flat", "Flatten", vec![p], vec![]);
+    let w = konst(&mut g, "fc_w", &[10, c_in]);
+    let b = konst(&mut g, "fc_b", &[10]);
+    let out = node(
+        &mut g,
+        "fc",
+        "Gemm",
+        vec![f, w, b],
+        vec![("transB", Attr::Int(1))],
+    );
+    g.outputs.push(out);
+    g
+}
+
+fn options(target: Target) -> CompressOptions {
+    CompressOptions {
+        target,
+        precisions: Vec::new(),
+        checked_per_step: 2,
+        advise: AdviseOptions {
+            calibration_samples: 2,
+            ..AdviseOptions::default()
+        },
+        ..CompressOptions::default()
+    }
+}
+
+#[test]
+fn reaches_a_predicted_target_with_aligned_channels() {
+    let graph = cnn([64, 128, 128], 32);
+    let device = device();
+    let result = compress(
+        graph.clone(),
+        "cnn",
+        &device,
+        &AnalyzeOptions::default(),
+        &options(Target::Speedup(1.5)),
+        &mut |_| {},
+    )
+    .unwrap();
+    let report = &result.report;
+    assert!(report.reached, "{}", report.stop_reason);
+    assert!(!report.measured);
+    assert!(
+        report.predicted_speedup >= 1.5,
+        "{}",
+        report.predicted_speedup
+    );
+    assert!(report.measured_speedup.is_none());
+    // The round device is a GPU profile: channel counts stay multiples of 8.
+    assert_eq!(report.channel_alignment, 8);
+    let pruned: Vec<_> = report
+        .layers
+        .iter()
+        .filter(|l| l.kept < l.channels)
+        .collect();
+    assert!(!pruned.is_empty());
+    for layer in &report.layers {
+        if layer.kept < layer.channels {
+            assert_eq!(layer.kept % 8, 0, "{layer:?}");
+            assert!(
+                layer.kept * 4 >= layer.channels,
+                "below the floor: {layer:?}"
+            );
+        }
+    }
+    // The classifier's output space reaches the graph output and is never touched.
+    let fc = report.layers.iter().find(|l| l.space == "fc").unwrap();
+    assert_eq!(fc.kept, fc.channels);
+    assert!(fc.reason.contains("graph output"), "{}", fc.reason);
+    // The plan re-applied to the original gives the same MACs as the search's result.
+    let mut replayed = graph.clone();
+    crate::analysis::prepare_graph(&mut replayed, &Bindings::default()).unwrap();
+    let cuts: Vec<SpaceCut> = result
+        .plan
+        .spaces
+        .iter()
+        .map(|s| SpaceCut {
+            space: s.space.clone(),
+            keep: s.keep.clone(),
+        })
+        .collect();
+    prune::prune(&mut replayed, &cuts).unwrap();
+    let a = crate::analysis::analyze_graph(replayed, "cnn", &device, &AnalyzeOptions::default())
+        .unwrap();
+    assert_eq!(a.summary.macs, report.compressed.macs);
+    // The compressed graph exports, re-imports and runs.
+    let proto = crate::advisor::export::to_model(&result.graph).unwrap();
+    let mut back = crate::analysis::import::import_model(
+        &proto,
+        std::path::Path::new("."),
+        std::path::Path::new("c.onnx"),
+    )
+    .unwrap();
+    let (order, states, _) =
+        crate::analysis::prepare_graph(&mut back, &Bindings::default()).unwrap();
+    let plan = exec::build_plan(&back, &order, &states, &exec::PlanOptions::default()).unwrap();
+    let inputs = exec::random_inputs(&plan, 1);
+    let outputs = plan.run(&mut plan.workspace(), &inputs, None).unwrap();
+    assert_eq!(outputs[0].1.shape, vec![1, 10]);
+    // Every step lowers the prediction and is numbered.
+    let mut last = report.original.predicted_latency_ms;
+    for (i, step) in report.steps.iter().enumerate() {
+        assert_eq!(step.step, i + 1);
+        assert!(step.predicted_latency_ms < last, "{step:?}");
+        last = step.predicted_latency_ms;
+    }
+}
+
+#[test]
+fn stops_with_a_reason_when_nothing_can_gain() {
+    // Tiny convolutions on a device with a 1 ms fixed cost per op: all overhead.
+    let graph = cnn([8, 16, 16], 4);
+    let mut slow_launch = device();
+    slow_launch.launch_overhead_s = 1e-3;
+    let result = compress(
+        graph,
+        "tiny",
+        &slow_launch,
+        &AnalyzeOptions::default(),
+        &options(Target::Speedup(2.0)),
+        &mut |_| {},
+    )
+    .unwrap();
+    let report = &result.report;
+    assert!(!report.reached);
+    assert!(report.steps.is_empty(), "{:?}", report.steps);
+    assert!(
+        report.stop_reason.contains("no action"),
+        "{}",
+        report.stop_reason
+    );
+    let reasons: Vec<&str> = report
+        .layers
+        .iter()
+        .filter(|l| l.space != "fc")
+        .map(|l| l.reason.as_str())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.contains("at its floor") || r.contains("no aligned cut")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("overhead")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn unknown_precisions_are_refused() {
+    let mut opts = options(Target::Speedup(1.2));
+    opts.precisions = vec!["int3".into()];
+    let err = compress(
+        cnn([8, 8, 8], 4),
+        "x",
+        &device(),
+        &AnalyzeOptions::default(),
+        &opts,
+        &mut |_| {},
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("int3"), "{err}");
+}
+
+fn step(n: usize, ms: f64, cosine: f64) -> Step {
+    Step {
+        step: n,
+        action: String::new(),
+        predicted_latency_ms: ms,
+        corrected_latency_ms: ms,
+        measured_latency_ms: None,
+        macs: 0,
+        accuracy: AccuracyProxy {
+            samples: 1,
+            cosine_min: cosine,
+            cosine_mean: cosine,
+            max_abs_error: 0.0,
+            max_abs_reference: 1.0,
+            top1_agreement: None,
+        },
+        eval: None,
+        candidates_costed: 0,
+        candidates_checked: 0,
+    }
+}
+
+#[test]
+fn pareto_front_keeps_the_undominated_steps() {
+    let steps = vec![
+        step(1, 10.0, 0.99),
+        step(2, 9.0, 0.995),
+        step(3, 8.0, 0.9),
+        step(4, 8.5, 0.8),
+    ];
+    // Step 1 is beaten by step 2 on both; step 4 by step 3.
+    assert_eq!(pareto_front(&steps), vec![1, 2]);
+}
