@@ -57,11 +57,11 @@ pub fn render_compress_table(report: &CompressReport) -> String {
     let _ = writeln!(out, "accuracy   {}", safe(&report.accuracy_source));
     let _ = writeln!(
         out,
-        "result     {} ({}), search {:.1} s",
+        "result     {}{}, search {:.1} s",
         if report.reached {
-            "target reached"
+            ""
         } else {
-            "target NOT reached"
+            "target NOT reached: "
         },
         safe(&report.stop_reason),
         report.search_s

@@ -17,7 +17,13 @@ use super::common::{corpus_dir, repo_root, roofline, venv_python};
 const ATOL: f32 = 1e-4;
 const RTOL: f32 = 2e-3;
 
-fn reference(python: &Path, model: &Path, key: &str, shapes: &[&str], extra: &[&str]) -> PathBuf {
+pub(super) fn reference(
+    python: &Path,
+    model: &Path,
+    key: &str,
+    shapes: &[&str],
+    extra: &[&str],
+) -> PathBuf {
     let dir = repo_root().join("target/ort-ref").join(key);
     let manifest = dir.join("manifest.json");
     let fresh = manifest.exists()
@@ -43,7 +49,7 @@ fn reference(python: &Path, model: &Path, key: &str, shapes: &[&str], extra: &[&
 }
 
 /// Runs `model` with our executor on the reference inputs and compares every output.
-fn compare(model: &Path, reference_dir: &Path) -> Result<String, String> {
+pub(super) fn compare(model: &Path, reference_dir: &Path) -> Result<String, String> {
     let manifest: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(reference_dir.join("manifest.json")).unwrap(),
     )

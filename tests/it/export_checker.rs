@@ -39,7 +39,7 @@ print(f"checked {len(sys.argv) - 1} file(s), {failed} rejected")
 "#;
 
 /// Runs the checker on `files`; returns one line per rejected file (empty when all pass).
-fn rejected(python: &Path, files: &[String]) -> Vec<String> {
+pub(super) fn rejected(python: &Path, files: &[String]) -> Vec<String> {
     let out = Command::new(python)
         .arg("-c")
         .arg(CHECKER)

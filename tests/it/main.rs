@@ -7,6 +7,7 @@ mod checker_agreement;
 mod cli;
 mod cli_output;
 mod common;
+mod compress;
 mod corpus;
 mod exec_vs_ort;
 mod export_checker;

@@ -135,11 +135,16 @@ struct Measured {
 }
 
 impl Timer {
-    fn measure(&mut self, graph: &Graph, ctx: &PassContext) -> Result<Measured, AdvisorError> {
+    fn measure(
+        &mut self,
+        graph: &Graph,
+        ctx: &PassContext,
+        rounds: usize,
+    ) -> Result<Measured, AdvisorError> {
         let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
         let mut workspace = plan.workspace();
         let (mut original, mut candidate, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..self.runs.max(1) {
+        for round in 0..rounds.max(1) {
             // Alternate which runs first so drift hits both alike.
             let (a, b) = if round % 2 == 0 {
                 let a = timed_run(&self.plan, &mut self.workspace, &self.inputs)?;
@@ -414,7 +419,7 @@ pub fn compress(
     let mut correction = 1.0;
     if let Some(timer) = &mut timer {
         progress(Progress::Phase("measuring the original model"));
-        let m = timer.measure(&original_dep, &search.ctx)?;
+        let m = timer.measure(&original_dep, &search.ctx, timer.runs)?;
         original_meas_ms = Some(m.original_ms);
         correction = m.original_ms / original_pred_ms.max(1e-12);
     }
@@ -447,13 +452,15 @@ pub fn compress(
     let mut stop_reason = String::new();
     let mut reached = false;
 
+    let mut confirmed: Option<Measured> = None;
     for step in 1..=options.max_steps {
         if current_pred_ms * correction <= target_ms {
             match &mut timer {
                 Some(timer) => {
                     progress(Progress::Phase("confirming the target by measurement"));
                     let (dep, _) = search.deployable(&current, precision.as_deref())?;
-                    let m = timer.measure(&dep, &search.ctx)?;
+                    // Twice the usual rounds: this measurement decides, and is the final one.
+                    let m = timer.measure(&dep, &search.ctx, 2 * timer.runs)?;
                     correction = m.candidate_ms / current_pred_ms.max(1e-12);
                     if let Some(last) = steps.last_mut() {
                         last.measured_latency_ms = Some(m.candidate_ms);
@@ -465,6 +472,7 @@ pub fn compress(
                     if done {
                         reached = true;
                         stop_reason = "target reached (measured)".into();
+                        confirmed = Some(m);
                         break;
                     }
                 }
@@ -622,7 +630,7 @@ pub fn compress(
         let mut measured_ms = None;
         if step % options.measure_every.max(1) == 0 {
             if let Some(timer) = &mut timer {
-                let m = timer.measure(&best_dep, &search.ctx)?;
+                let m = timer.measure(&best_dep, &search.ctx, timer.runs)?;
                 correction = m.candidate_ms / current_pred_ms.max(1e-12);
                 measured_ms = Some(m.candidate_ms);
             }
@@ -655,12 +663,14 @@ pub fn compress(
     let final_analysis = search.analyse(&final_dep)?;
     let final_accuracy = search.score(&final_dep)?;
     let final_eval = search.eval(&final_dep)?;
-    let final_measured = match &mut timer {
-        Some(timer) => {
+    let final_measured = match (&mut timer, confirmed) {
+        (_, Some(confirmed)) => Some(confirmed),
+        (Some(timer), None) => {
             progress(Progress::Phase("measuring the compressed model"));
-            Some(timer.measure(&final_dep, &search.ctx)?)
+            let rounds = 2 * timer.runs;
+            Some(timer.measure(&final_dep, &search.ctx, rounds)?)
         }
-        None => None,
+        (None, None) => None,
     };
     // What the search predicted for the final model before measuring it: its prediction scaled
     // by the measured/predicted ratio of the last model measured before it.
@@ -861,7 +871,7 @@ impl Search<'_> {
         let mut bounds: Vec<&str> = analysis
             .nodes
             .iter()
-            .filter(|n| space.sources.iter().any(|s| *s == n.name))
+            .filter(|n| space.sources.contains(&n.name))
             .map(|n| bound_name(n.bound))
             .collect();
         bounds.sort_unstable();
@@ -959,7 +969,10 @@ impl Search<'_> {
         let accuracy = self.score(deployable)?;
         let eval = self.eval(deployable)?;
         let measured = match timer {
-            Some(timer) => Some(timer.measure(deployable, &self.ctx)?),
+            Some(timer) => {
+                let rounds = timer.runs;
+                Some(timer.measure(deployable, &self.ctx, rounds)?)
+            }
             None => None,
         };
         Ok(Baseline {

@@ -77,8 +77,7 @@ impl Net {
         &mut self,
         name: &str,
         x: ValueId,
-        c_in: u64,
-        c_out: u64,
+        (c_in, c_out): (u64, u64),
         kernel: u64,
         group: u64,
         bias: bool,
@@ -110,11 +109,11 @@ fn residual_net() -> Graph {
     let x =
         n.g.add_value("x", TensorFact::known(DType::F32, &[1, 3, 12, 12]));
     n.g.inputs.push(x);
-    let a = n.conv("conv1", x, 3, 8, 3, 1, true);
+    let a = n.conv("conv1", x, (3, 8), 3, 1, true);
     let a = n.node("relu1", "Relu", &[a], &[]);
-    let d = n.conv("dw", a, 8, 8, 3, 8, false);
+    let d = n.conv("dw", a, (8, 8), 3, 8, false);
     let d = n.node("relu2", "Relu", &[d], &[]);
-    let c = n.conv("conv3", d, 8, 8, 1, 1, true);
+    let c = n.conv("conv3", d, (8, 8), 1, 1, true);
     let s = n.node("add", "Add", &[c, a], &[]);
     let s = n.node("relu3", "Relu", &[s], &[]);
     let scale = n.konst("scale", &[8, 1, 1]);

@@ -1,0 +1,110 @@
+//! `roofline compress` end to end on a catalogue device (predicted only, so the test does not
+//! depend on this machine's speed): the pruned model the onnx checker accepts and onnxruntime
+//! runs with the same outputs as our executor, the pruning plan written next to it, `--eval`
+//! plumbing, and bad arguments refused with one line.
+
+use super::cli::tempdir;
+use super::common::{roofline, stderr, stdout, venv_python};
+use super::exec_vs_ort::{compare, reference};
+use super::export_checker::rejected;
+
+#[test]
+fn compressed_model_runs_in_onnxruntime_like_ours() {
+    let dir = tempdir();
+    let model = dir.join("mobilenetv2-pruned.onnx");
+    let out = roofline(&[
+        "compress",
+        "builtin:mobilenetv2",
+        "--device",
+        "rtx2080ti",
+        "--speedup",
+        "1.3",
+        "--precisions",
+        "fp32",
+        "--calibration-samples",
+        "2",
+        "--eval",
+        "echo accuracy: 0.75",
+        "-o",
+        model.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["schema"], "roofline-compress");
+    assert_eq!(report["reached"], true);
+    assert_eq!(report["measured"], false);
+    assert!(report["predicted_speedup"].as_f64().unwrap() >= 1.3);
+    // --eval's last number is the accuracy of every evaluated version.
+    assert_eq!(report["original"]["eval"], 0.75);
+    assert_eq!(report["compressed"]["eval"], 0.75);
+    let steps = report["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    let macs_before = report["original"]["macs"].as_u64().unwrap();
+    let macs_after = report["compressed"]["macs"].as_u64().unwrap();
+    assert!(macs_after < macs_before);
+
+    // The plan: kept indices per pruned space, in range and increasing, aligned to 8 on a GPU.
+    let plan: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("mobilenetv2-pruned.plan.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(plan["schema"], "roofline-prune-plan");
+    let spaces = plan["spaces"].as_array().unwrap();
+    assert!(!spaces.is_empty());
+    for space in spaces {
+        let channels = space["channels"].as_u64().unwrap();
+        let keep: Vec<u64> = space["keep"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_u64().unwrap())
+            .collect();
+        assert!(keep.windows(2).all(|w| w[0] < w[1]), "{space}");
+        assert!(*keep.last().unwrap() < channels, "{space}");
+        assert_eq!(keep.len() % 8, 0, "{space}");
+    }
+
+    let Some(python) = venv_python() else { return };
+    let failures = rejected(&python, &[format!("ort:{}", model.display())]);
+    assert!(failures.is_empty(), "{failures:?}");
+    let reference_dir = reference(
+        &python,
+        &model,
+        "compress-mobilenetv2",
+        &["input=1x3x224x224"],
+        &[],
+    );
+    let summary = compare(&model, &reference_dir).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("pruned mobilenetv2: {summary}");
+}
+
+#[test]
+fn bad_targets_are_one_line_errors() {
+    for args in [
+        vec!["--speedup", "0.5"],
+        vec!["--speedup", "nan"],
+        vec!["--latency", "20"],
+        vec!["--latency=-1ms"],
+        vec!["--speedup", "2", "--precisions", "int3"],
+        vec!["--speedup", "2", "--max-drop=-1"],
+        vec![],
+    ] {
+        let mut full = vec!["compress", "builtin:tinycnn", "--device", "rtx2080ti"];
+        full.extend(&args);
+        let out = roofline(&full);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // One line naming the problem (clap's own usage errors add the usage after it).
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+        assert!(
+            err.contains("--speedup")
+                || err.contains("--latency")
+                || err.contains("--precisions")
+                || err.contains("--max-drop"),
+            "{args:?}: {err}"
+        );
+    }
+}
