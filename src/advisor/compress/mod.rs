@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::passes::all_passes;
-use super::prune::{self, ChannelSpace, SpaceCut};
+use super::prune::{self, ActivationStats, ChannelSpace, SpaceCut};
 use super::quantize::{calibration_inputs, plan_of, OutputComparison};
 use super::{apply_pass, median, timed_run, AdviseOptions, AdvisorError, Pass, PassContext};
 use crate::analysis::graph::Graph;
@@ -256,6 +256,29 @@ impl Search<'_> {
         Ok(comparison.finish())
     }
 
+    /// Per-channel moments of the activations the prunable spaces' consumers read, over the
+    /// calibration inputs.
+    fn activation_stats(&self, pruned: &Graph) -> Result<ActivationStats, AdvisorError> {
+        let mut probe = pruned.clone();
+        let spaces = prune::channel_spaces(&mut probe.clone());
+        for value in prune::observed_values(&spaces) {
+            if !probe.outputs.contains(&value) {
+                probe.outputs.push(value);
+            }
+        }
+        let plan = plan_of(&probe, self.ctx.analyze, self.ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let mut stats = ActivationStats::default();
+        for sample in &self.proxy.inputs {
+            for (name, tensor) in plan.run(&mut workspace, sample, None)? {
+                if let Some(data) = tensor.as_f32() {
+                    stats.observe(&name, &tensor.shape, data);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
     fn eval(&self, deployable: &Graph) -> Result<Option<f64>, AdvisorError> {
         let Some(command) = &self.options.eval else {
             return Ok(None);
@@ -297,30 +320,44 @@ fn alignment(device: &DeviceProfile) -> (usize, String) {
     }
 }
 
-/// Runs the user's accuracy command on a candidate written to a temporary ONNX file.
+/// Runs the user's accuracy command on a candidate written to a temporary ONNX file (removed
+/// afterwards).
 fn run_eval(command: &str, deployable: &Graph) -> Result<f64, AdvisorError> {
     let fail = |reason: String| AdvisorError::Quantization(format!("--eval: {reason}"));
     let proto = super::export::to_model(deployable).map_err(|e| fail(e.to_string()))?;
     let dir = std::env::temp_dir().join(format!("roofline-compress-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
     let path = dir.join("candidate.onnx");
-    std::fs::write(&path, prost::Message::encode_to_vec(&proto))
-        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    let line = command.replace("{model}", &path.to_string_lossy());
-    let output = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(&line)
-        .output()
-        .map_err(|e| fail(format!("cannot run `{line}`: {e}")))?;
-    if !output.status.success() {
-        return Err(fail(format!("`{line}` exited with {}", output.status)));
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == ':')
-        .rev()
-        .find_map(|word| word.trim_end_matches('%').parse::<f64>().ok())
-        .filter(|v| v.is_finite())
-        .ok_or_else(|| fail(format!("`{line}` printed no number")))
+    let result = std::fs::write(&path, prost::Message::encode_to_vec(&proto))
+        .map_err(|e| fail(format!("{}: {e}", path.display())))
+        .and_then(|()| {
+            let line = command.replace("{model}", &path.to_string_lossy());
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&line)
+                .output()
+                .map_err(|e| fail(format!("cannot run `{line}`: {e}")))?;
+            if !output.status.success() {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let last = stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(fail(format!(
+                    "`{line}` exited with {}: {last}",
+                    output.status
+                )));
+            }
+            let text = String::from_utf8_lossy(&output.stdout);
+            text.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == ':')
+                .rev()
+                .find_map(|word| word.trim_end_matches('%').parse::<f64>().ok())
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| fail(format!("`{line}` printed no number")))
+        });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 fn point(
@@ -440,6 +477,20 @@ pub fn compress(
         .collect();
     let mut skip_reasons: HashMap<String, String> = HashMap::new();
 
+    // A precision is offered only if its result can be written as standard ONNX (bf16 and
+    // per-channel int8 need opset 13).
+    let mut early_notes = Vec::new();
+    let mut precisions = Vec::new();
+    for p in &options.precisions {
+        let (dep, _) = search.deployable(&graph, Some(p))?;
+        match super::export::to_model(&dep) {
+            Ok(_) => precisions.push(p.clone()),
+            Err(e) => early_notes.push(format!(
+                "{p} not offered: the result could not be written as standard ONNX ({e})"
+            )),
+        }
+    }
+
     let mut current = graph.clone();
     let mut precision: Option<String> = None;
     let mut precision_choices: Vec<PrecisionChoice> = Vec::new();
@@ -448,12 +499,14 @@ pub fn compress(
     // Prediction with the chosen precision ÷ without, refreshed every step.
     let mut precision_ratio = 1.0;
     let mut steps: Vec<Step> = Vec::new();
-    let step_ms = options.step_fraction * original_pred_ms;
+    // Predicted time each step removes; halved when no action of that size fits the budget.
+    let mut step_ms = options.step_fraction * original_pred_ms;
     let mut stop_reason = String::new();
     let mut reached = false;
 
     let mut confirmed: Option<Measured> = None;
-    for step in 1..=options.max_steps {
+    let mut step = 0;
+    while step < options.max_steps {
         if current_pred_ms * correction <= target_ms {
             match &mut timer {
                 Some(timer) => {
@@ -487,7 +540,10 @@ pub fn compress(
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut costed = 0usize;
         if options.prune {
-            let spaces = prune::channel_spaces(&mut current.clone());
+            // Channel statistics of the current model on the calibration inputs: importance
+            // from what the consumers would lose, and the means folded into their biases.
+            let stats = search.activation_stats(&current)?;
+            let spaces = prune::channel_spaces_with(&mut current.clone(), Some(&stats));
             for space in spaces.iter().filter(|s| s.frozen.is_none()) {
                 let original = original_channels
                     .get(&space.key)
@@ -509,6 +565,7 @@ pub fn compress(
                 }
                 if let Some(candidate) = search.best_cut(
                     space,
+                    &stats,
                     &current,
                     &counts,
                     wanted_ms,
@@ -527,7 +584,7 @@ pub fn compress(
             }
         }
         if precision.is_none() {
-            for p in &options.precisions {
+            for p in precisions.clone().iter() {
                 let predicted_ms = search.predict_ms(&current, Some(p))?;
                 costed += 1;
                 if predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) {
@@ -571,29 +628,50 @@ pub fn compress(
         let checked_count = checked.len();
         if let Some(max_drop) = options.max_drop.filter(|_| options.eval.is_none()) {
             checked.retain(|(_, _, a)| drop_of(a) <= max_drop);
-            if checked.is_empty() {
-                stop_reason = format!("accuracy budget spent: every next action drops the proxy by more than {max_drop}");
-                break;
-            }
         }
-        // Most gain per accuracy lost; the loss ranked on the mean cosine, which moves with every
-        // cut where top-1 agreement on a few samples moves in coarse steps.
+        // Most gain per accuracy lost first; the loss ranked on the mean cosine, which moves
+        // with every cut where top-1 agreement on a few samples moves in coarse steps.
         let value = |(c, _, a): &(Candidate, Graph, AccuracyProxy)| {
             gain(c) / ((1.0 - a.cosine_mean).max(0.0) + 1e-4)
         };
-        let best_index = (0..checked.len())
-            .max_by(|&a, &b| value(&checked[a]).total_cmp(&value(&checked[b])))
-            .expect("a checked candidate");
-        let (best, best_dep, accuracy) = checked.swap_remove(best_index);
-        let eval = search.eval(&best_dep)?;
-        if let (Some(max_drop), Some(base), Some(now)) = (options.max_drop, original_eval, eval) {
-            if base - now > max_drop {
-                stop_reason = format!(
-                    "accuracy budget spent: --eval gives {now} against {base} (drop > {max_drop})"
-                );
-                break;
+        checked.sort_by(|a, b| value(b).total_cmp(&value(a)));
+        // With --eval, the best candidate that stays within the budget.
+        let mut chosen = None;
+        let mut eval_rejected = None;
+        for (candidate, dep, accuracy) in checked {
+            let eval = search.eval(&dep)?;
+            if let (Some(max_drop), Some(base), Some(now)) = (options.max_drop, original_eval, eval)
+            {
+                if base - now > max_drop {
+                    eval_rejected = Some(now);
+                    // A precision that breaks the budget now will not fit it later.
+                    if let Action::Precision(p) = &candidate.kind {
+                        precisions.retain(|q| q != p);
+                    }
+                    continue;
+                }
             }
+            chosen = Some((candidate, dep, accuracy, eval));
+            break;
         }
+        let Some((best, best_dep, accuracy, eval)) = chosen else {
+            // Smaller steps cut less of each space: try them before giving up.
+            if step_ms / 2.0 >= MIN_STEP_GAIN * original_pred_ms {
+                step_ms /= 2.0;
+                continue;
+            }
+            let max_drop = options.max_drop.unwrap_or(0.0);
+            stop_reason = match (eval_rejected, original_eval) {
+                (Some(now), Some(base)) => format!(
+                    "accuracy budget spent: the smallest next actions give --eval {now} against {base} (drop > {max_drop})"
+                ),
+                _ => format!(
+                    "accuracy budget spent: every next action drops the proxy by more than {max_drop}"
+                ),
+            };
+            break;
+        };
+        step += 1;
         let action = match &best.kind {
             Action::Prune { space, from, keep } => {
                 let original_keep = kept
@@ -691,7 +769,13 @@ pub fn compress(
             .analyse(&search.deployable(&current, None)?.0)?
             .summary
             .macs;
-        baselines = search.baselines(&graph, &original_analysis, pruned_macs, timer.as_mut())?;
+        baselines = search.baselines(
+            &graph,
+            &original_analysis,
+            pruned_macs,
+            &precisions,
+            timer.as_mut(),
+        )?;
     }
 
     let layers = original_spaces
@@ -701,7 +785,7 @@ pub fn compress(
             let reason = match (&space.frozen, kept_count < space.channels) {
                 (Some(frozen), _) => format!("not prunable: {frozen}"),
                 (None, true) => format!(
-                    "pruned to {kept_count} of {} channels ({:.0}% kept), the most important by filter norm x BN scale",
+                    "pruned to {kept_count} of {} channels ({:.0}% kept), the most important by what their consumers would lose (weights x activation variance on the calibration inputs), the removed channels' means folded into the consumers' biases",
                     space.channels,
                     100.0 * kept_count as f64 / space.channels as f64
                 ),
@@ -719,9 +803,10 @@ pub fn compress(
         })
         .collect();
     let pareto = pareto_front(&steps);
-    let mut notes = vec![
+    let mut notes = early_notes;
+    notes.extend([
         "fine-tuning is out of scope: the pruned model is exported as is; apply the pruning plan (kept channel indices per space) in your training framework and fine-tune to recover accuracy".to_string(),
-    ];
+    ]);
     if options.advise.calibration_dir.is_none() && options.eval.is_none() {
         notes.push("the accuracy proxy ran on random inputs: it measures agreement with the original model's outputs, which says little about a trained model's accuracy on real data (pass --calibration DIR or --eval CMD)".into());
     }
@@ -797,7 +882,7 @@ pub fn compress(
             })
             .collect(),
         precision: precision_choices,
-        note: "keep: indices of the output channels kept in the original model; every node that reads these channels loses the same input channels".into(),
+        note: "keep: indices of the output channels kept in the original model; every node that reads these channels loses the same input channels. The exported model also folds each removed channel's mean activation (on the calibration inputs) into the biases of the convolutions and Gemms that read it".into(),
     };
     Ok(Compressed {
         report,
@@ -812,6 +897,7 @@ impl Search<'_> {
     fn best_cut(
         &self,
         space: &ChannelSpace,
+        stats: &ActivationStats,
         current: &Graph,
         counts: &[usize],
         wanted_ms: f64,
@@ -822,12 +908,13 @@ impl Search<'_> {
         let evaluate = |count: usize, costed: &mut usize| -> Result<Candidate, AdvisorError> {
             let keep = prune::keep_most_important(space, count);
             let mut pruned = current.clone();
-            prune::prune(
+            prune::prune_with(
                 &mut pruned,
                 &[SpaceCut {
                     space: space.key.clone(),
                     keep: keep.clone(),
                 }],
+                Some(stats),
             )
             .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
             *costed += 1;
@@ -891,6 +978,7 @@ impl Search<'_> {
         original: &Graph,
         original_analysis: &Analysis,
         pruned_macs: u64,
+        precisions: &[String],
         mut timer: Option<&mut Timer>,
     ) -> Result<Vec<Baseline>, AdvisorError> {
         let mut out = Vec::new();
@@ -935,7 +1023,7 @@ impl Search<'_> {
                 timer.as_deref_mut(),
             )?);
         }
-        for precision in &self.options.precisions {
+        for precision in precisions {
             let mut blind = self.options.advise.clone();
             blind.convert_all = true;
             let ctx = PassContext {

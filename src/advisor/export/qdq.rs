@@ -8,7 +8,8 @@
 //!   `Cast(to = bf16 | fp16) → Cast(to = float)`, then the float op and its epilogue.
 //! - `FakeQuant`: QuantizeLinear → DequantizeLinear.
 //!
-//! Per-axis DequantizeLinear needs opset 13: quantized ops of an older graph are an error.
+//! Per-axis DequantizeLinear and Cast to bfloat16 need opset 13: int8 and bf16 ops of an older
+//! graph are an error.
 
 use super::{attribute, AttributeProto, ExportError, Writer};
 use crate::analysis::graph::Node;
@@ -165,6 +166,17 @@ impl Writer<'_> {
                     self.graph.opset
                 ),
             }),
+            "HalfConv" | "HalfMatMul"
+                if self.graph.opset < 13 && node.attrs.string("dtype") == Some("bf16") =>
+            {
+                Err(ExportError::Node {
+                    node: node.name.clone(),
+                    reason: format!(
+                        "Cast to and from bfloat16 needs opset 13; the model imports opset {}",
+                        self.graph.opset
+                    ),
+                })
+            }
             "QConv" | "QMatMul" => {
                 let xs = self.scale_name(node, slot::X_SCALE, &out)?;
                 let xz = self

@@ -20,10 +20,18 @@
 //! must re-infer, validate and compute the same function minus the removed channels.
 //!
 //! # Importance
-//! Per channel, summed over the space's sources: the L2 norm of the channel's filter divided
-//! by the mean norm of that source's filters, times |γ|/√(σ²+ε) (also normalised) when a
-//! BatchNormalization reads the source directly: the scale the channel really leaves the
-//! block with (filter magnitude and BN scale, as in Li et al. 2017 and Liu et al. 2017).
+//! With activation statistics from calibration runs ([`ActivationStats`]), a channel is worth
+//! what its consumers would lose: per consumer (convolution or Gemm reading the channel),
+//! √(Σ_f ‖W[:, f]‖² · var(x_f)) over the channel's features, normalised per consumer and
+//! summed; the channel's *mean* is not lost, because pruning folds it into the consumers'
+//! biases (`prune_with`): a channel that is constant after a folded BatchNormalization (tiny
+//! filter, large bias) is then free to remove, where filter norms would keep it and remove
+//! channels that matter. On the PP-OCRv4 recogniser, removing 10% of a space keeps the output
+//! cosine at 0.989-1.000 this way against 0.50-1.00 by filter norm without the fold.
+//!
+//! Without statistics: the L2 norm of each channel's filter divided by the mean norm of that
+//! source's filters, times |γ|/√(σ²+ε) (also normalised) when a BatchNormalization reads the
+//! source directly (filter magnitude and BN scale, as in Li et al. 2017 and Liu et al. 2017).
 
 use std::collections::{HashMap, HashSet};
 
@@ -40,6 +48,18 @@ struct Cut {
     slot: usize,
     axis: usize,
     block: usize,
+}
+
+/// A node that reads the space's channels through its weights (a convolution's input
+/// channels, a Gemm's or MatMul's input features): the cut that removes them, and the
+/// activation it reads (for statistics and mean compensation).
+#[derive(Clone, Debug, PartialEq)]
+struct Consumer {
+    cut: Cut,
+    reads: ValueId,
+    /// Input slot of the bias the removed channels' mean is folded into (`None`: no bias
+    /// input, as for MatMul).
+    bias_slot: Option<usize>,
 }
 
 /// Edits besides constant cuts that keep a pruned node consistent.
@@ -70,6 +90,7 @@ pub struct ChannelSpace {
     values: Vec<ValueId>,
     /// Source weight cuts, for importance: (cut, BN node index reading the source directly).
     source_cuts: Vec<(Cut, Option<usize>)>,
+    consumers: Vec<Consumer>,
 }
 
 /// The channels kept in one space, as indices into the space's channels *before* this edit.
@@ -77,6 +98,73 @@ pub struct ChannelSpace {
 pub struct SpaceCut {
     pub space: String,
     pub keep: Vec<usize>,
+}
+
+/// Per-feature moments along axis 1 of the activations the spaces' consumers read, from
+/// calibration runs, by value name (names survive pruning; value ids need not).
+#[derive(Clone, Debug, Default)]
+pub struct ActivationStats {
+    moments: HashMap<String, Moments>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Moments {
+    sum: Vec<f64>,
+    sum_sq: Vec<f64>,
+    count: f64,
+}
+
+impl ActivationStats {
+    /// Adds one tensor of `value` (shape `[N, C, ...]` or `[N, F]`).
+    pub fn observe(&mut self, value: &str, shape: &[usize], data: &[f32]) {
+        if shape.len() < 2 {
+            return;
+        }
+        let features = shape[1];
+        let inner: usize = shape[2..].iter().product();
+        let m = self.moments.entry(value.to_string()).or_default();
+        if m.sum.len() != features {
+            *m = Moments {
+                sum: vec![0.0; features],
+                sum_sq: vec![0.0; features],
+                count: 0.0,
+            };
+        }
+        for (i, chunk) in data.chunks(inner.max(1)).enumerate() {
+            let f = i % features;
+            for &x in chunk {
+                m.sum[f] += x as f64;
+                m.sum_sq[f] += (x as f64) * (x as f64);
+            }
+        }
+        m.count += (data.len() / features.max(1)) as f64;
+    }
+
+    /// Per-feature mean and variance of `value`.
+    fn mean_var(&self, value: &str) -> Option<(Vec<f64>, Vec<f64>)> {
+        let m = self.moments.get(value).filter(|m| m.count > 0.0)?;
+        let mean: Vec<f64> = m.sum.iter().map(|s| s / m.count).collect();
+        let var = m
+            .sum_sq
+            .iter()
+            .zip(&mean)
+            .map(|(sq, mu)| (sq / m.count - mu * mu).max(0.0))
+            .collect();
+        Some((mean, var))
+    }
+}
+
+/// The activations the consumers of the prunable spaces read: what [`ActivationStats`]
+/// should observe.
+pub fn observed_values(spaces: &[ChannelSpace]) -> Vec<ValueId> {
+    let mut values: Vec<ValueId> = spaces
+        .iter()
+        .filter(|s| s.frozen.is_none())
+        .flat_map(|s| s.consumers.iter().map(|c| c.reads))
+        .collect();
+    values.sort_unstable();
+    values.dedup();
+    values
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +265,7 @@ impl Builder<'_, '_> {
             fixups: Vec::new(),
             values: Vec::new(),
             source_cuts: Vec::new(),
+            consumers: Vec::new(),
         });
         id
     }
@@ -219,6 +308,7 @@ impl Builder<'_, '_> {
                 fixups: Vec::new(),
                 values: Vec::new(),
                 source_cuts: Vec::new(),
+                consumers: Vec::new(),
             },
         );
         let target = &mut self.spaces[ra];
@@ -234,6 +324,7 @@ impl Builder<'_, '_> {
         target.fixups.extend(moved.fixups);
         target.values.extend(moved.values);
         target.source_cuts.extend(moved.source_cuts);
+        target.consumers.extend(moved.consumers);
         if target.frozen.is_none() {
             target.frozen = moved.frozen;
         }
@@ -251,6 +342,17 @@ impl Builder<'_, '_> {
         let root = self.root(space);
         self.spaces[root].cuts.push(cut);
         self.spaces[root].touched.push(op_type.to_string());
+    }
+
+    fn consume(&mut self, space: usize, cut: Cut, node: &Node, bias_slot: Option<usize>) {
+        let Some(reads) = node.inputs[0] else { return };
+        self.cut(space, cut.clone(), &node.op_type);
+        let root = self.root(space);
+        self.spaces[root].consumers.push(Consumer {
+            cut,
+            reads,
+            bias_slot,
+        });
     }
 
     fn rank_of(&self, value: ValueId) -> Option<usize> {
@@ -406,16 +508,13 @@ impl Builder<'_, '_> {
                 if block != 1 {
                     self.freeze(space, format!("flattened into convolution `{}`", node.name));
                 } else {
-                    self.cut(
-                        space,
-                        Cut {
-                            node: index,
-                            slot: 1,
-                            axis: 1,
-                            block: 1,
-                        },
-                        "Conv",
-                    );
+                    let cut = Cut {
+                        node: index,
+                        slot: 1,
+                        axis: 1,
+                        block: 1,
+                    };
+                    self.consume(space, cut, node, Some(2));
                 }
             }
             let space = self.open(node, c_out);
@@ -500,16 +599,13 @@ impl Builder<'_, '_> {
         let (in_axis, out_axis) = if trans_b { (1, 0) } else { (0, 1) };
         let features = w.shape[out_axis] as usize;
         if let Some((space, block)) = x {
-            self.cut(
-                space,
-                Cut {
-                    node: index,
-                    slot: 1,
-                    axis: in_axis,
-                    block,
-                },
-                &node.op_type,
-            );
+            let cut = Cut {
+                node: index,
+                slot: 1,
+                axis: in_axis,
+                block,
+            };
+            self.consume(space, cut, node, is_gemm.then_some(2));
         }
         let space = self.open(node, features);
         let cut = Cut {
@@ -632,10 +728,21 @@ impl Builder<'_, '_> {
 /// Every channel space of `graph` (which must have been inferred: shapes are read from its
 /// facts), prunable or frozen, with per-channel importance for the prunable ones.
 pub fn channel_spaces(graph: &mut Graph) -> Vec<ChannelSpace> {
+    channel_spaces_with(graph, None)
+}
+
+/// [`channel_spaces`], with importance from activation statistics where `stats` has them (see
+/// the module doc).
+pub fn channel_spaces_with(
+    graph: &mut Graph,
+    stats: Option<&ActivationStats>,
+) -> Vec<ChannelSpace> {
     let ed = Editor::new(graph);
     let mut spaces = spaces_of(&ed);
     for space in spaces.iter_mut().filter(|s| s.frozen.is_none()) {
-        space.importance = importance(&ed, space);
+        space.importance = stats
+            .and_then(|stats| measured_importance(&ed, space, stats))
+            .unwrap_or_else(|| importance(&ed, space));
     }
     spaces
 }
@@ -735,6 +842,121 @@ fn importance(ed: &Editor, space: &ChannelSpace) -> Vec<f64> {
     total
 }
 
+/// Index along `in_axis` and along the output axis of every element of a consumer weight.
+fn weight_axes(shape: &[u64], in_axis: usize) -> (usize, usize, usize, usize) {
+    let out_axis = if shape.len() == 2 { 1 - in_axis } else { 0 };
+    let stride = |axis: usize| shape[axis + 1..].iter().product::<u64>() as usize;
+    (
+        stride(in_axis),
+        shape[in_axis] as usize,
+        stride(out_axis),
+        shape[out_axis] as usize,
+    )
+}
+
+/// Importance from what the consumers would lose: per channel, √(Σ_f ‖W[:, f]‖² · var(x_f))
+/// over the channel's features, normalised per consumer and summed. The mean of a removed
+/// channel is folded into the consumer's bias ([`prune_with`]), so only its variation is lost.
+fn measured_importance(
+    ed: &Editor,
+    space: &ChannelSpace,
+    stats: &ActivationStats,
+) -> Option<Vec<f64>> {
+    let mut total = vec![0f64; space.channels];
+    let mut used = 0;
+    for consumer in &space.consumers {
+        let name = &ed.graph.values[consumer.reads].name;
+        let Some((_, var)) = stats.mean_var(name) else {
+            continue;
+        };
+        let node = &ed.nodes[consumer.cut.node];
+        let Some(w) = f32_const(ed, node.inputs[consumer.cut.slot]) else {
+            continue;
+        };
+        let Some(values) = w.to_f32_vec() else {
+            continue;
+        };
+        let (in_stride, in_dim, _, _) = weight_axes(&w.shape, consumer.cut.axis);
+        if in_dim != var.len() || in_dim != space.channels * consumer.cut.block {
+            continue;
+        }
+        let mut column_sq = vec![0f64; in_dim];
+        for (i, &v) in values.iter().enumerate() {
+            column_sq[(i / in_stride) % in_dim] += (v as f64) * (v as f64);
+        }
+        let per_channel: Vec<f64> = (0..space.channels)
+            .map(|c| {
+                let block = consumer.cut.block;
+                (c * block..(c + 1) * block)
+                    .map(|f| column_sq[f] * var[f])
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .collect();
+        total
+            .iter_mut()
+            .zip(normalised(per_channel))
+            .for_each(|(t, n)| *t += n);
+        used += 1;
+    }
+    (used > 0).then_some(total)
+}
+
+/// Folds the mean of the removed features into each consumer's bias: the consumer's output
+/// keeps what those channels contributed on average (exact for a constant channel; at
+/// zero-padded borders of a convolution the fold slightly over-compensates).
+fn compensate(ed: &mut Editor, space: &ChannelSpace, keep: &[usize], stats: &ActivationStats) {
+    let kept: HashSet<usize> = keep.iter().copied().collect();
+    for consumer in &space.consumers {
+        let Some(bias_slot) = consumer.bias_slot else {
+            continue;
+        };
+        let name = ed.graph.values[consumer.reads].name.clone();
+        let Some((mean, _)) = stats.mean_var(&name) else {
+            continue;
+        };
+        let node = consumer.cut.node;
+        let Some(w) = f32_const(ed, ed.nodes[node].inputs[consumer.cut.slot]) else {
+            continue;
+        };
+        let Some(values) = w.to_f32_vec() else {
+            continue;
+        };
+        let (in_stride, in_dim, out_stride, out_dim) = weight_axes(&w.shape, consumer.cut.axis);
+        if in_dim != mean.len() {
+            continue;
+        }
+        let block = consumer.cut.block.max(1);
+        let mut delta = vec![0f64; out_dim];
+        for (i, &v) in values.iter().enumerate() {
+            let f = (i / in_stride) % in_dim;
+            if !kept.contains(&(f / block)) {
+                delta[(i / out_stride) % out_dim] += v as f64 * mean[f];
+            }
+        }
+        let bias_value = ed.nodes[node].inputs.get(bias_slot).copied().flatten();
+        let mut bias: Vec<f32> = match bias_value {
+            None => vec![0.0; out_dim],
+            Some(b) => match ed.const_f32(Some(b)) {
+                Some(values) if values.len() == out_dim => values,
+                Some(values) if values.len() == 1 => vec![values[0]; out_dim],
+                // A bias of another shape (per row of a Gemm): leave it alone.
+                _ => continue,
+            },
+        };
+        bias.iter_mut()
+            .zip(&delta)
+            .for_each(|(b, d)| *b += *d as f32);
+        let base = format!("{}_bias_compensated", ed.nodes[node].name);
+        let id = ed.add_const(unique_name(ed.graph, &base), vec![out_dim as u64], bias);
+        let inputs = &mut ed.nodes[node].inputs;
+        if inputs.len() <= bias_slot {
+            inputs.resize(bias_slot + 1, None);
+        }
+        inputs[bias_slot] = Some(id);
+    }
+}
+
 /// The `count` most important channels of `space`, in channel order.
 pub fn keep_most_important(space: &ChannelSpace, count: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..space.channels).collect();
@@ -779,6 +1001,16 @@ fn unique_name(graph: &Graph, base: &str) -> String {
 /// channels) of the space it names. The graph must have been inferred; the caller re-infers it
 /// (the pruned shapes flow from the cut weights) and validates.
 pub fn prune(graph: &mut Graph, plan: &[SpaceCut]) -> Result<(), PruneError> {
+    prune_with(graph, plan, None)
+}
+
+/// [`prune`], folding the mean of every removed channel into its consumers' biases where
+/// `stats` observed the activation they read.
+pub fn prune_with(
+    graph: &mut Graph,
+    plan: &[SpaceCut],
+    stats: Option<&ActivationStats>,
+) -> Result<(), PruneError> {
     for step in plan {
         // Structure only: the kept channels are given, so no importance is needed.
         let spaces = spaces_of(&Editor::new(graph));
@@ -808,15 +1040,19 @@ pub fn prune(graph: &mut Graph, plan: &[SpaceCut]) -> Result<(), PruneError> {
                 space.channels
             )));
         }
-        apply(graph, space, &step.keep);
+        apply(graph, space, &step.keep, stats);
         crate::analysis::prepare_graph(graph, &Default::default())
             .map_err(|e| bad(format!("pruned graph does not re-infer: {e}")))?;
     }
     Ok(())
 }
 
-fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize]) {
+fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<&ActivationStats>) {
     let mut ed = Editor::new(graph);
+    // Before the cuts: the fold reads the consumers' full weights.
+    if let Some(stats) = stats {
+        compensate(&mut ed, space, keep, stats);
+    }
     for cut in &space.cuts {
         let Some(value) = ed.nodes[cut.node].inputs[cut.slot] else {
             continue;

@@ -351,3 +351,87 @@ fn mobilenetv2_expansions_are_prunable() {
         .count();
     assert!(with_dw >= 16, "{with_dw}");
 }
+
+/// conv1 (3→8, bias) → Relu → conv2 1×1 (8→4, bias): the graph output.
+fn two_convs() -> Graph {
+    let mut n = Net::new();
+    let x =
+        n.g.add_value("x", TensorFact::known(DType::F32, &[2, 3, 6, 6]));
+    n.g.inputs.push(x);
+    let a = n.conv("conv1", x, (3, 8), 3, 1, true);
+    let a = n.node("relu1", "Relu", &[a], &[]);
+    let y = n.conv("conv2", a, (8, 4), 1, 1, true);
+    n.g.outputs.push(y);
+    let mut g = n.g;
+    crate::analysis::prepare_graph(&mut g, &Bindings::default()).unwrap();
+    g
+}
+
+/// Runs `graph` with the consumers' inputs as extra outputs and collects their moments.
+fn stats_of(graph: &Graph, inputs: &HashMap<String, RtTensor>) -> ActivationStats {
+    let mut probe = graph.clone();
+    let spaces = channel_spaces(&mut probe.clone());
+    for v in observed_values(&spaces) {
+        probe.outputs.push(v);
+    }
+    let (order, states, _) =
+        crate::analysis::prepare_graph(&mut probe, &Bindings::default()).unwrap();
+    let plan = exec::build_plan(&probe, &order, &states, &exec::PlanOptions::default()).unwrap();
+    let mut stats = ActivationStats::default();
+    for (name, t) in plan.run(&mut plan.workspace(), inputs, None).unwrap() {
+        stats.observe(&name, &t.shape, t.as_f32().unwrap());
+    }
+    stats
+}
+
+#[test]
+fn a_constant_channel_prunes_exactly_once_its_mean_is_folded() {
+    let mut g = two_convs();
+    // Channel 5 of conv1: zero filter, bias 0.7 → Relu gives 0.7 everywhere.
+    {
+        let mut ed = Editor::new(&mut g);
+        let index = ed.nodes.iter().position(|n| n.name == "conv1").unwrap();
+        let w = ed.const_f32(ed.nodes[index].inputs[1]).unwrap();
+        let mut b = ed.const_f32(ed.nodes[index].inputs[2]).unwrap();
+        let mut w = w;
+        w[5 * 27..6 * 27].iter_mut().for_each(|v| *v = 0.0);
+        b[5] = 0.7;
+        let w_id = ed.add_const("w_const_channel".into(), vec![8, 3, 3, 3], w);
+        let b_id = ed.add_const("b_const_channel".into(), vec![8], b);
+        ed.nodes[index].inputs[1] = Some(w_id);
+        ed.nodes[index].inputs[2] = Some(b_id);
+        ed.finish();
+    }
+    crate::analysis::prepare_graph(&mut g, &Bindings::default()).unwrap();
+    let x = exec::random_input(&[2, 3, 6, 6], false, 5, 10);
+    let inputs = HashMap::from([("x".to_string(), x)]);
+    let before = run(&g, &inputs);
+    let stats = stats_of(&g, &inputs);
+    // Measured importance: a constant channel loses nothing once its mean is folded.
+    let spaces = channel_spaces_with(&mut g, Some(&stats));
+    let space = spaces.iter().find(|s| s.key == "conv1").unwrap();
+    assert!(space.importance[5] < 1e-6, "{:?}", space.importance);
+    assert_eq!(keep_most_important(space, 7), vec![0, 1, 2, 3, 4, 6, 7]);
+    let cut = [SpaceCut {
+        space: "conv1".into(),
+        keep: vec![0, 1, 2, 3, 4, 6, 7],
+    }];
+    let mut folded = g.clone();
+    prune_with(&mut folded, &cut, Some(&stats)).unwrap();
+    let after = run(&folded, &inputs);
+    for (a, b) in before.iter().zip(&after) {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "{before:?} vs {after:?}"
+        );
+    }
+    // Without the fold, the channel's 0.7 times conv2's weights goes missing.
+    let mut plain = g.clone();
+    prune(&mut plain, &cut).unwrap();
+    let lost = run(&plain, &inputs);
+    let worst = before
+        .iter()
+        .zip(&lost)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst > 1e-2, "{worst}");
+}
