@@ -185,6 +185,14 @@ struct Candidate {
     importance_removed: f64,
 }
 
+/// What a cut aims at: the predicted latency to reach, and the factor that carries a float
+/// prediction to the chosen precision's.
+#[derive(Clone, Copy)]
+struct CutGoal {
+    wanted_ms: f64,
+    precision_ratio: f64,
+}
+
 #[derive(Clone, Debug)]
 enum Action {
     Prune {
@@ -568,8 +576,10 @@ pub fn compress(
                     &stats,
                     &current,
                     &counts,
-                    wanted_ms,
-                    precision_ratio,
+                    CutGoal {
+                        wanted_ms,
+                        precision_ratio,
+                    },
                     &mut costed,
                 )? {
                     if candidate.predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) {
@@ -900,10 +910,13 @@ impl Search<'_> {
         stats: &ActivationStats,
         current: &Graph,
         counts: &[usize],
-        wanted_ms: f64,
-        precision_ratio: f64,
+        goal: CutGoal,
         costed: &mut usize,
     ) -> Result<Option<Candidate>, AdvisorError> {
+        let CutGoal {
+            wanted_ms,
+            precision_ratio,
+        } = goal;
         let total: f64 = space.importance.iter().sum::<f64>().max(1e-12);
         let evaluate = |count: usize, costed: &mut usize| -> Result<Candidate, AdvisorError> {
             let keep = prune::keep_most_important(space, count);
