@@ -5,10 +5,13 @@
 
 use super::*;
 use crate::advisor::passes::tests::device;
+use crate::advisor::prune::SpaceCut;
+use crate::analysis::graph::Graph;
 use crate::analysis::graph::{Attr, Attributes, Node, ValueId};
 use crate::analysis::infer::Bindings;
 use crate::analysis::tensor::{DType, Tensor, TensorFact};
 use crate::report::model::compress::Step;
+use crate::report::model::quant::AccuracyProxy;
 
 /// input 1×3×32×32 → conv 3→64 → Relu → conv 64→128 → Relu → conv 128→128 → Relu →
 /// GlobalAveragePool → Flatten → Gemm 128→10: compute-bound convolutions on the round device.

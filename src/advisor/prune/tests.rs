@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::analysis::tensor::DType;
 use crate::analysis::graph::{Attributes, Node};
 use crate::analysis::infer::Bindings;
 use crate::builtin::{self, WeightFill};

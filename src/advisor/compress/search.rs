@@ -1,0 +1,471 @@
+//! The search's machinery: the deployable graph of a candidate, its prediction, its accuracy
+//! on the calibration inputs, `--eval`, the channel statistics, the interleaved timer, the
+//! aligned cut of one space, and the hardware-blind baselines.
+
+use std::collections::HashMap;
+
+use super::{CompressOptions, FLOAT_PASSES, MIN_STEP_GAIN};
+use crate::advisor::prune::{self, ActivationStats, ChannelSpace, SpaceCut};
+use crate::advisor::quantize::{plan_of, OutputComparison};
+use crate::advisor::{apply_pass, median, timed_run, AdvisorError, Pass, PassContext};
+use crate::analysis::graph::Graph;
+use crate::analysis::{self, Analysis, Bound};
+use crate::device::DeviceProfile;
+use crate::exec::{self, RtTensor};
+use crate::report::model::compress::{Baseline, Point, PrecisionChoice};
+use crate::report::model::quant::AccuracyProxy;
+
+/// The proxy's reference: the original deployable graph's outputs on the calibration inputs.
+pub(super) struct Proxy {
+    pub(super) inputs: Vec<HashMap<String, RtTensor>>,
+    pub(super) reference: Vec<Vec<(String, RtTensor)>>,
+}
+
+/// Interleaved timing against the original (kept planned for the whole search).
+pub(super) struct Timer {
+    pub(super) plan: exec::Plan,
+    pub(super) workspace: exec::Workspace,
+    pub(super) inputs: HashMap<String, RtTensor>,
+    pub(super) runs: usize,
+}
+
+pub(super) struct Measured {
+    pub(super) original_ms: f64,
+    pub(super) candidate_ms: f64,
+    pub(super) speedup: f64,
+}
+
+impl Timer {
+    pub(super) fn measure(
+        &mut self,
+        graph: &Graph,
+        ctx: &PassContext,
+        rounds: usize,
+    ) -> Result<Measured, AdvisorError> {
+        let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let (mut original, mut candidate, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds.max(1) {
+            // Alternate which runs first so drift hits both alike.
+            let (a, b) = if round % 2 == 0 {
+                let a = timed_run(&self.plan, &mut self.workspace, &self.inputs)?;
+                (a, timed_run(&plan, &mut workspace, &self.inputs)?)
+            } else {
+                let b = timed_run(&plan, &mut workspace, &self.inputs)?;
+                (timed_run(&self.plan, &mut self.workspace, &self.inputs)?, b)
+            };
+            original.push(a);
+            candidate.push(b);
+            ratios.push(a / b.max(1e-12));
+        }
+        Ok(Measured {
+            original_ms: median(original),
+            candidate_ms: median(candidate),
+            speedup: median(ratios),
+        })
+    }
+}
+
+pub(super) struct Search<'a> {
+    pub(super) source: &'a str,
+    pub(super) device: &'a DeviceProfile,
+    pub(super) ctx: PassContext<'a>,
+    pub(super) options: &'a CompressOptions,
+    pub(super) passes: Vec<Box<dyn Pass>>,
+    pub(super) proxy: Proxy,
+}
+
+/// A candidate action with its predicted effect.
+pub(super) struct Candidate {
+    pub(super) kind: Action,
+    /// The pruned graph (before the float passes) after the action.
+    pub(super) pruned: Graph,
+    pub(super) precision: Option<String>,
+    pub(super) predicted_ms: f64,
+    /// Share of the space's importance the cut removes (0 for precision actions).
+    pub(super) importance_removed: f64,
+}
+
+/// What a cut aims at: the predicted latency to reach, and the factor that carries a float
+/// prediction to the chosen precision's.
+#[derive(Clone, Copy)]
+pub(super) struct CutGoal {
+    pub(super) wanted_ms: f64,
+    pub(super) precision_ratio: f64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Action {
+    Prune {
+        space: String,
+        from: usize,
+        keep: Vec<usize>,
+    },
+    Precision(String),
+}
+
+impl Search<'_> {
+    pub(super) fn pass(&self, name: &str) -> &dyn Pass {
+        self.passes
+            .iter()
+            .find(|p| p.name() == name)
+            .map(|p| p.as_ref())
+            .expect("pass exists")
+    }
+
+    /// The graph as it would be deployed: float passes, then the precision pass.
+    pub(super) fn deployable(
+        &self,
+        pruned: &Graph,
+        precision: Option<&str>,
+    ) -> Result<(Graph, Vec<PrecisionChoice>), AdvisorError> {
+        let mut graph = pruned.clone();
+        for name in FLOAT_PASSES {
+            apply_pass(&mut graph, self.pass(name), &self.ctx)?;
+        }
+        let mut choices = Vec::new();
+        if let Some(precision) = precision {
+            let output = apply_pass(&mut graph, self.pass(precision), &self.ctx)?;
+            choices = output
+                .decisions
+                .into_iter()
+                .filter(|d| d.decision != "fp32")
+                .map(|d| PrecisionChoice {
+                    node: d.node,
+                    precision: d.decision,
+                    reason: d.reason,
+                })
+                .collect();
+        }
+        Ok((graph, choices))
+    }
+
+    pub(super) fn analyse(&self, deployable: &Graph) -> Result<Analysis, AdvisorError> {
+        Ok(analysis::analyze_graph(
+            deployable.clone(),
+            self.source,
+            self.device,
+            self.ctx.analyze,
+        )?)
+    }
+
+    pub(super) fn predict_ms(
+        &self,
+        pruned: &Graph,
+        precision: Option<&str>,
+    ) -> Result<f64, AdvisorError> {
+        let (graph, _) = self.deployable(pruned, precision)?;
+        Ok(latency_ms(&self.analyse(&graph)?))
+    }
+
+    pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
+        let plan = plan_of(deployable, self.ctx.analyze, self.ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let mut comparison = OutputComparison::default();
+        for (sample, reference) in self.proxy.inputs.iter().zip(&self.proxy.reference) {
+            let outputs = plan.run(&mut workspace, sample, None)?;
+            comparison.add(reference, &outputs)?;
+        }
+        Ok(comparison.finish())
+    }
+
+    /// Per-channel moments of the activations the prunable spaces' consumers read, over the
+    /// calibration inputs.
+    pub(super) fn activation_stats(&self, pruned: &Graph) -> Result<ActivationStats, AdvisorError> {
+        let mut probe = pruned.clone();
+        let spaces = prune::channel_spaces(&mut probe.clone());
+        for value in prune::observed_values(&spaces) {
+            if !probe.outputs.contains(&value) {
+                probe.outputs.push(value);
+            }
+        }
+        let plan = plan_of(&probe, self.ctx.analyze, self.ctx.options.threads)?;
+        let mut workspace = plan.workspace();
+        let mut stats = ActivationStats::default();
+        for sample in &self.proxy.inputs {
+            for (name, tensor) in plan.run(&mut workspace, sample, None)? {
+                if let Some(data) = tensor.as_f32() {
+                    stats.observe(&name, &tensor.shape, data);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    pub(super) fn eval(&self, deployable: &Graph) -> Result<Option<f64>, AdvisorError> {
+        let Some(command) = &self.options.eval else {
+            return Ok(None);
+        };
+        run_eval(command, deployable).map(Some)
+    }
+}
+
+/// The figure the search predicts with: calibrated expected time where the analysis has one.
+pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
+    analysis
+        .summary
+        .expected_latency_s
+        .unwrap_or(analysis.summary.predicted_latency_s)
+        * 1e3
+}
+
+/// The accuracy drop the budget counts: of the classifier agreement where outputs look like
+/// classes, else of the mean cosine.
+pub(super) fn drop_of(accuracy: &AccuracyProxy) -> f64 {
+    1.0 - accuracy.top1_agreement.unwrap_or(accuracy.cosine_mean)
+}
+
+/// Runs the user's accuracy command on a candidate written to a temporary ONNX file (removed
+/// afterwards).
+pub(super) fn run_eval(command: &str, deployable: &Graph) -> Result<f64, AdvisorError> {
+    let fail = |reason: String| AdvisorError::Quantization(format!("--eval: {reason}"));
+    let proto = crate::advisor::export::to_model(deployable).map_err(|e| fail(e.to_string()))?;
+    let dir = std::env::temp_dir().join(format!("roofline-compress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;
+    let path = dir.join("candidate.onnx");
+    let result = std::fs::write(&path, prost::Message::encode_to_vec(&proto))
+        .map_err(|e| fail(format!("{}: {e}", path.display())))
+        .and_then(|()| {
+            let line = command.replace("{model}", &path.to_string_lossy());
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&line)
+                .output()
+                .map_err(|e| fail(format!("cannot run `{line}`: {e}")))?;
+            if !output.status.success() {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let last = stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(fail(format!(
+                    "`{line}` exited with {}: {last}",
+                    output.status
+                )));
+            }
+            let text = String::from_utf8_lossy(&output.stdout);
+            text.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == ':')
+                .rev()
+                .find_map(|word| word.trim_end_matches('%').parse::<f64>().ok())
+                .filter(|v| v.is_finite())
+                .ok_or_else(|| fail(format!("`{line}` printed no number")))
+        });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+pub(super) fn point(
+    analysis: &Analysis,
+    measured_ms: Option<f64>,
+    accuracy: Option<AccuracyProxy>,
+    eval: Option<f64>,
+) -> Point {
+    Point {
+        predicted_latency_ms: latency_ms(analysis),
+        measured_latency_ms: measured_ms,
+        macs: analysis.summary.macs,
+        params: analysis.summary.params,
+        accuracy,
+        eval,
+    }
+}
+
+pub(super) fn bound_name(bound: Bound) -> &'static str {
+    match bound {
+        Bound::Compute => "compute",
+        Bound::Memory => "memory",
+        Bound::Overhead => "overhead",
+        Bound::None => "no",
+    }
+}
+
+impl Search<'_> {
+    /// The smallest aligned cut of `space` whose predicted latency reaches `wanted_ms` (or the
+    /// deepest cut when none does), by binary search over `counts` (descending).
+    pub(super) fn best_cut(
+        &self,
+        space: &ChannelSpace,
+        stats: &ActivationStats,
+        current: &Graph,
+        counts: &[usize],
+        goal: CutGoal,
+        costed: &mut usize,
+    ) -> Result<Option<Candidate>, AdvisorError> {
+        let CutGoal {
+            wanted_ms,
+            precision_ratio,
+        } = goal;
+        let total: f64 = space.importance.iter().sum::<f64>().max(1e-12);
+        let evaluate = |count: usize, costed: &mut usize| -> Result<Candidate, AdvisorError> {
+            let keep = prune::keep_most_important(space, count);
+            let mut pruned = current.clone();
+            prune::prune_with(
+                &mut pruned,
+                &[SpaceCut {
+                    space: space.key.clone(),
+                    keep: keep.clone(),
+                }],
+                Some(stats),
+            )
+            .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
+            *costed += 1;
+            let predicted_ms = self.predict_ms(&pruned, None)? * precision_ratio;
+            let kept_importance: f64 = keep.iter().map(|&k| space.importance[k]).sum();
+            Ok(Candidate {
+                kind: Action::Prune {
+                    space: space.key.clone(),
+                    from: space.channels,
+                    keep,
+                },
+                pruned,
+                precision: None,
+                predicted_ms,
+                importance_removed: 1.0 - kept_importance / total,
+            })
+        };
+        // counts[0] is the shallowest cut, counts[last] the deepest.
+        let deepest = evaluate(*counts.last().expect("non-empty"), costed)?;
+        if deepest.predicted_ms > wanted_ms || counts.len() == 1 {
+            return Ok(Some(deepest));
+        }
+        let (mut lo, mut hi) = (0usize, counts.len() - 1);
+        let mut best = deepest;
+        // Invariant: counts[hi] reaches the wanted latency.
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let candidate = evaluate(counts[mid], costed)?;
+            if candidate.predicted_ms <= wanted_ms {
+                best = candidate;
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(Some(best))
+    }
+
+    /// Why no cut of `space` buys time: the bound of the ops that read or write its channels.
+    pub(super) fn why_no_gain(space: &ChannelSpace, analysis: &Analysis) -> String {
+        let mut bounds: Vec<&str> = analysis
+            .nodes
+            .iter()
+            .filter(|n| space.sources.contains(&n.name))
+            .map(|n| bound_name(n.bound))
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        format!(
+            "no aligned cut predicted to gain {:.1}% or more: its producing ops are {}-bound here ({} of them)",
+            MIN_STEP_GAIN * 100.0,
+            if bounds.is_empty() { "of unknown".to_string() } else { bounds.join("/") },
+            space.sources.len()
+        )
+    }
+
+    /// Hardware-blind baselines: uniform magnitude pruning of every prunable space at the same
+    /// MAC reduction (channel counts unaligned), and every heavy op in each allowed precision.
+    pub(super) fn baselines(
+        &self,
+        original: &Graph,
+        original_analysis: &Analysis,
+        pruned_macs: u64,
+        precisions: &[String],
+        mut timer: Option<&mut Timer>,
+    ) -> Result<Vec<Baseline>, AdvisorError> {
+        let mut out = Vec::new();
+        let original_pred = latency_ms(original_analysis);
+        if self.options.prune && pruned_macs < original_analysis.summary.macs {
+            // Fraction of channels kept in every space so that MACs match (bisection).
+            let uniform = |fraction: f64| -> Result<(Graph, u64), AdvisorError> {
+                let mut graph = original.clone();
+                let spaces = prune::channel_spaces(&mut graph.clone());
+                let plan: Vec<SpaceCut> = spaces
+                    .iter()
+                    .filter(|s| s.frozen.is_none())
+                    .map(|s| SpaceCut {
+                        space: s.key.clone(),
+                        keep: prune::keep_most_important(
+                            s,
+                            ((s.channels as f64 * fraction).round() as usize).max(1),
+                        ),
+                    })
+                    .collect();
+                prune::prune(&mut graph, &plan)
+                    .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
+                let (dep, _) = self.deployable(&graph, None)?;
+                let macs = self.analyse(&dep)?.summary.macs;
+                Ok((dep, macs))
+            };
+            let (mut lo, mut hi) = (0.05f64, 1.0f64);
+            for _ in 0..14 {
+                let mid = 0.5 * (lo + hi);
+                if uniform(mid)?.1 > pruned_macs {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            let (dep, _) = uniform(0.5 * (lo + hi))?;
+            out.push(self.baseline(
+                "uniform-magnitude".into(),
+                format!("every prunable space keeps {:.1}% of its channels (smallest filter norms removed, counts unaligned), at the compressed model's MAC count", 50.0 * (lo + hi)),
+                &dep,
+                original_pred,
+                timer.as_deref_mut(),
+            )?);
+        }
+        for precision in precisions {
+            let mut blind = self.options.advise.clone();
+            blind.convert_all = true;
+            let ctx = PassContext {
+                device: self.ctx.device,
+                analyze: self.ctx.analyze,
+                options: &blind,
+                calibration: Default::default(),
+            };
+            let mut dep = self.deployable(original, None)?.0;
+            apply_pass(&mut dep, self.pass(precision), &ctx)?;
+            out.push(self.baseline(
+                format!("all-{precision}"),
+                format!("every Conv/Gemm/MatMul in {precision}, no pruning, whatever the roofline predicts"),
+                &dep,
+                original_pred,
+                timer.as_deref_mut(),
+            )?);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn baseline(
+        &self,
+        name: String,
+        description: String,
+        deployable: &Graph,
+        original_pred: f64,
+        timer: Option<&mut Timer>,
+    ) -> Result<Baseline, AdvisorError> {
+        let analysis = self.analyse(deployable)?;
+        let accuracy = self.score(deployable)?;
+        let eval = self.eval(deployable)?;
+        let measured = match timer {
+            Some(timer) => {
+                let rounds = timer.runs;
+                Some(timer.measure(deployable, &self.ctx, rounds)?)
+            }
+            None => None,
+        };
+        Ok(Baseline {
+            name,
+            description,
+            predicted_speedup: original_pred / latency_ms(&analysis).max(1e-12),
+            measured_speedup: measured.as_ref().map(|m| m.speedup),
+            point: point(
+                &analysis,
+                measured.map(|m| m.candidate_ms),
+                Some(accuracy),
+                eval,
+            ),
+        })
+    }
+}
