@@ -2,8 +2,9 @@
 # Regenerates the sample reports committed under reports/:
 #   reports/resnet50-rtx2080ti.{html,svg}, reports/mobilenetv2-rtx2080ti.{html,svg},
 #   reports/resnet50-rtx2080ti-vs-a100.html (two devices side by side),
-#   reports/resnet50-local.{html,svg} and reports/mobilenetv2-advise-local.html (the advisor's
-#   before/after view, measured here) when a probed profile of this machine exists
+#   reports/resnet50-local.{html,svg}, reports/mobilenetv2-advise-local.html (the advisor's
+#   before/after view, measured here) and reports/mobilenetv2-compress-local.html (the
+#   compression search, measured here) when a probed profile of this machine exists
 #   (`roofline probe` saves it; pass SKIP_LOCAL=1 to leave it out).
 # Usage: scripts/gen-reports.sh            (from anywhere in the repository)
 set -euo pipefail
@@ -43,6 +44,11 @@ if [[ -z "${SKIP_LOCAL:-}" ]] && "$bin" analyze builtin:resnet50 --device local 
     "$bin" advise builtin:mobilenetv2 --device local --verify --runs 10 \
         --apply fold,bn-fold,fuse,eltwise,int8 --format html --report "$out/mobilenetv2-advise-local.html"
     printf '%-40s %8d bytes\n' "$out/mobilenetv2-advise-local.html" "$(wc -c <"$out/mobilenetv2-advise-local.html")"
+    # The compression search toward 2x, measured on this CPU (pruning only, with baselines).
+    rm -f "$out/mobilenetv2-compress-local.html"
+    "$bin" compress builtin:mobilenetv2 --device local --speedup 2 --precisions fp32 \
+        --compare-baselines --format html --report "$out/mobilenetv2-compress-local.html" || true
+    printf '%-40s %8d bytes\n' "$out/mobilenetv2-compress-local.html" "$(wc -c <"$out/mobilenetv2-compress-local.html")"
 else
     echo "gen-reports: no probed profile of this machine (run \`roofline probe\`); skipped resnet50-local" >&2
 fi

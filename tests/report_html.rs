@@ -846,3 +846,70 @@ fn advice_before_after_view_runs_in_headless_chromium() {
         );
     }
 }
+
+/// The compression report: the compressed model's page with the original ops as an overlay,
+/// and a section with the search whose trajectory chart is valid SVG with one point per step
+/// (plus the original) on each line; in Chromium when it is installed.
+#[test]
+fn compress_report_draws_the_trajectory_and_both_rooflines() {
+    use roofline::advisor::compress::{self, CompressOptions, Target};
+    use roofline::advisor::AdviseOptions;
+    let model = builtin::find("mobilenetv2").expect("built-in model");
+    let proto = model.build(WeightFill::Random(3));
+    let graph =
+        import::import_model(&proto, Path::new("."), Path::new("mobilenetv2")).expect("import");
+    let analyze = AnalyzeOptions {
+        bindings: (model.default_bindings)(),
+        ..AnalyzeOptions::default()
+    };
+    let device = roofline::device::find_device("rtx2080ti")
+        .expect("catalogue device")
+        .to_profile();
+    let options = CompressOptions {
+        target: Target::Speedup(1.3),
+        precisions: Vec::new(),
+        advise: AdviseOptions {
+            calibration_samples: 2,
+            ..AdviseOptions::default()
+        },
+        ..CompressOptions::default()
+    };
+    let result = compress::compress(
+        graph,
+        "builtin:mobilenetv2",
+        &device,
+        &analyze,
+        &options,
+        &mut |_| {},
+    )
+    .expect("compress");
+    let report = &result.report;
+    assert!(report.reached && !report.steps.is_empty());
+    let html = roofline::report::compress::render_compress_html(report).expect("html");
+    assert!(html.contains("id=\"compression\""));
+    assert!(html.contains("original model"), "the original ops overlay");
+    let start = html
+        .find("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\"")
+        .expect("trajectory svg");
+    let end = start + html[start..].find("</svg>").expect("closed") + "</svg>".len();
+    let doc = roxmltree::Document::parse(&html[start..end]).expect("trajectory is valid SVG");
+    let lines: Vec<usize> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            n.attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![report.steps.len() + 1; 3],
+        "predicted, corrected, accuracy"
+    );
+    if chromium_available() {
+        let drawn = drawn_ops(std::slice::from_ref(&report.after));
+        check_in_browser(&html, "browser-compress-mobilenetv2", drawn);
+    }
+}

@@ -223,7 +223,7 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
     let text = match args.format {
         CompressFormat::Json => render_compress_json(&compressed.report)?,
         CompressFormat::Table => render_compress_table(&compressed.report),
-        CompressFormat::Html => render_compress_html(&compressed.report),
+        CompressFormat::Html => render_compress_html(&compressed.report)?,
     };
     protected.emit(args.report.as_deref(), &text)?;
     Ok(if compressed.report.reached {

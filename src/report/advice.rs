@@ -13,7 +13,7 @@ use super::html::{render_html_with, HtmlOptions, HtmlSection};
 use super::markup::{escape, terminal_safe as safe, terminal_safe_lines};
 use super::model::{AdviceReport, QuantizationReport};
 use super::units::{self, fmt_bytes, fmt_seconds};
-use crate::analysis::NodeStatus;
+use crate::analysis::{Analysis, NodeStatus};
 
 /// The report as JSON (schema `roofline-advice`).
 pub fn render_advice_json(report: &AdviceReport) -> Result<String, serde_json::Error> {
@@ -23,27 +23,7 @@ pub fn render_advice_json(report: &AdviceReport) -> Result<String, serde_json::E
 /// The advice report as HTML: the after-analysis report with both rooflines (the before ops as an
 /// overlay) and a section of rewrites with predicted and measured gains.
 pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> {
-    let before_points = report
-        .before
-        .nodes
-        .iter()
-        .filter(|n| n.status == NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0)
-        .filter_map(|n| {
-            Some(SeriesPoint {
-                op_index: None,
-                intensity: n.intensity?,
-                flops_per_s: (n.flops + n.transcendental) as f64 / n.predicted_s,
-                label: Some(format!("before: {} ({})", n.name, n.op_type)),
-            })
-        })
-        .collect();
-    let series = ChartSeries {
-        name: "before rewrites".into(),
-        colour: Rgb(150, 150, 150),
-        marker: SeriesMarker::Square,
-        points: before_points,
-        connect_to_predicted: false,
-    };
+    let series = original_ops_series(&report.before, "before rewrites", "before");
     let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>predicted gain</th><th>measured gain</th><th>prediction error</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
     for p in &report.passes {
         body.push_str(&format!(
@@ -308,5 +288,30 @@ fn render_quantization(out: &mut String, q: &QuantizationReport) {
     }
     for n in &q.notes {
         let _ = writeln!(out, "  note: {}", safe(n));
+    }
+}
+
+/// The costed ops of `original` as a grey overlay series for the chart of a rewritten model
+/// (advise and compress draw both rooflines on one chart this way).
+pub(super) fn original_ops_series(original: &Analysis, name: &str, label: &str) -> ChartSeries {
+    let points = original
+        .nodes
+        .iter()
+        .filter(|n| n.status == NodeStatus::Costed && n.flops > 0 && n.predicted_s > 0.0)
+        .filter_map(|n| {
+            Some(SeriesPoint {
+                op_index: None,
+                intensity: n.intensity?,
+                flops_per_s: (n.flops + n.transcendental) as f64 / n.predicted_s,
+                label: Some(format!("{label}: {} ({})", n.name, n.op_type)),
+            })
+        })
+        .collect();
+    ChartSeries {
+        name: name.into(),
+        colour: Rgb(150, 150, 150),
+        marker: SeriesMarker::Square,
+        points,
+        connect_to_predicted: false,
     }
 }

@@ -3,6 +3,9 @@
 
 use std::fmt::Write as _;
 
+use super::advice::original_ops_series;
+use super::error::ReportError;
+use super::html::{render_html_with, HtmlOptions, HtmlSection};
 use super::markup::{escape, terminal_safe as safe};
 use crate::report::model::compress::{CompressReport, Point};
 
@@ -287,18 +290,28 @@ fn trajectory_svg(report: &CompressReport) -> String {
     svg
 }
 
-pub fn render_compress_html(report: &CompressReport) -> String {
+/// The compressed model's report page with the original ops drawn over its roofline, and a
+/// section with the search: results, trajectory, steps, layers, precision, notes.
+pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportError> {
     let mut body = String::new();
     let _ = write!(
         body,
-        "<h1>roofline compress: {}</h1><p>device <b>{}</b>, target <b>{}</b> ({:.2} ms, {}), {} thread(s). {}: {}.</p>",
+        "<p>{}: device <b>{}</b>, target <b>{}</b> ({:.2} ms, {}), {} thread(s). {}: {}.</p>",
         escape(&report.model),
         escape(&report.device),
         escape(&report.target),
         report.target_latency_ms,
-        if report.measured { "measured on this CPU" } else { "predicted only" },
+        if report.measured {
+            "measured on this CPU"
+        } else {
+            "predicted only"
+        },
         report.threads,
-        if report.reached { "Target reached" } else { "Target not reached" },
+        if report.reached {
+            "Target reached"
+        } else {
+            "Target not reached"
+        },
         escape(&report.stop_reason)
     );
     let _ = write!(
@@ -389,8 +402,21 @@ pub fn render_compress_html(report: &CompressReport) -> String {
     for note in &report.notes {
         let _ = write!(body, "<p class=\"note\">{}</p>", escape(note));
     }
-    format!(
-        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>roofline compress: {}</title><style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 6px;font-size:13px}}td.num{{text-align:right;font-variant-numeric:tabular-nums}}.note{{color:#555}}</style></head><body>{body}</body></html>\n",
-        escape(&report.model)
-    )
+    let options = HtmlOptions {
+        title: Some(format!(
+            "{} compressed for {}",
+            report.after.model.source, report.after.device.name
+        )),
+        overlays: vec![(
+            0,
+            original_ops_series(&report.before, "original model", "original"),
+        )],
+        extra_sections: vec![HtmlSection {
+            id: "compression".into(),
+            title: "Compression: the search, predicted and measured".into(),
+            body_html: body,
+        }],
+        ..HtmlOptions::default()
+    };
+    render_html_with(std::slice::from_ref(&report.after), &options)
 }

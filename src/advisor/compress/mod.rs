@@ -621,6 +621,8 @@ pub fn compress(
         baselines,
         notes,
         search_s: started.elapsed().as_secs_f64(),
+        before: original_analysis,
+        after: final_analysis,
     };
     let plan = PrunePlan {
         schema: PRUNE_PLAN_SCHEMA.into(),

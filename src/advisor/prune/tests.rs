@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::analysis::tensor::DType;
 use crate::analysis::graph::{Attributes, Node};
 use crate::analysis::infer::Bindings;
+use crate::analysis::tensor::DType;
 use crate::builtin::{self, WeightFill};
 use crate::exec::{self, RtTensor};
 

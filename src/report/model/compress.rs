@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::quant::AccuracyProxy;
+use crate::analysis::Analysis;
 
 pub const COMPRESS_SCHEMA: &str = "roofline-compress";
 pub const COMPRESS_SCHEMA_VERSION: u32 = 1;
@@ -54,6 +55,9 @@ pub struct CompressReport {
     pub notes: Vec<String>,
     /// Search time in seconds.
     pub search_s: f64,
+    /// The original and the compressed model as deployed (after fold, BN fold and fusion).
+    pub before: Analysis,
+    pub after: Analysis,
 }
 
 /// A model version's latency and accuracy.
