@@ -26,6 +26,7 @@ fn bench_analyze(c: &mut Criterion) {
         bindings: Bindings {
             inputs: Vec::new(),
             batch: Some(1),
+            dims: Vec::new(),
         },
         ..AnalyzeOptions::default()
     };

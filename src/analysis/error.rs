@@ -24,13 +24,17 @@ pub enum AnalysisError {
     #[error("{what} has an absurd shape {shape} (element count overflows or exceeds 2^48)")]
     AbsurdShape { what: String, shape: String },
     #[error(
-        "input `{input}` has unbound symbolic dim `{dim}` (shape {shape}); bind it with --input {input}=... or --batch N"
+        "input `{input}` has unbound symbolic dim `{dim}` (shape {shape}); unbound: {all}; bind them with --dim NAME=VALUE, --input {input}=... or --batch N"
     )]
     UnboundDim {
         input: String,
         dim: String,
         shape: String,
+        /// Every unbound dim with the inputs that use it.
+        all: String,
     },
+    #[error("--dim {spec}: {reason}")]
+    BadDimSpec { spec: String, reason: String },
     #[error("--input {spec}: {reason}")]
     BadInputSpec { spec: String, reason: String },
     #[error("--batch {batch}: {reason}")]

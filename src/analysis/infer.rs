@@ -3,7 +3,7 @@
 //! deterministic op whose inputs are all constant yields a constant (an opaque one when the
 //! value is too large or not computable), so weight generators never count as run-time work.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,8 @@ pub struct Bindings {
     pub inputs: Vec<(String, Vec<u64>)>,
     /// `--batch N`: binds a symbolic leading dim of every input.
     pub batch: Option<u64>,
+    /// `--dim NAME=VALUE`: binds the symbolic dim `NAME` wherever it appears.
+    pub dims: Vec<(String, u64)>,
 }
 
 impl Bindings {
@@ -49,6 +51,28 @@ impl Bindings {
             return Err(bad("a dim of 0 makes an empty tensor"));
         }
         Ok((name, parsed))
+    }
+
+    /// Parses `NAME=VALUE` (`--dim sequence_length=128`).
+    pub fn parse_dim(spec: &str) -> Result<(String, u64), AnalysisError> {
+        let bad = |reason: &str| AnalysisError::BadDimSpec {
+            spec: spec.to_string(),
+            reason: reason.to_string(),
+        };
+        let (name, value) = spec
+            .rsplit_once('=')
+            .ok_or_else(|| bad("expected NAME=VALUE, e.g. sequence_length=128"))?;
+        if name.trim().is_empty() {
+            return Err(bad("no dim name before `=`"));
+        }
+        let value: u64 = value
+            .trim()
+            .parse()
+            .map_err(|_| bad("the value must be a positive integer"))?;
+        if value == 0 {
+            return Err(bad("a dim of 0 makes an empty tensor"));
+        }
+        Ok((name.trim().to_string(), value))
     }
 }
 
@@ -76,6 +100,39 @@ pub enum Severity {
 /// Binds the symbolic dims of the graph inputs; every input must end up fully known.
 pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), AnalysisError> {
     let mut symbols: HashMap<String, u64> = HashMap::new();
+    // Named dims first: they bind a symbol wherever it appears, inputs and value_info alike.
+    let used: BTreeSet<String> = graph
+        .inputs
+        .iter()
+        .flat_map(|&v| graph.values[v].fact.shape.iter().flatten())
+        .filter_map(|d| match d {
+            Dim::Sym(symbol) => Some(symbol.clone()),
+            Dim::Known(_) => None,
+        })
+        .collect();
+    for (name, value) in &bindings.dims {
+        if !used.contains(name) {
+            return Err(AnalysisError::BadDimSpec {
+                spec: format!("{name}={value}"),
+                reason: if used.is_empty() {
+                    "the model's inputs have no symbolic dims".into()
+                } else {
+                    format!(
+                        "no input has a dim named `{name}` (symbolic dims: {})",
+                        used.iter().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                },
+            });
+        }
+        if let Some(previous) = symbols.insert(name.clone(), *value) {
+            if previous != *value {
+                return Err(AnalysisError::BadDimSpec {
+                    spec: format!("{name}={value}"),
+                    reason: format!("`{name}` is also given as {previous}"),
+                });
+            }
+        }
+    }
     let input_names: Vec<String> = graph
         .inputs
         .iter()
@@ -133,6 +190,16 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
                         })
                     }
                     Dim::Sym(symbol) => {
+                        if let Some(&named) = symbols.get(symbol) {
+                            if named != given {
+                                return Err(AnalysisError::BadInputSpec {
+                                    spec: name.clone(),
+                                    reason: format!(
+                                        "binds `{symbol}` to {given} but --dim gives {named}"
+                                    ),
+                                });
+                            }
+                        }
                         symbols.insert(symbol.clone(), given);
                     }
                     _ => {}
@@ -194,6 +261,7 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
             substitute(declared);
         }
     }
+    let mut unbound: Vec<(String, Vec<String>)> = Vec::new();
     for &value in &graph.inputs {
         let v = &graph.values[value];
         let shape = v
@@ -204,13 +272,49 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
                 spec: v.name.clone(),
                 reason: "the model does not declare this input's rank; bind it with --input".into(),
             })?;
-        if let Some(Dim::Sym(symbol)) = shape.iter().find(|d| d.known().is_none()) {
-            return Err(AnalysisError::UnboundDim {
-                input: v.name.clone(),
-                dim: symbol.clone(),
-                shape: shape_to_string(shape),
-            });
+        for dim in shape {
+            if let Dim::Sym(symbol) = dim {
+                match unbound.iter_mut().find(|(s, _)| s == symbol) {
+                    Some((_, inputs)) => {
+                        if !inputs.contains(&v.name) {
+                            inputs.push(v.name.clone())
+                        }
+                    }
+                    None => unbound.push((symbol.clone(), vec![v.name.clone()])),
+                }
+            }
         }
+    }
+    if let Some((first, inputs)) = unbound.first() {
+        let input = inputs[0].clone();
+        let value = graph
+            .inputs
+            .iter()
+            .find(|&&v| graph.values[v].name == input);
+        let shape = value
+            .and_then(|&v| graph.values[v].fact.shape.as_deref())
+            .map(shape_to_string)
+            .unwrap_or_default();
+        let listed: Vec<String> = unbound
+            .iter()
+            .map(|(symbol, inputs)| {
+                let shown: Vec<&str> = inputs.iter().take(3).map(String::as_str).collect();
+                let more = match inputs.len() {
+                    n if n > 3 => format!(" and {} more", n - 3),
+                    _ => String::new(),
+                };
+                format!("`{symbol}` ({}{more})", shown.join(", "))
+            })
+            .collect();
+        return Err(AnalysisError::UnboundDim {
+            input,
+            dim: first.clone(),
+            shape,
+            all: listed.join(", "),
+        });
+    }
+    for &value in &graph.inputs {
+        let v = &graph.values[value];
         check_size(&v.name, &v.fact)?;
     }
     Ok(())

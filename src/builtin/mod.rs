@@ -65,6 +65,7 @@ fn batch_one() -> Bindings {
     Bindings {
         inputs: Vec::new(),
         batch: Some(1),
+        dims: Vec::new(),
     }
 }
 
@@ -72,6 +73,7 @@ fn bert_defaults() -> Bindings {
     Bindings {
         inputs: vec![("input_ids".to_string(), vec![1, 128])],
         batch: None,
+        dims: Vec::new(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use roofline::analysis::AnalyzeOptions;
+use roofline::analysis::{AnalyzeOptions, Bindings};
 use roofline::bench::{self, BenchOptions};
 use roofline::device::Precision;
 use roofline::exec::{self, npy, PlanOptions};
@@ -154,7 +154,15 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         source,
         mut graph,
         bindings,
-    } = model::load(&args.model, shapes, args.batch, Purpose::Execute)?;
+    } = model::load(
+        &args.model,
+        Bindings {
+            inputs: shapes,
+            batch: args.batch,
+            dims: Vec::new(),
+        },
+        Purpose::Execute,
+    )?;
     protected.add_model_files(&graph);
     let (order, states, diagnostics) = roofline::analysis::prepare_graph(&mut graph, &bindings)?;
     let plan = exec::build_plan(

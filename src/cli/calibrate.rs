@@ -216,8 +216,10 @@ fn run_from_profiles(args: &CalibrateArgs) -> Result<ExitCode> {
         };
         let model = super::model::load(
             &spec.model,
-            super::model::parse_shapes(shapes).with_context(context)?,
-            None,
+            roofline::analysis::Bindings {
+                inputs: super::model::parse_shapes(shapes).with_context(context)?,
+                ..Default::default()
+            },
             super::model::Purpose::Analyze,
         )
         .with_context(context)?;

@@ -23,15 +23,27 @@ pub struct ModelArgs {
     /// Bind the leading symbolic dim of every input (1 or more).
     #[arg(short, long, value_parser = super::batch_parser())]
     pub batch: Option<u64>,
+    /// Bind a symbolic dim by name wherever it appears: NAME=VALUE (repeatable), e.g.
+    /// --dim batch_size=1 --dim sequence_length=128 --dim past_sequence_length=2048.
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
 }
 
 impl ModelArgs {
     /// Parses the bindings and loads the model (see [`load`]).
     pub fn load(&self, purpose: Purpose) -> Result<LoadedModel> {
+        let dims = self
+            .dims
+            .iter()
+            .map(|spec| Bindings::parse_dim(spec))
+            .collect::<Result<Vec<_>, _>>()?;
         load(
             &self.model,
-            parse_shapes(&self.inputs)?,
-            self.batch,
+            Bindings {
+                inputs: parse_shapes(&self.inputs)?,
+                batch: self.batch,
+                dims,
+            },
             purpose,
         )
     }
@@ -76,14 +88,9 @@ pub fn parse_shapes(specs: &[String]) -> Result<Vec<(String, Vec<u64>)>> {
 ///
 /// A file in the QDQ form (onnxruntime's static quantizer, `advise -o` with int8) is lowered
 /// to the tool's quantized ops, so every command predicts and runs the int8 graph. When no shape
-/// and no batch is given, a built-in model gets its default bindings; a file gets none (its
+/// no batch and no named dim is given, a built-in model gets its default bindings; a file gets none (its
 /// symbolic dims stay unbound and say so).
-pub fn load(
-    spec: &str,
-    shapes: Vec<(String, Vec<u64>)>,
-    batch: Option<u64>,
-    purpose: Purpose,
-) -> Result<LoadedModel> {
+pub fn load(spec: &str, requested: Bindings, purpose: Purpose) -> Result<LoadedModel> {
     let (graph, defaults) = if spec.starts_with("builtin:") {
         let builtin = builtin::find(spec)?;
         let fill = match purpose {
@@ -106,12 +113,11 @@ pub fn load(
         }
         (graph, None)
     };
+    let nothing_given =
+        requested.inputs.is_empty() && requested.batch.is_none() && requested.dims.is_empty();
     let bindings = match defaults {
-        Some(defaults) if shapes.is_empty() && batch.is_none() => defaults,
-        _ => Bindings {
-            inputs: shapes,
-            batch,
-        },
+        Some(defaults) if nothing_given => defaults,
+        _ => requested,
     };
     Ok(LoadedModel {
         source: spec.to_string(),

@@ -94,6 +94,28 @@ fn unbound_symbolic_dim() {
         ],
         "no input named `nosuch`",
     );
+    // Named dims: an unknown name lists the model's symbolic dims; contradictions and
+    // malformed specs are one line each.
+    let p = path.to_str().unwrap();
+    assert_bad_input(&["analyze", p, "--dim", "seq=3"], "symbolic dims: batch");
+    assert_bad_input(&["analyze", p, "--dim", "batch=0"], "empty tensor");
+    assert_bad_input(&["analyze", p, "--dim", "batch"], "NAME=VALUE");
+    assert_bad_input(&["analyze", p, "--dim", "batch=x"], "positive integer");
+    assert_bad_input(
+        &["analyze", p, "--dim", "batch=2", "--dim", "batch=3"],
+        "also given as 2",
+    );
+    assert_bad_input(
+        &[
+            "analyze",
+            p,
+            "--dim",
+            "batch=2",
+            "--input",
+            "input=3x3x32x32",
+        ],
+        "--dim gives 2",
+    );
     assert_bad_input(
         &["analyze", path.to_str().unwrap(), "--input", "input=1x3x32"],
         "rank 4",

@@ -1,6 +1,10 @@
 //! Built-in models against hand-derived figures.
 
-use roofline::analysis::{Bound, NodeStatus};
+use std::path::Path;
+
+use roofline::analysis::{self, import, AnalyzeOptions, Bindings, Bound, NodeStatus};
+use roofline::builtin::{self, WeightFill};
+use roofline::device::find_device;
 use roofline::device::Precision;
 
 use super::common::analyze_builtin;
@@ -82,4 +86,32 @@ fn mobilenetv2_is_not_compute_bound_while_vgg16_is() {
         .iter()
         .filter(|n| n.status == NodeStatus::Costed)
         .all(|n| n.predicted_s > 0.0 && n.bound != Bound::None));
+}
+
+/// `--dim NAME=VALUE` binds a symbol wherever it appears: BERT's `batch` and `sequence` by name
+/// give the same analysis as the input's shape given whole.
+#[test]
+fn named_dims_bind_like_input_shapes() {
+    let model = builtin::find("bert-base").unwrap();
+    let device = find_device("a100").unwrap().to_profile();
+    let analyse = |bindings: Bindings| {
+        let proto = model.build(WeightFill::Zeros);
+        let graph = import::import_model(&proto, Path::new("."), Path::new("bert")).unwrap();
+        let options = AnalyzeOptions {
+            bindings,
+            precision: Precision::Fp16,
+        };
+        analysis::analyze_graph(graph, "bert", &device, &options).unwrap()
+    };
+    let by_name = analyse(Bindings {
+        dims: vec![("batch".into(), 2), ("sequence".into(), 64)],
+        ..Bindings::default()
+    });
+    let by_shape = analyse(Bindings {
+        inputs: vec![("input_ids".into(), vec![2, 64])],
+        ..Bindings::default()
+    });
+    assert_eq!(by_name.summary.flops, by_shape.summary.flops);
+    assert_eq!(by_name.summary.bytes_read, by_shape.summary.bytes_read);
+    assert!(by_name.summary.flops > 0);
 }

@@ -28,6 +28,7 @@ fn tool_accepts(bytes: &[u8]) -> Result<(), String> {
         bindings: Bindings {
             inputs: Vec::new(),
             batch: Some(1),
+            dims: Vec::new(),
         },
         ..AnalyzeOptions::default()
     };

@@ -34,6 +34,7 @@ fn bindings_for(entry: &Value) -> Bindings {
     Bindings {
         inputs,
         batch: None,
+        dims: Vec::new(),
     }
 }
 
@@ -137,6 +138,7 @@ fn ppocr_weights_in_constant_nodes_are_counted() {
         Bindings {
             inputs: vec![("x".into(), vec![1, 3, 640, 640])],
             batch: None,
+            dims: Vec::new(),
         },
     );
     assert!(analysis.summary.params > 1_000_000);
@@ -151,6 +153,7 @@ fn conv_transpose_matches_the_hand_formula() {
         Bindings {
             inputs: vec![("x".into(), vec![1, 3, 640, 640])],
             batch: None,
+            dims: Vec::new(),
         },
     );
     // N·Cin·Hi·Wi·(Cout/g)·kh·kw for the two 2×2 stride-2 upsamplers of the DB head:

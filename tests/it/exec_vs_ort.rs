@@ -72,6 +72,7 @@ pub(super) fn compare(model: &Path, reference_dir: &Path) -> Result<String, Stri
         &Bindings {
             inputs: bindings,
             batch: None,
+            dims: Vec::new(),
         },
     )
     .map_err(|e| e.to_string())?;

@@ -444,6 +444,7 @@ fn exercise(model: &ModelProto, tally: &mut Tally) {
         bindings: Bindings {
             inputs: Vec::new(),
             batch: Some(1),
+            dims: Vec::new(),
         },
         ..AnalyzeOptions::default()
     };

@@ -25,6 +25,7 @@ fn try_analyze(bytes: Vec<u8>) {
         bindings: Bindings {
             inputs: Vec::new(),
             batch: Some(1),
+            dims: Vec::new(),
         },
         ..AnalyzeOptions::default()
     };
