@@ -190,7 +190,12 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
                         })
                     }
                     Dim::Sym(symbol) => {
-                        if let Some(&named) = symbols.get(symbol) {
+                        let named = bindings
+                            .dims
+                            .iter()
+                            .find(|(n, _)| n == symbol)
+                            .map(|d| &d.1);
+                        if let Some(&named) = named {
                             if named != given {
                                 return Err(AnalysisError::BadInputSpec {
                                     spec: name.clone(),

@@ -7,8 +7,12 @@
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let x = x.clamp(-87.3, 88.7);
-    // x = n·ln2 + r, |r| ≤ ln2/2.
-    let n = (x * std::f32::consts::LOG2_E).round();
+    // x = n·ln2 + r, |r| ≤ ln2/2. Adding 1.5·2^23 rounds x·log2(e) to the nearest integer (ties
+    // to even) and leaves it in the low mantissa bits: no float→int conversion, which Rust's
+    // saturating `as` would scalarise (NaN propagates through r and p instead).
+    const ROUND: f32 = 12_582_912.0;
+    let t = x.mul_add(std::f32::consts::LOG2_E, ROUND);
+    let n = t - ROUND;
     let r = n.mul_add(-0.693_145_75, x);
     let r = n.mul_add(-1.428_606_8e-6, r);
     let mut p = 1.987_569_1e-4f32;
@@ -18,8 +22,8 @@ pub fn exp(x: f32) -> f32 {
     p = p.mul_add(r, 0.166_666_65);
     p = p.mul_add(r, 0.5);
     p = p.mul_add(r * r, r) + 1.0;
-    // Scale by 2^n through the exponent bits.
-    let bits = ((n as i32 + 127) as u32) << 23;
+    // Scale by 2^n through the exponent bits: t's bits are 0x4B40_0000 + n.
+    let bits = t.to_bits().wrapping_sub(0x4B40_0000).wrapping_add(127) << 23;
     p * f32::from_bits(bits)
 }
 

@@ -40,22 +40,70 @@ pub fn batch_norm_coefficients(
     (scale, shift)
 }
 
+/// Lanes of the independent partial sums: a float sum in one accumulator is a chain of
+/// dependent adds that cannot vectorise (addition is not associative); 16 lanes become one or
+/// two vector registers.
+const LANES: usize = 16;
+
+/// Σ f(x) with `LANES` partial sums.
+#[inline(always)]
+fn lane_sum(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a += f(v);
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|&v| f(v)).sum::<f32>()
+}
+
+/// max(x) with `LANES` partial maxima (NaN-ignoring like `f32::max`).
+#[inline(always)]
+fn lane_max(xs: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a = a.max(v);
+        }
+    }
+    acc.iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
 multiversion! {
     /// Normalises each row of `row_len` elements; `gamma`/`beta` have `row_len` (or are absent).
     pub fn layer_norm(x: &[f32], row_len: usize, gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32, y: &mut [f32]) {
         for (xs, ys) in x.chunks(row_len).zip(y.chunks_mut(row_len)) {
-            let mean = xs.iter().sum::<f32>() / row_len as f32;
-            let var = xs.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / row_len as f32;
+            let mean = lane_sum(xs, |v| v) / row_len as f32;
+            let var = lane_sum(xs, |v| (v - mean) * (v - mean)) / row_len as f32;
             let inv = 1.0 / (var + eps).sqrt();
-            for (i, (o, &v)) in ys.iter_mut().zip(xs).enumerate() {
-                let mut n = (v - mean) * inv;
-                if let Some(g) = gamma {
-                    n *= g[i];
+            // One loop per parameter combination: no branch inside.
+            match (gamma, beta) {
+                (Some(g), Some(b)) => {
+                    for (((o, &v), &g), &b) in ys.iter_mut().zip(xs).zip(g).zip(b) {
+                        *o = ((v - mean) * inv).mul_add(g, b);
+                    }
                 }
-                if let Some(b) = beta {
-                    n += b[i];
+                (Some(g), None) => {
+                    for ((o, &v), &g) in ys.iter_mut().zip(xs).zip(g) {
+                        *o = (v - mean) * inv * g;
+                    }
                 }
-                *o = n;
+                (None, Some(b)) => {
+                    for ((o, &v), &b) in ys.iter_mut().zip(xs).zip(b) {
+                        *o = (v - mean) * inv + b;
+                    }
+                }
+                (None, None) => {
+                    for (o, &v) in ys.iter_mut().zip(xs) {
+                        *o = (v - mean) * inv;
+                    }
+                }
             }
         }
     }
@@ -119,29 +167,63 @@ multiversion! {
     /// Softmax (or log-softmax) along an axis of length `axis_len` with `inner` elements per step
     /// (row-major: index = (outer·axis_len + a)·inner + i).
     pub fn softmax(x: &[f32], outer: usize, axis_len: usize, inner: usize, log: bool, y: &mut [f32]) {
-        for o in 0..outer {
-            let base = o * axis_len * inner;
-            for i in 0..inner {
-                let at = |a: usize| base + a * inner + i;
-                let mut max = f32::NEG_INFINITY;
-                for a in 0..axis_len {
-                    max = max.max(x[at(a)]);
+        let block = axis_len * inner;
+        if inner == 1 {
+            // Contiguous rows: lane-parallel max and sum, the exponentials vectorised.
+            for (xs, ys) in x.chunks(block).zip(y.chunks_mut(block)).take(outer) {
+                let max = lane_max(xs);
+                for (o, &v) in ys.iter_mut().zip(xs) {
+                    *o = math::exp(v - max);
                 }
-                let mut sum = 0.0;
-                for a in 0..axis_len {
-                    let e = math::exp(x[at(a)] - max);
-                    y[at(a)] = e;
-                    sum += e;
-                }
+                let sum = lane_sum(ys, |v| v);
                 if log {
-                    let log_sum = math::ln(sum);
-                    for a in 0..axis_len {
-                        y[at(a)] = x[at(a)] - max - log_sum;
+                    let shift = max + math::ln(sum);
+                    for (o, &v) in ys.iter_mut().zip(xs) {
+                        *o = v - shift;
                     }
                 } else {
                     let inv = 1.0 / sum;
-                    for a in 0..axis_len {
-                        y[at(a)] *= inv;
+                    for o in ys.iter_mut() {
+                        *o *= inv;
+                    }
+                }
+            }
+            return;
+        }
+        // Strided axis: vectorise across the `inner` positions, one row of the axis at a time.
+        let mut max = vec![f32::NEG_INFINITY; inner];
+        let mut sum = vec![0f32; inner];
+        for (xs, ys) in x.chunks(block).zip(y.chunks_mut(block)).take(outer) {
+            max.iter_mut().for_each(|m| *m = f32::NEG_INFINITY);
+            sum.iter_mut().for_each(|s| *s = 0.0);
+            for row in xs.chunks(inner) {
+                for (m, &v) in max.iter_mut().zip(row) {
+                    *m = m.max(v);
+                }
+            }
+            for (row_x, row_y) in xs.chunks(inner).zip(ys.chunks_mut(inner)) {
+                for (((o, &v), &m), s) in row_y.iter_mut().zip(row_x).zip(&max).zip(sum.iter_mut()) {
+                    let e = math::exp(v - m);
+                    *o = e;
+                    *s += e;
+                }
+            }
+            if log {
+                for (m, s) in max.iter_mut().zip(&sum) {
+                    *m += math::ln(*s);
+                }
+                for (row_x, row_y) in xs.chunks(inner).zip(ys.chunks_mut(inner)) {
+                    for ((o, &v), &shift) in row_y.iter_mut().zip(row_x).zip(&max) {
+                        *o = v - shift;
+                    }
+                }
+            } else {
+                for s in sum.iter_mut() {
+                    *s = 1.0 / *s;
+                }
+                for row_y in ys.chunks_mut(inner) {
+                    for (o, &inv) in row_y.iter_mut().zip(&sum) {
+                        *o *= inv;
                     }
                 }
             }
