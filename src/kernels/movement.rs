@@ -60,12 +60,72 @@ pub fn strided_copy<T: Copy>(
     });
 }
 
+/// Side of the square tiles of a blocked transpose: 16 rows of 16 elements touch 16 source
+/// cache lines that stay in L1 while the tile is written row by row.
+const TILE: usize = 16;
+
 /// Transpose with `perm` (output axis i = input axis perm[i]).
+///
+/// Size-1 axes are dropped and runs of output axes that are contiguous in the input merged, so
+/// e.g. a head split `[1,128,12,64] → [1,12,128,64]` copies rows of 64. When the output's
+/// innermost axis is strided in the input (`[.., 64, 128] ← [.., 128, 64]`, a channel shuffle,
+/// NCHW ↔ NHWC), the two axes are transposed in 16×16 tiles instead of one strided element at
+/// a time.
 pub fn transpose<T: Copy>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
     let in_strides = strides(shape);
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let src_strides: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
-    strided_copy(input, 0, &src_strides, &out_shape, out);
+    // (extent, source stride) of each output axis after dropping and merging.
+    let mut axes: Vec<(usize, usize)> = Vec::new();
+    for &p in perm {
+        let (extent, stride) = (shape[p], in_strides[p]);
+        if extent == 1 {
+            continue;
+        }
+        match axes.last_mut() {
+            Some(last) if last.1 == stride * extent => {
+                last.0 *= extent;
+                last.1 = stride;
+            }
+            _ => axes.push((extent, stride)),
+        }
+    }
+    let (out_shape, src_strides): (Vec<usize>, Vec<usize>) = axes.iter().copied().unzip();
+    let rank = axes.len();
+    let inner_axis = src_strides.iter().position(|&s| s == 1);
+    let (Some(j), true) = (inner_axis, rank >= 2 && src_strides.last() != Some(&1)) else {
+        strided_copy(input, 0, &src_strides, &out_shape, out);
+        return;
+    };
+    let out_strides = strides(&out_shape);
+    let (rows, cols) = (out_shape[j], out_shape[rank - 1]);
+    let (row_out_stride, col_src_stride) = (out_strides[j], src_strides[rank - 1]);
+    // Every position of the other axes: one 2-D transpose each.
+    let others: Vec<usize> = (0..rank - 1).filter(|&a| a != j).collect();
+    let count: usize = others.iter().map(|&a| out_shape[a]).product();
+    let mut index = vec![0usize; others.len()];
+    for _ in 0..count {
+        let (mut src_base, mut out_base) = (0, 0);
+        for (k, &a) in others.iter().enumerate() {
+            src_base += index[k] * src_strides[a];
+            out_base += index[k] * out_strides[a];
+        }
+        for r0 in (0..rows).step_by(TILE) {
+            for c0 in (0..cols).step_by(TILE) {
+                for r in r0..(r0 + TILE).min(rows) {
+                    let row = &mut out[out_base + r * row_out_stride..][..cols];
+                    for c in c0..(c0 + TILE).min(cols) {
+                        row[c] = input[src_base + r + c * col_src_stride];
+                    }
+                }
+            }
+        }
+        for k in (0..others.len()).rev() {
+            index[k] += 1;
+            if index[k] < out_shape[others[k]] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
 }
 
 /// Broadcast `input` (shape `shape`) to `out_shape` (Expand).
@@ -364,6 +424,49 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every permutation of ranks 1-5 with extents that exercise merging, size-1 axes and
+    /// partial tiles, against the definition out[i] = in[perm⁻¹(i)].
+    #[test]
+    fn transpose_matches_the_definition() {
+        fn permutations(n: usize) -> Vec<Vec<usize>> {
+            if n == 0 {
+                return vec![vec![]];
+            }
+            let mut all = Vec::new();
+            for p in permutations(n - 1) {
+                for at in 0..=p.len() {
+                    let mut q = p.clone();
+                    q.insert(at, n - 1);
+                    all.push(q);
+                }
+            }
+            all
+        }
+        for shape in [
+            vec![7],
+            vec![17, 33],
+            vec![1, 18, 3, 20],
+            vec![2, 3, 1, 19, 5],
+            vec![4, 1, 1, 35],
+        ] {
+            let total: usize = shape.iter().product();
+            let x: Vec<u32> = (0..total as u32).collect();
+            let in_strides = strides(&shape);
+            for perm in permutations(shape.len()) {
+                let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+                let mut got = vec![0u32; total];
+                transpose(&x, &shape, &perm, &mut got);
+                let out_strides = strides(&out_shape);
+                for (linear, &value) in got.iter().enumerate() {
+                    let src: usize = (0..shape.len())
+                        .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
+                        .sum();
+                    assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn transpose_2d() {
