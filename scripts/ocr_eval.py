@@ -60,7 +60,8 @@ def main() -> int:
     if not files:
         raise SystemExit(f"no line_*.npy in {args.lines}")
     cache = args.lines / "reference-decodings.json"
-    stamp = f"{args.reference.resolve()}:{args.reference.stat().st_mtime_ns}:{len(files)}"
+    lines_stamp = ",".join(f"{f.name}@{f.stat().st_mtime_ns}" for f in files)
+    stamp = f"{args.reference.resolve()}:{args.reference.stat().st_mtime_ns}:{lines_stamp}"
     reference = None
     if cache.exists():
         saved = json.loads(cache.read_text())

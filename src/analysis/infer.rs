@@ -225,7 +225,13 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
         for &value in &graph.inputs {
             match graph.values[value].fact.shape.as_ref().map(|s| s.first()) {
                 Some(Some(Dim::Sym(symbol))) => {
-                    symbols.entry(symbol.clone()).or_insert(batch);
+                    let bound = *symbols.entry(symbol.clone()).or_insert(batch);
+                    if bound != batch && bindings.dims.iter().any(|(n, _)| n == symbol) {
+                        return Err(AnalysisError::BadBatch {
+                            batch,
+                            reason: format!("--dim gives `{symbol}` as {bound}"),
+                        });
+                    }
                     applied = true;
                 }
                 Some(Some(Dim::Known(fixed))) if *fixed != batch => {

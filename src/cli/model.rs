@@ -1,8 +1,8 @@
 //! One model loader for every subcommand (ripgrep's low-level arguments → high-level ones): the
-//! model spec (a file or `builtin:NAME`), `--input` shapes and `--batch` resolve here, once, into
-//! a [`LoadedModel`]: the graph, with a QDQ model lowered onto the int8 ops, and the bindings,
-//! a built-in's defaults when none were given. `analyze`, `bench`, `advise` and `run` all go
-//! through [`load`], so they see the same graph for the same file.
+//! model spec (a file or `builtin:NAME`), `--input` shapes, `--batch` and `--dim` resolve here,
+//! once, into a [`LoadedModel`]: the graph, with a QDQ model lowered onto the int8 ops, and the
+//! bindings, a built-in's defaults when none were given. `analyze`, `bench`, `advise`,
+//! `compress` and `run` all go through [`load`], so they see the same graph for the same file.
 
 use std::path::Path;
 
@@ -87,7 +87,7 @@ pub fn parse_shapes(specs: &[String]) -> Result<Vec<(String, Vec<u64>)>> {
 /// Loads `spec` (an ONNX file or `builtin:NAME`) with its bindings.
 ///
 /// A file in the QDQ form (onnxruntime's static quantizer, `advise -o` with int8) is lowered
-/// to the tool's quantized ops, so every command predicts and runs the int8 graph. When no shape
+/// to the tool's quantized ops, so every command predicts and runs the int8 graph. When no shape,
 /// no batch and no named dim is given, a built-in model gets its default bindings; a file gets none (its
 /// symbolic dims stay unbound and say so).
 pub fn load(spec: &str, requested: Bindings, purpose: Purpose) -> Result<LoadedModel> {

@@ -168,6 +168,9 @@ multiversion! {
     /// (row-major: index = (outer·axis_len + a)·inner + i).
     pub fn softmax(x: &[f32], outer: usize, axis_len: usize, inner: usize, log: bool, y: &mut [f32]) {
         let block = axis_len * inner;
+        if block == 0 {
+            return;
+        }
         if inner == 1 {
             // Contiguous rows: lane-parallel max and sum, the exponentials vectorised.
             for (xs, ys) in x.chunks(block).zip(y.chunks_mut(block)).take(outer) {
@@ -224,6 +227,48 @@ multiversion! {
                 for row_y in ys.chunks_mut(inner) {
                     for (o, &inv) in row_y.iter_mut().zip(&sum) {
                         *o *= inv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A zero-length axis or an empty inner extent (a model may declare a 0 dim) is a no-op,
+    /// not a `chunks(0)` panic.
+    #[test]
+    fn softmax_of_an_empty_axis_is_a_no_op() {
+        let mut y: Vec<f32> = Vec::new();
+        softmax(&[], 3, 0, 1, false, &mut y);
+        softmax(&[], 3, 4, 0, true, &mut y);
+    }
+
+    /// Both paths (contiguous rows, strided axis) against the definition.
+    #[test]
+    fn softmax_matches_the_definition() {
+        let (outer, axis, inner) = (3, 37, 5);
+        let x: Vec<f32> = (0..outer * axis * inner)
+            .map(|i| ((i * 31) % 17) as f32 * 0.3 - 2.0)
+            .collect();
+        for (inner, log) in [(1, false), (1, true), (inner, false), (inner, true)] {
+            let n = outer * axis * inner;
+            let mut y = vec![0f32; n];
+            softmax(&x[..n], outer, axis, inner, log, &mut y);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |a: usize| (o * axis + a) * inner + i;
+                    let max = (0..axis)
+                        .map(|a| x[at(a)])
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let sum: f64 = (0..axis).map(|a| ((x[at(a)] - max) as f64).exp()).sum();
+                    for a in 0..axis {
+                        let p = ((x[at(a)] - max) as f64).exp() / sum;
+                        let want = if log { p.ln() } else { p };
+                        assert!((y[at(a)] as f64 - want).abs() < 1e-5, "{inner} {log} {a}");
                     }
                 }
             }

@@ -124,8 +124,8 @@ pub fn render_compress_table(report: &CompressReport) -> String {
         "{:>4} {:>11} {:>11} {:>11} {:>8}  {:<44} accuracy",
         "step", "predicted", "corrected", "measured", "checked", "action"
     );
-    for s in &report.steps {
-        let pareto = if report.pareto.contains(&(s.step - 1)) {
+    for (index, s) in report.steps.iter().enumerate() {
+        let pareto = if report.pareto.contains(&index) {
             "*"
         } else {
             " "
@@ -358,7 +358,7 @@ pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportErr
         trajectory_svg(report)
     );
     body.push_str("<h2>Steps</h2><table><thead><tr><th>step</th><th>action</th><th>predicted</th><th>corrected</th><th>measured</th><th>MACs</th><th>cosine</th><th>top-1</th><th>Pareto</th></tr></thead><tbody>");
-    for s in &report.steps {
+    for (index, s) in report.steps.iter().enumerate() {
         let _ = write!(
             body,
             "<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{:.2} ms</td><td class=\"num\">{:.2} ms</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.4}</td><td class=\"num\">{}</td><td>{}</td></tr>",
@@ -370,7 +370,7 @@ pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportErr
             gmacs(s.macs),
             s.accuracy.cosine_mean,
             s.accuracy.top1_agreement.map_or_else(|| "-".into(), |t| format!("{:.1}%", t * 100.0)),
-            if report.pareto.contains(&(s.step - 1)) { "yes" } else { "" }
+            if report.pareto.contains(&index) { "yes" } else { "" }
         );
     }
     body.push_str("</tbody></table><h2>Layers</h2><table><thead><tr><th>channel space</th><th>sources</th><th>channels</th><th>kept</th><th>decision</th></tr></thead><tbody>");

@@ -9,7 +9,7 @@
 //!    share (a fraction of the original latency). The prediction is the analysis of the
 //!    deployable graph (the candidate after folding, BN folding and fusion, and after the chosen
 //!    precision pass): calibrated expected time when the profile has a calibration, the roofline
-//!    bound otherwise. A space whose deepest aligned cut gains under 0.5% is skipped and the
+//!    bound otherwise. A space whose chosen cut gains under 0.5% is skipped and the
 //!    reason kept (its ops overhead-bound, or their time not in its channels).
 //! 2. While no low precision is chosen, each allowed precision pass is a candidate too (the
 //!    pass converts the ops whose roofline gain is ≥ 1.1×: the per-layer choice).
@@ -127,6 +127,10 @@ fn alignment(device: &DeviceProfile) -> (usize, String) {
             8,
             "multiples of 8 channels: NVIDIA tensor cores run fp16/int8 GEMMs and convolutions on channel counts that are multiples of 8 (NVIDIA Deep Learning Performance Guide, 'Channels In and Out Requirements')".into(),
         ),
+        _ if device.source != ProfileSource::Probed => (
+            8,
+            "multiples of 8 channels: no kernel tile is known for this device (its profile was not probed here), so a common vector width".into(),
+        ),
         _ => {
             let isa = crate::kernels::gemm::Isa::detect();
             let (mr, _) = isa.tile();
@@ -152,7 +156,9 @@ pub fn compress(
     let local = device.source == ProfileSource::Probed;
     for precision in &options.precisions {
         if !matches!(precision.as_str(), "int8" | "bf16" | "fp16") {
-            return Err(AdvisorError::UnknownPass(precision.clone()));
+            return Err(AdvisorError::Quantization(format!(
+                "unknown precision `{precision}` (int8, bf16, fp16; fp32 is always allowed)"
+            )));
         }
     }
     analysis::prepare_graph(&mut graph, &analyze.bindings)?;
@@ -213,7 +219,7 @@ pub fn compress(
         original_meas_ms = Some(m.original_ms);
         correction = m.original_ms / original_pred_ms.max(1e-12);
     }
-    let target_ms = match options.target {
+    let mut target_ms = match options.target {
         Target::Speedup(s) => original_meas_ms.unwrap_or(original_pred_ms) / s.max(1e-9),
         Target::LatencyMs(ms) => ms,
     };
@@ -229,6 +235,7 @@ pub fn compress(
         .map(|s| (s.key.clone(), (0..s.channels).collect()))
         .collect();
     let mut skip_reasons: HashMap<String, String> = HashMap::new();
+    let mut broken: std::collections::HashSet<String> = std::collections::HashSet::new();
 
     // A precision is offered only if its result can be written as standard ONNX (bf16 and
     // per-channel int8 need opset 13).
@@ -281,6 +288,11 @@ pub fn compress(
                         confirmed = Some(m);
                         break;
                     }
+                    // The original measured slower or faster this time: aim at the target as
+                    // this interleaved measurement sees it, so the next check agrees with it.
+                    if let Target::Speedup(s) = options.target {
+                        target_ms = m.original_ms / s;
+                    }
                 }
                 None => {
                     reached = true;
@@ -289,7 +301,10 @@ pub fn compress(
                 }
             }
         }
-        let wanted_ms = (current_pred_ms - step_ms).max(target_ms / correction);
+        // Near the target, still ask for a gain worth an action.
+        let wanted_ms = (current_pred_ms - step_ms)
+            .max(target_ms / correction)
+            .min(current_pred_ms * (1.0 - MIN_STEP_GAIN));
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut costed = 0usize;
         if options.prune {
@@ -297,7 +312,11 @@ pub fn compress(
             // from what the consumers would lose, and the means folded into their biases.
             let stats = search.activation_stats(&current)?;
             let spaces = prune::channel_spaces_with(&mut current.clone(), Some(&stats));
-            for space in spaces.iter().filter(|s| s.frozen.is_none()) {
+            let open: Vec<&prune::ChannelSpace> = spaces
+                .iter()
+                .filter(|s| s.frozen.is_none() && !broken.contains(&s.key))
+                .collect();
+            for space in open {
                 let original = original_channels
                     .get(&space.key)
                     .copied()
@@ -316,19 +335,24 @@ pub fn compress(
                     });
                     continue;
                 }
-                if let Some(candidate) = search.best_cut(
-                    space,
-                    &stats,
-                    &current,
-                    &counts,
-                    CutGoal {
-                        wanted_ms,
-                        precision_ratio,
-                    },
-                    &mut costed,
-                )? {
-                    if candidate.predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) {
+                let goal = CutGoal {
+                    wanted_ms,
+                    precision_ratio,
+                };
+                match search.best_cut(space, &stats, &current, &counts, goal, &mut costed) {
+                    Ok(Some(candidate))
+                        if candidate.predicted_ms < current_pred_ms * (1.0 - MIN_STEP_GAIN) =>
+                    {
                         candidates.push(candidate);
+                        continue;
+                    }
+                    Ok(_) => {}
+                    // A cut this module cannot carry through (the pruned graph does not
+                    // re-infer or a pass rejects it): never offered again, and said why.
+                    Err(e) => {
+                        broken.insert(space.key.clone());
+                        skip_reasons
+                            .insert(space.key.clone(), format!("not pruned: a cut fails ({e})"));
                         continue;
                     }
                 }
@@ -495,7 +519,11 @@ pub fn compress(
     let (final_dep, _) = search.deployable(&current, precision.as_deref())?;
     let final_analysis = search.analyse(&final_dep)?;
     let final_accuracy = search.score(&final_dep)?;
-    let final_eval = search.eval(&final_dep)?;
+    // The last applied step evaluated this very model already (the original when none was).
+    let final_eval = match steps.last() {
+        Some(step) => step.eval,
+        None => original_eval,
+    };
     let final_measured = match (&mut timer, confirmed) {
         (_, Some(confirmed)) => Some(confirmed),
         (Some(timer), None) => {
@@ -516,6 +544,17 @@ pub fn compress(
         original_meas_ms.unwrap_or(original_pred_ms) / final_corrected_ms.max(1e-12);
     let uncorrected_speedup = original_pred_ms / latency_ms(&final_analysis).max(1e-12);
     let measured_speedup = final_measured.as_ref().map(|m| m.speedup);
+    // The step limit can fall on the step that meets the target: judge the final model itself.
+    if !reached && stop_reason.starts_with("step limit") {
+        reached = match (&final_measured, options.target) {
+            (Some(m), Target::Speedup(s)) => m.speedup >= s,
+            (Some(m), Target::LatencyMs(ms)) => m.candidate_ms <= ms,
+            (None, _) => latency_ms(&final_analysis) <= target_ms,
+        };
+        if reached {
+            stop_reason = format!("target reached at the step limit ({})", options.max_steps);
+        }
+    }
 
     let mut baselines = Vec::new();
     if options.compare_baselines {
@@ -540,7 +579,7 @@ pub fn compress(
             let reason = match (&space.frozen, kept_count < space.channels) {
                 (Some(frozen), _) => format!("not prunable: {frozen}"),
                 (None, true) => format!(
-                    "pruned to {kept_count} of {} channels ({:.0}% kept), the most important by what their consumers would lose (weights x activation variance on the calibration inputs), the removed channels' means folded into the consumers' biases",
+                    "pruned to {kept_count} of {} channels ({:.0}% kept): the least important removed (importance measured on the calibration inputs where the consumers were observed, else filter norms; removed means folded into the consumers' biases where they have one)",
                     space.channels,
                     100.0 * kept_count as f64 / space.channels as f64
                 ),

@@ -226,7 +226,9 @@ pub(super) fn run_eval(command: &str, deployable: &Graph) -> Result<f64, Advisor
     let result = std::fs::write(&path, prost::Message::encode_to_vec(&proto))
         .map_err(|e| fail(format!("{}: {e}", path.display())))
         .and_then(|()| {
-            let line = command.replace("{model}", &path.to_string_lossy());
+            // The path single-quoted for `sh` (a quote inside closes, escapes and reopens).
+            let quoted = format!("'{}'", path.to_string_lossy().replace('\'', "'\\''"));
+            let line = command.replace("{model}", &quoted);
             let output = std::process::Command::new("sh")
                 .arg("-c")
                 .arg(&line)

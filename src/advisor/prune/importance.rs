@@ -145,7 +145,8 @@ fn weight_axes(shape: &[u64], in_axis: usize) -> (usize, usize, usize, usize) {
 
 /// Importance from what the consumers would lose: per channel, √(Σ_f ‖W[:, f]‖² · var(x_f))
 /// over the channel's features, normalised per consumer and summed. The mean of a removed
-/// channel is folded into the consumer's bias ([`prune_with`]), so only its variation is lost.
+/// channel is folded into the consumer's bias (`prune_with`), so only its variation is lost;
+/// a consumer without a bias (MatMul) loses the second moment, var + mean².
 pub(super) fn measured_importance(
     ed: &Editor,
     space: &ChannelSpace,
@@ -155,8 +156,13 @@ pub(super) fn measured_importance(
     let mut used = 0;
     for consumer in &space.consumers {
         let name = &ed.graph.values[consumer.reads].name;
-        let Some((_, var)) = stats.mean_var(name) else {
+        let Some((mean, var)) = stats.mean_var(name) else {
             continue;
+        };
+        // With no bias to fold the mean into (MatMul), the whole second moment is lost.
+        let lost: Vec<f64> = match consumer.bias_slot {
+            Some(_) => var,
+            None => var.iter().zip(&mean).map(|(v, m)| v + m * m).collect(),
         };
         let node = &ed.nodes[consumer.cut.node];
         let Some(w) = f32_const(ed, node.inputs[consumer.cut.slot]) else {
@@ -166,7 +172,7 @@ pub(super) fn measured_importance(
             continue;
         };
         let (in_stride, in_dim, _, _) = weight_axes(&w.shape, consumer.cut.axis);
-        if in_dim != var.len() || in_dim != space.channels * consumer.cut.block {
+        if in_dim != lost.len() || in_dim != space.channels * consumer.cut.block {
             continue;
         }
         let mut column_sq = vec![0f64; in_dim];
@@ -177,7 +183,7 @@ pub(super) fn measured_importance(
             .map(|c| {
                 let block = consumer.cut.block;
                 (c * block..(c + 1) * block)
-                    .map(|f| column_sq[f] * var[f])
+                    .map(|f| column_sq[f] * lost[f])
                     .sum::<f64>()
                     .sqrt()
             })
@@ -228,19 +234,38 @@ pub(super) fn compensate(
                 delta[(i / out_stride) % out_dim] += v as f64 * mean[f];
             }
         }
+        // Gemm: Y = α·A·B + β·C, so the lost α·delta enters C divided by β.
+        let attrs = &ed.nodes[node].attrs;
+        let (alpha, beta) = if ed.nodes[node].op_type == "Gemm" {
+            (
+                attrs.float_or("alpha", 1.0) as f64,
+                attrs.float_or("beta", 1.0) as f64,
+            )
+        } else {
+            (1.0, 1.0)
+        };
+        if beta == 0.0 {
+            continue;
+        }
         let bias_value = ed.nodes[node].inputs.get(bias_slot).copied().flatten();
         let mut bias: Vec<f32> = match bias_value {
             None => vec![0.0; out_dim],
-            Some(b) => match ed.const_f32(Some(b)) {
-                Some(values) if values.len() == out_dim => values,
-                Some(values) if values.len() == 1 => vec![values[0]; out_dim],
-                // A bias of another shape (per row of a Gemm): leave it alone.
-                _ => continue,
-            },
+            Some(b) => {
+                // Per output feature ([F], [1, F]) or one value; a bias per row is left alone.
+                let shape = ed.fact(b).concrete_shape().unwrap_or_default();
+                let per_feature = shape.iter().product::<u64>() == 1
+                    || (shape.last() == Some(&(out_dim as u64))
+                        && shape.iter().rev().skip(1).all(|&d| d == 1));
+                match ed.const_f32(Some(b)) {
+                    Some(values) if per_feature && values.len() == out_dim => values,
+                    Some(values) if per_feature && values.len() == 1 => vec![values[0]; out_dim],
+                    _ => continue,
+                }
+            }
         };
         bias.iter_mut()
             .zip(&delta)
-            .for_each(|(b, d)| *b += *d as f32);
+            .for_each(|(b, d)| *b += (alpha * d / beta) as f32);
         let base = format!("{}_bias_compensated", ed.nodes[node].name);
         let id = ed.add_const(unique_name(ed.graph, &base), vec![out_dim as u64], bias);
         let inputs = &mut ed.nodes[node].inputs;

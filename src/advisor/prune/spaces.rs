@@ -41,7 +41,8 @@ const CHANNEL_WISE_UNARY: &[&str] = &[
     "Swish",
 ];
 
-/// Spatial ops that keep channels (rank-4 activations only).
+/// Spatial ops that keep channel `c` in channel `c` (rank-4 activations only): pooling and
+/// resizing (LRN and InstanceNormalization mix or carry per-channel state and freeze).
 const CHANNEL_WISE_SPATIAL: &[&str] = &[
     "MaxPool",
     "AveragePool",
@@ -51,8 +52,6 @@ const CHANNEL_WISE_SPATIAL: &[&str] = &[
     "GlobalLpPool",
     "Resize",
     "Upsample",
-    "LRN",
-    "InstanceNormalization",
 ];
 
 /// Element-wise ops that broadcast their inputs (the ones that merge spaces).
@@ -204,6 +203,26 @@ impl Builder<'_, '_> {
             return;
         }
         let op = node.op_type.as_str();
+        // An activation with channels read as a parameter (a Gemm's C, a Resize's scales, a
+        // Reshape's shape) is not modelled: only broadcasting ops read several activations.
+        if !BROADCAST_BINARY.contains(&op) && !matches!(op, "Shape" | "Size") {
+            let extra: Vec<usize> = node.inputs[1.min(node.inputs.len())..]
+                .iter()
+                .flatten()
+                .filter_map(|v| self.value_space.get(v).map(|&(space, _)| space))
+                .collect();
+            for space in extra {
+                self.freeze(
+                    space,
+                    format!("read as a parameter by {op} `{}`", node.name),
+                );
+            }
+        }
+        // Resize to constant `sizes` states the channel count: not modelled.
+        if matches!(op, "Resize") && node.inputs.get(3).copied().flatten().is_some() {
+            self.freeze_inputs(&node, "resized to explicit sizes");
+            return;
+        }
         let x = self.space_of(node.inputs.first());
         let out = node.outputs.first().copied();
         match op {
@@ -219,7 +238,7 @@ impl Builder<'_, '_> {
                     self.freeze(
                         space,
                         format!(
-                            "BatchNormalization `{}` with non-constant parameters",
+                            "BatchNormalization `{}` on a flattened input or with non-constant parameters",
                             node.name
                         ),
                     );
@@ -282,10 +301,13 @@ impl Builder<'_, '_> {
                 let Some((space, block)) = x else { return };
                 let Some(out) = out else { return };
                 // [N, C, 1, 1] → [N, C] keeps the channel axis at 1.
-                let keeps = self.rank_of(out) == Some(2)
-                    && node.inputs[0]
-                        .and_then(|v| self.ed.fact(v).concrete_shape())
-                        .is_some_and(|s| s.len() >= 2 && s[2..].iter().all(|&d| d == 1));
+                let in_shape = node.inputs[0].and_then(|v| self.ed.fact(v).concrete_shape());
+                let keeps = match (in_shape, self.ed.fact(out).concrete_shape()) {
+                    (Some(i), Some(o)) => {
+                        i.len() >= 2 && i[2..].iter().all(|&d| d == 1) && o == i[..2]
+                    }
+                    _ => false,
+                };
                 if !keeps || block != 1 {
                     self.freeze(
                         space,
@@ -450,8 +472,14 @@ impl Builder<'_, '_> {
         self.spaces[space].source_cuts.push((cut, None));
         if is_gemm {
             if let Some(c) = node.inputs.get(2).copied().flatten() {
-                let fact = self.ed.fact(c);
-                let shape = fact.concrete_shape().unwrap_or_default();
+                let Some(shape) = self.ed.fact(c).concrete_shape() else {
+                    self.freeze(
+                        space,
+                        format!("Gemm `{}` has a bias of unknown shape", node.name),
+                    );
+                    self.assign(out, space, 1);
+                    return;
+                };
                 let per_feature = shape.last().copied() == Some(features as u64)
                     && shape.iter().rev().skip(1).all(|&d| d == 1);
                 if f32_const(self.ed, Some(c)).is_some() && per_feature {
@@ -491,7 +519,13 @@ impl Builder<'_, '_> {
         let Some(&(first, block)) = spaced.first() else {
             return;
         };
-        if spaced.iter().any(|&(_, b)| b != block) || out_shape.len() < 2 {
+        // Every activation with channels must be aligned with the output (same rank), or its
+        // channel axis would land elsewhere after broadcasting.
+        let misaligned =
+            node.inputs.iter().flatten().any(|v| {
+                self.value_space.contains_key(v) && self.rank_of(*v) != Some(out_shape.len())
+            });
+        if misaligned || spaced.iter().any(|&(_, b)| b != block) || out_shape.len() < 2 {
             self.freeze_inputs(node, "read by an element-wise op mixing layouts");
             return;
         }

@@ -436,3 +436,31 @@ fn a_constant_channel_prunes_exactly_once_its_mean_is_folded() {
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(worst > 1e-2, "{worst}");
 }
+
+/// Ops whose channel meaning is not "channel c stays channel c" freeze the space: instance
+/// norm (per-channel scale and bias the pruner does not cut) and LRN (mixes neighbours).
+#[test]
+fn instance_norm_and_lrn_freeze_their_space() {
+    for op in ["InstanceNormalization", "LRN"] {
+        let mut n = Net::new();
+        let x =
+            n.g.add_value("x", TensorFact::known(DType::F32, &[1, 3, 6, 6]));
+        n.g.inputs.push(x);
+        let a = n.conv("conv1", x, (3, 8), 3, 1, true);
+        let b = if op == "LRN" {
+            n.node("norm", op, &[a], &[("size", Attr::Int(3))])
+        } else {
+            let scale = n.konst("scale", &[8]);
+            let bias = n.konst("bias", &[8]);
+            n.node("norm", op, &[a, scale, bias], &[])
+        };
+        let y = n.conv("conv2", b, (8, 4), 1, 1, true);
+        n.g.outputs.push(y);
+        let mut g = n.g;
+        crate::analysis::prepare_graph(&mut g, &Bindings::default()).unwrap();
+        let spaces = channel_spaces(&mut g);
+        let space = spaces.iter().find(|s| s.key == "conv1").unwrap();
+        let reason = space.frozen.as_deref().unwrap_or_default();
+        assert!(reason.contains(op), "{op}: {reason}");
+    }
+}
