@@ -150,11 +150,35 @@ fn exported_builtins_run_in_onnxruntime() {
             String::from_utf8_lossy(&check.stderr)
         );
     }
+    // Kept on failure for a look; the four exports are about 550 MB.
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A fresh directory for one test. The first call also removes the directories earlier test
+/// processes left behind (a failed test keeps its files for a look; a machine that runs the
+/// suite often would otherwise fill its disk: a BERT export alone is 435 MB).
 pub fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("roofline-test-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+                if pid != std::process::id() && !alive {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+    });
     let dir = std::env::temp_dir().join(format!(
         "roofline-test-{}-{}",
         std::process::id(),
