@@ -105,7 +105,8 @@ pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> 
     render_html_with(std::slice::from_ref(&report.after), &options)
 }
 
-fn speed(x: Option<f64>) -> String {
+/// A speed-up as `1.23x`, `-` when there is none.
+pub(super) fn speed(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
 }
 

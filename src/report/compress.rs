@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::advice::original_ops_series;
+use super::advice::{original_ops_series, speed};
 use super::error::ReportError;
 use super::html::{render_html_with, HtmlOptions, HtmlSection};
 use super::markup::{escape, terminal_safe as safe};
@@ -15,6 +15,11 @@ pub fn render_compress_json(report: &CompressReport) -> Result<String, serde_jso
 
 fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.2} ms"))
+}
+
+/// A relative error as a signed percentage, `-` when there is none.
+fn signed_percent(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".into(), |e| format!("{:+.1}%", e * 100.0))
 }
 
 fn accuracy_text(point: &Point) -> String {
@@ -95,12 +100,8 @@ pub fn render_compress_table(report: &CompressReport) -> String {
         "speed-up     predicted {:.2}x (uncorrected {:.2}x)   measured {}   prediction error {}",
         report.predicted_speedup,
         report.uncorrected_speedup,
-        report
-            .measured_speedup
-            .map_or_else(|| "-".into(), |m| format!("{m:.2}x")),
-        report
-            .prediction_error
-            .map_or_else(|| "-".into(), |e| format!("{:+.1}%", e * 100.0))
+        speed(report.measured_speedup),
+        signed_percent(report.prediction_error)
     );
     if !report.baselines.is_empty() {
         let _ = writeln!(out, "\nbaselines (same run)");
@@ -110,8 +111,7 @@ pub fn render_compress_table(report: &CompressReport) -> String {
                 "  {:<18} predicted {:.2}x  measured {:>7}  {}  {}",
                 safe(&b.name),
                 b.predicted_speedup,
-                b.measured_speedup
-                    .map_or_else(|| "-".into(), |m| format!("{m:.2}x")),
+                speed(b.measured_speedup),
                 gmacs(b.point.macs),
                 accuracy_text(&b.point)
             );
@@ -345,12 +345,8 @@ pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportErr
         body,
         "</tbody></table><p>speed-up: predicted {:.2}x, measured {}, prediction error {}.</p>",
         report.predicted_speedup,
-        report
-            .measured_speedup
-            .map_or_else(|| "-".into(), |m| format!("{m:.2}x")),
-        report
-            .prediction_error
-            .map_or_else(|| "-".into(), |e| format!("{:+.1}%", e * 100.0))
+        speed(report.measured_speedup),
+        signed_percent(report.prediction_error)
     );
     let _ = write!(
         body,

@@ -142,6 +142,15 @@ fn alignment(device: &DeviceProfile) -> (usize, String) {
     }
 }
 
+/// A candidate run on the calibration inputs: its deployable graph, the ops its precision pass
+/// converted, and its accuracy proxy.
+struct Checked {
+    candidate: Candidate,
+    deployable: Graph,
+    choices: Vec<PrecisionChoice>,
+    accuracy: AccuracyProxy,
+}
+
 /// Searches for a compressed version of `graph` that meets `options.target` on `device`.
 pub fn compress(
     mut graph: Graph,
@@ -225,7 +234,7 @@ pub fn compress(
     };
     let (align, alignment_reason) = alignment(device);
 
-    let original_spaces = prune::channel_spaces(&mut graph.clone());
+    let original_spaces = prune::channel_structure(&mut graph.clone());
     let original_channels: HashMap<String, usize> = original_spaces
         .iter()
         .map(|s| (s.key.clone(), s.channels))
@@ -256,6 +265,8 @@ pub fn compress(
     let mut precision_choices: Vec<PrecisionChoice> = Vec::new();
     let mut current_pred_ms = original_pred_ms;
     let mut current_analysis = original_analysis.clone();
+    // The deployable form of `current` (what is measured, exported and reported).
+    let mut current_dep = original_dep.clone();
     // Prediction with the chosen precision ÷ without, refreshed every step.
     let mut precision_ratio = 1.0;
     let mut steps: Vec<Step> = Vec::new();
@@ -271,9 +282,8 @@ pub fn compress(
             match &mut timer {
                 Some(timer) => {
                     progress(Progress::Phase("confirming the target by measurement"));
-                    let (dep, _) = search.deployable(&current, precision.as_deref())?;
                     // Twice the usual rounds: this measurement decides, and is the final one.
-                    let m = timer.measure(&dep, &search.ctx, 2 * timer.runs)?;
+                    let m = timer.measure(&current_dep, &search.ctx, 2 * timer.runs)?;
                     correction = m.candidate_ms / current_pred_ms.max(1e-12);
                     if let Some(last) = steps.last_mut() {
                         last.measured_latency_ms = Some(m.candidate_ms);
@@ -389,7 +399,7 @@ pub fn compress(
             let kb = b.importance_removed / gain(b);
             ka.total_cmp(&kb)
         });
-        let mut checked: Vec<(Candidate, Graph, AccuracyProxy)> = Vec::new();
+        let mut checked: Vec<Checked> = Vec::new();
         let mut pruned_checked = 0;
         for candidate in candidates {
             let is_prune = matches!(candidate.kind, Action::Prune { .. });
@@ -397,43 +407,56 @@ pub fn compress(
                 continue;
             }
             pruned_checked += usize::from(is_prune);
-            let (dep, _) = search.deployable(
+            let (deployable, choices) = search.deployable(
                 &candidate.pruned,
                 candidate.precision.as_deref().or(precision.as_deref()),
             )?;
-            let accuracy = search.score(&dep)?;
-            checked.push((candidate, dep, accuracy));
+            let accuracy = search.score(&deployable)?;
+            checked.push(Checked {
+                candidate,
+                deployable,
+                choices,
+                accuracy,
+            });
         }
         let checked_count = checked.len();
         if let Some(max_drop) = options.max_drop.filter(|_| options.eval.is_none()) {
-            checked.retain(|(_, _, a)| drop_of(a) <= max_drop);
+            checked.retain(|c| drop_of(&c.accuracy) <= max_drop);
         }
         // Most gain per accuracy lost first; the loss ranked on the mean cosine, which moves
         // with every cut where top-1 agreement on a few samples moves in coarse steps.
-        let value = |(c, _, a): &(Candidate, Graph, AccuracyProxy)| {
-            gain(c) / ((1.0 - a.cosine_mean).max(0.0) + 1e-4)
-        };
+        let value =
+            |c: &Checked| gain(&c.candidate) / ((1.0 - c.accuracy.cosine_mean).max(0.0) + 1e-4);
         checked.sort_by(|a, b| value(b).total_cmp(&value(a)));
         // With --eval, the best candidate that stays within the budget.
         let mut chosen = None;
         let mut eval_rejected = None;
-        for (candidate, dep, accuracy) in checked {
-            let eval = search.eval(&dep)?;
+        for option in checked {
+            let eval = search.eval(&option.deployable)?;
             if let (Some(max_drop), Some(base), Some(now)) = (options.max_drop, original_eval, eval)
             {
                 if base - now > max_drop {
                     eval_rejected = Some(now);
                     // A precision that breaks the budget now will not fit it later.
-                    if let Action::Precision(p) = &candidate.kind {
+                    if let Action::Precision(p) = &option.candidate.kind {
                         precisions.retain(|q| q != p);
                     }
                     continue;
                 }
             }
-            chosen = Some((candidate, dep, accuracy, eval));
+            chosen = Some((option, eval));
             break;
         }
-        let Some((best, best_dep, accuracy, eval)) = chosen else {
+        let Some((
+            Checked {
+                candidate: best,
+                deployable: best_dep,
+                choices,
+                accuracy,
+            },
+            eval,
+        )) = chosen
+        else {
             // Smaller steps cut less of each space: try them before giving up.
             if step_ms / 2.0 >= MIN_STEP_GAIN * original_pred_ms {
                 step_ms /= 2.0;
@@ -465,22 +488,21 @@ pub fn compress(
             }
             Action::Precision(p) => {
                 precision = Some(p.clone());
-                let (_, choices) = search.deployable(&best.pruned, Some(p))?;
-                let text = format!("{p} on {} op(s) the roofline picks", choices.len());
-                precision_choices = choices;
-                text
+                format!("{p} on {} op(s) the roofline picks", choices.len())
             }
         };
+        // The ops the chosen precision converted in the model as it now stands.
+        if precision.is_some() {
+            precision_choices = choices;
+        }
         current = best.pruned;
         let analysis = search.analyse(&best_dep)?;
         current_pred_ms = latency_ms(&analysis);
         let macs = analysis.summary.macs;
         current_analysis = analysis;
-        if let Some(p) = &precision {
+        if precision.is_some() {
             let float_ms = search.predict_ms(&current, None)?;
             precision_ratio = current_pred_ms / float_ms.max(1e-12);
-            let (_, choices) = search.deployable(&current, Some(p))?;
-            precision_choices = choices;
         }
         // The prediction as the search believes it before this step is measured.
         let corrected_ms = current_pred_ms * correction;
@@ -498,6 +520,7 @@ pub fn compress(
             target_ms,
             action: &action,
         });
+        current_dep = best_dep;
         steps.push(Step {
             step,
             action,
@@ -515,10 +538,13 @@ pub fn compress(
         stop_reason = format!("step limit ({}) reached", options.max_steps);
     }
 
-    // The final model, measured once more.
-    let (final_dep, _) = search.deployable(&current, precision.as_deref())?;
-    let final_analysis = search.analyse(&final_dep)?;
-    let final_accuracy = search.score(&final_dep)?;
+    // The final model is the last step's (or the original): its graph, analysis and accuracy.
+    let final_dep = current_dep;
+    let final_analysis = current_analysis;
+    let final_accuracy = match steps.last() {
+        Some(step) => step.accuracy.clone(),
+        None => search.score(&final_dep)?,
+    };
     // The last applied step evaluated this very model already (the original when none was).
     let final_eval = match steps.last() {
         Some(step) => step.eval,

@@ -173,7 +173,7 @@ impl Search<'_> {
     /// calibration inputs.
     pub(super) fn activation_stats(&self, pruned: &Graph) -> Result<ActivationStats, AdvisorError> {
         let mut probe = pruned.clone();
-        let spaces = prune::channel_spaces(&mut probe.clone());
+        let spaces = prune::channel_structure(&mut probe.clone());
         for value in prune::observed_values(&spaces) {
             if !probe.outputs.contains(&value) {
                 probe.outputs.push(value);

@@ -40,8 +40,7 @@ mod spaces;
 
 use importance::compensate;
 pub use importance::{observed_values, ActivationStats};
-use spaces::spaces_of;
-pub use spaces::{channel_spaces, channel_spaces_with};
+pub use spaces::{channel_spaces, channel_spaces_with, channel_structure};
 
 use crate::analysis::edit::{set_attr, Editor};
 use crate::analysis::graph::{Attr, Graph, ValueId};
@@ -78,7 +77,7 @@ enum Fixup {
 }
 
 /// A channel space with everything an edit must touch.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ChannelSpace {
     /// Name of the first node that opens it: stable across rewrites, so plans can refer to it.
     pub key: String,
@@ -172,7 +171,7 @@ pub fn prune_with(
 ) -> Result<(), PruneError> {
     for step in plan {
         // Structure only: the kept channels are given, so no importance is needed.
-        let spaces = spaces_of(&Editor::new(graph));
+        let spaces = channel_structure(graph);
         let space = spaces
             .iter()
             .find(|s| s.key == step.space)

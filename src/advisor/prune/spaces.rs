@@ -90,13 +90,7 @@ impl Builder<'_, '_> {
             channels,
             sources: vec![node.name.clone()],
             touched: vec![node.op_type.clone()],
-            frozen: None,
-            importance: Vec::new(),
-            cuts: Vec::new(),
-            fixups: Vec::new(),
-            values: Vec::new(),
-            source_cuts: Vec::new(),
-            consumers: Vec::new(),
+            ..ChannelSpace::default()
         });
         id
     }
@@ -126,22 +120,7 @@ impl Builder<'_, '_> {
         if ra == rb {
             return ra;
         }
-        let moved = std::mem::replace(
-            &mut self.spaces[rb],
-            ChannelSpace {
-                key: String::new(),
-                channels: 0,
-                sources: Vec::new(),
-                touched: Vec::new(),
-                frozen: None,
-                importance: Vec::new(),
-                cuts: Vec::new(),
-                fixups: Vec::new(),
-                values: Vec::new(),
-                source_cuts: Vec::new(),
-                consumers: Vec::new(),
-            },
-        );
+        let moved = std::mem::take(&mut self.spaces[rb]);
         let target = &mut self.spaces[ra];
         if target.channels != moved.channels && target.frozen.is_none() {
             target.frozen = Some(format!(
@@ -595,6 +574,12 @@ impl Builder<'_, '_> {
 /// facts), prunable or frozen, with per-channel importance for the prunable ones.
 pub fn channel_spaces(graph: &mut Graph) -> Vec<ChannelSpace> {
     channel_spaces_with(graph, None)
+}
+
+/// The channel spaces without importance (empty): for callers that need only their structure
+/// (keys, channel counts, sources, frozen reasons, the activations consumers read).
+pub fn channel_structure(graph: &mut Graph) -> Vec<ChannelSpace> {
+    spaces_of(&Editor::new(graph))
 }
 
 /// [`channel_spaces`], with importance from activation statistics where `stats` has them (see
