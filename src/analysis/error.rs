@@ -47,4 +47,9 @@ pub enum AnalysisError {
     },
     #[error("unknown built-in model `{name}` (available: {available})")]
     UnknownBuiltin { name: String, available: String },
+    #[error(
+        "builtin:{name} has {:.1} GB of fp32 weights, more than the {:.1} GB this tool materialises to run or export; analyse it (weights stay symbolic) or run a small preset such as builtin:llama-tiny",
+        *bytes as f64 / 1e9, *limit as f64 / 1e9
+    )]
+    TooLargeToMaterialise { name: String, bytes: u64, limit: u64 },
 }

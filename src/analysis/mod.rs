@@ -7,6 +7,7 @@ pub mod error;
 pub mod graph;
 pub mod import;
 pub mod infer;
+pub mod llm;
 pub mod measured;
 pub mod model;
 pub mod onnx_proto;
@@ -39,6 +40,8 @@ use tensor::{DType, TensorFact};
 pub struct AnalyzeOptions {
     pub bindings: Bindings,
     pub precision: Precision,
+    /// Phase and per-class storage of an LLM analysis (see [`llm`]); inactive by default.
+    pub llm: llm::LlmOptions,
 }
 
 impl Default for AnalyzeOptions {
@@ -46,6 +49,7 @@ impl Default for AnalyzeOptions {
         AnalyzeOptions {
             bindings: Bindings::default(),
             precision: Precision::Fp32,
+            llm: llm::LlmOptions::default(),
         }
     }
 }
@@ -85,6 +89,11 @@ pub fn analyze_graph(
         .ceiling(options.precision)
         .and_then(|c| c.threads)
         .unwrap_or(u32::MAX);
+    let llm_costing = options
+        .llm
+        .is_active()
+        .then(|| llm::LlmCosting::new(&graph, &order, options.llm, options.precision));
+    let mut llm_totals = llm::LlmTotals::default();
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -158,6 +167,14 @@ pub fn analyze_graph(
             measured_s: None,
             measured_efficiency: None,
             features: None,
+        };
+        let costed = match (costed, &llm_costing) {
+            (Ok(cost), Some(costing)) => {
+                let (cost, kv_traffic) = costing.adjust(&graph, node, cost);
+                llm_totals.add(&kv_traffic);
+                Ok(cost)
+            }
+            (other, _) => other,
         };
         match costed {
             Ok(cost) => {
@@ -261,6 +278,18 @@ pub fn analyze_graph(
         .filter_map(|&v| graph.values[v].fact.element_count())
         .sum();
     let summary = summarize(&mut nodes, params);
+    let llm_summary = llm_costing.as_ref().map(|costing| {
+        llm::summarize(
+            &graph,
+            &order,
+            &nodes,
+            costing,
+            llm_totals,
+            device,
+            &roof,
+            options.precision,
+        )
+    });
     let info = model_info(&graph, source);
     let device_info = device_info(device, options.precision, roof);
     Ok(Analysis {
@@ -274,6 +303,7 @@ pub fn analyze_graph(
         summary,
         diagnostics,
         measured: None,
+        llm: llm_summary,
     })
 }
 

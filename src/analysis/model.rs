@@ -184,6 +184,9 @@ pub struct Analysis {
     /// The runtime profile joined to the nodes (`analyze --measured`), when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<MeasuredInfo>,
+    /// The phase summary of an LLM analysis (`--phase`, `--weights`, `--kv`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm: Option<super::llm::LlmSummary>,
 }
 
 /// Names listed per kind of mismatch in [`MeasuredInfo`] (the counts are complete).

@@ -19,6 +19,10 @@ pub enum WeightFill {
     Random(u64),
     /// Zeros, allocated lazily by the OS (for analysis only).
     Zeros,
+    /// No values at all: weights are declared by type and shape only and import as opaque
+    /// constants (analysis only; a 70B decoder costs no memory). Small parameters (norm scales,
+    /// biases) and shape constants still carry values.
+    Symbolic,
 }
 
 /// A value dimension in a built-in model's signature.
@@ -122,7 +126,7 @@ impl GraphBuilder {
     pub fn new(fill: WeightFill) -> GraphBuilder {
         let seed = match fill {
             WeightFill::Random(seed) => seed,
-            WeightFill::Zeros => 0,
+            WeightFill::Zeros | WeightFill::Symbolic => 0,
         };
         GraphBuilder {
             nodes: Vec::new(),
@@ -176,6 +180,7 @@ impl GraphBuilder {
         let name = self.fresh(prefix);
         let count: i64 = dims.iter().product();
         let bytes = match self.fill {
+            WeightFill::Symbolic => Bytes::new(),
             WeightFill::Zeros => Bytes::from(vec![0u8; count as usize * 4]),
             WeightFill::Random(_) => {
                 let bound = (6.0 / fan_in.max(1) as f32).sqrt();
@@ -185,6 +190,21 @@ impl GraphBuilder {
                 }
                 Bytes::from(out)
             }
+        };
+        self.float_tensor(&name, dims, bytes)
+    }
+
+    /// A constant with given values (a rotary table); declared by shape only when symbolic.
+    pub fn table(&mut self, prefix: &str, dims: &[i64], values: impl FnOnce() -> Vec<f32>) -> String {
+        let name = self.fresh(prefix);
+        let bytes = match self.fill {
+            WeightFill::Symbolic => Bytes::new(),
+            _ => Bytes::from(
+                values()
+                    .into_iter()
+                    .flat_map(f32::to_le_bytes)
+                    .collect::<Vec<u8>>(),
+            ),
         };
         self.float_tensor(&name, dims, bytes)
     }
@@ -204,7 +224,7 @@ impl GraphBuilder {
         let mut out = Vec::with_capacity(count as usize * 4);
         for _ in 0..count {
             let value = match self.fill {
-                WeightFill::Zeros => centre,
+                WeightFill::Zeros | WeightFill::Symbolic => centre,
                 WeightFill::Random(_) => centre + spread * self.next_uniform(),
             };
             out.extend_from_slice(&value.to_le_bytes());
@@ -219,6 +239,19 @@ impl GraphBuilder {
             data_type: 7,
             name: name.clone(),
             int64_data: values.to_vec(),
+            ..Default::default()
+        });
+        name
+    }
+
+    /// A scalar int64 constant (Range bounds).
+    pub fn int64_scalar(&mut self, prefix: &str, value: i64) -> String {
+        let name = self.fresh(prefix);
+        self.initializers.push(TensorProto {
+            dims: vec![],
+            data_type: 7,
+            name: name.clone(),
+            int64_data: vec![value],
             ..Default::default()
         });
         name
@@ -353,12 +386,16 @@ impl GraphBuilder {
     }
 
     pub fn layer_norm(&mut self, x: &str, features: i64) -> String {
+        self.layer_norm_eps(x, features, 1e-12)
+    }
+
+    pub fn layer_norm_eps(&mut self, x: &str, features: i64, epsilon: f32) -> String {
         let scale = self.jitter("ln_scale", &[features], 1.0, 0.05);
         let bias = self.jitter("ln_bias", &[features], 0.0, 0.05);
         self.node(
             "LayerNormalization",
             &[x, &scale, &bias],
-            vec![attr_int("axis", -1), attr_float("epsilon", 1e-12)],
+            vec![attr_int("axis", -1), attr_float("epsilon", epsilon)],
         )
     }
 

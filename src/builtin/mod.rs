@@ -7,8 +7,13 @@
 //! - `bert-base`: BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072, erf-GELU),
 //!   word and position embeddings, no attention mask, symbolic batch and sequence length.
 //! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
+//! - Decoder LLMs with a KV cache, from their published configurations (`decoder.rs`):
+//!   `llama-2-7b`, `llama-2-13b`, `llama-2-70b`, `llama-3-8b`, `llama-3-70b`, `mistral-7b`,
+//!   `qwen2.5-7b`, `gpt2` and `llama-tiny` (small enough to run). Weights are symbolic when
+//!   analysed.
 
 pub mod builder;
+pub mod decoder;
 
 pub use builder::{ConvSpec, GraphBuilder, SigDim, WeightFill, BUILTIN_OPSET};
 
@@ -23,20 +28,58 @@ pub struct BuiltinModel {
     build: fn(WeightFill) -> ModelProto,
     /// Dims bound when the user gives none.
     pub default_bindings: fn() -> Bindings,
+    /// The configuration of a decoder LLM preset.
+    pub decoder: Option<&'static decoder::DecoderConfig>,
 }
+
+/// Most bytes of weights a built-in model materialises for execution or export (a larger
+/// preset is analysed with symbolic weights only).
+pub const MAX_MATERIALISED_WEIGHT_BYTES: u64 = 4 << 30;
 
 impl BuiltinModel {
     pub fn build(&self, fill: WeightFill) -> ModelProto {
         (self.build)(fill)
     }
 
+    /// How weights are filled for analysis: symbolic for the decoder presets (billions of
+    /// parameters), zero pages for the others (whose analysis never reads them either, but
+    /// whose golden results predate symbolic weights).
+    pub fn analysis_fill(&self) -> WeightFill {
+        if self.decoder.is_some() {
+            WeightFill::Symbolic
+        } else {
+            WeightFill::Zeros
+        }
+    }
+
+    /// Refuses to materialise a preset whose fp32 weights exceed
+    /// [`MAX_MATERIALISED_WEIGHT_BYTES`].
+    pub fn check_materialisable(&self) -> Result<(), AnalysisError> {
+        let Some(config) = self.decoder else {
+            return Ok(());
+        };
+        let bytes = config.parameter_count().saturating_mul(4);
+        if bytes > MAX_MATERIALISED_WEIGHT_BYTES {
+            return Err(AnalysisError::TooLargeToMaterialise {
+                name: self.name.to_string(),
+                bytes,
+                limit: MAX_MATERIALISED_WEIGHT_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     /// The model as an analysis graph (source `builtin:NAME`).
     pub fn graph(&self, fill: WeightFill) -> Result<crate::analysis::Graph, AnalysisError> {
+        if fill != WeightFill::Symbolic {
+            self.check_materialisable()?;
+        }
         let source = format!("builtin:{}", self.name);
-        crate::analysis::import::import_model(
+        crate::analysis::import::import_model_with(
             &self.build(fill),
             std::path::Path::new("."),
             std::path::Path::new(&source),
+            fill == WeightFill::Symbolic,
         )
     }
 }
@@ -54,6 +97,7 @@ pub(crate) fn analyze_on_catalog(
     let options = crate::analysis::AnalyzeOptions {
         bindings: (model.default_bindings)(),
         precision,
+        ..Default::default()
     };
     let device = crate::device::find_device(device)
         .expect("catalogue device")
@@ -77,36 +121,115 @@ fn bert_defaults() -> Bindings {
     }
 }
 
+/// A decoder preset: its build function and its default bindings (batch 1, one new token after
+/// a cache of 2048 entries, or of the longest context the preset's positions allow).
+macro_rules! decoder_preset {
+    ($name:literal, $description:literal, $config:path) => {
+        BuiltinModel {
+            name: $name,
+            description: $description,
+            build: |fill| decoder::build($name, &$config, fill),
+            default_bindings: || decoder_defaults(&$config),
+            decoder: Some(&$config),
+        }
+    };
+}
+
+/// Default dims of a decoder: the decode phase at a 2048-token cache (less where the preset's
+/// positions end sooner).
+pub fn decoder_defaults(config: &decoder::DecoderConfig) -> Bindings {
+    let past = 2048.min(config.max_positions as u64 - 1);
+    Bindings {
+        inputs: Vec::new(),
+        batch: None,
+        dims: vec![
+            (decoder::BATCH.to_string(), 1),
+            (decoder::SEQUENCE.to_string(), 1),
+            (decoder::PAST_SEQUENCE.to_string(), past),
+        ],
+    }
+}
+
 pub const MODELS: &[BuiltinModel] = &[
     BuiltinModel {
         name: "mobilenetv2",
         description: "MobileNetV2 1.0, 224x224 (torchvision architecture)",
         build: mobilenetv2,
         default_bindings: batch_one,
+        decoder: None,
     },
     BuiltinModel {
         name: "resnet50",
         description: "ResNet-50 v1.5, 224x224 (torchvision architecture)",
         build: resnet50,
         default_bindings: batch_one,
+        decoder: None,
     },
     BuiltinModel {
         name: "vgg16",
         description: "VGG-16, 224x224 (torchvision architecture, no BN)",
         build: vgg16,
         default_bindings: batch_one,
+        decoder: None,
     },
     BuiltinModel {
         name: "bert-base",
         description: "BERT-base encoder, 12 layers, hidden 768, sequence 128 by default",
         build: bert_base,
         default_bindings: bert_defaults,
+        decoder: None,
     },
+    decoder_preset!(
+        "llama-2-7b",
+        "Llama-2-7B decoder with KV cache (32 layers, hidden 4096, 32 heads)",
+        decoder::LLAMA2_7B
+    ),
+    decoder_preset!(
+        "llama-2-13b",
+        "Llama-2-13B decoder with KV cache (40 layers, hidden 5120, 40 heads)",
+        decoder::LLAMA2_13B
+    ),
+    decoder_preset!(
+        "llama-2-70b",
+        "Llama-2-70B decoder with KV cache (80 layers, hidden 8192, 64 heads, 8 KV heads)",
+        decoder::LLAMA2_70B
+    ),
+    decoder_preset!(
+        "llama-3-8b",
+        "Llama-3-8B decoder with KV cache (32 layers, hidden 4096, 8 KV heads, vocab 128256)",
+        decoder::LLAMA3_8B
+    ),
+    decoder_preset!(
+        "llama-3-70b",
+        "Llama-3-70B decoder with KV cache (80 layers, hidden 8192, 8 KV heads)",
+        decoder::LLAMA3_70B
+    ),
+    decoder_preset!(
+        "mistral-7b",
+        "Mistral-7B-v0.1 decoder with KV cache (32 layers, 8 KV heads; no sliding window)",
+        decoder::MISTRAL_7B
+    ),
+    decoder_preset!(
+        "qwen2.5-7b",
+        "Qwen2.5-7B decoder with KV cache (28 layers, hidden 3584, 4 KV heads, QKV bias)",
+        decoder::QWEN25_7B
+    ),
+    decoder_preset!(
+        "gpt2",
+        "GPT-2 small decoder with KV cache (12 layers, hidden 768, tied embeddings)",
+        decoder::GPT2_SMALL
+    ),
+    decoder_preset!(
+        "llama-tiny",
+        "Llama-style decoder small enough to run (2 layers, hidden 256, 2 KV heads)",
+        decoder::LLAMA_TINY
+    ),
     BuiltinModel {
         name: "tinycnn",
         description: "Five-layer CNN on 1x3x32x32 for tests",
         build: tinycnn,
         default_bindings: batch_one,
+        decoder: None,
     },
 ];
 

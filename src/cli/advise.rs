@@ -112,6 +112,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
     let analyze = AnalyzeOptions {
         bindings: model.bindings,
         precision: Precision::Fp32,
+        ..Default::default()
     };
     let options = AdviseOptions {
         apply: args.apply.clone(),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use roofline::analysis::{self, measured, AnalyzeOptions};
+use roofline::analysis::{self, llm, measured, AnalyzeOptions};
 use roofline::device::Precision;
 use roofline::report::{self, chart, TableOptions};
 
@@ -53,6 +53,20 @@ pub struct AnalyzeArgs {
     /// one --device, the machine it ran on.
     #[arg(long, value_name = "PROFILE.json")]
     pub measured: Option<PathBuf>,
+    /// LLM phase: prefill (the prompt in one step: time to first token) or decode (one token
+    /// against the KV cache: time per output token). Binds the decoder's dims the user leaves
+    /// free: batch 1; prefill 2048 new tokens on an empty cache; decode 1 after 2048.
+    #[arg(long, value_name = "PHASE")]
+    pub phase: Option<llm::Phase>,
+    /// Storage of the weights (fp32, fp16, bf16, fp8, int8, int4); default: --precision.
+    #[arg(long, value_name = "STORAGE")]
+    pub weights: Option<llm::Storage>,
+    /// Storage of the activations; default: --precision.
+    #[arg(long, value_name = "STORAGE")]
+    pub activations: Option<llm::Storage>,
+    /// Storage of the KV cache; default: the activations'.
+    #[arg(long, value_name = "STORAGE")]
+    pub kv: Option<llm::Storage>,
 }
 
 pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
@@ -84,9 +98,22 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .transpose()?;
     let model = args.model.load(Purpose::Analyze)?;
     protected.add_model_files(&model.graph);
+    let llm_options = llm::LlmOptions {
+        phase: args.phase,
+        weights: args.weights,
+        activations: args.activations,
+        kv: args.kv,
+    };
+    let bindings = match args.phase {
+        // The phase decides the decoder's dims the user left free (a built-in's defaults are
+        // one phase's).
+        Some(phase) => llm::phase_bindings(&model.graph, phase, &args.model.requested()?),
+        None => model.bindings,
+    };
     let options = AnalyzeOptions {
-        bindings: model.bindings,
+        bindings,
         precision: args.precision,
+        llm: llm_options,
     };
     let devices = args
         .device

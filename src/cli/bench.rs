@@ -93,6 +93,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let analyze = AnalyzeOptions {
         bindings: model.bindings,
         precision: Precision::Fp32,
+        ..Default::default()
     };
     let options = BenchOptions {
         runs: args.runs,

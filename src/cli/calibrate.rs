@@ -227,6 +227,7 @@ fn run_from_profiles(args: &CalibrateArgs) -> Result<ExitCode> {
         let options = AnalyzeOptions {
             bindings: model.bindings,
             precision: Precision::Fp32,
+            ..Default::default()
         };
         let mut analysis =
             roofline::analysis::analyze_graph(model.graph, &model.source, &device, &options)

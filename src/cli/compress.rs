@@ -155,6 +155,7 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
     let analyze = AnalyzeOptions {
         bindings: model.bindings,
         precision: Precision::Fp32,
+        ..Default::default()
     };
     let options = CompressOptions {
         target,

@@ -266,6 +266,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             seed,
         } => {
             let builtin = builtin::find(&model)?;
+            builtin.check_materialisable()?;
             let proto = builtin.build(WeightFill::Random(seed));
             let bytes = prost::Message::encode_to_vec(&proto);
             // A builtin reads no file: there is no input to protect.

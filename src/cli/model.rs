@@ -32,20 +32,21 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Parses the bindings and loads the model (see [`load`]).
     pub fn load(&self, purpose: Purpose) -> Result<LoadedModel> {
+        load(&self.model, self.requested()?, purpose)
+    }
+
+    /// The bindings the user gave (a built-in's defaults not applied).
+    pub fn requested(&self) -> Result<Bindings> {
         let dims = self
             .dims
             .iter()
             .map(|spec| Bindings::parse_dim(spec))
             .collect::<Result<Vec<_>, _>>()?;
-        load(
-            &self.model,
-            Bindings {
-                inputs: parse_shapes(&self.inputs)?,
-                batch: self.batch,
-                dims,
-            },
-            purpose,
-        )
+        Ok(Bindings {
+            inputs: parse_shapes(&self.inputs)?,
+            batch: self.batch,
+            dims,
+        })
     }
 }
 
@@ -94,7 +95,7 @@ pub fn load(spec: &str, requested: Bindings, purpose: Purpose) -> Result<LoadedM
     let (graph, defaults) = if spec.starts_with("builtin:") {
         let builtin = builtin::find(spec)?;
         let fill = match purpose {
-            Purpose::Analyze => WeightFill::Zeros,
+            Purpose::Analyze => builtin.analysis_fill(),
             Purpose::Execute => WeightFill::Random(0),
         };
         let graph = builtin.graph(fill)?;

@@ -17,6 +17,7 @@ pub mod devices;
 pub mod error;
 pub mod html;
 mod label_layout;
+pub mod llm;
 pub mod markup;
 pub mod measured;
 pub mod model;
@@ -305,6 +306,7 @@ pub fn render_summary(analysis: &Analysis) -> String {
         }
     }
     out.push_str(&measured::summary_lines(analysis));
+    out.push_str(&llm::summary_lines(analysis));
     let _ = writeln!(
         out,
         "  time by bound    memory {:.1}%  compute {:.1}%  overhead {:.1}%",

@@ -21,6 +21,7 @@ fn builtin_graph(name: &str) -> (Graph, AnalyzeOptions) {
         AnalyzeOptions {
             bindings: (model.default_bindings)(),
             precision: Precision::Fp32,
+            ..Default::default()
         },
     )
 }
@@ -201,6 +202,7 @@ fn exported_rewrites_run_in_onnxruntime_with_the_same_outputs() {
         let options = AnalyzeOptions {
             bindings: (model.default_bindings)(),
             precision: Precision::Fp32,
+            ..Default::default()
         };
         let device = find_device("rtx2080ti").unwrap().to_profile();
         let (_, rewritten) =

@@ -100,6 +100,7 @@ fn named_dims_bind_like_input_shapes() {
         let options = AnalyzeOptions {
             bindings,
             precision: Precision::Fp16,
+            ..Default::default()
         };
         analysis::analyze_graph(graph, "bert", &device, &options).unwrap()
     };

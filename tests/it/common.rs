@@ -73,6 +73,7 @@ pub fn analyze_builtin(name: &str, device: &str, precision: Precision) -> Analys
     let options = AnalyzeOptions {
         bindings: (model.default_bindings)(),
         precision,
+        ..Default::default()
     };
     let device = find_device(device).unwrap().to_profile();
     analysis::analyze_graph(graph, name, &device, &options).unwrap()
@@ -83,6 +84,7 @@ pub fn analyze_file(path: &Path, bindings: Bindings) -> Analysis {
     let options = AnalyzeOptions {
         bindings,
         precision: Precision::Fp32,
+        ..Default::default()
     };
     analysis::analyze_file(path, &device, &options)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -41,6 +41,7 @@ fn builtin_graph(name: &str) -> (Graph, AnalyzeOptions) {
         AnalyzeOptions {
             bindings: (model.default_bindings)(),
             precision: Precision::Fp32,
+            ..Default::default()
         },
     )
 }

@@ -16,6 +16,7 @@
 //! - View ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference-mode Dropout) move no
 //!   data: they cost nothing and say so (`OpCost::view`).
 
+pub mod contrib;
 mod conv;
 mod einsum;
 mod elementwise;
@@ -251,6 +252,9 @@ impl CostCtx<'_> {
 pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
     if domain == fused::DOMAIN {
         return fused::lookup(op_type);
+    }
+    if domain == contrib::DOMAIN {
+        return contrib::lookup(op_type);
     }
     if !(domain.is_empty() || domain == "ai.onnx") {
         return None;

@@ -120,6 +120,14 @@ impl Op {
         }
     }
 
+    /// An op of onnxruntime's contrib domain (`com.microsoft`).
+    pub fn contrib(op_type: &str) -> Op {
+        Op {
+            domain: super::super::contrib::DOMAIN,
+            ..Op::new(op_type)
+        }
+    }
+
     pub fn attr(mut self, name: &str, value: Attr) -> Op {
         self.attrs.0.insert(name.to_string(), value);
         self

@@ -20,6 +20,7 @@ mod common {
         assert!(lookup("", "Conv").is_some());
         assert!(lookup("ai.onnx", "Conv").is_some());
         assert!(lookup("com.microsoft", "Conv").is_none());
+        assert!(lookup("com.microsoft", "MatMulNBits").is_some());
         assert!(lookup("", "FusedConv").is_none());
         assert!(lookup("roofline", "FusedConv").is_some());
         assert!(lookup("roofline", "QConv").is_some());
