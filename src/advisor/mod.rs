@@ -201,9 +201,9 @@ pub(crate) fn timed_run(
 ) -> Result<f64, AdvisorError> {
     // The untimed run first: the timed one then starts from this version's own cache state
     // (weights and activations resident as in steady-state inference), not another version's.
-    plan.run(workspace, inputs, None)?;
+    plan.execute(workspace, inputs, None)?;
     let start = std::time::Instant::now();
-    plan.run(workspace, inputs, None)?;
+    plan.execute(workspace, inputs, None)?;
     Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 

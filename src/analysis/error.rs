@@ -51,5 +51,9 @@ pub enum AnalysisError {
         "builtin:{name} has {:.1} GB of fp32 weights, more than the {:.1} GB this tool materialises to run or export; analyse it (weights stay symbolic) or run a small preset such as builtin:llama-tiny",
         *bytes as f64 / 1e9, *limit as f64 / 1e9
     )]
-    TooLargeToMaterialise { name: String, bytes: u64, limit: u64 },
+    TooLargeToMaterialise {
+        name: String,
+        bytes: u64,
+        limit: u64,
+    },
 }

@@ -135,6 +135,8 @@ pub struct Graph {
     /// External-data files the model's tensors were read from (resolved paths): inputs that no
     /// output of the tool may replace.
     pub external_files: Vec<std::path::PathBuf>,
+    /// Symbolic dims bound so far, by name (`infer::bind_inputs`).
+    pub bound_dims: std::collections::BTreeMap<String, u64>,
 }
 
 impl Graph {

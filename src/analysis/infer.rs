@@ -111,6 +111,18 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
         })
         .collect();
     for (name, value) in &bindings.dims {
+        // A graph bound before (the advisor re-prepares the graph it rewrites) keeps the dims
+        // it was bound with: binding one again to the same value is no error.
+        match graph.bound_dims.get(name) {
+            Some(bound) if bound == value => continue,
+            Some(bound) => {
+                return Err(AnalysisError::BadDimSpec {
+                    spec: format!("{name}={value}"),
+                    reason: format!("`{name}` is already bound to {bound}"),
+                })
+            }
+            None => {}
+        }
         if !used.contains(name) {
             return Err(AnalysisError::BadDimSpec {
                 spec: format!("{name}={value}"),
@@ -272,6 +284,7 @@ pub fn bind_inputs(graph: &mut Graph, bindings: &Bindings) -> Result<(), Analysi
             substitute(declared);
         }
     }
+    graph.bound_dims.extend(symbols);
     let mut unbound: Vec<(String, Vec<String>)> = Vec::new();
     for &value in &graph.inputs {
         let v = &graph.values[value];

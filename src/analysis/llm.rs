@@ -253,9 +253,8 @@ impl LlmCosting {
         let activations = options.activations.unwrap_or(base);
         let weights = options.weights.unwrap_or(base);
         let kv_storage = options.kv.unwrap_or(activations);
-        let name_has = |v: ValueId, needle: &str| {
-            graph.values[v].name.to_ascii_lowercase().contains(needle)
-        };
+        let name_has =
+            |v: ValueId, needle: &str| graph.values[v].name.to_ascii_lowercase().contains(needle);
         let past_inputs: HashSet<ValueId> = graph
             .inputs
             .iter()
@@ -324,7 +323,12 @@ impl LlmCosting {
     }
 
     /// The op's cost under the conventions of this module, and its KV traffic.
-    pub(crate) fn adjust(&self, graph: &Graph, node: &Node, mut cost: OpCost) -> (OpCost, KvTraffic) {
+    pub(crate) fn adjust(
+        &self,
+        graph: &Graph,
+        node: &Node,
+        mut cost: OpCost,
+    ) -> (OpCost, KvTraffic) {
         let mut kv = KvTraffic::default();
         let fact = |v: ValueId| &graph.values[v].fact;
         // Keys read transposed by the attention MatMul: a view.
@@ -350,7 +354,10 @@ impl LlmCosting {
             .find(|v| self.past_inputs.contains(v));
         let appends = node.op_type == "Concat"
             && past_slot.is_some()
-            && node.outputs.iter().any(|v| self.present_outputs.contains(v));
+            && node
+                .outputs
+                .iter()
+                .any(|v| self.present_outputs.contains(v));
         let mut skip_in: HashSet<ValueId> = HashSet::new();
         if appends {
             let past = past_slot.expect("checked above");
@@ -372,7 +379,11 @@ impl LlmCosting {
             }
             let f = fact(value);
             let (base, stored) = self.bits_of(value, f);
-            let bucket = if f.is_constant() { &mut weights } else { &mut reads };
+            let bucket = if f.is_constant() {
+                &mut weights
+            } else {
+                &mut reads
+            };
             bucket[0] += base;
             bucket[1] += stored;
             if self.kv.contains(&value) {
@@ -396,9 +407,7 @@ impl LlmCosting {
         }
         if appends {
             // The outputs hold past + new; only the new part was written.
-            let past_base = past_slot
-                .map(|p| self.bits_of(p, fact(p)).0)
-                .unwrap_or(0);
+            let past_base = past_slot.map(|p| self.bits_of(p, fact(p)).0).unwrap_or(0);
             writes[0] = writes[0].saturating_sub(past_base);
             writes[1] = writes[1].saturating_sub(past_bits);
             kv_write_bits = kv_write_bits.saturating_sub(past_bits);
@@ -418,11 +427,7 @@ impl LlmCosting {
             };
             // KV traffic in proportion to what the op's charged reads and writes hold.
             let share = |bytes: u64, part: u128, [_, stored]: [u128; 2]| -> u64 {
-                if stored == 0 {
-                    0
-                } else {
-                    (bytes as u128 * part / stored) as u64
-                }
+                (bytes as u128 * part).checked_div(stored).unwrap_or(0) as u64
             };
             kv.read = share(cost.bytes.act_read, kv_read_bits, reads);
             kv.written = share(cost.bytes.act_written, kv_write_bits, writes);
@@ -591,11 +596,17 @@ pub(crate) fn summarize(
         compute: precision,
         latency_s,
         expected_s: expected,
-        time_to_first_token_s: (phase == Some(Phase::Prefill)).then_some(expected.unwrap_or(latency_s)),
-        time_per_output_token_s: (phase == Some(Phase::Decode)).then_some(expected.unwrap_or(latency_s)),
+        time_to_first_token_s: (phase == Some(Phase::Prefill))
+            .then_some(expected.unwrap_or(latency_s)),
+        time_per_output_token_s: (phase == Some(Phase::Decode))
+            .then_some(expected.unwrap_or(latency_s)),
         tokens_per_s: tokens as f64 / expected.unwrap_or(latency_s).max(f64::MIN_POSITIVE),
         set_by,
-        set_by_share: if latency_s > 0.0 { set_by_time / latency_s } else { 0.0 },
+        set_by_share: if latency_s > 0.0 {
+            set_by_time / latency_s
+        } else {
+            0.0
+        },
         weight_bytes_read,
         kv_bytes_read: totals.kv_read,
         kv_bytes_written: totals.kv_written,
@@ -623,7 +634,12 @@ fn memory_needs(
     };
     let running: Vec<bool> = nodes
         .iter()
-        .map(|n| matches!(n.status, NodeStatus::Costed | NodeStatus::View | NodeStatus::NotCosted))
+        .map(|n| {
+            matches!(
+                n.status,
+                NodeStatus::Costed | NodeStatus::View | NodeStatus::NotCosted
+            )
+        })
         .collect();
     let mut weights_seen: HashSet<ValueId> = HashSet::new();
     let mut weights_bytes = 0u64;

@@ -77,21 +77,21 @@ pub fn bench_graph(
     let inputs = random_inputs(&plan, options.seed);
     let mut workspace = plan.workspace();
     for _ in 0..options.warmup.max(1) {
-        plan.run(&mut workspace, &inputs, None)?;
+        plan.execute(&mut workspace, &inputs, None)?;
     }
     // End-to-end latency with per-op timing off, then a second series with it on.
     let runs = options.runs.max(1);
     let mut latencies = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = std::time::Instant::now();
-        plan.run(&mut workspace, &inputs, None)?;
+        plan.execute(&mut workspace, &inputs, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let steps = plan.steps();
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
     let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
-        plan.run(&mut workspace, &inputs, Some(&mut timings))?;
+        plan.execute(&mut workspace, &inputs, Some(&mut timings))?;
         for (i, &t) in timings.step_seconds.iter().enumerate() {
             per_step[i].push(t);
         }

@@ -195,7 +195,12 @@ impl GraphBuilder {
     }
 
     /// A constant with given values (a rotary table); declared by shape only when symbolic.
-    pub fn table(&mut self, prefix: &str, dims: &[i64], values: impl FnOnce() -> Vec<f32>) -> String {
+    pub fn table(
+        &mut self,
+        prefix: &str,
+        dims: &[i64],
+        values: impl FnOnce() -> Vec<f32>,
+    ) -> String {
         let name = self.fresh(prefix);
         let bytes = match self.fill {
             WeightFill::Symbolic => Bytes::new(),

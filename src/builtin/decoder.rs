@@ -279,7 +279,11 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
 
     let (mut x, token_table) = match config.family {
         Family::Llama => {
-            let table = b.weight("embed_tokens", &[config.vocab, config.hidden], config.hidden);
+            let table = b.weight(
+                "embed_tokens",
+                &[config.vocab, config.hidden],
+                config.hidden,
+            );
             let x = b.node("Gather", &[&table, &ids], vec![attr_int("axis", 0)]);
             (x, table)
         }
@@ -288,7 +292,11 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
             let words = b.node("Gather", &[&table, &ids], vec![attr_int("axis", 0)]);
             let position_table =
                 b.weight("wpe", &[config.max_positions, config.hidden], config.hidden);
-            let pos = b.node("Gather", &[&position_table, &positions], vec![attr_int("axis", 0)]);
+            let pos = b.node(
+                "Gather",
+                &[&position_table, &positions],
+                vec![attr_int("axis", 0)],
+            );
             (b.add(&words, &pos), table)
         }
     };
@@ -310,8 +318,16 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
         };
         let cos_table = b.table("rope_cos", &[max_positions, half], angles(f32::cos));
         let sin_table = b.table("rope_sin", &[max_positions, half], angles(f32::sin));
-        let cos = b.node("Gather", &[&cos_table, &positions], vec![attr_int("axis", 0)]);
-        let sin = b.node("Gather", &[&sin_table, &positions], vec![attr_int("axis", 0)]);
+        let cos = b.node(
+            "Gather",
+            &[&cos_table, &positions],
+            vec![attr_int("axis", 0)],
+        );
+        let sin = b.node(
+            "Gather",
+            &[&sin_table, &positions],
+            vec![attr_int("axis", 0)],
+        );
         (cos, sin)
     });
     let scale = b.scalar_const("attention_scale", 1.0 / (head_dim as f32).sqrt());
@@ -323,8 +339,24 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
     };
     for (layer, (past_key, past_value)) in past.iter().enumerate() {
         x = match config.family {
-            Family::Llama => llama_layer(&mut b, config, &layer_tensors, &x, layer, past_key, past_value),
-            Family::Gpt2 => gpt2_layer(&mut b, config, &layer_tensors, &x, layer, past_key, past_value),
+            Family::Llama => llama_layer(
+                &mut b,
+                config,
+                &layer_tensors,
+                &x,
+                layer,
+                past_key,
+                past_value,
+            ),
+            Family::Gpt2 => gpt2_layer(
+                &mut b,
+                config,
+                &layer_tensors,
+                &x,
+                layer,
+                past_key,
+                past_value,
+            ),
         };
     }
     let logits = match config.family {
@@ -421,8 +453,18 @@ fn attention(
     let group = config.group();
     let present_key = format!("present.{layer}.key");
     let present_value = format!("present.{layer}.value");
-    b.node_multi("Concat", &[past_key, k], vec![attr_int("axis", 2)], &[&present_key]);
-    b.node_multi("Concat", &[past_value, v], vec![attr_int("axis", 2)], &[&present_value]);
+    b.node_multi(
+        "Concat",
+        &[past_key, k],
+        vec![attr_int("axis", 2)],
+        &[&present_key],
+    );
+    b.node_multi(
+        "Concat",
+        &[past_value, v],
+        vec![attr_int("axis", 2)],
+        &[&present_value],
+    );
     let cache_dims = [
         SigDim::Named(BATCH),
         SigDim::Fixed(config.kv_heads),
@@ -469,7 +511,10 @@ fn llama_layer(
 ) -> String {
     let head_dim = config.head_dim();
     let kv_width = config.kv_heads * head_dim;
-    let rotary = shared.rotary.as_ref().expect("Llama layers have rotary tables");
+    let rotary = shared
+        .rotary
+        .as_ref()
+        .expect("Llama layers have rotary tables");
     let h = rms_norm(b, x, config);
     let q = projection(b, &h, config.hidden, config.hidden, config.qkv_bias);
     let k = projection(b, &h, config.hidden, kv_width, config.qkv_bias);

@@ -14,6 +14,8 @@
 
 pub mod builder;
 pub mod decoder;
+#[cfg(test)]
+mod llm_tests;
 
 pub use builder::{ConvSpec, GraphBuilder, SigDim, WeightFill, BUILTIN_OPSET};
 

@@ -55,8 +55,33 @@ impl Plan {
         &self,
         workspace: &mut Workspace,
         inputs: &HashMap<String, RtTensor>,
-        mut timings: Option<&mut RunTimings>,
+        timings: Option<&mut RunTimings>,
     ) -> Result<Vec<(String, RtTensor)>, ExecError> {
+        self.execute(workspace, inputs, timings)?;
+        self.outputs
+            .iter()
+            .map(|(v, name)| {
+                Ok((
+                    name.clone(),
+                    self.read_value(*v, workspace)
+                        .ok_or_else(|| ExecError::Input {
+                            name: name.clone(),
+                            reason: "output was not produced".into(),
+                        })?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Runs the graph, leaving its outputs in the workspace: what the timed runs of `bench` and
+    /// `advise` measure. Copying the outputs out is the caller's cost, and for a decoder whose
+    /// outputs hold the whole KV cache it would dwarf the step (fresh pages every run).
+    pub fn execute(
+        &self,
+        workspace: &mut Workspace,
+        inputs: &HashMap<String, RtTensor>,
+        mut timings: Option<&mut RunTimings>,
+    ) -> Result<(), ExecError> {
         for (v, name, shape, integer) in &self.inputs {
             let tensor = inputs.get(name).ok_or_else(|| ExecError::Input {
                 name: name.clone(),
@@ -103,19 +128,7 @@ impl Plan {
                 t.step_seconds[i] = start.elapsed().as_secs_f64();
             }
         }
-        self.outputs
-            .iter()
-            .map(|(v, name)| {
-                Ok((
-                    name.clone(),
-                    self.read_value(*v, workspace)
-                        .ok_or_else(|| ExecError::Input {
-                            name: name.clone(),
-                            reason: "output was not produced".into(),
-                        })?,
-                ))
-            })
-            .collect()
+        Ok(())
     }
 
     fn read_value(&self, v: ValueId, ws: &Workspace) -> Option<RtTensor> {

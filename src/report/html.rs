@@ -375,6 +375,9 @@ fn device_cards(out: &mut String, analysis: &Analysis, baseline: Option<&Analysi
     if let Some((label, value, detail)) = super::measured::html_card(analysis) {
         card(out, &label, &value, &detail, "");
     }
+    for (label, value, detail) in super::llm::html_cards(analysis) {
+        card(out, &label, &value, &detail, "");
+    }
     card(
         out,
         "Memory-bound",

@@ -105,3 +105,55 @@ fn memory_line(llm: &LlmSummary) -> String {
         _ => format!("{parts} (the device states no memory capacity)"),
     }
 }
+
+/// Summary cards of the HTML report (label, value, detail): the phase's time and the memory.
+/// Every string is made of numbers and fixed words (nothing from the model).
+pub fn html_cards(analysis: &Analysis) -> Vec<(String, String, String)> {
+    let Some(llm) = &analysis.llm else {
+        return Vec::new();
+    };
+    let kind = if llm.expected_s.is_some() {
+        "expected"
+    } else {
+        "roofline bound"
+    };
+    let (label, detail) = match llm.phase {
+        Some(Phase::Prefill) => (
+            "Time to first token",
+            format!(
+                "{kind} · {} new tokens × batch {} · {:.0} tokens/s",
+                llm.new_tokens, llm.batch, llm.tokens_per_s
+            ),
+        ),
+        _ => (
+            "Time per output token",
+            format!(
+                "{kind} · batch {} at {} cached tokens · {:.1} tokens/s",
+                llm.batch, llm.context_tokens, llm.tokens_per_s
+            ),
+        ),
+    };
+    let time = llm.expected_s.unwrap_or(llm.latency_s);
+    let step = (
+        label.to_string(),
+        fmt_seconds(time),
+        format!(
+            "{detail} · set by {} ({:.0}%) · (weights + KV) / DRAM {} + launches {} ({} ops) · \
+             weights {}, activations {}, KV {}",
+            llm.set_by.name(),
+            llm.set_by_share * 100.0,
+            fmt_seconds(llm.stream_floor_s),
+            fmt_seconds(llm.launch_overhead_s),
+            llm.running_ops,
+            llm.weights.name(),
+            llm.activations.name(),
+            llm.kv.name()
+        ),
+    );
+    let memory = (
+        "Memory".to_string(),
+        fmt_bytes(llm.memory.total_bytes as f64),
+        memory_line(llm),
+    );
+    vec![step, memory]
+}

@@ -97,7 +97,12 @@ fn advised_builtin_models_pass_the_onnx_checker() {
     let dir = tempdir();
     let mut files = Vec::new();
     let mut failures = Vec::new();
-    for model in roofline::builtin::MODELS {
+    // The decoder presets with billions of parameters are analysed only (their export is
+    // refused); the runnable one stands for them.
+    let models = roofline::builtin::MODELS
+        .iter()
+        .filter(|m| m.decoder.is_none() || m.name == "llama-tiny");
+    for model in models {
         let source = dir.join(format!("{}.onnx", model.name));
         let out = roofline(&[
             "export",
@@ -120,6 +125,12 @@ fn advised_builtin_models_pass_the_onnx_checker() {
         if let Some(batch) = defaults.batch {
             bindings.push(format!("--batch={batch}"));
         }
+        bindings.extend(
+            defaults
+                .dims
+                .iter()
+                .map(|(name, value)| format!("--dim={name}={value}")),
+        );
         let bindings: Vec<&str> = bindings.iter().map(String::as_str).collect();
         let written = dir.join(format!("{}-advised.onnx", model.name));
         match advise(source.to_str().unwrap(), &written, &bindings) {

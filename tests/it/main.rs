@@ -17,5 +17,6 @@ mod generated;
 mod golden;
 mod hostile;
 mod layers;
+mod llm;
 mod model_loader;
 mod quant;

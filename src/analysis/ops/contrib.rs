@@ -42,10 +42,14 @@ impl NBits {
         let (k, n, block_size) = (get("K")?, get("N")?, get("block_size")?);
         let bits = ctx_attrs.int_or("bits", 4);
         if k <= 0 || n <= 0 {
-            return Err(invalid(format!("MatMulNBits K={k} and N={n} must be positive")));
+            return Err(invalid(format!(
+                "MatMulNBits K={k} and N={n} must be positive"
+            )));
         }
         if !(2..=8).contains(&bits) {
-            return Err(invalid(format!("MatMulNBits bits={bits}: 2 to 8 are defined")));
+            return Err(invalid(format!(
+                "MatMulNBits bits={bits}: 2 to 8 are defined"
+            )));
         }
         if block_size < 16 || (block_size as u64).count_ones() != 1 {
             return Err(invalid(format!(
@@ -123,7 +127,7 @@ impl OpDef for MatMulNBits {
 #[cfg(test)]
 mod tests {
     //! Hand-computed MatMulNBits cases.
-    use super::super::tests::kit::{act, dims, f32s, traffic, weight, w32, Op};
+    use super::super::tests::kit::{act, dims, f32s, traffic, w32, weight, Op};
     use crate::analysis::graph::Attr;
     use crate::analysis::tensor::DType;
     use crate::device::Precision;

@@ -1,0 +1,115 @@
+//! `analyze --phase` from the command line: the phase block in every format, memory that does
+//! not fit said plainly, and bad LLM arguments refused in one line.
+
+use super::common::{roofline, stderr, stdout};
+
+#[test]
+fn decode_phase_in_json_and_table() {
+    let out = roofline(&[
+        "analyze",
+        "builtin:llama-2-70b",
+        "--device",
+        "a100",
+        "-p",
+        "fp16",
+        "--phase",
+        "decode",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let llm = &json["llm"];
+    assert_eq!(llm["phase"], "decode");
+    assert_eq!(llm["context_tokens"], 2049);
+    assert_eq!(llm["set_by"], "memory");
+    assert_eq!(llm["memory"]["fits"], false);
+    // The same at int4 fits, and says how large a batch would.
+    let out = roofline(&[
+        "analyze",
+        "builtin:llama-2-70b",
+        "--device",
+        "a100",
+        "-p",
+        "fp16",
+        "--phase",
+        "decode",
+        "--weights",
+        "int4",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("per output token"), "{text}");
+    assert!(text.contains("fits; the largest batch"), "{text}");
+    assert!(
+        text.contains("weights int4, activations fp16, KV fp16"),
+        "{text}"
+    );
+    let out = roofline(&[
+        "analyze",
+        "builtin:llama-2-70b",
+        "--device",
+        "a100",
+        "-p",
+        "fp16",
+        "--phase",
+        "decode",
+    ]);
+    assert!(stdout(&out).contains("DOES NOT FIT"));
+}
+
+#[test]
+fn prefill_phase_binds_the_prompt() {
+    let out = roofline(&[
+        "analyze",
+        "builtin:gpt2",
+        "--device",
+        "h100",
+        "-p",
+        "fp16",
+        "--phase",
+        "prefill",
+        "--dim",
+        "sequence=512",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let llm = &json["llm"];
+    assert_eq!(llm["new_tokens"], 512);
+    assert_eq!(llm["context_tokens"], 512);
+    assert!(llm["time_to_first_token_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bad_llm_arguments_are_one_line() {
+    for args in [
+        vec!["analyze", "builtin:gpt2", "--phase", "generate"],
+        vec!["analyze", "builtin:gpt2", "--weights", "int3"],
+        vec![
+            "export",
+            "builtin:llama-2-7b",
+            "-o",
+            "/tmp/never-written.onnx",
+        ],
+        vec!["bench", "builtin:llama-3-70b"],
+    ] {
+        let out = roofline(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = roofline(&[
+        "export",
+        "builtin:llama-2-7b",
+        "-o",
+        "/tmp/never-written.onnx",
+    ]);
+    assert!(
+        stderr(&out).contains("more than the 4.3 GB"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!std::path::Path::new("/tmp/never-written.onnx").exists());
+}
