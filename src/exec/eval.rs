@@ -4,6 +4,7 @@
 //! analysis ops' constant evaluator.
 
 use super::cpu::{self, InRef, Io};
+use crate::kernels::hugepage;
 use super::lower::Kernel;
 use super::plan::{Slot, Step};
 use super::{dims, node_error, ExecError, RtData, RtTensor};
@@ -17,9 +18,17 @@ pub(super) fn materialise(tensor: &Tensor) -> Option<RtTensor> {
     let count: usize = shape.iter().product();
     let data = if tensor.dtype.is_float() {
         match &tensor.data {
-            TensorData::Splat(v) => RtData::F32(vec![*v as f32; count]),
+            TensorData::Splat(v) => RtData::F32(hugepage::filled(count, *v as f32)),
             TensorData::Opaque => return None,
-            _ => RtData::F32(tensor.to_f32_vec()?),
+            _ => {
+                let values = tensor.to_f32_vec()?;
+                // Weights stream from DRAM on every run: on huge pages when large.
+                RtData::F32(if values.len() * 4 >= 4 << 20 {
+                    hugepage::copy_of(&values)
+                } else {
+                    values
+                })
+            }
         }
     } else {
         match &tensor.data {

@@ -43,7 +43,11 @@ impl Plan {
 
     pub fn workspace(&self) -> Workspace {
         Workspace {
-            buffers: self.buffer_sizes.iter().map(|&s| vec![0.0; s]).collect(),
+            buffers: self
+                .buffer_sizes
+                .iter()
+                .map(|&s| crate::kernels::hugepage::zeroed(s))
+                .collect(),
             dynamic: HashMap::new(),
             scratch: vec![0.0; self.scratch_len],
         }

@@ -7,6 +7,7 @@ pub mod conv;
 pub use conv::depthwise;
 pub mod elementwise;
 pub mod gemm;
+pub mod hugepage;
 pub mod math;
 pub mod movement;
 pub mod norm;

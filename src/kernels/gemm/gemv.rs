@@ -155,6 +155,10 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     }
 }
 
+/// How far ahead the streaming GEMV forms prefetch (floats): 2 KiB, a few hundred cycles of
+/// streaming, past what the in-flight loads cover.
+const PREFETCH_FLOATS: usize = 512;
+
 /// Panel form over a packed operand of panel width `W`: for panels `p0..p1`, writes
 /// `y[(p - p0)·W + w] = Σ_kk panel_p[kk][w]·x[kk]` (including the zero padding lanes).
 #[inline(always)]
@@ -187,6 +191,14 @@ pub(crate) unsafe fn panel_gemv<V: Vf32, const W: usize>(
             let xb = x.add(k0);
             let mut kk = 0;
             while kk + U <= klen {
+                // The panel streams from DRAM or L3 when the weights are not cache-resident
+                // (LLM decode): ask for the lines PREFETCH_FLOATS ahead, one per 64 bytes.
+                let ahead = base.wrapping_add(kk * W + PREFETCH_FLOATS);
+                let mut line = 0;
+                while line < U * W {
+                    V::prefetch(ahead.wrapping_add(line));
+                    line += 16;
+                }
                 for (u, au) in acc.iter_mut().enumerate() {
                     let xv = V::splat(*xb.add(kk + u));
                     let row = base.add((kk + u) * W);
