@@ -6,8 +6,11 @@ use crate::analysis::{self, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
 use crate::device::DeviceProfile;
 use crate::exec::{self, build_plan, ExecError};
 
+pub mod decode;
+
 pub use crate::report::model::bench::{
-    BenchReport, ErrorSummary, Latency, OpMeasurement, BENCH_SCHEMA, BENCH_SCHEMA_VERSION,
+    BenchReport, DecodeInfo, ErrorSummary, Latency, OpMeasurement, BENCH_SCHEMA,
+    BENCH_SCHEMA_VERSION,
 };
 
 #[derive(Clone, Debug)]
@@ -18,6 +21,8 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Autotune GEMM blockings for this model's shapes (cached per device profile).
     pub tune: bool,
+    /// Run the timed runs as a decode loop (`decode.rs`): each run one token, fed back.
+    pub decode: bool,
 }
 
 impl Default for BenchOptions {
@@ -28,6 +33,7 @@ impl Default for BenchOptions {
             threads: 1,
             seed: 0,
             tune: false,
+            decode: false,
         }
     }
 }
@@ -38,6 +44,8 @@ pub enum BenchError {
     Analysis(#[from] AnalysisError),
     #[error(transparent)]
     Exec(#[from] ExecError),
+    #[error("--decode: {0}")]
+    Decode(String),
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -74,10 +82,28 @@ pub fn bench_graph(
     if options.tune {
         exec::tune::save(&plan_options, &device.id);
     }
-    let inputs = random_inputs(&plan, options.seed);
+    let mut inputs = random_inputs(&plan, options.seed);
+    let decode = options
+        .decode
+        .then(|| decode::DecodeLoop::new(&plan))
+        .transpose()
+        .map_err(BenchError::Decode)?;
+    let cache_length = decode.as_ref().map(|d| d.cache_length(&inputs));
     let mut workspace = plan.workspace();
+    // A decode step's outputs become the next step's inputs (outside the timed region: a
+    // runtime with an in-place cache makes no such copy).
+    let feed = |workspace: &exec::plan::Workspace,
+                    inputs: &mut std::collections::HashMap<String, exec::RtTensor>|
+     -> Result<(), BenchError> {
+        if let Some(decode) = &decode {
+            let outputs = plan.read_outputs(workspace)?.into_iter().collect();
+            decode.feed(&outputs, inputs).map_err(BenchError::Decode)?;
+        }
+        Ok(())
+    };
     for _ in 0..options.warmup.max(1) {
         plan.execute(&mut workspace, &inputs, None)?;
+        feed(&workspace, &mut inputs)?;
     }
     // End-to-end latency with per-op timing off, then a second series with it on.
     let runs = options.runs.max(1);
@@ -86,6 +112,7 @@ pub fn bench_graph(
         let start = std::time::Instant::now();
         plan.execute(&mut workspace, &inputs, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
+        feed(&workspace, &mut inputs)?;
     }
     let steps = plan.steps();
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
@@ -95,6 +122,7 @@ pub fn bench_graph(
         for (i, &t) in timings.step_seconds.iter().enumerate() {
             per_step[i].push(t);
         }
+        feed(&workspace, &mut inputs)?;
     }
     let mut ops = Vec::with_capacity(steps.len());
     for (step, mut samples) in steps.into_iter().zip(per_step) {
@@ -154,6 +182,20 @@ pub fn bench_graph(
             expected_end_to_end_error: expected_ms.map(|e| (e - median_ms) / median_ms),
         },
         expected_latency_ms: expected_ms,
+        decode: cache_length.map(|cache_length| {
+            let batch = plan
+                .inputs()
+                .iter()
+                .find(|(name, _, integer)| *integer && name.to_ascii_lowercase().contains("ids"))
+                .map_or(1, |(_, shape, _)| shape[0]);
+            DecodeInfo {
+                steps: 2 * runs + options.warmup.max(1),
+                cache_length,
+                batch,
+                time_per_token_ms: median_ms,
+                tokens_per_s: batch as f64 / (median_ms / 1e3),
+            }
+        }),
         ops,
         peak_activation_bytes: plan.peak_activation_bytes,
         unplanned_activation_bytes: plan.unplanned_activation_bytes,

@@ -160,6 +160,7 @@ fn bench_model(
         threads,
         seed: 0,
         tune: false,
+        decode: false,
     };
     bench_graph(
         graph,

@@ -52,6 +52,11 @@ pub struct BenchArgs {
     /// Exit with status 1 when any warning (e.g. an op that was not costed) was raised.
     #[arg(long)]
     pub strict: bool,
+    /// Run a decoder's generation loop: each timed run is one token whose logits (argmax) and
+    /// `present` caches feed the next step's `input_ids` and `past` (the cache keeps its length:
+    /// the oldest entry drops). `--runs` steps are timed; bind the new tokens to 1.
+    #[arg(long)]
+    pub decode: bool,
 }
 
 #[derive(Args, Debug)]
@@ -101,6 +106,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         threads: args.threads.threads.max(1),
         seed: 0,
         tune: args.tune,
+        decode: args.decode,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

@@ -37,6 +37,11 @@ impl Plan {
             .collect()
     }
 
+    /// Names of the graph outputs, in order.
+    pub fn output_names(&self) -> Vec<String> {
+        self.outputs.iter().map(|(_, name)| name.clone()).collect()
+    }
+
     pub fn threads(&self) -> usize {
         self.threads
     }
@@ -62,6 +67,14 @@ impl Plan {
         timings: Option<&mut RunTimings>,
     ) -> Result<Vec<(String, RtTensor)>, ExecError> {
         self.execute(workspace, inputs, timings)?;
+        self.read_outputs(workspace)
+    }
+
+    /// The graph outputs of the last run, copied out of the workspace.
+    pub fn read_outputs(
+        &self,
+        workspace: &Workspace,
+    ) -> Result<Vec<(String, RtTensor)>, ExecError> {
         self.outputs
             .iter()
             .map(|(v, name)| {

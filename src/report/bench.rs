@@ -41,6 +41,17 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
         report.predicted_latency_ms,
         report.errors.end_to_end_error * 100.0
     );
+    if let Some(decode) = &report.decode {
+        let _ = writeln!(
+            out,
+            "decode   {} steps fed back (token = argmax, cache slid by one), cache {} x batch {}: {:.3} ms per token, {:.1} tokens/s",
+            decode.steps,
+            decode.cache_length,
+            decode.batch,
+            decode.time_per_token_ms,
+            decode.tokens_per_s
+        );
+    }
     if let (Some(expected), Some(error)) = (
         report.expected_latency_ms,
         report.errors.expected_end_to_end_error,

@@ -54,6 +54,20 @@ pub struct ErrorSummary {
     pub expected_end_to_end_error: Option<f64>,
 }
 
+/// The decode loop of `bench --decode`: one token per timed run, each step fed the last one's
+/// outputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecodeInfo {
+    /// Generation steps run (warm-up and both timed series), each fed the last one's outputs.
+    pub steps: usize,
+    /// Cache entries per sequence every step attends over (past, before the new token).
+    pub cache_length: usize,
+    pub batch: usize,
+    /// The median step: `latency_ms.median`.
+    pub time_per_token_ms: f64,
+    pub tokens_per_s: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchReport {
     pub schema: String,
@@ -67,6 +81,9 @@ pub struct BenchReport {
     /// Sum of the ops' calibrated expected times, where the device has a calibration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_latency_ms: Option<f64>,
+    /// The decode loop's figures (`bench --decode`), when the runs were one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeInfo>,
     pub ops: Vec<OpMeasurement>,
     pub errors: ErrorSummary,
     pub peak_activation_bytes: u64,
