@@ -503,6 +503,45 @@ pub struct LlmSummary {
     pub memory: LlmMemory,
     /// The conventions applied (see the module doc).
     pub conventions: Vec<String>,
+    /// The same step at other batch sizes (`batch_sweep`), up to the largest that fits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch_sweep: Vec<BatchPoint>,
+}
+
+/// One batch size of a sweep: what batching buys until the step turns compute-bound or the
+/// memory runs out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchPoint {
+    pub batch: u64,
+    /// The step's time (expected where calibrated, else the bound).
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    pub set_by: Bound,
+    pub fits: Option<bool>,
+}
+
+/// Batch sizes of a sweep: powers of two up to `limit` (and `limit` itself).
+pub fn sweep_batches(limit: u64) -> Vec<u64> {
+    let mut batches: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+        .take_while(|&b| b <= limit)
+        .collect();
+    if batches.last() != Some(&limit) && limit > 0 {
+        batches.push(limit);
+    }
+    batches
+}
+
+impl BatchPoint {
+    pub fn of(summary: &LlmSummary) -> BatchPoint {
+        let step_s = summary.expected_s.unwrap_or(summary.latency_s);
+        BatchPoint {
+            batch: summary.batch,
+            step_s,
+            tokens_per_s: summary.tokens_per_s,
+            set_by: summary.set_by,
+            fits: summary.memory.fits,
+        }
+    }
 }
 
 /// Sums of an analysis the summary needs, accumulated node by node.
@@ -616,6 +655,7 @@ pub(crate) fn summarize(
         other_s: latency_s - stream_floor_s - launch_overhead_s,
         memory,
         conventions: totals.conventions,
+        batch_sweep: Vec::new(),
     }
 }
 

@@ -54,6 +54,58 @@ impl Default for AnalyzeOptions {
     }
 }
 
+/// An LLM analysis with its batch sweep: the step re-analysed at batch 1, 2, 4... up to the
+/// largest batch that fits the device's memory (at most `max_batch`), each point's tokens/s and
+/// the bound that sets it. The batch is bound through the decoder's batch dim; a model without
+/// one gets no sweep.
+pub fn analyze_with_batch_sweep(
+    graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    options: &AnalyzeOptions,
+    max_batch: u64,
+) -> Result<Analysis, AnalysisError> {
+    let mut analysis = analyze_graph(graph.clone(), source, device, options)?;
+    let Some(summary) = analysis.llm.as_ref() else {
+        return Ok(analysis);
+    };
+    let batch_dim = graph
+        .inputs
+        .iter()
+        .filter_map(|&v| graph.values[v].fact.shape.as_ref()?.first().cloned())
+        .find_map(|dim| match dim {
+            tensor::Dim::Sym(name) => Some(name),
+            tensor::Dim::Known(_) => None,
+        });
+    let Some(batch_dim) = batch_dim else {
+        return Ok(analysis);
+    };
+    let limit = summary
+        .memory
+        .max_batch
+        .unwrap_or(max_batch)
+        .clamp(1, max_batch);
+    let mut points = Vec::new();
+    for batch in llm::sweep_batches(limit) {
+        let mut bindings = options.bindings.clone();
+        bindings.batch = None;
+        bindings.dims.retain(|(name, _)| *name != batch_dim);
+        bindings.dims.push((batch_dim.clone(), batch));
+        let swept = AnalyzeOptions {
+            bindings,
+            ..options.clone()
+        };
+        let point = analyze_graph(graph.clone(), source, device, &swept)?;
+        if let Some(summary) = &point.llm {
+            points.push(llm::BatchPoint::of(summary));
+        }
+    }
+    if let Some(summary) = analysis.llm.as_mut() {
+        summary.batch_sweep = points;
+    }
+    Ok(analysis)
+}
+
 /// Loads, infers and analyses a model file.
 pub fn analyze_file(
     path: &Path,

@@ -96,7 +96,10 @@ impl DecodeLoop {
         let RtData::F32(scores) = &logits.data else {
             return Err("the logits are not float".into());
         };
-        let vocab = *logits.shape.last().ok_or("the logits have no vocabulary axis")?;
+        let vocab = *logits
+            .shape
+            .last()
+            .ok_or("the logits have no vocabulary axis")?;
         let batch = logits.shape.first().copied().unwrap_or(1).max(1);
         let per_sequence = scores.len() / batch;
         let tokens: Vec<i64> = (0..batch)

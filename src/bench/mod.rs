@@ -93,7 +93,7 @@ pub fn bench_graph(
     // A decode step's outputs become the next step's inputs (outside the timed region: a
     // runtime with an in-place cache makes no such copy).
     let feed = |workspace: &exec::plan::Workspace,
-                    inputs: &mut std::collections::HashMap<String, exec::RtTensor>|
+                inputs: &mut std::collections::HashMap<String, exec::RtTensor>|
      -> Result<(), BenchError> {
         if let Some(decode) = &decode {
             let outputs = plan.read_outputs(workspace)?.into_iter().collect();

@@ -23,6 +23,9 @@ pub enum OutputFormat {
     Svg,
 }
 
+/// Largest batch of the `--phase` batch sweep.
+const MAX_SWEEP_BATCH: u64 = 256;
+
 #[derive(Args, Debug)]
 pub struct AnalyzeArgs {
     #[command(flatten)]
@@ -126,7 +129,17 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .collect::<Result<Vec<_>>>()?;
     let mut analyses = devices
         .iter()
-        .map(|device| analysis::analyze_graph(model.graph.clone(), &model.source, device, &options))
+        .map(|device| match args.phase {
+            // A phase adds the batch sweep: what batching buys on each device.
+            Some(_) => analysis::analyze_with_batch_sweep(
+                model.graph.clone(),
+                &model.source,
+                device,
+                &options,
+                MAX_SWEEP_BATCH,
+            ),
+            None => analysis::analyze_graph(model.graph.clone(), &model.source, device, &options),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if let (Some(profile), Some(path)) = (&profile, &args.measured) {
         for analysis in &mut analyses {

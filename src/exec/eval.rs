@@ -4,13 +4,13 @@
 //! analysis ops' constant evaluator.
 
 use super::cpu::{self, InRef, Io};
-use crate::kernels::hugepage;
 use super::lower::Kernel;
 use super::plan::{Slot, Step};
 use super::{dims, node_error, ExecError, RtData, RtTensor};
 use crate::analysis::graph::{Graph, Node};
 use crate::analysis::ops::{self, InferCtx, OpNode};
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+use crate::kernels::hugepage;
 
 /// Converts a constant to a run-time tensor (materialising raw or splat payloads).
 pub(super) fn materialise(tensor: &Tensor) -> Option<RtTensor> {

@@ -27,7 +27,11 @@ fn advise(buffer: &mut Vec<f32>) {
             // SAFETY: the range lies inside the vector's own allocation, which is not yet
             // touched past its length (0); madvise does not change its contents.
             unsafe {
-                libc::madvise(aligned as *mut libc::c_void, end - aligned, libc::MADV_HUGEPAGE);
+                libc::madvise(
+                    aligned as *mut libc::c_void,
+                    end - aligned,
+                    libc::MADV_HUGEPAGE,
+                );
             }
         }
     }

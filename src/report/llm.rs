@@ -75,6 +75,51 @@ pub fn summary_lines(analysis: &Analysis) -> String {
     for convention in &llm.conventions {
         let _ = writeln!(out, "  convention       {convention}");
     }
+    if !llm.batch_sweep.is_empty() {
+        let points: Vec<String> = llm
+            .batch_sweep
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: {:.0} tok/s ({})",
+                    p.batch,
+                    p.tokens_per_s,
+                    p.set_by.name()
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  by batch         {}", points.join(", "));
+    }
+    out
+}
+
+/// The batch sweep as an HTML table (tokens/s and what sets the step at each batch).
+pub fn html_sweep(analysis: &Analysis) -> String {
+    let Some(llm) = &analysis.llm else {
+        return String::new();
+    };
+    if llm.batch_sweep.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<table class=\"sweep\"><thead><tr><th>batch</th><th>step</th><th>tokens/s</th><th>set by</th><th>fits</th></tr></thead><tbody>",
+    );
+    for p in &llm.batch_sweep {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td></tr>",
+            p.batch,
+            fmt_seconds(p.step_s),
+            p.tokens_per_s,
+            p.set_by.name(),
+            match p.fits {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            }
+        );
+    }
+    out.push_str("</tbody></table>");
     out
 }
 
@@ -155,5 +200,18 @@ pub fn html_cards(analysis: &Analysis) -> Vec<(String, String, String)> {
         fmt_bytes(llm.memory.total_bytes as f64),
         memory_line(llm),
     );
-    vec![step, memory]
+    let mut cards = vec![step, memory];
+    if let Some(best) = llm
+        .batch_sweep
+        .iter()
+        .filter(|p| p.fits != Some(false))
+        .max_by(|a, b| a.tokens_per_s.total_cmp(&b.tokens_per_s))
+    {
+        cards.push((
+            "Tokens/s by batch".to_string(),
+            format!("{:.0}", best.tokens_per_s),
+            format!("at batch {} · {}", best.batch, html_sweep(analysis)),
+        ));
+    }
+    cards
 }
