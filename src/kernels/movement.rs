@@ -71,7 +71,7 @@ const TILE: usize = 16;
 /// innermost axis is strided in the input (`[.., 64, 128] ← [.., 128, 64]`, a channel shuffle,
 /// NCHW ↔ NHWC), the two axes are transposed in 16×16 tiles instead of one strided element at
 /// a time.
-pub fn transpose<T: Copy>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+pub fn transpose<T: Copy + 'static>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
     let in_strides = strides(shape);
     // (extent, source stride) of each output axis after dropping and merging.
     let mut axes: Vec<(usize, usize)> = Vec::new();
@@ -108,12 +108,22 @@ pub fn transpose<T: Copy>(input: &[T], shape: &[usize], perm: &[usize], out: &mu
             src_base += index[k] * src_strides[a];
             out_base += index[k] * out_strides[a];
         }
-        for r0 in (0..rows).step_by(TILE) {
-            for c0 in (0..cols).step_by(TILE) {
-                for r in r0..(r0 + TILE).min(rows) {
-                    let row = &mut out[out_base + r * row_out_stride..][..cols];
-                    for c in c0..(c0 + TILE).min(cols) {
-                        row[c] = input[src_base + r + c * col_src_stride];
+        let plane = Plane {
+            src_base,
+            out_base,
+            rows,
+            cols,
+            col_src_stride,
+            row_out_stride,
+        };
+        if !transpose_plane_simd(input, &plane, out) {
+            for r0 in (0..rows).step_by(TILE) {
+                for c0 in (0..cols).step_by(TILE) {
+                    for r in r0..(r0 + TILE).min(rows) {
+                        let row = &mut out[out_base + r * row_out_stride..][..cols];
+                        for c in c0..(c0 + TILE).min(cols) {
+                            row[c] = input[src_base + r + c * col_src_stride];
+                        }
                     }
                 }
             }
@@ -125,6 +135,124 @@ pub fn transpose<T: Copy>(input: &[T], shape: &[usize], perm: &[usize], out: &mu
             }
             index[k] = 0;
         }
+    }
+}
+
+/// One 2-D transpose inside a larger one: `out[out_base + r·row_out_stride + c] =
+/// input[src_base + r + c·col_src_stride]` for `r < rows`, `c < cols`.
+struct Plane {
+    src_base: usize,
+    out_base: usize,
+    rows: usize,
+    cols: usize,
+    col_src_stride: usize,
+    row_out_stride: usize,
+}
+
+/// The f32 plane in 8×8 register transposes (AVX2), edges element by element. Returns false
+/// (nothing written) for other element types, without AVX2, or when the plane does not lie
+/// inside both slices; the caller then takes the scalar tiles.
+fn transpose_plane_simd<T: Copy + 'static>(input: &[T], plane: &Plane, out: &mut [T]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::any::TypeId;
+        if TypeId::of::<T>() != TypeId::of::<f32>()
+            || super::simd::isa_level() < super::simd::IsaLevel::Avx2
+            || plane.rows < 8
+            || plane.cols < 8
+        {
+            return false;
+        }
+        let last_src = plane.src_base + (plane.rows - 1) + (plane.cols - 1) * plane.col_src_stride;
+        let last_out = plane.out_base + (plane.rows - 1) * plane.row_out_stride + plane.cols - 1;
+        if last_src >= input.len() || last_out >= out.len() {
+            return false;
+        }
+        // SAFETY: T is f32 (checked above), so the casts keep lengths and layouts; every index
+        // the plane touches is at most `last_src` / `last_out`, both in bounds; AVX2 was
+        // detected.
+        unsafe {
+            let input = std::slice::from_raw_parts(input.as_ptr().cast::<f32>(), input.len());
+            let out = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len());
+            transpose_plane_avx2(input, plane, out);
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (input, plane, out);
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_plane_avx2(input: &[f32], plane: &Plane, out: &mut [f32]) {
+    let (rows, cols) = (plane.rows, plane.cols);
+    let (src, dst) = (input.as_ptr(), out.as_mut_ptr());
+    let full_rows = rows / 8 * 8;
+    let full_cols = cols / 8 * 8;
+    // 32×32 tiles of 8×8 blocks: 32 source lines and 32 output lines stay in L1.
+    for r1 in (0..full_rows).step_by(32) {
+        for c1 in (0..full_cols).step_by(32) {
+            for r0 in (r1..(r1 + 32).min(full_rows)).step_by(8) {
+                for c0 in (c1..(c1 + 32).min(full_cols)).step_by(8) {
+                    transpose_8x8(
+                        src.add(plane.src_base + r0 + c0 * plane.col_src_stride),
+                        plane.col_src_stride,
+                        dst.add(plane.out_base + r0 * plane.row_out_stride + c0),
+                        plane.row_out_stride,
+                    );
+                }
+            }
+        }
+    }
+    // Edges: the last rows (all columns) and the last columns (full rows only).
+    for r in 0..rows {
+        let first_col = if r < full_rows { full_cols } else { 0 };
+        for c in first_col..cols {
+            *dst.add(plane.out_base + r * plane.row_out_stride + c) =
+                *src.add(plane.src_base + r + c * plane.col_src_stride);
+        }
+    }
+}
+
+/// `dst[i·dst_stride + j] = src[j·src_stride + i]` for an 8×8 block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_8x8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+    use std::arch::x86_64::*;
+    let row = |i: usize| _mm256_loadu_ps(src.add(i * src_stride));
+    let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+    let (r4, r5, r6, r7) = (row(4), row(5), row(6), row(7));
+    let t0 = _mm256_unpacklo_ps(r0, r1);
+    let t1 = _mm256_unpackhi_ps(r0, r1);
+    let t2 = _mm256_unpacklo_ps(r2, r3);
+    let t3 = _mm256_unpackhi_ps(r2, r3);
+    let t4 = _mm256_unpacklo_ps(r4, r5);
+    let t5 = _mm256_unpackhi_ps(r4, r5);
+    let t6 = _mm256_unpacklo_ps(r6, r7);
+    let t7 = _mm256_unpackhi_ps(r6, r7);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    let out = [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ];
+    for (i, v) in out.into_iter().enumerate() {
+        _mm256_storeu_ps(dst.add(i * dst_stride), v);
     }
 }
 
@@ -464,6 +592,33 @@ mod tests {
                         .sum();
                     assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
                 }
+            }
+        }
+    }
+
+    /// f32 takes the 8×8 register path (full blocks, edge rows and columns, several planes).
+    #[test]
+    fn transpose_f32_matches_the_definition() {
+        for (shape, perm) in [
+            (vec![17, 33], vec![1, 0]),
+            (vec![8, 8], vec![1, 0]),
+            (vec![1, 2, 100, 64], vec![0, 1, 3, 2]),
+            (vec![3, 20, 41], vec![0, 2, 1]),
+            (vec![2, 9, 8, 16], vec![0, 3, 1, 2]),
+            (vec![4, 24, 5, 40], vec![2, 1, 3, 0]),
+        ] {
+            let total: usize = shape.iter().product();
+            let x: Vec<f32> = (0..total).map(|v| v as f32).collect();
+            let in_strides = strides(&shape);
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let mut got = vec![-1.0f32; total];
+            transpose(&x, &shape, &perm, &mut got);
+            let out_strides = strides(&out_shape);
+            for (linear, &value) in got.iter().enumerate() {
+                let src: usize = (0..shape.len())
+                    .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
+                    .sum();
+                assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
             }
         }
     }
