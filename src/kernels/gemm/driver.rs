@@ -431,6 +431,9 @@ pub(crate) fn drive(job: &Job, threads: usize) {
     if (m == 1 || n == 1) && !self_packing && gemv(job, threads) {
         return;
     }
+    if (2..=FEW_ROWS).contains(&m) && !self_packing && gemv_rows(job, threads) {
+        return;
+    }
     let kern = job.kern;
     let (mr, nr) = (kern.mr, kern.nr);
     let m_tiles = m.div_ceil(mr);
@@ -577,6 +580,60 @@ fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
         }
         Opnd::Source(_) => unreachable!("self-packing operands take the blocked path"),
     }
+}
+
+/// Most rows of A run as one GEMV each instead of the blocked path: attention against a KV
+/// cache multiplies 1-4 query rows (a decode step, grouped queries) by a B that changes every
+/// call, where packing B for the blocked path costs more than streaming it once per row (a
+/// 64×1024 B stays in L2 between rows).
+const FEW_ROWS: usize = 4;
+
+/// Rows `0..m` of a small-`m` job as `m` GEMVs over an unpacked B. Returns false (nothing
+/// done) when B is packed or in a layout the GEMV does not stream.
+fn gemv_rows(job: &Job, threads: usize) -> bool {
+    let (Opnd::Raw(a), Opnd::Raw(b)) = (job.a, job.b) else {
+        return false;
+    };
+    if b.ks != 1 && b.ws != 1 {
+        return false;
+    }
+    for row in 0..job.m {
+        let bias = match job.epi.bias {
+            BiasKind::PerRow(values) => BiasKind::PerRow(&values[row..row + 1]),
+            other => other,
+        };
+        let residual = job.epi.residual.map(|r| &r[row * job.ldc..]);
+        let epi = Epilogue {
+            bias,
+            residual,
+            activation: job.epi.activation,
+        };
+        let row_job = Job {
+            kern: job.kern,
+            m: 1,
+            n: job.n,
+            k: job.k,
+            a: Opnd::Raw(Src {
+                ptr: a.ptr.wrapping_add(row * a.ws),
+                len: a.len.saturating_sub(row * a.ws),
+                ..a
+            }),
+            b: job.b,
+            c: job.c.wrapping_add(row * job.ldc),
+            ldc: job.ldc,
+            epi: &epi,
+            mc: job.mc,
+            kc: job.kc,
+            nc: job.nc,
+            nc_short: job.nc_short,
+        };
+        // The layout was checked above, so the GEMV takes every row (or none, on row 0).
+        if !gemv(&row_job, threads) {
+            debug_assert_eq!(row, 0, "the GEMV refused a later row of the same layout");
+            return false;
+        }
+    }
+    true
 }
 
 /// The `m == 1` / `n == 1` path. Returns false (nothing done) for layouts it does not stream

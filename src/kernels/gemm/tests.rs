@@ -518,6 +518,10 @@ pub(super) fn gemv_paths(isa: Isa) {
                     (1, 1, 1025),
                     // Several row-streamed axpy chunks of 2048 outputs, and a short last one.
                     (1, 4500, 9),
+                    // A few rows, one GEMV each (attention of a decode step).
+                    (2, 300, 77),
+                    (3, 1025, 64),
+                    (4, 64, 1024),
                 ] {
                     for (bias_kind, residual, act) in [
                         (0, false, Activation::None),
