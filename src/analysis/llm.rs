@@ -20,6 +20,11 @@
 //! - **Keys read transposed.** A Transpose of the cache whose only readers are MatMuls taking
 //!   it as their right operand is a view: a GEMM reads its B operand in either layout at the
 //!   same cost, as fused attention kernels do.
+//! - **Masks made in the kernel.** A boolean constant (the causal mask, folded from positions)
+//!   is read from nowhere: attention kernels compute it from indices.
+//! - Other movements of the cache are charged as they are: an exporter's `Expand` that repeats
+//!   KV heads for grouped-query attention (Hugging Face's `repeat_kv`) is a real copy, and the
+//!   MatMul after it reads the repeated cache.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -32,7 +37,7 @@ use super::infer::Bindings;
 use super::model::{NodeAnalysis, NodeStatus};
 use super::ops::{OpCost, Traffic};
 use super::roofline::{Bound, Roof};
-use super::tensor::{Dim, TensorFact};
+use super::tensor::{DType, Dim, TensorFact};
 use crate::device::{DeviceProfile, MemoryLevel, Precision};
 
 /// A phase of generation.
@@ -69,6 +74,7 @@ impl fmt::Display for Phase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Storage {
+    Fp64,
     Fp32,
     Fp16,
     Bf16,
@@ -78,7 +84,8 @@ pub enum Storage {
 }
 
 impl Storage {
-    pub const ALL: [Storage; 6] = [
+    pub const ALL: [Storage; 7] = [
+        Storage::Fp64,
         Storage::Fp32,
         Storage::Fp16,
         Storage::Bf16,
@@ -90,6 +97,7 @@ impl Storage {
     /// Bits per stored element (block scales of quantized formats not included).
     pub fn bits(self) -> u64 {
         match self {
+            Storage::Fp64 => 64,
             Storage::Fp32 => 32,
             Storage::Fp16 | Storage::Bf16 => 16,
             Storage::Fp8 | Storage::Int8 => 8,
@@ -100,7 +108,8 @@ impl Storage {
     /// The storage of float tensors at an analysis precision.
     pub fn of_precision(precision: Precision) -> Storage {
         match precision {
-            Precision::Fp64 | Precision::Fp32 | Precision::Tf32 => Storage::Fp32,
+            Precision::Fp64 => Storage::Fp64,
+            Precision::Fp32 | Precision::Tf32 => Storage::Fp32,
             Precision::Fp16 => Storage::Fp16,
             Precision::Bf16 => Storage::Bf16,
             Precision::Fp8 => Storage::Fp8,
@@ -110,6 +119,7 @@ impl Storage {
 
     pub fn name(self) -> &'static str {
         match self {
+            Storage::Fp64 => "fp64",
             Storage::Fp32 => "fp32",
             Storage::Fp16 => "fp16",
             Storage::Bf16 => "bf16",
@@ -126,7 +136,9 @@ impl FromStr for Storage {
         Storage::ALL
             .into_iter()
             .find(|s| s.name().eq_ignore_ascii_case(text))
-            .ok_or_else(|| format!("unknown storage `{text}` (fp32, fp16, bf16, fp8, int8, int4)"))
+            .ok_or_else(|| {
+                format!("unknown storage `{text}` (fp64, fp32, fp16, bf16, fp8, int8, int4)")
+            })
     }
 }
 
@@ -148,7 +160,8 @@ impl LlmOptions {
     }
 }
 
-/// Prompt and cache lengths used when a phase is asked for and the user binds neither.
+/// Prompt and cache lengths used when a phase is asked for and the user binds neither (less
+/// where a built-in preset's positions end sooner: see `phase_bindings`' `context`).
 pub const DEFAULT_CONTEXT: u64 = 2048;
 
 const BATCH_NAMES: &[&str] = &["batch", "batch_size"];
@@ -156,10 +169,11 @@ const SEQUENCE_NAMES: &[&str] = &["sequence", "sequence_length", "seq_len"];
 const PAST_NAMES: &[&str] = &["past_sequence", "past_sequence_length", "past_seq_len"];
 const TOTAL_NAMES: &[&str] = &["total_sequence", "total_sequence_length", "total_seq_len"];
 
-/// The bindings of a phase: the user's dims first, then the well-known decoder dims the graph
-/// uses: batch 1; prefill: the new sequence `DEFAULT_CONTEXT` long and an empty cache; decode:
-/// one new token after a cache of `DEFAULT_CONTEXT` entries (a total-length dim is past + new).
-pub fn phase_bindings(graph: &Graph, phase: Phase, user: &Bindings) -> Bindings {
+/// The bindings of a phase: the user's dims first (`--dim`, and the dims `--input` shapes give),
+/// then the well-known decoder dims the graph uses: batch 1; prefill: `context` new tokens on an
+/// empty cache; decode: one new token after a cache of `context` entries (a total-length dim is
+/// past + new).
+pub fn phase_bindings(graph: &Graph, phase: Phase, user: &Bindings, context: u64) -> Bindings {
     let used: HashSet<String> = graph
         .inputs
         .iter()
@@ -170,17 +184,36 @@ pub fn phase_bindings(graph: &Graph, phase: Phase, user: &Bindings) -> Bindings 
             Dim::Known(_) => None,
         })
         .collect();
+    // Dims an `--input` shape fixes, by the symbol its input declares there.
+    let mut from_inputs: Vec<(String, u64)> = Vec::new();
+    for (name, dims) in &user.inputs {
+        let input = graph.inputs.iter().find(|&&v| {
+            graph.values[v].name == *name || (name.is_empty() && graph.inputs.len() == 1)
+        });
+        let declared = input.and_then(|&v| graph.values[v].fact.shape.as_ref());
+        for (dim, &value) in declared.into_iter().flatten().zip(dims) {
+            if let Dim::Sym(symbol) = dim {
+                from_inputs.push((symbol.clone(), value));
+            }
+        }
+    }
     let mut bindings = user.clone();
     let given = |bindings: &Bindings, names: &[&str]| {
         bindings
             .dims
             .iter()
+            .chain(&from_inputs)
             .find(|(name, _)| names.contains(&name.as_str()))
             .map(|(_, value)| *value)
     };
     let bind = |bindings: &mut Bindings, names: &[&str], value: u64| {
         for name in names.iter().filter(|n| used.contains(**n)) {
-            if !bindings.dims.iter().any(|(given, _)| given == name) {
+            let already = bindings
+                .dims
+                .iter()
+                .chain(&from_inputs)
+                .any(|(given, _)| given == name);
+            if !already {
                 bindings.dims.push((name.to_string(), value));
             }
         }
@@ -190,17 +223,17 @@ pub fn phase_bindings(graph: &Graph, phase: Phase, user: &Bindings) -> Bindings 
     }
     let (new, past) = match phase {
         Phase::Prefill => (
-            given(&bindings, SEQUENCE_NAMES).unwrap_or(DEFAULT_CONTEXT),
+            given(&bindings, SEQUENCE_NAMES).unwrap_or(context),
             given(&bindings, PAST_NAMES).unwrap_or(0),
         ),
         Phase::Decode => (
             given(&bindings, SEQUENCE_NAMES).unwrap_or(1),
-            given(&bindings, PAST_NAMES).unwrap_or(DEFAULT_CONTEXT),
+            given(&bindings, PAST_NAMES).unwrap_or(context),
         ),
     };
     bind(&mut bindings, SEQUENCE_NAMES, new);
     bind(&mut bindings, PAST_NAMES, past);
-    bind(&mut bindings, TOTAL_NAMES, past + new);
+    bind(&mut bindings, TOTAL_NAMES, past.saturating_add(new));
     bindings
 }
 
@@ -249,7 +282,9 @@ impl LlmCosting {
         options: LlmOptions,
         precision: Precision,
     ) -> LlmCosting {
+        // The analysis charges float tensors at the precision's width; storages rescale from it.
         let base = Storage::of_precision(precision);
+        debug_assert_eq!(base.bits(), precision.bytes_per_element() * 8);
         let activations = options.activations.unwrap_or(base);
         let weights = options.weights.unwrap_or(base);
         let kv_storage = options.kv.unwrap_or(activations);
@@ -370,6 +405,17 @@ impl LlmCosting {
             skip_in.insert(past);
             kv.convention = Some("KV cache appended in place: the new entries written");
         }
+        // A boolean constant (the causal mask, folded from positions) is what attention kernels
+        // compute from indices: nothing is read for it.
+        for &value in node.inputs.iter().flatten() {
+            let f = fact(value);
+            if f.is_constant() && f.dtype == DType::Bool && skip_in.insert(value) {
+                let bytes = f.element_count().unwrap_or(0);
+                cost.bytes.weights_read = cost.bytes.weights_read.saturating_sub(bytes);
+                kv.convention
+                    .get_or_insert("boolean mask constants made in the kernel: nothing read");
+            }
+        }
         // Storage widths, input by input.
         let (mut weights, mut reads, mut writes) = ([0u128; 2], [0u128; 2], [0u128; 2]);
         let mut kv_read_bits = 0u128;
@@ -466,7 +512,8 @@ pub struct LlmSummary {
     pub batch: u64,
     /// New tokens per sequence in this step (the prompt in prefill, 1 in decode).
     pub new_tokens: u64,
-    /// Cache entries per sequence after the step.
+    /// Cache entries per sequence after the step (past + new): what the step's attention
+    /// spans. Read from the `present` outputs' third axis ([batch, heads, length, head_dim]).
     pub context_tokens: u64,
     pub weights: Storage,
     pub activations: Storage,
@@ -619,10 +666,7 @@ pub(crate) fn summarize(
     let launch_overhead_s = running_ops as f64 * roof.launch_overhead_s;
     let phase = costing.options.phase;
     let memory = memory_needs(graph, order, nodes, costing, device, batch);
-    let tokens = match phase {
-        Some(Phase::Prefill) => batch * new_tokens,
-        _ => batch * new_tokens.max(1),
-    };
+    let tokens = batch * new_tokens.max(1);
     let [weights, activations, kv] = costing.storage;
     LlmSummary {
         phase,
@@ -683,24 +727,36 @@ fn memory_needs(
         .collect();
     let mut weights_seen: HashSet<ValueId> = HashSet::new();
     let mut weights_bytes = 0u64;
+    // A view's output shares its input's buffer: reads of either keep the buffer (its root,
+    // the value a non-view op wrote) alive.
+    let mut root: HashMap<ValueId, ValueId> = HashMap::new();
+    let root_of = |root: &HashMap<ValueId, ValueId>, value: ValueId| {
+        root.get(&value).copied().unwrap_or(value)
+    };
     let mut last_reader: HashMap<ValueId, usize> = HashMap::new();
     for (index, &id) in order.iter().enumerate() {
         if !running[index] {
             continue;
         }
-        for &value in graph.dag[id].inputs.iter().flatten() {
+        let node = &graph.dag[id];
+        for &value in node.inputs.iter().flatten() {
             let fact = &graph.values[value].fact;
             if fact.is_constant() {
-                let weight_type = fact.dtype.is_float()
-                    || matches!(
-                        fact.dtype,
-                        super::tensor::DType::I8 | super::tensor::DType::U8
-                    );
+                let weight_type =
+                    fact.dtype.is_float() || matches!(fact.dtype, DType::I8 | DType::U8);
                 if weight_type && weights_seen.insert(value) {
                     weights_bytes += stored_bytes(value);
                 }
             } else {
-                last_reader.insert(value, index);
+                last_reader.insert(root_of(&root, value), index);
+            }
+        }
+        if nodes[index].status == NodeStatus::View {
+            if let Some(&input) = node.inputs.iter().flatten().next() {
+                let shared = root_of(&root, input);
+                for &output in &node.outputs {
+                    root.insert(output, shared);
+                }
             }
         }
     }
@@ -725,7 +781,12 @@ fn memory_needs(
                 continue;
             }
             let bytes = stored_bytes(value);
-            let end = if graph.outputs.contains(&value) {
+            // A graph output (or a view of the buffer that is one) lives to the end.
+            let is_output = graph
+                .outputs
+                .iter()
+                .any(|&out| root_of(&root, out) == value);
+            let end = if is_output {
                 order.len()
             } else {
                 last_reader.get(&value).map(|&r| r + 1).unwrap_or(index + 1)

@@ -77,7 +77,8 @@ pub fn analyze_with_batch_sweep(
             tensor::Dim::Sym(name) => Some(name),
             tensor::Dim::Known(_) => None,
         });
-    let Some(batch_dim) = batch_dim else {
+    // An `--input` shape pins the batch: there is nothing to sweep.
+    let (Some(batch_dim), true) = (batch_dim, options.bindings.inputs.is_empty()) else {
         return Ok(analysis);
     };
     let limit = summary
@@ -95,7 +96,10 @@ pub fn analyze_with_batch_sweep(
             bindings,
             ..options.clone()
         };
-        let point = analyze_graph(graph.clone(), source, device, &swept)?;
+        // A batch the model cannot take (a fixed dim elsewhere) ends the sweep, not the report.
+        let Ok(point) = analyze_graph(graph.clone(), source, device, &swept) else {
+            break;
+        };
         if let Some(summary) = &point.llm {
             points.push(llm::BatchPoint::of(summary));
         }

@@ -14,6 +14,8 @@ pub struct DecodeLoop {
     caches: Vec<(String, String)>,
     logits: String,
     ids: String,
+    /// Sequences per step (the ids input's first dim).
+    pub batch: usize,
 }
 
 /// The present output a past input pairs with: `past_key_values.0.key` → `present.0.key`,
@@ -42,9 +44,9 @@ impl DecodeLoop {
                     "input `{name}` has no matching output `{present}` to feed back"
                 ));
             }
-            if shape.len() != 4 || shape[2] == 0 {
+            if shape.len() != 4 || shape[2] == 0 || shape[3] == 0 {
                 return Err(format!(
-                    "cache input `{name}` has shape {shape:?}; [batch, heads, length >= 1, head_dim] is needed"
+                    "cache input `{name}` has shape {shape:?}; [batch, heads, length >= 1, head_dim >= 1] is needed"
                 ));
             }
             caches.push((present, name.clone()));
@@ -74,6 +76,7 @@ impl DecodeLoop {
         Ok(DecodeLoop {
             caches,
             logits,
+            batch: ids.1[0],
             ids: ids.0,
         })
     }
@@ -96,12 +99,22 @@ impl DecodeLoop {
         let RtData::F32(scores) = &logits.data else {
             return Err("the logits are not float".into());
         };
+        let batch = self.batch;
         let vocab = *logits
             .shape
             .last()
             .ok_or("the logits have no vocabulary axis")?;
-        let batch = logits.shape.first().copied().unwrap_or(1).max(1);
-        let per_sequence = scores.len() / batch;
+        let per_sequence = scores.len() / batch.max(1);
+        if logits.shape.len() < 2
+            || vocab == 0
+            || per_sequence < vocab
+            || per_sequence * batch != scores.len()
+        {
+            return Err(format!(
+                "logits of shape {:?} are not [batch {batch}, ..., vocabulary]",
+                logits.shape
+            ));
+        }
         let tokens: Vec<i64> = (0..batch)
             .map(|b| {
                 let last = &scores[(b + 1) * per_sequence - vocab..(b + 1) * per_sequence];

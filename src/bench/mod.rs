@@ -182,20 +182,18 @@ pub fn bench_graph(
             expected_end_to_end_error: expected_ms.map(|e| (e - median_ms) / median_ms),
         },
         expected_latency_ms: expected_ms,
-        decode: cache_length.map(|cache_length| {
-            let batch = plan
-                .inputs()
-                .iter()
-                .find(|(name, _, integer)| *integer && name.to_ascii_lowercase().contains("ids"))
-                .map_or(1, |(_, shape, _)| shape[0]);
-            DecodeInfo {
-                steps: 2 * runs + options.warmup.max(1),
-                cache_length,
-                batch,
-                time_per_token_ms: median_ms,
-                tokens_per_s: batch as f64 / (median_ms / 1e3),
-            }
-        }),
+        decode: cache_length
+            .zip(decode.as_ref())
+            .map(|(cache_length, decode)| {
+                let batch = decode.batch;
+                DecodeInfo {
+                    steps: 2 * runs + options.warmup.max(1),
+                    cache_length,
+                    batch,
+                    time_per_token_ms: median_ms,
+                    tokens_per_s: batch as f64 / (median_ms / 1e3),
+                }
+            }),
         ops,
         peak_activation_bytes: plan.peak_activation_bytes,
         unplanned_activation_bytes: plan.unplanned_activation_bytes,

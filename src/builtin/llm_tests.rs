@@ -17,7 +17,7 @@ fn analyze(name: &str, device: &str, llm: LlmOptions, dims: &[(&str, u64)]) -> A
         ..Bindings::default()
     };
     let bindings = match llm.phase {
-        Some(phase) => phase_bindings(&graph, phase, &user),
+        Some(phase) => phase_bindings(&graph, phase, &user, DEFAULT_CONTEXT),
         None => user,
     };
     let device = crate::device::find_device(device)
@@ -284,7 +284,12 @@ fn phase_binds_the_usual_export_dims() {
         dims.sort();
         dims
     };
-    let decode = dims(phase_bindings(&graph, Phase::Decode, &Bindings::default()));
+    let decode = dims(phase_bindings(
+        &graph,
+        Phase::Decode,
+        &Bindings::default(),
+        DEFAULT_CONTEXT,
+    ));
     assert_eq!(
         decode,
         vec![
@@ -298,7 +303,25 @@ fn phase_binds_the_usual_export_dims() {
         dims: vec![("sequence_length".to_string(), 512)],
         ..Bindings::default()
     };
-    let prefill = dims(phase_bindings(&graph, Phase::Prefill, &user));
+    let prefill = dims(phase_bindings(
+        &graph,
+        Phase::Prefill,
+        &user,
+        DEFAULT_CONTEXT,
+    ));
+    // An `--input` shape gives its dims too: nothing contradicts it.
+    let by_input = Bindings {
+        inputs: vec![("input_ids".to_string(), vec![2, 128])],
+        ..Bindings::default()
+    };
+    let from_input = dims(phase_bindings(&graph, Phase::Prefill, &by_input, 512));
+    assert_eq!(
+        from_input,
+        vec![
+            ("past_sequence_length".to_string(), 0),
+            ("total_sequence_length".to_string(), 128),
+        ]
+    );
     assert_eq!(
         prefill,
         vec![
@@ -308,4 +331,42 @@ fn phase_binds_the_usual_export_dims() {
             ("total_sequence_length".to_string(), 512),
         ]
     );
+}
+
+#[test]
+fn fp64_keeps_its_width_and_masks_are_not_weights() {
+    // fp64 analysis: storages default to the analysis width (nothing rescaled), and the cache
+    // append still writes only the new entries (8 bytes each).
+    let model = builtin::find("llama-tiny").unwrap();
+    let graph = model.graph(WeightFill::Symbolic).unwrap();
+    let bindings = phase_bindings(&graph, Phase::Decode, &Bindings::default(), 512);
+    let device = crate::device::find_device("a100").unwrap().to_profile();
+    let options = AnalyzeOptions {
+        bindings,
+        precision: Precision::Fp64,
+        llm: decode(),
+    };
+    let analysis = analyze_graph(graph, "llama-tiny", &device, &options).unwrap();
+    let llm = analysis.llm.unwrap();
+    assert_eq!(llm.weights, Storage::Fp64);
+    // 2 layers · K and V · 2 KV heads · 64 · 8 bytes.
+    assert_eq!(llm.kv_bytes_written, 2 * 2 * 2 * 64 * 8);
+    // Prefill: the causal mask (boolean, folded) is read by no op.
+    let prefill = analyze(
+        "llama-2-7b",
+        "a100",
+        LlmOptions {
+            phase: Some(Phase::Prefill),
+            ..LlmOptions::default()
+        },
+        &[],
+    );
+    let where_weights: u64 = prefill
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Where")
+        .map(|n| n.weights_bytes)
+        .sum();
+    // Only the masked-value scalar (2 bytes) per layer remains.
+    assert_eq!(where_weights, L * 2);
 }

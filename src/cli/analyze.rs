@@ -110,7 +110,20 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     let bindings = match args.phase {
         // The phase decides the decoder's dims the user left free (a built-in's defaults are
         // one phase's).
-        Some(phase) => llm::phase_bindings(&model.graph, phase, &args.model.requested()?),
+        Some(phase) => {
+            // A built-in preset's positions may end before the default context (GPT-2: 1024).
+            let context = args
+                .model
+                .model
+                .starts_with("builtin:")
+                .then(|| roofline::builtin::find(&args.model.model).ok())
+                .flatten()
+                .and_then(|model| model.decoder)
+                .map_or(llm::DEFAULT_CONTEXT, |config| {
+                    llm::DEFAULT_CONTEXT.min(config.max_positions as u64 - 1)
+                });
+            llm::phase_bindings(&model.graph, phase, &args.model.requested()?, context)
+        }
         None => model.bindings,
     };
     let options = AnalyzeOptions {

@@ -20,15 +20,8 @@ pub(super) fn materialise(tensor: &Tensor) -> Option<RtTensor> {
         match &tensor.data {
             TensorData::Splat(v) => RtData::F32(hugepage::filled(count, *v as f32)),
             TensorData::Opaque => return None,
-            _ => {
-                let values = tensor.to_f32_vec()?;
-                // Weights stream from DRAM on every run: on huge pages when large.
-                RtData::F32(if values.len() * 4 >= 4 << 20 {
-                    hugepage::copy_of(&values)
-                } else {
-                    values
-                })
-            }
+            // Weights stream from DRAM on every run: on huge pages when large.
+            _ => RtData::F32(hugepage::adopt(tensor.to_f32_vec()?)),
         }
     } else {
         match &tensor.data {

@@ -9,6 +9,7 @@
 
 /// Buffers smaller than this stay on ordinary pages (a huge page would be mostly empty).
 const MIN_BYTES: usize = 4 << 20;
+#[cfg(target_os = "linux")]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Offers the 2 MiB-aligned interior of `buffer`'s allocation to transparent huge pages.
@@ -35,6 +36,15 @@ fn advise(buffer: &mut Vec<f32>) {
             }
         }
     }
+}
+
+/// `values` moved to huge-page-backed memory when large enough to benefit (one copy, at plan
+/// time), returned as they are otherwise.
+pub fn adopt(values: Vec<f32>) -> Vec<f32> {
+    if values.len() * std::mem::size_of::<f32>() < MIN_BYTES {
+        return values;
+    }
+    copy_of(&values)
 }
 
 /// A copy of `values` in huge-page-backed memory (when large enough).

@@ -69,8 +69,9 @@ const TILE: usize = 16;
 /// Size-1 axes are dropped and runs of output axes that are contiguous in the input merged, so
 /// e.g. a head split `[1,128,12,64] → [1,12,128,64]` copies rows of 64. When the output's
 /// innermost axis is strided in the input (`[.., 64, 128] ← [.., 128, 64]`, a channel shuffle,
-/// NCHW ↔ NHWC), the two axes are transposed in 16×16 tiles instead of one strided element at
-/// a time.
+/// NCHW ↔ NHWC), the two axes are transposed in tiles instead of one strided element at a time:
+/// f32 in 8×8 AVX2 register blocks inside 32×32 tiles, other types (and machines without AVX2)
+/// element by element in 16×16 tiles.
 pub fn transpose<T: Copy + 'static>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
     let in_strides = strides(shape);
     // (extent, source stride) of each output axis after dropping and merging.

@@ -28,9 +28,9 @@ pub fn summary_lines(analysis: &Analysis) -> String {
             llm.tokens_per_s
         ),
         Some(Phase::Decode) => format!(
-            "decode           batch {} at {} cached tokens: {} per output token ({kind}), {:.1} tokens/s",
+            "decode           batch {}, 1 new token after {} cached: {} per output token ({kind}), {:.1} tokens/s",
             llm.batch,
-            llm.context_tokens,
+            llm.context_tokens.saturating_sub(llm.new_tokens),
             fmt_seconds(llm.time_per_output_token_s.unwrap_or(llm.latency_s)),
             llm.tokens_per_s
         ),
@@ -140,7 +140,10 @@ fn memory_line(llm: &LlmSummary) -> String {
         (Some(capacity), Some(false), max_batch) => {
             let advice = match max_batch {
                 Some(b) if b > 0 => format!("a batch of at most {b} fits at this context"),
-                _ => "the weights alone do not fit: use a narrower --weights storage or a larger device".into(),
+                _ if m.weights_bytes > capacity => {
+                    "the weights alone do not fit: use a narrower --weights storage or a larger device".into()
+                }
+                _ => "the weights fit, but not one sequence's cache and activations at this context: a shorter context, a narrower --kv storage or a larger device".into(),
             };
             format!(
                 "{parts}: DOES NOT FIT in {} ({advice})",
@@ -173,8 +176,10 @@ pub fn html_cards(analysis: &Analysis) -> Vec<(String, String, String)> {
         _ => (
             "Time per output token",
             format!(
-                "{kind} · batch {} at {} cached tokens · {:.1} tokens/s",
-                llm.batch, llm.context_tokens, llm.tokens_per_s
+                "{kind} · batch {}, 1 new token after {} cached · {:.1} tokens/s",
+                llm.batch,
+                llm.context_tokens.saturating_sub(llm.new_tokens),
+                llm.tokens_per_s
             ),
         ),
     };

@@ -6,8 +6,8 @@
 //! - MACs = M·K·N with M the product of A's leading dims; FLOPs = 2·MACs, plus M·N for a bias.
 //! - Dequantization, 2 FLOPs per weight (zero point subtracted, scale multiplied), once per
 //!   call, counted in `vector_flops`: it runs on the vector units whatever the dot products use.
-//! - Bytes: B at its packed width (the point of the format), scales and zero points at their
-//!   own storage, A read and Y written at the analysis precision.
+//! - Bytes: B and integer zero points at their packed width (the point of the format); float
+//!   scales, A read and Y written at the analysis precision, as every float tensor is.
 
 use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{Dim, TensorFact};
@@ -113,9 +113,12 @@ impl OpDef for MatMulNBits {
         let rows = outputs / nbits.n;
         let macs = rows.saturating_mul(nbits.k).saturating_mul(nbits.n);
         let has_bias = ctx.inputs.get(5).copied().flatten().is_some();
-        let dequant = 2 * nbits.k * nbits.n;
+        let dequant = nbits.k.saturating_mul(nbits.n).saturating_mul(2);
         Ok(OpCost {
-            flops: 2 * macs + if has_bias { outputs } else { 0 } + dequant,
+            flops: macs
+                .saturating_mul(2)
+                .saturating_add(if has_bias { outputs } else { 0 })
+                .saturating_add(dequant),
             macs,
             bytes: ctx.default_traffic()?,
             vector_flops: dequant,

@@ -582,7 +582,7 @@ fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
     }
 }
 
-/// Most rows of A run as one GEMV each instead of the blocked path: attention against a KV
+/// Up to this many rows of A run as one GEMV each instead of the blocked path: attention against a KV
 /// cache multiplies 1-4 query rows (a decode step, grouped queries) by a B that changes every
 /// call, where packing B for the blocked path costs more than streaming it once per row (a
 /// 64×1024 B stays in L2 between rows).
@@ -615,7 +615,7 @@ fn gemv_rows(job: &Job, threads: usize) -> bool {
             k: job.k,
             a: Opnd::Raw(Src {
                 ptr: a.ptr.wrapping_add(row * a.ws),
-                len: a.len.saturating_sub(row * a.ws),
+                len: a.len.saturating_sub(row),
                 ..a
             }),
             b: job.b,
