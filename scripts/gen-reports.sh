@@ -34,8 +34,8 @@ for model in resnet50 mobilenetv2; do
     render "$model-rtx2080ti.svg" "builtin:$model" --device rtx2080ti --format svg
 done
 render resnet50-rtx2080ti-vs-a100.html builtin:resnet50 --device rtx2080ti --device a100 --format html
-render gpt2-decode-a100-vs-h100.html builtin:gpt2 --device a100 --device h100 \
-    --precision fp16 --phase decode --format html
+render gpt2-prefill-decode-a100.html builtin:gpt2 --device a100 \
+    --precision fp16 --phase both --format html
 
 # The local CPU, from the profile `roofline probe` saved (skipped when there is none yet).
 if [[ -z "${SKIP_LOCAL:-}" ]] && "$bin" analyze builtin:resnet50 --device local --format json -o /dev/null 2>/dev/null; then

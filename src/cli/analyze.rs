@@ -23,6 +23,14 @@ pub enum OutputFormat {
     Svg,
 }
 
+/// `--phase`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PhaseArg {
+    Prefill,
+    Decode,
+    Both,
+}
+
 /// Largest batch of the `--phase` batch sweep.
 const MAX_SWEEP_BATCH: u64 = 256;
 
@@ -59,8 +67,9 @@ pub struct AnalyzeArgs {
     /// LLM phase: prefill (the prompt in one step: time to first token) or decode (one token
     /// against the KV cache: time per output token). Binds the decoder's dims the user leaves
     /// free: batch 1; prefill 2048 new tokens on an empty cache; decode 1 after 2048.
-    #[arg(long, value_name = "PHASE")]
-    pub phase: Option<llm::Phase>,
+    /// `both`: prefill and decode side by side for each device.
+    #[arg(long, value_enum, value_name = "PHASE")]
+    pub phase: Option<PhaseArg>,
     /// Storage of the weights (fp32, fp16, bf16, fp8, int8, int4); default: --precision.
     #[arg(long, value_name = "STORAGE")]
     pub weights: Option<llm::Storage>,
@@ -101,36 +110,6 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         .transpose()?;
     let model = args.model.load(Purpose::Analyze)?;
     protected.add_model_files(&model.graph);
-    let llm_options = llm::LlmOptions {
-        phase: args.phase,
-        weights: args.weights,
-        activations: args.activations,
-        kv: args.kv,
-    };
-    let bindings = match args.phase {
-        // The phase decides the decoder's dims the user left free (a built-in's defaults are
-        // one phase's).
-        Some(phase) => {
-            // A built-in preset's positions may end before the default context (GPT-2: 1024).
-            let context = args
-                .model
-                .model
-                .starts_with("builtin:")
-                .then(|| roofline::builtin::find(&args.model.model).ok())
-                .flatten()
-                .and_then(|model| model.decoder)
-                .map_or(llm::DEFAULT_CONTEXT, |config| {
-                    llm::DEFAULT_CONTEXT.min(config.max_positions as u64 - 1)
-                });
-            llm::phase_bindings(&model.graph, phase, &args.model.requested()?, context)
-        }
-        None => model.bindings,
-    };
-    let options = AnalyzeOptions {
-        bindings,
-        precision: args.precision,
-        llm: llm_options,
-    };
     let devices = args
         .device
         .iter()
@@ -140,20 +119,64 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             (device, _) => device,
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut analyses = devices
-        .iter()
-        .map(|device| match args.phase {
-            // A phase adds the batch sweep: what batching buys on each device.
-            Some(_) => analysis::analyze_with_batch_sweep(
-                model.graph.clone(),
-                &model.source,
-                device,
-                &options,
-                MAX_SWEEP_BATCH,
-            ),
-            None => analysis::analyze_graph(model.graph.clone(), &model.source, device, &options),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let phases: Vec<Option<llm::Phase>> = match args.phase {
+        None => vec![None],
+        Some(PhaseArg::Prefill) => vec![Some(llm::Phase::Prefill)],
+        Some(PhaseArg::Decode) => vec![Some(llm::Phase::Decode)],
+        Some(PhaseArg::Both) => vec![Some(llm::Phase::Prefill), Some(llm::Phase::Decode)],
+    };
+    // A built-in preset's positions may end before the default context (GPT-2: 1024).
+    let context = args
+        .model
+        .model
+        .starts_with("builtin:")
+        .then(|| roofline::builtin::find(&args.model.model).ok())
+        .flatten()
+        .and_then(|model| model.decoder)
+        .map_or(llm::DEFAULT_CONTEXT, |config| {
+            llm::DEFAULT_CONTEXT.min(config.max_positions as u64 - 1)
+        });
+    let mut analyses = Vec::new();
+    for device in &devices {
+        for &phase in &phases {
+            let options = AnalyzeOptions {
+                // The phase decides the decoder's dims the user left free (a built-in's
+                // defaults are one phase's).
+                bindings: match phase {
+                    Some(phase) => {
+                        llm::phase_bindings(&model.graph, phase, &args.model.requested()?, context)
+                    }
+                    None => model.bindings.clone(),
+                },
+                precision: args.precision,
+                llm: llm::LlmOptions {
+                    phase,
+                    weights: args.weights,
+                    activations: args.activations,
+                    kv: args.kv,
+                },
+            };
+            let mut analysis = match phase {
+                // A phase adds the batch sweep: what batching buys on each device.
+                Some(_) => analysis::analyze_with_batch_sweep(
+                    model.graph.clone(),
+                    &model.source,
+                    device,
+                    &options,
+                    MAX_SWEEP_BATCH,
+                )?,
+                None => {
+                    analysis::analyze_graph(model.graph.clone(), &model.source, device, &options)?
+                }
+            };
+            if let (Some(phase), true) = (phase, phases.len() > 1) {
+                // Both phases side by side: each report column names its phase.
+                analysis.device.name = format!("{} · {phase}", analysis.device.name);
+                analysis.device.id = format!("{} ({phase})", analysis.device.id);
+            }
+            analyses.push(analysis);
+        }
+    }
     if let (Some(profile), Some(path)) = (&profile, &args.measured) {
         for analysis in &mut analyses {
             measured::join(analysis, profile, &path.display().to_string());

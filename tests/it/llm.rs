@@ -83,6 +83,33 @@ fn prefill_phase_binds_the_prompt() {
 }
 
 #[test]
+fn both_phases_side_by_side() {
+    let out = roofline(&[
+        "analyze",
+        "builtin:llama-tiny",
+        "--device",
+        "h100",
+        "--phase",
+        "both",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let phases: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["llm"]["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["prefill", "decode"]);
+    // The tiny preset's positions end at 1024: the default context is clamped to them.
+    assert_eq!(json[0]["llm"]["new_tokens"], 1023);
+    assert_eq!(json[1]["llm"]["context_tokens"], 1024);
+    assert!(!json[1]["llm"]["batch_sweep"].as_array().unwrap().is_empty());
+}
+
+#[test]
 fn bad_llm_arguments_are_one_line() {
     for args in [
         vec!["analyze", "builtin:gpt2", "--phase", "generate"],
