@@ -93,34 +93,28 @@ pub fn summary_lines(analysis: &Analysis) -> String {
     out
 }
 
-/// The batch sweep as an HTML table (tokens/s and what sets the step at each batch).
+/// The batch sweep as short HTML lines (a card's width holds three figures per batch).
 pub fn html_sweep(analysis: &Analysis) -> String {
     let Some(llm) = &analysis.llm else {
         return String::new();
     };
-    if llm.batch_sweep.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
-        "<table class=\"sweep\"><thead><tr><th>batch</th><th>step</th><th>tokens/s</th><th>set by</th><th>fits</th></tr></thead><tbody>",
-    );
-    for p in &llm.batch_sweep {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td></tr>",
-            p.batch,
-            fmt_seconds(p.step_s),
-            p.tokens_per_s,
-            p.set_by.name(),
-            match p.fits {
-                Some(true) => "yes",
-                Some(false) => "no",
-                None => "-",
-            }
-        );
-    }
-    out.push_str("</tbody></table>");
-    out
+    llm.batch_sweep
+        .iter()
+        .map(|p| {
+            let fits = if p.fits == Some(false) {
+                ", does not fit"
+            } else {
+                ""
+            };
+            format!(
+                "<br>batch {}: {:.0} tokens/s, {} per step, {}{fits}",
+                p.batch,
+                p.tokens_per_s,
+                fmt_seconds(p.step_s),
+                p.set_by.name()
+            )
+        })
+        .collect()
 }
 
 fn memory_line(llm: &LlmSummary) -> String {
@@ -215,7 +209,7 @@ pub fn html_cards(analysis: &Analysis) -> Vec<(String, String, String)> {
         cards.push((
             "Tokens/s by batch".to_string(),
             format!("{:.0}", best.tokens_per_s),
-            format!("at batch {} · {}", best.batch, html_sweep(analysis)),
+            format!("the most, at batch {}:{}", best.batch, html_sweep(analysis)),
         ));
     }
     cards
