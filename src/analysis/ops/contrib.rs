@@ -1,4 +1,5 @@
-//! onnxruntime's contrib ops (domain `com.microsoft`) that LLM exports carry.
+//! onnxruntime's contrib ops (domain `com.microsoft`) that LLM exports carry (onnxruntime-genai's
+//! model builder, the transformers optimizer).
 //!
 //! MatMulNBits (version 1): Y[..., N] = A[..., K] · dequant(B)ᵀ (+ bias), B holding N rows of
 //! `ceil(K / block_size)` blocks of `block_size` weights at `bits` bits each (uint8 blobs of
@@ -9,6 +10,27 @@
 //! - Bytes: B and integer zero points at their packed width (the point of the format); float
 //!   scales, A read and Y written at the analysis precision, as every float tensor is.
 
+//!
+//! GroupQueryAttention (version 1): causal attention of `num_heads` query heads over
+//! `kv_num_heads` KV heads with a cache. Query [B, S, H·d] (or packed Q|K|V [B, S, (H + 2·Hkv)·d]
+//! when key and value are left out), key and value [B, S, Hkv·d], past_key/past_value
+//! [B, Hkv, P, d]; outputs [B, S, H·d] and present_key/present_value [B, Hkv, T, d].
+//! - T, the keys every query is scored against, is P + S; when the past and present buffers are
+//!   shared (the cache preallocated to its maximum length, `past_present_share_buffer`), the
+//!   present keeps the past's length P and T is the constant `total_sequence_length` when the
+//!   model gives one, else P.
+//! - MACs = 2·B·H·S·T·d (scores and the weighted sum; the causal triangle is counted whole, as
+//!   for an exported graph); FLOPs add 5 per score (scale, max, subtract, sum, divide) and, with
+//!   `do_rotary`, 3 per rotated element of Q and K; one exp per score.
+//! - Bytes: Q, K, V and the past caches read once; the output written; the present caches:
+//!   with a shared buffer only the S new entries are written (the cache is appended in place),
+//!   otherwise the whole present (past copied and appended).
+//!
+//! SkipLayerNormalization / SkipSimplifiedLayerNormalization (version 1): y = norm(x + skip
+//! (+ bias)) with gamma (and beta); the simplified form is RMSNorm. FLOPs per element: 1 add (2
+//! with bias), LayerNorm's 8 or RMSNorm's 5; one reciprocal square root per row. The optional
+//! outputs (mean, inverse std, the sum) are written when present.
+
 use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{Dim, TensorFact};
 
@@ -16,11 +38,236 @@ use crate::analysis::tensor::{Dim, TensorFact};
 pub const DOMAIN: &str = "com.microsoft";
 
 struct MatMulNBits;
+struct GroupQueryAttention;
+struct SkipNorm;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     match op_type {
         "MatMulNBits" => Some(&MatMulNBits),
+        "GroupQueryAttention" => Some(&GroupQueryAttention),
+        "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => Some(&SkipNorm),
         _ => None,
+    }
+}
+
+/// GroupQueryAttention's geometry, from its attributes and inputs.
+struct Gqa {
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    /// Keys per query (T) and the present caches' length.
+    attended: Dim,
+    present: Dim,
+    /// The past and present share one preallocated buffer: only the new entries are written.
+    shared: bool,
+}
+
+fn gqa(
+    ctx_inputs: &[Option<&TensorFact>],
+    attrs: &crate::analysis::graph::Attributes,
+) -> OpResult<Gqa> {
+    let heads = attrs
+        .int("num_heads")
+        .filter(|&h| h > 0)
+        .ok_or_else(|| invalid("GroupQueryAttention needs a positive `num_heads`"))?
+        as u64;
+    let kv_heads = attrs
+        .int("kv_num_heads")
+        .filter(|&h| h > 0)
+        .ok_or_else(|| invalid("GroupQueryAttention needs a positive `kv_num_heads`"))?
+        as u64;
+    if heads % kv_heads != 0 {
+        return Err(invalid(format!(
+            "GroupQueryAttention: {heads} query heads do not group over {kv_heads} KV heads"
+        )));
+    }
+    let input = |i: usize| ctx_inputs.get(i).copied().flatten();
+    let query = input(0).ok_or("missing input #0")?;
+    let q_shape = query
+        .shape
+        .as_deref()
+        .ok_or("rank of the query is unknown")?;
+    if q_shape.len() != 3 {
+        return Err(invalid(
+            "GroupQueryAttention's query must be [batch, sequence, hidden]",
+        ));
+    }
+    let packed = input(1).is_none() && input(2).is_none();
+    let width_heads = if packed { heads + 2 * kv_heads } else { heads };
+    let head_dim = match &q_shape[2] {
+        Dim::Known(w) if w % width_heads == 0 => w / width_heads,
+        Dim::Known(w) => {
+            return Err(invalid(format!(
+                "GroupQueryAttention: a query width of {w} is not {width_heads} heads"
+            )))
+        }
+        Dim::Sym(_) => return Err("the query width is symbolic".into()),
+    };
+    for (index, name) in [(1, "key"), (2, "value")] {
+        let width = input(index)
+            .and_then(|f| f.shape.as_deref())
+            .and_then(|s| s.last().and_then(Dim::known));
+        if let Some(width) = width {
+            if width != kv_heads * head_dim {
+                return Err(invalid(format!(
+                    "GroupQueryAttention: {name} width {width} is not {kv_heads} heads of {head_dim}"
+                )));
+            }
+        }
+    }
+    let sequence = q_shape[1].clone();
+    let past = input(3)
+        .and_then(|p| p.shape.as_deref())
+        .map(|s| s.to_vec());
+    let past_len = match &past {
+        Some(shape) if shape.len() == 4 => Some(shape[2].clone()),
+        Some(_) => {
+            return Err(invalid(
+                "past_key must be [batch, kv_heads, length, head_dim]",
+            ))
+        }
+        None => None,
+    };
+    // A constant total length marks a shared (preallocated) buffer when the past already holds
+    // it; otherwise the present is past + new.
+    let total = input(6)
+        .and_then(|t| t.konst.as_ref())
+        .and_then(|t| t.to_i64_vec())
+        .and_then(|v| v.first().copied())
+        .map(|t| t.max(0) as u64);
+    let (attended, present, shared) = match (past_len, total) {
+        (None, _) => (sequence.clone(), sequence.clone(), false),
+        (Some(Dim::Known(p)), Some(t)) if p >= t && p > 0 => (Dim::Known(t), Dim::Known(p), true),
+        (Some(Dim::Known(p)), _) => match &sequence {
+            Dim::Known(s) => (Dim::Known(p + s), Dim::Known(p + s), false),
+            Dim::Sym(_) => return Err("the new sequence length is symbolic".into()),
+        },
+        (Some(Dim::Sym(_)), _) => return Err("the past length is symbolic".into()),
+    };
+    Ok(Gqa {
+        heads,
+        kv_heads,
+        head_dim,
+        attended,
+        present,
+        shared,
+    })
+}
+
+impl OpDef for GroupQueryAttention {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let g = gqa(&ctx.inputs, ctx.attrs())?;
+        let query = ctx.input(0)?;
+        let q_shape = ctx.input_shape(0)?;
+        let output = TensorFact::new(
+            query.dtype,
+            vec![
+                q_shape[0].clone(),
+                q_shape[1].clone(),
+                Dim::Known(g.heads * g.head_dim),
+            ],
+        );
+        let cache = TensorFact::new(
+            query.dtype,
+            vec![
+                q_shape[0].clone(),
+                Dim::Known(g.kv_heads),
+                g.present.clone(),
+                Dim::Known(g.head_dim),
+            ],
+        );
+        Ok(vec![output, cache.clone(), cache])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let g = gqa(&ctx.inputs, ctx.attrs())?;
+        let q = ctx.input_dims(0)?;
+        let (batch, sequence) = (q[0], q[1]);
+        let attended = g
+            .attended
+            .known()
+            .ok_or("the attended length is not known")?;
+        let present = g.present.known().ok_or("the present length is not known")?;
+        let scores = batch
+            .saturating_mul(g.heads)
+            .saturating_mul(sequence)
+            .saturating_mul(attended);
+        let macs = scores.saturating_mul(g.head_dim).saturating_mul(2);
+        let rotated = if ctx.attrs().int_or("do_rotary", 0) != 0 {
+            batch * sequence * (g.heads + g.kv_heads) * g.head_dim
+        } else {
+            0
+        };
+        let mut bytes = ctx.default_traffic()?;
+        // The presents: a shared buffer gets the new entries only.
+        if g.shared {
+            let per_entry = batch * g.kv_heads * g.head_dim;
+            let element = ctx.element_bytes(ctx.input(0)?.dtype);
+            let whole = 2 * per_entry * present * element;
+            let new = 2 * per_entry * sequence * element;
+            bytes.act_written = bytes.act_written.saturating_sub(whole).saturating_add(new);
+        }
+        Ok(OpCost {
+            flops: macs
+                .saturating_mul(2)
+                .saturating_add(scores.saturating_mul(5))
+                .saturating_add(rotated.saturating_mul(3)),
+            macs,
+            transcendental: scores,
+            bytes,
+            ..OpCost::default()
+        })
+    }
+}
+
+impl OpDef for SkipNorm {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        if shape.is_empty() {
+            return Err(invalid("the input needs a hidden axis"));
+        }
+        if let (Some(Dim::Known(a)), Ok(skip)) = (shape.last(), ctx.input_shape(1)) {
+            if let Some(Dim::Known(b)) = skip.last() {
+                if a != b {
+                    return Err(invalid(format!(
+                        "input width {a} and skip width {b} differ"
+                    )));
+                }
+            }
+        }
+        let mut stats = shape[..shape.len() - 1].to_vec();
+        stats.push(Dim::Known(1));
+        let mut outputs = vec![TensorFact::new(x.dtype, shape.to_vec())];
+        for index in 1..ctx.output_count {
+            // mean and inverse std per row, then the sum x + skip (+ bias).
+            outputs.push(if index == 3 {
+                TensorFact::new(x.dtype, shape.to_vec())
+            } else {
+                TensorFact::new(crate::analysis::tensor::DType::F32, stats.clone())
+            });
+        }
+        Ok(outputs)
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let x = ctx.input_dims(0)?;
+        let elements: u64 = x.iter().product();
+        let rows = elements / x.last().copied().unwrap_or(1).max(1);
+        let simplified = ctx.node.op_type == "SkipSimplifiedLayerNormalization";
+        let bias = ctx
+            .inputs
+            .get(if simplified { 3 } else { 4 })
+            .copied()
+            .flatten()
+            .is_some();
+        let per_element = 1 + u64::from(bias) + if simplified { 5 } else { 8 };
+        Ok(OpCost {
+            flops: per_element * elements + 2 * rows,
+            transcendental: rows,
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
     }
 }
 
@@ -203,5 +450,97 @@ mod tests {
             .int("K", 64)
             .attr("block_size", Attr::Int(32))
             .invalid(&[&act(DType::F32, &[1, 64]), &b, &scales]);
+    }
+}
+
+#[cfg(test)]
+mod attention_tests {
+    //! Hand-computed GroupQueryAttention and skip-norm cases (f32, 4 bytes).
+    use super::super::tests::kit::{dims, f32s, scalar, traffic, w32, Op};
+    use crate::analysis::tensor::DType;
+
+    fn gqa(heads: i64, kv_heads: i64) -> Op {
+        Op::contrib("GroupQueryAttention")
+            .int("num_heads", heads)
+            .int("kv_num_heads", kv_heads)
+            .outputs(3)
+    }
+
+    #[test]
+    fn decode_step_over_a_growing_cache() {
+        // Batch 1, one new token, 8 query heads over 2 KV heads of 16, a past of 100.
+        let q = f32s(&[1, 1, 128]);
+        let kv = f32s(&[1, 1, 32]);
+        let past = f32s(&[1, 2, 100, 16]);
+        let seqlens = f32s(&[1]);
+        let (out, cost) = gqa(8, 2).run_opt(&[
+            Some(&q),
+            Some(&kv),
+            Some(&kv),
+            Some(&past),
+            Some(&past),
+            Some(&seqlens),
+        ]);
+        assert_eq!(dims(&out[0]), vec![1, 1, 128]);
+        assert_eq!(dims(&out[1]), vec![1, 2, 101, 16]);
+        // 8 heads · 1 query · 101 keys · 16, twice.
+        let scores = 8 * 101;
+        assert_eq!(cost.macs, 2 * scores * 16);
+        assert_eq!(cost.flops, 4 * scores * 16 + 5 * scores);
+        assert_eq!(cost.transcendental, scores);
+        // Reads: q, k, v, both pasts, seqlens; writes: output and both whole presents.
+        let read = (128 + 32 + 32 + 2 * 3200 + 1) * 4;
+        let written = (128 + 2 * 2 * 101 * 16) * 4;
+        assert_eq!(cost.bytes, traffic(0, read, written));
+    }
+
+    #[test]
+    fn shared_buffer_writes_the_new_entries() {
+        // A cache preallocated to 256 with a constant total length of 101.
+        let q = f32s(&[1, 1, 128]);
+        let kv = f32s(&[1, 1, 32]);
+        let past = f32s(&[1, 2, 256, 16]);
+        let seqlens = f32s(&[1]);
+        let total = scalar(DType::I32, 101.0);
+        let (out, cost) = gqa(8, 2).run_opt(&[
+            Some(&q),
+            Some(&kv),
+            Some(&kv),
+            Some(&past),
+            Some(&past),
+            Some(&seqlens),
+            Some(&total),
+        ]);
+        assert_eq!(dims(&out[1]), vec![1, 2, 256, 16]);
+        assert_eq!(cost.macs, 2 * 8 * 101 * 16);
+        // Written: the output and one new entry per KV head in each cache.
+        assert_eq!(cost.bytes.act_written, (128 + 2 * 2 * 16) * 4);
+    }
+
+    #[test]
+    fn inconsistent_heads_are_invalid() {
+        let q = f32s(&[1, 4, 96]);
+        gqa(6, 4).invalid(&[&q, &f32s(&[1, 4, 64]), &f32s(&[1, 4, 64])]);
+        gqa(8, 2).invalid(&[&q, &f32s(&[1, 4, 40]), &f32s(&[1, 4, 40])]);
+        Op::contrib("GroupQueryAttention")
+            .int("kv_num_heads", 2)
+            .invalid(&[&q, &f32s(&[1, 4, 24]), &f32s(&[1, 4, 24])]);
+    }
+
+    #[test]
+    fn skip_norms() {
+        let x = f32s(&[2, 5, 64]);
+        let gamma = w32(&[64]);
+        let (out, cost) = Op::contrib("SkipSimplifiedLayerNormalization").run(&[&x, &x, &gamma]);
+        assert_eq!(dims(&out[0]), vec![2, 5, 64]);
+        // Per element: the skip add and RMSNorm's 5; per row 2 and one rsqrt.
+        assert_eq!(cost.flops, 6 * 640 + 2 * 10);
+        assert_eq!(cost.transcendental, 10);
+        assert_eq!(cost.bytes, traffic(64 * 4, 2 * 640 * 4, 640 * 4));
+        let beta = w32(&[64]);
+        let bias = w32(&[64]);
+        let (_, cost) = Op::contrib("SkipLayerNormalization").run(&[&x, &x, &gamma, &beta, &bias]);
+        assert_eq!(cost.flops, 10 * 640 + 2 * 10);
+        Op::contrib("SkipLayerNormalization").invalid(&[&x, &f32s(&[2, 5, 32]), &gamma]);
     }
 }
