@@ -76,7 +76,7 @@ fn gqa(
         .filter(|&h| h > 0)
         .ok_or_else(|| invalid("GroupQueryAttention needs a positive `kv_num_heads`"))?
         as u64;
-    if heads % kv_heads != 0 {
+    if !heads.is_multiple_of(kv_heads) {
         return Err(invalid(format!(
             "GroupQueryAttention: {heads} query heads do not group over {kv_heads} KV heads"
         )));
