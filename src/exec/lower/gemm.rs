@@ -7,7 +7,6 @@ use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::ops::GemmConfig;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
 use crate::exec::ExecError;
-use crate::kernels::elementwise;
 use crate::kernels::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
 
 /// Batched matmul: A [batch, m, k] (strides), B [batch, k, n], C = A·B (+ bias per column).
@@ -103,18 +102,36 @@ fn lower_gemm(cx: &Cx) -> Result<Lowered, ExecError> {
     Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (m * n * k) as u64))
 }
 
+/// An operand's logical dims and the element stride of each: contiguous, or a Transpose the
+/// plan folded into this read (`Cx::view`).
+fn operand_layout(cx: &Cx, i: usize) -> Result<(Vec<usize>, Vec<usize>), ExecError> {
+    let stored = cx.shape_of(i)?;
+    let mut contiguous = vec![1usize; stored.len()];
+    for axis in (0..stored.len().saturating_sub(1)).rev() {
+        contiguous[axis] = contiguous[axis + 1] * stored[axis + 1];
+    }
+    Ok(match cx.view(i) {
+        Some(perm) => (
+            perm.iter().map(|&p| stored[p]).collect(),
+            perm.iter().map(|&p| contiguous[p]).collect(),
+        ),
+        None => (stored, contiguous),
+    })
+}
+
 fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
-    let a = cx.shape_of(0)?;
-    let b = cx.shape_of(1)?;
-    let a2 = if a.len() == 1 {
-        vec![1, a[0]]
+    let (a, a_strides) = operand_layout(cx, 0)?;
+    let (b, b_strides) = operand_layout(cx, 1)?;
+    // A 1-D A is one row; a 1-D B one column.
+    let (a2, a_str) = if a.len() == 1 {
+        (vec![1, a[0]], vec![a[0], a_strides[0]])
     } else {
-        a.clone()
+        (a.clone(), a_strides.clone())
     };
-    let b2 = if b.len() == 1 {
-        vec![b[0], 1]
+    let (b2, b_str) = if b.len() == 1 {
+        (vec![b[0], 1], vec![b_strides[0], 1])
     } else {
-        b.clone()
+        (b.clone(), b_strides.clone())
     };
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let n = b2[b2.len() - 1];
@@ -137,11 +154,9 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
         })
         .collect();
     let batch: usize = out_batch.iter().product();
-    let offsets = |own: &[usize], matrix: usize| -> Vec<usize> {
-        let padded: Vec<usize> = std::iter::repeat_n(1, rank - own.len())
-            .chain(own.iter().copied())
-            .collect();
-        let strides = elementwise::broadcast_strides(&padded, &out_batch);
+    // Element offset of each output batch's matrix in an operand (broadcast axes stride 0).
+    let offsets = |own: &[usize], own_strides: &[usize]| -> Vec<usize> {
+        let pad = rank - own.len();
         (0..batch)
             .map(|linear| {
                 let mut rest = linear;
@@ -149,19 +164,30 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
                 for axis in (0..rank).rev() {
                     let coord = rest % out_batch[axis];
                     rest /= out_batch[axis];
-                    off += coord * strides[axis];
+                    if axis >= pad && own[axis - pad] != 1 {
+                        off += coord * own_strides[axis - pad];
+                    }
                 }
-                off * matrix
+                off
             })
             .collect()
     };
-    // A constant 2-D B with a batched A: fold the batch into M (one big GEMM).
-    let (batch, m, a_offsets, b_offsets) =
-        if b.len() == 2 && batch > 1 && a_batch.iter().product::<usize>() == batch {
-            (1, m * batch, vec![0], vec![0])
-        } else {
-            (batch, m, offsets(a_batch, m * k), offsets(b_batch, k * n))
-        };
+    let a_contiguous = cx.view(0).is_none();
+    // A constant 2-D B with a batched, contiguous A: fold the batch into M (one big GEMM).
+    let (batch, m, a_offsets, b_offsets) = if b.len() == 2
+        && batch > 1
+        && a_contiguous
+        && a_batch.iter().product::<usize>() == batch
+    {
+        (1, m * batch, vec![0], vec![0])
+    } else {
+        (
+            batch,
+            m,
+            offsets(a_batch, &a_str[..a_batch.len()]),
+            offsets(b_batch, &b_str[..b_batch.len()]),
+        )
+    };
     let spec = MatMulSpec {
         batch,
         m,
@@ -169,10 +195,10 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
         n,
         a_offsets,
         b_offsets,
-        a_row_stride: k,
-        a_col_stride: 1,
-        b_row_stride: n,
-        b_col_stride: 1,
+        a_row_stride: a_str[a_str.len() - 2],
+        a_col_stride: a_str[a_str.len() - 1],
+        b_row_stride: b_str[b_str.len() - 2],
+        b_col_stride: b_str[b_str.len() - 1],
         alpha: 1.0,
         c: if cx.op() == "FusedMatMul" && cx.input(2).is_some() {
             GemmC::PerCol

@@ -171,6 +171,9 @@ pub(crate) struct Cx<'a> {
     pub node: &'a Node,
     pub facts: &'a [Option<&'a TensorFact>],
     pub slots: &'a [Slot],
+    /// Per input, the permutation through which it is read when the plan folded a Transpose
+    /// into this node (`facts[i]` is then the Transpose's input); see `plan::foldable_transposes`.
+    pub views: &'a [Option<Vec<usize>>],
 }
 
 impl<'a> Cx<'a> {
@@ -193,6 +196,11 @@ impl<'a> Cx<'a> {
     /// The node's epilogue activation (see `activation_attr`).
     pub fn activation(&self) -> Result<Activation, ExecError> {
         activation_attr(self.attrs()).map_err(|e| self.error(e))
+    }
+
+    /// The permutation input `i` is read through, when a Transpose was folded into the read.
+    pub fn view(&self, i: usize) -> Option<&'a [usize]> {
+        self.views.get(i).and_then(|v| v.as_deref())
     }
 
     /// The value at input `i`, when given.
