@@ -581,19 +581,29 @@ mod tests {
         ] {
             let total: usize = shape.iter().product();
             let x: Vec<u32> = (0..total as u32).collect();
-            let in_strides = strides(&shape);
             for perm in permutations(shape.len()) {
-                let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-                let mut got = vec![0u32; total];
-                transpose(&x, &shape, &perm, &mut got);
-                let out_strides = strides(&out_shape);
-                for (linear, &value) in got.iter().enumerate() {
-                    let src: usize = (0..shape.len())
-                        .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
-                        .sum();
-                    assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
-                }
+                check_transpose(&x, &shape, &perm, 0);
             }
+        }
+    }
+
+    /// `transpose` against out[i] = in[perm⁻¹(i)], element by element.
+    fn check_transpose<T: Copy + PartialEq + std::fmt::Debug + 'static>(
+        x: &[T],
+        shape: &[usize],
+        perm: &[usize],
+        fill: T,
+    ) {
+        let in_strides = strides(shape);
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let mut got = vec![fill; x.len()];
+        transpose(x, shape, perm, &mut got);
+        let out_strides = strides(&out_shape);
+        for (linear, &value) in got.iter().enumerate() {
+            let src: usize = (0..shape.len())
+                .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
+                .sum();
+            assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
         }
     }
 
@@ -610,17 +620,7 @@ mod tests {
         ] {
             let total: usize = shape.iter().product();
             let x: Vec<f32> = (0..total).map(|v| v as f32).collect();
-            let in_strides = strides(&shape);
-            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-            let mut got = vec![-1.0f32; total];
-            transpose(&x, &shape, &perm, &mut got);
-            let out_strides = strides(&out_shape);
-            for (linear, &value) in got.iter().enumerate() {
-                let src: usize = (0..shape.len())
-                    .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
-                    .sum();
-                assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
-            }
+            check_transpose(&x, &shape, &perm, -1.0);
         }
     }
 
