@@ -17,9 +17,8 @@
 //! - **KV append in place.** `present = Concat(past, new)` is charged as writing the new
 //!   entries only (reading nothing of the past): serving runtimes preallocate the cache and
 //!   append to it (onnxruntime's shared past/present buffer, vLLM's paged cache, llama.cpp).
-//! - **Keys read transposed.** A Transpose of the cache whose only readers are MatMuls taking
-//!   it as their right operand is a view: a GEMM reads its B operand in either layout at the
-//!   same cost, as fused attention kernels do.
+//! - Keys read transposed: a Transpose read only by MatMuls is a view in every analysis
+//!   (`analysis::foldable_transposes`), the cache's included.
 //! - **Masks made in the kernel.** A boolean constant (the causal mask, folded from positions)
 //!   is read from nowhere: attention kernels compute it from indices.
 //! - Other movements of the cache are charged as they are: an exporter's `Expand` that repeats
@@ -246,7 +245,6 @@ pub(crate) struct LlmCosting {
     kv: HashSet<ValueId>,
     past_inputs: HashSet<ValueId>,
     present_outputs: HashSet<ValueId>,
-    readers: HashMap<ValueId, Vec<(NodeId, usize)>>,
     pub(crate) options: LlmOptions,
     pub(crate) storage: [Storage; 3],
 }
@@ -303,14 +301,8 @@ impl LlmCosting {
             .filter(|&v| name_has(v, "present"))
             .collect();
         let mut kv: HashSet<ValueId> = past_inputs.union(&present_outputs).copied().collect();
-        let mut readers: HashMap<ValueId, Vec<(NodeId, usize)>> = HashMap::new();
         for &id in order {
             let node = &graph.dag[id];
-            for (slot, value) in node.inputs.iter().enumerate() {
-                if let Some(value) = value {
-                    readers.entry(*value).or_default().push((id, slot));
-                }
-            }
             // A movement op of the cache yields the cache (a transposed or reshaped view of it).
             if is_movement(&node.op_type) && node.inputs.iter().flatten().any(|v| kv.contains(v)) {
                 kv.extend(node.outputs.iter().copied());
@@ -324,7 +316,6 @@ impl LlmCosting {
             kv,
             past_inputs,
             present_outputs,
-            readers,
             options,
             storage: [weights, activations, kv_storage],
         }
@@ -366,20 +357,6 @@ impl LlmCosting {
     ) -> (OpCost, KvTraffic) {
         let mut kv = KvTraffic::default();
         let fact = |v: ValueId| &graph.values[v].fact;
-        // Keys read transposed by the attention MatMul: a view.
-        if node.op_type == "Transpose"
-            && node.inputs.iter().flatten().any(|v| self.kv.contains(v))
-            && node.outputs.iter().all(|out| {
-                self.readers.get(out).is_some_and(|readers| {
-                    readers
-                        .iter()
-                        .all(|&(reader, slot)| graph.dag[reader].op_type == "MatMul" && slot == 1)
-                }) && !graph.outputs.contains(out)
-            })
-        {
-            kv.convention = Some("cache read transposed by its MatMul: a view");
-            return (OpCost::view(), kv);
-        }
         // The cache appended in place: only the new entries are written.
         let past_slot = node
             .inputs

@@ -150,6 +150,7 @@ pub fn analyze_graph(
         .is_active()
         .then(|| llm::LlmCosting::new(&graph, &order, options.llm, options.precision));
     let mut llm_totals = llm::LlmTotals::default();
+    let read_in_place = foldable_transposes(&graph, &order, &states);
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -176,6 +177,15 @@ pub fn analyze_graph(
         let costed = match state {
             NodeState::Folded => Err((NodeStatus::Folded, None)),
             NodeState::Failed(reason) => Err((NodeStatus::NotCosted, Some(reason))),
+            // Read through the MatMul's operand strides: no copy runs.
+            NodeState::Inferred
+                if node
+                    .outputs
+                    .first()
+                    .is_some_and(|out| read_in_place.contains_key(out)) =>
+            {
+                Ok(ops::OpCost::view())
+            }
             NodeState::Inferred => match ops::lookup(&node.domain, &node.op_type) {
                 None => Err((NodeStatus::NotCosted, Some("unknown op".to_string()))),
                 Some(op) => {
@@ -361,6 +371,62 @@ pub fn analyze_graph(
         measured: None,
         llm: llm_summary,
     })
+}
+
+/// Transposes a MatMul reads through its operand strides instead of a copy (a GEMM reads an
+/// operand in any layout at the same cost, as the executor and onnxruntime's MatMul fusions
+/// do): float, rank ≥ 2, every reader a plain MatMul, not a graph output; value → (the
+/// Transpose's input, its permutation). The analysis costs them as views and the executor runs
+/// no step for them. None in graphs with subgraphs (they read values by name, past this scan).
+pub fn foldable_transposes(
+    graph: &Graph,
+    order: &[graph::NodeId],
+    states: &HashMap<graph::NodeId, NodeState>,
+) -> HashMap<graph::ValueId, (graph::ValueId, Vec<usize>)> {
+    let mut folded = HashMap::new();
+    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
+        return folded;
+    }
+    let mut readers: HashMap<graph::ValueId, Vec<graph::NodeId>> = HashMap::new();
+    for &id in order {
+        for &value in graph.dag[id].inputs.iter().flatten() {
+            readers.entry(value).or_default().push(id);
+        }
+    }
+    for &id in order {
+        let node = &graph.dag[id];
+        let inferred = matches!(states.get(&id), None | Some(NodeState::Inferred));
+        if node.op_type != "Transpose" || !node.domain.is_empty() || !inferred {
+            continue;
+        }
+        let (Some(Some(source)), [output]) = (node.inputs.first(), node.outputs.as_slice()) else {
+            continue;
+        };
+        let fact = &graph.values[*output].fact;
+        let rank = match fact.shape.as_deref() {
+            Some(shape) if shape.len() >= 2 => shape.len(),
+            _ => continue,
+        };
+        if fact.dtype != tensor::DType::F32 || fact.is_constant() || graph.outputs.contains(output)
+        {
+            continue;
+        }
+        let perm: Vec<usize> = match node.attrs.ints("perm") {
+            Some(perm) => perm.iter().map(|&p| p as usize).collect(),
+            None => (0..rank).rev().collect(),
+        };
+        let all_matmul = readers.get(output).is_some_and(|readers| {
+            !readers.is_empty()
+                && readers.iter().all(|&r| {
+                    let reader = &graph.dag[r];
+                    reader.op_type == "MatMul" && reader.domain.is_empty()
+                })
+        });
+        if all_matmul && perm.len() == rank {
+            folded.insert(*output, (*source, perm));
+        }
+    }
+    folded
 }
 
 /// Bytes of the float constants the model's running ops read: the weights every inference

@@ -131,7 +131,7 @@ pub fn build_plan(
     let mut const_cache: HashMap<ValueId, Arc<RtTensor>> = HashMap::new();
     // Constants (initializers, folded values) are materialised lazily when a step reads them.
     let mut steps = Vec::new();
-    let folded_transposes = foldable_transposes(graph, order, states);
+    let folded_transposes = crate::analysis::foldable_transposes(graph, order, states);
     for (index, &id) in order.iter().enumerate() {
         let node = &graph.dag[id];
         if node
@@ -309,59 +309,6 @@ pub fn build_plan(
         generic_nodes,
         opset: graph.opset,
     })
-}
-
-/// Transposes a MatMul can read through its operand strides instead of a copy: float, rank ≥ 2,
-/// every reader a plain MatMul, not a graph output; value → (the Transpose's input, its
-/// permutation). None in graphs with subgraphs (they read values by name, past this analysis).
-fn foldable_transposes(
-    graph: &Graph,
-    order: &[NodeId],
-    states: &HashMap<NodeId, NodeState>,
-) -> HashMap<ValueId, (ValueId, Vec<usize>)> {
-    let mut folded = HashMap::new();
-    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
-        return folded;
-    }
-    let mut readers: HashMap<ValueId, Vec<NodeId>> = HashMap::new();
-    for &id in order {
-        for &value in graph.dag[id].inputs.iter().flatten() {
-            readers.entry(value).or_default().push(id);
-        }
-    }
-    for &id in order {
-        let node = &graph.dag[id];
-        let inferred = matches!(states.get(&id), None | Some(NodeState::Inferred));
-        if node.op_type != "Transpose" || !node.domain.is_empty() || !inferred {
-            continue;
-        }
-        let (Some(Some(source)), [output]) = (node.inputs.first(), node.outputs.as_slice()) else {
-            continue;
-        };
-        let fact = &graph.values[*output].fact;
-        let rank = match fact.shape.as_deref() {
-            Some(shape) if shape.len() >= 2 => shape.len(),
-            _ => continue,
-        };
-        if fact.dtype != DType::F32 || fact.is_constant() || graph.outputs.contains(output) {
-            continue;
-        }
-        let perm: Vec<usize> = match node.attrs.ints("perm") {
-            Some(perm) => perm.iter().map(|&p| p as usize).collect(),
-            None => (0..rank).rev().collect(),
-        };
-        let all_matmul = readers.get(output).is_some_and(|readers| {
-            !readers.is_empty()
-                && readers.iter().all(|&r| {
-                    let reader = &graph.dag[r];
-                    reader.op_type == "MatMul" && reader.domain.is_empty()
-                })
-        });
-        if all_matmul && perm.len() == rank {
-            folded.insert(*output, (*source, perm));
-        }
-    }
-    folded
 }
 
 /// Runs the buffer planner over the steps and writes each f32 value's buffer into its slot.
