@@ -780,9 +780,7 @@ fn advice_before_after_view_runs_in_headless_chromium() {
         return;
     }
     let model = builtin::find("mobilenetv2").expect("built-in model");
-    let proto = model.build(WeightFill::Random(3));
-    let graph =
-        import::import_model(&proto, Path::new("."), Path::new("mobilenetv2")).expect("import");
+    let graph = model.graph(WeightFill::Random(3)).expect("import");
     let analyze = AnalyzeOptions {
         bindings: (model.default_bindings)(),
         ..AnalyzeOptions::default()
@@ -855,9 +853,7 @@ fn compress_report_draws_the_trajectory_and_both_rooflines() {
     use roofline::advisor::compress::{self, CompressOptions, Target};
     use roofline::advisor::AdviseOptions;
     let model = builtin::find("mobilenetv2").expect("built-in model");
-    let proto = model.build(WeightFill::Random(3));
-    let graph =
-        import::import_model(&proto, Path::new("."), Path::new("mobilenetv2")).expect("import");
+    let graph = model.graph(WeightFill::Random(3)).expect("import");
     let analyze = AnalyzeOptions {
         bindings: (model.default_bindings)(),
         ..AnalyzeOptions::default()

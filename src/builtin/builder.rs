@@ -238,25 +238,21 @@ impl GraphBuilder {
     }
 
     pub fn int64_const(&mut self, prefix: &str, values: &[i64]) -> String {
-        let name = self.fresh(prefix);
-        self.initializers.push(TensorProto {
-            dims: vec![values.len() as i64],
-            data_type: 7,
-            name: name.clone(),
-            int64_data: values.to_vec(),
-            ..Default::default()
-        });
-        name
+        self.int64_tensor(prefix, vec![values.len() as i64], values.to_vec())
     }
 
     /// A scalar int64 constant (Range bounds).
     pub fn int64_scalar(&mut self, prefix: &str, value: i64) -> String {
+        self.int64_tensor(prefix, vec![], vec![value])
+    }
+
+    fn int64_tensor(&mut self, prefix: &str, dims: Vec<i64>, values: Vec<i64>) -> String {
         let name = self.fresh(prefix);
         self.initializers.push(TensorProto {
-            dims: vec![],
+            dims,
             data_type: 7,
             name: name.clone(),
-            int64_data: vec![value],
+            int64_data: values,
             ..Default::default()
         });
         name

@@ -57,10 +57,7 @@ pub fn copy_of(values: &[f32]) -> Vec<f32> {
 
 /// `len` zeros in huge-page-backed memory (when large enough).
 pub fn zeroed(len: usize) -> Vec<f32> {
-    let mut buffer = Vec::with_capacity(len);
-    advise(&mut buffer);
-    buffer.resize(len, 0.0);
-    buffer
+    filled(len, 0.0)
 }
 
 /// `len` copies of `value` in huge-page-backed memory (when large enough).

@@ -3,79 +3,68 @@
 
 use super::common::{roofline, stderr, stdout};
 
+/// `roofline analyze MODEL --device DEVICE ARGS...`, which must exit 0; its stdout.
+fn analyze(model: &str, device: &str, args: &[&str]) -> String {
+    let mut all = vec!["analyze", model, "--device", device];
+    all.extend_from_slice(args);
+    let out = roofline(&all);
+    assert_eq!(out.status.code(), Some(0), "{all:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
 #[test]
 fn decode_phase_in_json_and_table() {
-    let out = roofline(&[
-        "analyze",
+    let decode = ["-p", "fp16", "--phase", "decode"];
+    let text = analyze(
         "builtin:llama-2-70b",
-        "--device",
         "a100",
-        "-p",
-        "fp16",
-        "--phase",
-        "decode",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        &[&decode[..], &["--format", "json"]].concat(),
+    );
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let llm = &json["llm"];
     assert_eq!(llm["phase"], "decode");
     assert_eq!(llm["context_tokens"], 2049);
     assert_eq!(llm["set_by"], "memory");
     assert_eq!(llm["memory"]["fits"], false);
     // The same at int4 fits, and says how large a batch would.
-    let out = roofline(&[
-        "analyze",
+    let text = analyze(
         "builtin:llama-2-70b",
-        "--device",
         "a100",
-        "-p",
-        "fp16",
-        "--phase",
-        "decode",
-        "--weights",
-        "int4",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = stdout(&out);
+        &[&decode[..], &["--weights", "int4"]].concat(),
+    );
     assert!(text.contains("per output token"), "{text}");
     assert!(text.contains("fits; the largest batch"), "{text}");
     assert!(
         text.contains("weights int4, activations fp16, KV fp16"),
         "{text}"
     );
-    let out = roofline(&[
-        "analyze",
-        "builtin:llama-2-70b",
-        "--device",
-        "a100",
-        "-p",
-        "fp16",
-        "--phase",
-        "decode",
-    ]);
+    let out = roofline(
+        &[
+            &["analyze", "builtin:llama-2-70b", "--device", "a100"][..],
+            &decode,
+        ]
+        .concat(),
+    );
     assert!(stdout(&out).contains("DOES NOT FIT"));
 }
 
 #[test]
 fn prefill_phase_binds_the_prompt() {
-    let out = roofline(&[
-        "analyze",
+    let text = analyze(
         "builtin:gpt2",
-        "--device",
         "h100",
-        "-p",
-        "fp16",
-        "--phase",
-        "prefill",
-        "--dim",
-        "sequence=512",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        &[
+            "-p",
+            "fp16",
+            "--phase",
+            "prefill",
+            "--dim",
+            "sequence=512",
+            "--format",
+            "json",
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let llm = &json["llm"];
     assert_eq!(llm["new_tokens"], 512);
     assert_eq!(llm["context_tokens"], 512);
@@ -84,18 +73,12 @@ fn prefill_phase_binds_the_prompt() {
 
 #[test]
 fn both_phases_side_by_side() {
-    let out = roofline(&[
-        "analyze",
+    let text = analyze(
         "builtin:llama-tiny",
-        "--device",
         "h100",
-        "--phase",
-        "both",
-        "--format",
-        "json",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        &["--phase", "both", "--format", "json"],
+    );
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     let phases: Vec<&str> = json
         .as_array()
         .unwrap()
