@@ -204,11 +204,14 @@ fn plateaus_of_a_synthetic_three_level_curve() {
     );
 }
 
-/// The roofline figure is a bound: no kernel of the tool's own may beat it by more than noise
-/// (noise only slows a measurement down). A kernel that does shows a cost-model bug: bytes
-/// charged at a slower level than the data lives in, or work the op does not do. Built-in
-/// models on one thread against this machine's quick probe; ops under 2 µs (timer and call
-/// overhead) are left out.
+/// The roofline figure is a bound: no kernel of the tool's own may beat it by more than noise.
+/// A kernel that does shows a cost-model bug: bytes charged at a slower level than the data
+/// lives in (adjacent levels differ by 2× or more on every machine seen), or work the op does
+/// not do. Built-in models on one thread against this machine's quick probe; ops under 2 µs
+/// (timer and call overhead) are left out. Noise cuts both ways here: it slows the kernel
+/// down, but it also slows the quick probe, which raises the bound; a CI run on a busy host
+/// saw a Clip at 0.84 of its bound, so the margin is 0.7, still well inside the 2× a
+/// wrong-level charge produces.
 #[test]
 fn no_kernel_beats_its_roofline_bound() {
     use roofline::analysis::AnalyzeOptions;
@@ -235,7 +238,7 @@ fn no_kernel_beats_its_roofline_bound() {
         let report = bench_graph(graph, name, profile, &options, &bench).expect("bench runs");
         for op in report.ops.iter().filter(|op| op.predicted_s > 2e-6) {
             checked += 1;
-            if op.measured_s < 0.85 * op.predicted_s {
+            if op.measured_s < 0.7 * op.predicted_s {
                 violations.push(format!(
                     "{name} {} ({}): measured {:.1} µs, bound {:.1} µs",
                     op.name,

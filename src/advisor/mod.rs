@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use crate::analysis::edit;
 use crate::analysis::graph::{Graph, Node};
 use crate::analysis::infer::NodeState;
-use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions};
+use crate::analysis::{self, Analysis, AnalysisError, AnalyzeOptions, Prepared};
 use crate::device::DeviceProfile;
 use crate::exec::{self, ExecError};
 
@@ -44,7 +44,7 @@ pub enum AdvisorError {
 pub trait Pass {
     fn name(&self) -> &'static str;
     fn description(&self) -> &'static str;
-    /// Rewrites `ed`. `states` are the inference states of `ed.nodes` (same order); `ctx` is
+    /// Rewrites `ed`. `states` are the inference states of `ed.nodes()` (same order); `ctx` is
     /// the driver's context (device, options, quantization state), which the float passes
     /// ignore and the quantization passes need for their roofline decisions and calibration.
     fn run(
@@ -212,14 +212,16 @@ impl Measurements {
     /// accuracy check). Returns its index.
     fn add(
         &mut self,
-        graph: &Graph,
-        analyze: &AnalyzeOptions,
+        prepared: &Prepared,
         options: &AdviseOptions,
     ) -> Result<usize, AdvisorError> {
-        let mut graph = graph.clone();
-        let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
         let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
-        let plan = exec::build_plan(&graph, &order, &states, &plan_options)?;
+        let plan = exec::build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &plan_options,
+        )?;
         if options.tune {
             exec::tune::save(&plan_options, "local");
         }
@@ -394,32 +396,30 @@ pub fn check_structure(pass: &str, graph: &Graph) -> Result<(), AdvisorError> {
     analysis::validate::validate_graph(graph).map_err(|e| invalid(e.to_string()))
 }
 
-/// Runs one pass over `graph` in place: infers it, lets the pass edit it, then re-infers and
-/// validates the result (every rewrite leaves a graph that re-infers and validates).
+/// Runs one pass over a prepared graph: lets the pass edit a copy, then re-infers and
+/// validates the result (every rewrite leaves a graph that re-infers and validates). The
+/// returned graph is prepared with the same bindings, ready for the analysis, the planner or
+/// the next pass: one inference per pass.
 pub fn apply_pass(
-    graph: &mut Graph,
+    prepared: &Prepared,
     pass: &dyn Pass,
     ctx: &PassContext,
-) -> Result<PassOutput, AdvisorError> {
-    let (order, states, _) = analysis::prepare_graph(graph, &ctx.analyze.bindings)?;
-    let state_list: Vec<NodeState> = order
-        .iter()
-        .map(|id| states.get(id).cloned().unwrap_or(NodeState::Inferred))
-        .collect();
+) -> Result<(Prepared, PassOutput), AdvisorError> {
+    let mut graph = prepared.graph.clone();
     let output = {
-        let mut ed = edit::Editor::new(graph);
-        let output = pass.run(&mut ed, &state_list, ctx)?;
+        let mut ed = edit::Editor::new(&mut graph);
+        let output = pass.run(&mut ed, &prepared.states_in_order(), ctx)?;
         ed.finish();
         output
     };
-    analysis::prepare_graph(graph, &ctx.analyze.bindings).map_err(|e| {
+    let next = Prepared::new(graph, &ctx.analyze.bindings).map_err(|e| {
         AdvisorError::InvalidAfterPass {
             pass: pass.name().into(),
             reason: e.to_string(),
         }
     })?;
-    check_structure(pass.name(), graph)?;
-    Ok(output)
+    check_structure(pass.name(), &next.graph)?;
+    Ok((next, output))
 }
 
 /// Applies the selected passes to `graph`; returns the report and the rewritten graph.
@@ -434,17 +434,16 @@ pub fn advise(
     let device = &device.for_threads(options.threads.max(1) as u32);
     let selected = select_passes(options)?;
     let verify = options.verify && device.source == crate::device::ProfileSource::Probed;
-    let mut current = graph;
-    analysis::prepare_graph(&mut current, &analyze.bindings)?;
-    let original = current.clone();
-    let before = analysis::analyze_graph(current.clone(), source, device, analyze)?;
+    let mut current = Prepared::new(graph, &analyze.bindings)?;
+    let original = current.graph.clone();
+    let before = analysis::analyze_prepared(&current, source, device, analyze)?;
     let mut measurements = Measurements {
         versions: Vec::new(),
         live_bytes: 0,
     };
     // Index of the measured version the next pass starts from.
     let mut measured_prev = if verify {
-        Some(measurements.add(&current, analyze, options)?)
+        Some(measurements.add(&current, options)?)
     } else {
         None
     };
@@ -462,16 +461,13 @@ pub fn advise(
     // The quantization passes' decisions and notes, as they return them.
     let mut quantization = quantize::QuantizationReport::default();
     for pass in selected {
-        let mut next = current.clone();
-        let changes = {
-            let output = apply_pass(&mut next, pass.as_ref(), &ctx)?;
-            quantization.decisions.extend(output.decisions);
-            quantization.notes.extend(output.notes);
-            output.changes
-        };
-        let after = analysis::analyze_graph(next.clone(), source, device, analyze)?;
+        let (next, output) = apply_pass(&current, pass.as_ref(), &ctx)?;
+        quantization.decisions.extend(output.decisions);
+        quantization.notes.extend(output.notes);
+        let changes = output.changes;
+        let after = analysis::analyze_prepared(&next, source, device, analyze)?;
         let measured = if verify && !changes.is_empty() && pass.measured() {
-            Some(measurements.add(&next, analyze, options)?)
+            Some(measurements.add(&next, options)?)
         } else {
             None
         };
@@ -571,12 +567,12 @@ pub fn advise(
             max_relative_output_error: max_error,
         },
         left_alone: left_alone(&last_analysis),
-        quantization: quantization_report(quantization, &ctx, &original, &current)?,
+        quantization: quantization_report(quantization, &ctx, &original, &current.graph)?,
         passes: outcomes,
         before,
         after: last_analysis,
     };
-    Ok((report, current))
+    Ok((report, current.graph))
 }
 
 /// The quantization section: decisions the passes recorded and, when any op changed

@@ -46,8 +46,8 @@ impl Pass for Fold {
         _ctx: &PassContext,
     ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
-        for i in 0..ed.nodes.len() {
-            let node = &ed.nodes[i];
+        for i in 0..ed.len() {
+            let node = &ed.node(i);
             let folded = matches!(states.get(i), Some(NodeState::Folded));
             let materialisable = node.outputs.iter().all(|&v| {
                 ed.fact(v)
@@ -63,11 +63,11 @@ impl Pass for Fold {
                 ed.remove(i);
             }
         }
-        for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i) {
+        for i in 0..ed.len() {
+            if ed.is_removed(i) {
                 continue;
             }
-            let node = ed.nodes[i].clone();
+            let node = ed.node(i).clone();
             let noop = node.op_type == "Identity"
                 || (node.op_type == "Dropout" && node.outputs.len() == 1
                     || node.op_type == "Dropout"
@@ -86,10 +86,10 @@ impl Pass for Fold {
             }
         }
         loop {
-            let dead: Vec<usize> = (0..ed.nodes.len())
-                .filter(|i| !ed.removed.contains(i))
+            let dead: Vec<usize> = (0..ed.len())
+                .filter(|&i| !ed.is_removed(i))
                 .filter(|&i| {
-                    ed.nodes[i]
+                    ed.node(i)
                         .outputs
                         .iter()
                         .all(|&v| ed.consumers(v).is_empty() && !ed.is_graph_output(v))
@@ -99,7 +99,7 @@ impl Pass for Fold {
                 break;
             }
             for i in dead {
-                changes.push(Change::new(&[&ed.nodes[i]], "output never used: removed"));
+                changes.push(Change::new(&[&ed.node(i)], "output never used: removed"));
                 ed.remove(i);
             }
         }
@@ -148,11 +148,11 @@ impl Pass for BnFold {
         _ctx: &PassContext,
     ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
-        for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i) {
+        for i in 0..ed.len() {
+            if ed.is_removed(i) {
                 continue;
             }
-            let producer = ed.nodes[i].clone();
+            let producer = ed.node(i).clone();
             let is_conv = producer.op_type == "Conv" && producer.domain.is_empty();
             let is_gemm = producer.op_type == "Gemm" && producer.domain.is_empty();
             if !is_conv && !is_gemm {
@@ -162,7 +162,7 @@ impl Pass for BnFold {
             let Some(j) = ed.sole_consumer(out) else {
                 continue;
             };
-            let bn = ed.nodes[j].clone();
+            let bn = ed.node(j).clone();
             if bn.op_type != "BatchNormalization"
                 || bn.outputs.len() != 1
                 || bn.attrs.int_or("training_mode", 0) != 0
@@ -227,13 +227,14 @@ impl Pass for BnFold {
             let b_name = format!("{}_bnfolded_b", producer.name);
             let w_id = ed.add_const(w_name, w_shape, new_w);
             let b_id = ed.add_const(b_name, vec![channels as u64], new_b);
-            let node = &mut ed.nodes[i];
-            node.inputs[1] = Some(w_id);
-            if node.inputs.len() < 3 {
-                node.inputs.resize(3, None);
-            }
-            node.inputs[2] = Some(b_id);
-            node.outputs[0] = bn.outputs[0];
+            ed.update(i, |node| {
+                node.inputs[1] = Some(w_id);
+                if node.inputs.len() < 3 {
+                    node.inputs.resize(3, None);
+                }
+                node.inputs[2] = Some(b_id);
+                node.outputs[0] = bn.outputs[0];
+            });
             ed.remove(j);
             changes.push(Change::new(
                 &[&producer, &bn],
@@ -320,13 +321,13 @@ fn other_input(node: &Node, value: ValueId) -> Option<ValueId> {
 impl Fuse {
     /// MatMul → Add(constant vector over the last axis) becomes FusedMatMul with a bias.
     fn bias(&self, ed: &mut Editor, i: usize) -> Option<Change> {
-        let node = ed.nodes[i].clone();
+        let node = ed.node(i).clone();
         if !(node.domain.is_empty() && node.op_type == "MatMul") {
             return None;
         }
         let out = node.outputs[0];
         let j = ed.sole_consumer(out)?;
-        let add = ed.nodes[j].clone();
+        let add = ed.node(j).clone();
         if !(add.domain.is_empty() && add.op_type == "Add") {
             return None;
         }
@@ -339,11 +340,12 @@ impl Fuse {
         {
             return None;
         }
-        let node_mut = &mut ed.nodes[i];
-        to_fused(node_mut);
-        node_mut.inputs.resize(3, None);
-        node_mut.inputs[2] = Some(bias);
-        node_mut.outputs[0] = add.outputs[0];
+        ed.update(i, |node_mut| {
+            to_fused(node_mut);
+            node_mut.inputs.resize(3, None);
+            node_mut.inputs[2] = Some(bias);
+            node_mut.outputs[0] = add.outputs[0];
+        });
         ed.remove(j);
         Some(Change::new(
             &[&node, &add],
@@ -353,7 +355,7 @@ impl Fuse {
 
     /// Conv → Add(tensor of the same shape) becomes a residual input of FusedConv.
     fn residual(&self, ed: &mut Editor, i: usize) -> Option<Change> {
-        let node = ed.nodes[i].clone();
+        let node = ed.node(i).clone();
         let conv = (node.domain.is_empty() && node.op_type == "Conv")
             || (node.domain == DOMAIN && node.op_type == "FusedConv");
         if !conv
@@ -364,7 +366,7 @@ impl Fuse {
         }
         let out = node.outputs[0];
         let j = ed.sole_consumer(out)?;
-        let add = ed.nodes[j].clone();
+        let add = ed.node(j).clone();
         if !(add.domain.is_empty() && add.op_type == "Add") {
             return None;
         }
@@ -382,11 +384,12 @@ impl Fuse {
                 return None;
             }
         }
-        let node_mut = &mut ed.nodes[i];
-        to_fused(node_mut);
-        node_mut.inputs.resize(4, None);
-        node_mut.inputs[3] = Some(other);
-        node_mut.outputs[0] = add.outputs[0];
+        ed.update(i, |node_mut| {
+            to_fused(node_mut);
+            node_mut.inputs.resize(4, None);
+            node_mut.inputs[3] = Some(other);
+            node_mut.outputs[0] = add.outputs[0];
+        });
         ed.remove(j);
         Some(Change::new(
             &[&node, &add],
@@ -396,21 +399,22 @@ impl Fuse {
 
     /// Producer → activation becomes the producer's epilogue activation.
     fn activation(&self, ed: &mut Editor, i: usize) -> Option<Change> {
-        let node = ed.nodes[i].clone();
+        let node = ed.node(i).clone();
         if !is_fusable_producer(&node) || Activation::present(&node.attrs) {
             return None;
         }
         let out = node.outputs[0];
         let j = ed.sole_consumer(out)?;
-        let act = ed.nodes[j].clone();
+        let act = ed.node(j).clone();
         if act.inputs.first().copied().flatten() != Some(out) {
             return None;
         }
         let activation = activation_of(ed, &act)?;
-        let node_mut = &mut ed.nodes[i];
-        to_fused(node_mut);
-        activation.write_attrs(&mut node_mut.attrs);
-        node_mut.outputs[0] = act.outputs[0];
+        ed.update(i, |node_mut| {
+            to_fused(node_mut);
+            activation.write_attrs(&mut node_mut.attrs);
+            node_mut.outputs[0] = act.outputs[0];
+        });
         ed.remove(j);
         Some(Change::new(
             &[&node, &act],
@@ -421,7 +425,7 @@ impl Fuse {
     /// Multi-node activation patterns on a producer's output: SiLU `x·σ(x)`, hard-swish
     /// `x·clip(x+3, 0, 6)/6`, erf-GELU `0.5·x·(1 + erf(x/√2))` (either order of the last two muls).
     fn pattern(&self, ed: &mut Editor, i: usize) -> Option<Change> {
-        let node = ed.nodes[i].clone();
+        let node = ed.node(i).clone();
         if !is_fusable_producer(&node)
             || Activation::present(&node.attrs)
             || ed.is_graph_output(node.outputs[0])
@@ -434,14 +438,14 @@ impl Fuse {
             return None;
         }
         let op = |k: usize| -> &str {
-            if ed.nodes[k].domain.is_empty() {
-                ed.nodes[k].op_type.as_str()
+            if ed.node(k).domain.is_empty() {
+                ed.node(k).op_type.as_str()
             } else {
                 ""
             }
         };
         let scalar_operand =
-            |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.nodes[k], v)) };
+            |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.node(k), v)) };
         let approx = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
         let (first, second) = (users[0], users[1]);
         let mut matched: Option<(Activation, Vec<usize>, ValueId)> = None;
@@ -449,10 +453,10 @@ impl Fuse {
             // SiLU: Sigmoid(x) → Mul(x, s).
             if op(gate) == "Sigmoid"
                 && op(mul) == "Mul"
-                && other_input(&ed.nodes[mul], x) == Some(ed.nodes[gate].outputs[0])
-                && ed.sole_consumer(ed.nodes[gate].outputs[0]) == Some(mul)
+                && other_input(&ed.node(mul), x) == Some(ed.node(gate).outputs[0])
+                && ed.sole_consumer(ed.node(gate).outputs[0]) == Some(mul)
             {
-                matched = Some((Activation::Silu, vec![gate, mul], ed.nodes[mul].outputs[0]));
+                matched = Some((Activation::Silu, vec![gate, mul], ed.node(mul).outputs[0]));
                 break;
             }
             // Hard-swish: Add(x, 3) → Clip(0, 6) → Mul(x, c) → Div(6) | Mul(1/6).
@@ -460,7 +464,7 @@ impl Fuse {
                 && approx(scalar_operand(gate, x).unwrap_or(0.0), 3.0)
                 && op(mul) == "Mul"
             {
-                let add_out = ed.nodes[gate].outputs[0];
+                let add_out = ed.node(gate).outputs[0];
                 let Some(clip) = ed.sole_consumer(add_out) else {
                     continue;
                 };
@@ -468,24 +472,24 @@ impl Fuse {
                     continue;
                 }
                 let Some(Activation::Clip { min: lo, max: hi }) =
-                    activation_of(ed, &ed.nodes[clip])
+                    activation_of(ed, &ed.node(clip))
                 else {
                     continue;
                 };
                 if !(approx(lo, 0.0) && approx(hi, 6.0))
-                    || ed.sole_consumer(ed.nodes[clip].outputs[0]) != Some(mul)
+                    || ed.sole_consumer(ed.node(clip).outputs[0]) != Some(mul)
                 {
                     continue;
                 }
-                if other_input(&ed.nodes[mul], x) != Some(ed.nodes[clip].outputs[0]) {
+                if other_input(&ed.node(mul), x) != Some(ed.node(clip).outputs[0]) {
                     continue;
                 }
-                let Some(scale) = ed.sole_consumer(ed.nodes[mul].outputs[0]) else {
+                let Some(scale) = ed.sole_consumer(ed.node(mul).outputs[0]) else {
                     continue;
                 };
-                let mul_out = ed.nodes[mul].outputs[0];
+                let mul_out = ed.node(mul).outputs[0];
                 let ok = (op(scale) == "Div"
-                    && ed.nodes[scale].inputs.first().copied().flatten() == Some(mul_out)
+                    && ed.node(scale).inputs.first().copied().flatten() == Some(mul_out)
                     && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 6.0))
                     || (op(scale) == "Mul"
                         && approx(scalar_operand(scale, mul_out).unwrap_or(0.0), 1.0 / 6.0));
@@ -493,7 +497,7 @@ impl Fuse {
                     matched = Some((
                         Activation::HardSwish,
                         vec![gate, clip, mul, scale],
-                        ed.nodes[scale].outputs[0],
+                        ed.node(scale).outputs[0],
                     ));
                     break;
                 }
@@ -510,58 +514,58 @@ impl Fuse {
                         std::f32::consts::FRAC_1_SQRT_2,
                     ))
             {
-                let Some(erf) = ed.sole_consumer(ed.nodes[gate].outputs[0]) else {
+                let Some(erf) = ed.sole_consumer(ed.node(gate).outputs[0]) else {
                     continue;
                 };
                 if op(erf) != "Erf" {
                     continue;
                 }
-                let Some(add) = ed.sole_consumer(ed.nodes[erf].outputs[0]) else {
+                let Some(add) = ed.sole_consumer(ed.node(erf).outputs[0]) else {
                     continue;
                 };
                 if op(add) != "Add"
                     || !approx(
-                        scalar_operand(add, ed.nodes[erf].outputs[0]).unwrap_or(0.0),
+                        scalar_operand(add, ed.node(erf).outputs[0]).unwrap_or(0.0),
                         1.0,
                     )
                 {
                     continue;
                 }
-                let add_out = ed.nodes[add].outputs[0];
+                let add_out = ed.node(add).outputs[0];
                 let Some(m1) = ed.sole_consumer(add_out) else {
                     continue;
                 };
                 if op(m1) != "Mul" {
                     continue;
                 }
-                let m1_other = other_input(&ed.nodes[m1], add_out);
+                let m1_other = other_input(&ed.node(m1), add_out);
                 if m1_other == Some(x) && mul == m1 {
                     // x·(1+erf) then ·0.5
-                    let Some(half) = ed.sole_consumer(ed.nodes[m1].outputs[0]) else {
+                    let Some(half) = ed.sole_consumer(ed.node(m1).outputs[0]) else {
                         continue;
                     };
                     if op(half) == "Mul"
                         && approx(
-                            scalar_operand(half, ed.nodes[m1].outputs[0]).unwrap_or(0.0),
+                            scalar_operand(half, ed.node(m1).outputs[0]).unwrap_or(0.0),
                             0.5,
                         )
                     {
                         matched = Some((
                             Activation::Gelu,
                             vec![gate, erf, add, m1, half],
-                            ed.nodes[half].outputs[0],
+                            ed.node(half).outputs[0],
                         ));
                         break;
                     }
                 } else if op(mul) == "Mul"
                     && approx(scalar_operand(mul, x).unwrap_or(0.0), 0.5)
-                    && m1_other == Some(ed.nodes[mul].outputs[0])
+                    && m1_other == Some(ed.node(mul).outputs[0])
                 {
                     // (0.5·x)·(1+erf)
                     matched = Some((
                         Activation::Gelu,
                         vec![gate, erf, add, mul, m1],
-                        ed.nodes[m1].outputs[0],
+                        ed.node(m1).outputs[0],
                     ));
                     break;
                 }
@@ -569,11 +573,12 @@ impl Fuse {
         }
         let (activation, members, final_out) = matched?;
         let mut replaced = vec![node.clone()];
-        replaced.extend(members.iter().map(|&k| ed.nodes[k].clone()));
-        let node_mut = &mut ed.nodes[i];
-        to_fused(node_mut);
-        activation.write_attrs(&mut node_mut.attrs);
-        node_mut.outputs[0] = final_out;
+        replaced.extend(members.iter().map(|&k| ed.node(k).clone()));
+        ed.update(i, |node_mut| {
+            to_fused(node_mut);
+            activation.write_attrs(&mut node_mut.attrs);
+            node_mut.outputs[0] = final_out;
+        });
         for k in members {
             ed.remove(k);
         }
@@ -603,12 +608,12 @@ impl Pass for Fuse {
         let mut changes = Vec::new();
         loop {
             let before = changes.len();
-            for i in 0..ed.nodes.len() {
-                if ed.removed.contains(&i) {
+            for i in 0..ed.len() {
+                if ed.is_removed(i) {
                     continue;
                 }
                 for step in [Fuse::bias, Fuse::residual, Fuse::activation, Fuse::pattern] {
-                    if ed.removed.contains(&i) {
+                    if ed.is_removed(i) {
                         break;
                     }
                     if let Some(change) = step(self, ed, i) {
@@ -707,18 +712,18 @@ impl Pass for Eltwise {
     ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         // Transpose pairs that cancel.
-        for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i)
-                || ed.nodes[i].op_type != "Transpose"
-                || !ed.nodes[i].domain.is_empty()
+        for i in 0..ed.len() {
+            if ed.is_removed(i)
+                || ed.node(i).op_type != "Transpose"
+                || !ed.node(i).domain.is_empty()
             {
                 continue;
             }
-            let first = ed.nodes[i].clone();
+            let first = ed.node(i).clone();
             let Some(j) = ed.sole_consumer(first.outputs[0]) else {
                 continue;
             };
-            let second = ed.nodes[j].clone();
+            let second = ed.node(j).clone();
             if second.op_type != "Transpose" || !second.domain.is_empty() {
                 continue;
             }
@@ -742,15 +747,15 @@ impl Pass for Eltwise {
             }
         }
         // Reshape → Reshape back to the original shape.
-        for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i) || ed.nodes[i].op_type != "Reshape" {
+        for i in 0..ed.len() {
+            if ed.is_removed(i) || ed.node(i).op_type != "Reshape" {
                 continue;
             }
-            let first = ed.nodes[i].clone();
+            let first = ed.node(i).clone();
             let Some(j) = ed.sole_consumer(first.outputs[0]) else {
                 continue;
             };
-            let second = ed.nodes[j].clone();
+            let second = ed.node(j).clone();
             if second.op_type != "Reshape" || ed.is_graph_output(second.outputs[0]) {
                 continue;
             }
@@ -768,11 +773,11 @@ impl Pass for Eltwise {
             }
         }
         // Element-wise chains.
-        for i in 0..ed.nodes.len() {
-            if ed.removed.contains(&i) {
+        for i in 0..ed.len() {
+            if ed.is_removed(i) {
                 continue;
             }
-            let start = ed.nodes[i].clone();
+            let start = ed.node(i).clone();
             let Some(chain_input) = start.inputs.first().copied().flatten() else {
                 continue;
             };
@@ -802,7 +807,7 @@ impl Pass for Eltwise {
             // The chain input may be re-read by later steps (x · clip(x + 3)): allowed, since the
             // fused kernel reads it anyway.
             while let Some(next) = ed.sole_consumer(value) {
-                let node = ed.nodes[next].clone();
+                let node = ed.node(next).clone();
                 if ed.fact(node.outputs[0]).concrete_shape().as_ref() != Some(&out_shape) {
                     break;
                 }
@@ -820,7 +825,7 @@ impl Pass for Eltwise {
                 continue;
             }
             // Every reader of the chain input other than chain members must be outside: fine.
-            let replaced: Vec<Node> = members.iter().map(|&k| ed.nodes[k].clone()).collect();
+            let replaced: Vec<Node> = members.iter().map(|&k| ed.node(k).clone()).collect();
             let mut inputs = vec![Some(chain_input)];
             inputs.extend(operands.iter().map(|&v| Some(v)));
             let mut fused = Node {
@@ -835,7 +840,7 @@ impl Pass for Eltwise {
             for &k in &members[1..] {
                 ed.remove(k);
             }
-            ed.nodes[members[0]] = fused;
+            ed.replace(members[0], fused);
             let refs: Vec<&Node> = replaced.iter().collect();
             changes.push(Change::new(
                 &refs,

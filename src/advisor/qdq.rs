@@ -159,7 +159,7 @@ fn u8_scalar(ed: &mut Editor, name: String, value: i32) -> ValueId {
 
 /// The producer of `value` if it is a live node of type `op`.
 fn producer_op(ed: &Editor, value: ValueId, op: &str) -> Option<usize> {
-    ed.producer_of(value).filter(|&p| is_op(&ed.nodes[p], op))
+    ed.producer_of(value).filter(|&p| is_op(&ed.node(p), op))
 }
 
 /// An output chain `value → [Relu | Clip] → Q → DQ…` foldable into an epilogue.
@@ -175,17 +175,17 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
     let mut v = value;
     let mut act = None;
     if let Some(a) = ed.sole_consumer(v) {
-        if activation_node(ed, &ed.nodes[a]).is_some() {
+        if activation_node(ed, &ed.node(a)).is_some() {
             act = Some(a);
-            v = ed.nodes[a].outputs[0];
+            v = ed.node(a).outputs[0];
         }
     }
     let q = ed
         .sole_consumer(v)
-        .filter(|&q| is_op(&ed.nodes[q], "QuantizeLinear"))?;
-    let (scale, zp, dtype) = per_tensor(ed, &ed.nodes[q])?;
+        .filter(|&q| is_op(&ed.node(q), "QuantizeLinear"))?;
+    let (scale, zp, dtype) = per_tensor(ed, &ed.node(q))?;
     let zp = u8_zero_point(zp, dtype)?;
-    let q_out = ed.nodes[q].outputs[0];
+    let q_out = ed.node(q).outputs[0];
     if ed.is_graph_output(q_out) {
         return None;
     }
@@ -194,7 +194,7 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
         return None;
     }
     for &d in &dqs {
-        let node = &ed.nodes[d];
+        let node = &ed.node(d);
         if !is_op(node, "DequantizeLinear") || node.inputs.first().copied().flatten() != Some(q_out)
         {
             return None;
@@ -216,7 +216,7 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
 /// the QConv's residual input (added in its epilogue).
 fn absorb_residual(ed: &mut Editor, i: usize) {
     absorb_bias(ed, i);
-    let node = &ed.nodes[i];
+    let node = &ed.node(i);
     if node.op_type != "QConv"
         || node.inputs.get(slot::RESIDUAL).copied().flatten().is_some()
         || Activation::present(&node.attrs)
@@ -228,7 +228,7 @@ fn absorb_residual(ed: &mut Editor, i: usize) {
     let Some(a) = ed.sole_consumer(out) else {
         return;
     };
-    let add = ed.nodes[a].clone();
+    let add = ed.node(a).clone();
     if !is_op(&add, "Add") || add.inputs.len() != 2 {
         return;
     }
@@ -242,17 +242,18 @@ fn absorb_residual(ed: &mut Editor, i: usize) {
     if !same || !ed.is_float(other) || ed.producer_of(other).is_some_and(|p| p > i) {
         return;
     }
-    let q = &mut ed.nodes[i];
-    q.inputs.resize(slot::X_ZERO_POINT + 1, None);
-    q.inputs[slot::RESIDUAL] = Some(other);
-    q.outputs = add.outputs.clone();
+    ed.update(i, |q| {
+        q.inputs.resize(slot::X_ZERO_POINT + 1, None);
+        q.inputs[slot::RESIDUAL] = Some(other);
+        q.outputs = add.outputs.clone();
+    });
     ed.remove(a);
 }
 
 /// `QMatMul → Add(constant [N])` (MatMul + bias, the standard form of a dense layer): the
 /// constant becomes the QMatMul's bias.
 fn absorb_bias(ed: &mut Editor, i: usize) {
-    let node = &ed.nodes[i];
+    let node = &ed.node(i);
     if node.op_type != "QMatMul" || node.inputs.get(slot::BIAS).copied().flatten().is_some() {
         return;
     }
@@ -264,7 +265,7 @@ fn absorb_bias(ed: &mut Editor, i: usize) {
     let Some(a) = ed.sole_consumer(out) else {
         return;
     };
-    let add = ed.nodes[a].clone();
+    let add = ed.node(a).clone();
     if !is_op(&add, "Add") || add.inputs.len() != 2 {
         return;
     }
@@ -283,9 +284,10 @@ fn absorb_bias(ed: &mut Editor, i: usize) {
     if !per_col {
         return;
     }
-    let q = &mut ed.nodes[i];
-    q.inputs[slot::BIAS] = Some(other);
-    q.outputs = add.outputs.clone();
+    ed.update(i, |q| {
+        q.inputs[slot::BIAS] = Some(other);
+        q.outputs = add.outputs.clone();
+    });
     ed.remove(a);
 }
 
@@ -311,16 +313,17 @@ fn activation_node(ed: &Editor, node: &Node) -> Option<Activation> {
 
 /// Moves the Relu / Clip node `a` (sole reader of node `i`'s output) into `i`'s epilogue.
 fn absorb_activation(ed: &mut Editor, i: usize, a: usize) {
-    let an = ed.nodes[a].clone();
-    if Activation::present(&ed.nodes[i].attrs) {
+    let an = ed.node(a).clone();
+    if Activation::present(&ed.node(i).attrs) {
         return;
     }
     let Some(activation) = activation_node(ed, &an) else {
         return;
     };
-    let q = &mut ed.nodes[i];
-    activation.write_attrs(&mut q.attrs);
-    q.outputs = an.outputs.clone();
+    ed.update(i, |q| {
+        activation.write_attrs(&mut q.attrs);
+        q.outputs = an.outputs.clone();
+    });
     ed.remove(a);
 }
 
@@ -339,11 +342,11 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
     let _ = crate::analysis::infer::infer_graph(graph);
     let mut ed = Editor::new(graph);
     let mut lowered = Vec::new();
-    for i in 0..ed.nodes.len() {
-        if ed.removed.contains(&i) {
+    for i in 0..ed.len() {
+        if ed.is_removed(i) {
             continue;
         }
-        let node = ed.nodes[i].clone();
+        let node = ed.node(i).clone();
         let is_conv = is_op(&node, "Conv");
         let is_gemm = is_op(&node, "Gemm");
         let is_matmul = is_op(&node, "MatMul");
@@ -362,17 +365,17 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         ) else {
             continue;
         };
-        let Some((x_scale, x_zp, x_dtype)) = per_tensor(&ed, &ed.nodes[dx]) else {
+        let Some((x_scale, x_zp, x_dtype)) = per_tensor(&ed, &ed.node(dx)) else {
             continue;
         };
         let Some(x_zp) = u8_zero_point(x_zp, x_dtype) else {
             continue;
         };
-        let Some((w_vals, w_scale, w_axis)) = int8_weights(&ed, &ed.nodes[dw]) else {
+        let Some((w_vals, w_scale, w_axis)) = int8_weights(&ed, &ed.node(dw)) else {
             continue;
         };
         let Some(w_shape) = ed.fact(w_in).concrete_shape().or_else(|| {
-            ed.nodes[dw]
+            ed.node(dw)
                 .inputs
                 .first()
                 .copied()
@@ -402,7 +405,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         let bias: Option<Vec<f32>> = match bias_in {
             None => None,
             Some(b) => match producer_op(&ed, b, "DequantizeLinear") {
-                Some(db) => match eval_dequantize(&ed, &ed.nodes[db]) {
+                Some(db) => match eval_dequantize(&ed, &ed.node(db)) {
                     Some((v, _)) => Some(v),
                     None => continue,
                 },
@@ -437,11 +440,11 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
             }
         }
         // The activation source: Q's f32 input when DQ(Q(x)) with the same parameters.
-        let dx_in = ed.nodes[dx].inputs[0];
+        let dx_in = ed.node(dx).inputs[0];
         let x_source = match dx_in.and_then(|v| producer_op(&ed, v, "QuantizeLinear")) {
-            Some(q) => match per_tensor(&ed, &ed.nodes[q]) {
+            Some(q) => match per_tensor(&ed, &ed.node(q)) {
                 Some((s, z, t)) if s == x_scale && u8_zero_point(z, t) == Some(x_zp) => {
-                    ed.nodes[q].inputs[0].unwrap_or(x_in)
+                    ed.node(q).inputs[0].unwrap_or(x_in)
                 }
                 _ => x_in,
             },
@@ -479,7 +482,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         for key in ["transA", "transB", "alpha", "beta"] {
             q.attrs.0.remove(key);
         }
-        ed.nodes[i] = q;
+        ed.replace(i, q);
         lowered.push(i);
         if is_conv {
             report.qconv += 1;
@@ -492,7 +495,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
     // op's output grid.
     for &i in &lowered {
         absorb_residual(&mut ed, i);
-        let out = ed.nodes[i].outputs[0];
+        let out = ed.node(i).outputs[0];
         if let Some(OutputChain {
             activation: act,
             quantize: qn,
@@ -503,34 +506,35 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
             if let Some(a) = act {
                 absorb_activation(&mut ed, i, a);
             }
-            let name = ed.nodes[i].name.clone();
+            let name = ed.node(i).name.clone();
             let ys_id = ed.add_const(format!("{name}_yscale"), vec![], vec![ys]);
             let yz_id = u8_scalar(&mut ed, format!("{name}_yzp"), yz);
-            let target = ed.nodes[dqs[0]].outputs[0];
+            let target = ed.node(dqs[0]).outputs[0];
             for &d in &dqs[1..] {
-                let other = ed.nodes[d].outputs[0];
+                let other = ed.node(d).outputs[0];
                 ed.rewire(other, target);
             }
             ed.remove(qn);
             for &d in &dqs {
                 ed.remove(d);
             }
-            let q = &mut ed.nodes[i];
-            q.inputs.push(Some(ys_id));
-            q.inputs.push(Some(yz_id));
-            q.outputs = vec![target];
+            ed.update(i, |q| {
+                q.inputs.push(Some(ys_id));
+                q.inputs.push(Some(yz_id));
+                q.outputs = vec![target];
+            });
         } else if let Some(a) = ed.sole_consumer(out) {
-            if activation_node(&ed, &ed.nodes[a]).is_some() {
+            if activation_node(&ed, &ed.node(a)).is_some() {
                 absorb_activation(&mut ed, i, a);
             }
         }
     }
     // Remaining Q → DQ pairs with equal parameters: FakeQuant.
-    for i in 0..ed.nodes.len() {
-        if ed.removed.contains(&i) || !is_op(&ed.nodes[i], "DequantizeLinear") {
+    for i in 0..ed.len() {
+        if ed.is_removed(i) || !is_op(&ed.node(i), "DequantizeLinear") {
             continue;
         }
-        let dq = ed.nodes[i].clone();
+        let dq = ed.node(i).clone();
         if ed.consumers(dq.outputs[0]).is_empty() && !ed.is_graph_output(dq.outputs[0]) {
             continue;
         }
@@ -541,7 +545,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
             continue;
         };
         let (Some((s1, z1, t1)), Some((s2, z2, t2))) =
-            (per_tensor(&ed, &ed.nodes[qi]), per_tensor(&ed, &dq))
+            (per_tensor(&ed, &ed.node(qi)), per_tensor(&ed, &dq))
         else {
             continue;
         };
@@ -551,12 +555,12 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         if s1 != s2 || z1 != z2 {
             continue;
         }
-        let Some(x) = ed.nodes[qi].inputs.first().copied().flatten() else {
+        let Some(x) = ed.node(qi).inputs.first().copied().flatten() else {
             continue;
         };
         let s_id = ed.add_const(format!("{}_fq_scale", dq.name), vec![], vec![s1]);
         let z_id = u8_scalar(&mut ed, format!("{}_fq_zp", dq.name), z1);
-        ed.nodes[i] = Node {
+        let lowered_node = Node {
             name: dq.name.clone(),
             op_type: "FakeQuant".into(),
             domain: DOMAIN.into(),
@@ -564,14 +568,15 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
             inputs: vec![Some(x), Some(s_id), Some(z_id)],
             outputs: dq.outputs.clone(),
         };
+        ed.replace(i, lowered_node);
         report.fake_quant += 1;
     }
     // DequantizeLinear of constants (float-fallback weights, biases): evaluated once.
-    for i in 0..ed.nodes.len() {
-        if ed.removed.contains(&i) || !is_op(&ed.nodes[i], "DequantizeLinear") {
+    for i in 0..ed.len() {
+        if ed.is_removed(i) || !is_op(&ed.node(i), "DequantizeLinear") {
             continue;
         }
-        let dq = ed.nodes[i].clone();
+        let dq = ed.node(i).clone();
         let out = dq.outputs[0];
         if ed.is_graph_output(out) || ed.consumers(out).is_empty() {
             continue;
@@ -582,7 +587,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         let consumers_quantized = ed
             .consumers(out)
             .iter()
-            .all(|&c| matches!(ed.nodes[c].op_type.as_str(), "Conv" | "Gemm" | "MatMul"));
+            .all(|&c| matches!(ed.node(c).op_type.as_str(), "Conv" | "Gemm" | "MatMul"));
         let id = ed.add_const(format!("{}_value", dq.name), shape, values);
         ed.rewire(out, id);
         ed.remove(i);
@@ -593,13 +598,13 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
     }
     // Q / DQ nodes nobody reads any more.
     loop {
-        let dead: Vec<usize> = (0..ed.nodes.len())
-            .filter(|i| !ed.removed.contains(i))
+        let dead: Vec<usize> = (0..ed.len())
+            .filter(|&i| !ed.is_removed(i))
             .filter(|&i| {
-                is_op(&ed.nodes[i], "QuantizeLinear") || is_op(&ed.nodes[i], "DequantizeLinear")
+                is_op(&ed.node(i), "QuantizeLinear") || is_op(&ed.node(i), "DequantizeLinear")
             })
             .filter(|&i| {
-                ed.nodes[i]
+                ed.node(i)
                     .outputs
                     .iter()
                     .all(|&v| ed.consumers(v).is_empty() && !ed.is_graph_output(v))

@@ -3,19 +3,29 @@
 //! the advisor's passes and the QDQ lowering alike; the driver that runs them re-infers and
 //! validates the graph after each.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::graph::{Attr, Graph, Node, ValueId};
 use super::onnx_proto::GraphProto;
 use super::tensor::{DType, Tensor, TensorData, TensorFact};
 
+/// The node list under edit with a use-def index kept current by every mutation, so producer
+/// and consumer lookups cost O(1) (plus the readers returned) instead of a scan of the graph:
+/// the fusion and quantization passes ask them once per candidate, which made passes quadratic
+/// on transformer-sized graphs. Nodes are read through `node`/`nodes` and changed only through
+/// `replace`, `update`, `set_input` and `remove`, which is what keeps the index true.
 pub struct Editor<'g> {
     pub graph: &'g mut Graph,
-    pub nodes: Vec<Node>,
-    pub removed: HashSet<usize>,
+    nodes: Vec<Node>,
+    removed: HashSet<usize>,
     /// Values an `If`/`Loop`/`Scan` subgraph reads by name from the outer scope: they appear in
     /// no node's inputs, so passes treat them like graph outputs (kept, never renamed or fused).
     pub subgraph_reads: HashSet<ValueId>,
+    /// Live readers of each value, ascending node index, each node once.
+    readers: HashMap<ValueId, Vec<usize>>,
+    /// Live producers of each value, ascending (two only while a pass moves an output from one
+    /// node to its replacement; the first one is the producer).
+    producers: HashMap<ValueId, Vec<usize>>,
 }
 
 impl<'g> Editor<'g> {
@@ -27,19 +37,102 @@ impl<'g> Editor<'g> {
             .flat_map(subgraph_reads)
             .filter_map(|name| graph.value_by_name(&name))
             .collect();
-        Editor {
+        let mut editor = Editor {
             graph,
             nodes,
             removed: HashSet::new(),
             subgraph_reads,
+            readers: HashMap::new(),
+            producers: HashMap::new(),
+        };
+        for index in 0..editor.nodes.len() {
+            editor.index_node(index);
+        }
+        editor
+    }
+
+    /// The node at `index` (removed nodes stay readable until `finish`).
+    pub fn node(&self, index: usize) -> &Node {
+        &self.nodes[index]
+    }
+
+    /// Every node slot in topological order, removed ones included (check `is_removed`).
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Number of node slots (removed ones included).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn is_removed(&self, index: usize) -> bool {
+        self.removed.contains(&index)
+    }
+
+    fn index_node(&mut self, index: usize) {
+        let node = &self.nodes[index];
+        for value in node.inputs.iter().flatten() {
+            let readers = self.readers.entry(*value).or_default();
+            if let Err(at) = readers.binary_search(&index) {
+                readers.insert(at, index);
+            }
+        }
+        for value in &node.outputs {
+            let producers = self.producers.entry(*value).or_default();
+            if let Err(at) = producers.binary_search(&index) {
+                producers.insert(at, index);
+            }
         }
     }
 
-    /// Live node indices that read `value`.
+    fn unindex_node(&mut self, index: usize) {
+        let node = &self.nodes[index];
+        for value in node.inputs.iter().flatten() {
+            if let Some(readers) = self.readers.get_mut(value) {
+                if let Ok(at) = readers.binary_search(&index) {
+                    readers.remove(at);
+                }
+            }
+        }
+        for value in &node.outputs {
+            if let Some(producers) = self.producers.get_mut(value) {
+                if let Ok(at) = producers.binary_search(&index) {
+                    producers.remove(at);
+                }
+            }
+        }
+    }
+
+    /// Puts `node` in slot `index` (a live slot), replacing what was there.
+    pub fn replace(&mut self, index: usize, node: Node) {
+        debug_assert!(!self.is_removed(index), "replacing removed node {index}");
+        self.unindex_node(index);
+        self.nodes[index] = node;
+        self.index_node(index);
+    }
+
+    /// Edits the live node at `index` in place; the index follows whatever the edit changes.
+    pub fn update<R>(&mut self, index: usize, edit: impl FnOnce(&mut Node) -> R) -> R {
+        debug_assert!(!self.is_removed(index), "updating removed node {index}");
+        self.unindex_node(index);
+        let result = edit(&mut self.nodes[index]);
+        self.index_node(index);
+        result
+    }
+
+    /// Points input `slot` of node `index` at `value`.
+    pub fn set_input(&mut self, index: usize, slot: usize, value: Option<ValueId>) {
+        self.update(index, |node| node.inputs[slot] = value);
+    }
+
+    /// Live node indices that read `value`, ascending.
     pub fn consumers(&self, value: ValueId) -> Vec<usize> {
-        (0..self.nodes.len())
-            .filter(|i| !self.removed.contains(i) && self.nodes[*i].inputs.contains(&Some(value)))
-            .collect()
+        self.readers.get(&value).cloned().unwrap_or_default()
     }
 
     pub fn is_graph_output(&self, value: ValueId) -> bool {
@@ -51,8 +144,8 @@ impl<'g> Editor<'g> {
         if self.is_graph_output(value) {
             return None;
         }
-        match self.consumers(value).as_slice() {
-            [only] => Some(*only),
+        match self.readers.get(&value).map(Vec::as_slice) {
+            Some([only]) => Some(*only),
             _ => None,
         }
     }
@@ -84,26 +177,26 @@ impl<'g> Editor<'g> {
     }
 
     pub fn remove(&mut self, index: usize) {
-        self.removed.insert(index);
+        if self.removed.insert(index) {
+            self.unindex_node(index);
+        }
     }
 
-    /// Makes every live reader of `from` read `to` instead (and the graph outputs).
+    /// Makes every live reader of `from` read `to` instead (graph outputs are left as they are).
     pub fn rewire(&mut self, from: ValueId, to: ValueId) {
-        for (i, node) in self.nodes.iter_mut().enumerate() {
-            if self.removed.contains(&i) {
-                continue;
-            }
-            for slot in node.inputs.iter_mut() {
-                if *slot == Some(from) {
-                    *slot = Some(to);
+        for index in self.consumers(from) {
+            self.update(index, |node| {
+                for slot in node.inputs.iter_mut() {
+                    if *slot == Some(from) {
+                        *slot = Some(to);
+                    }
                 }
-            }
+            });
         }
     }
 
     pub fn producer_of(&self, value: ValueId) -> Option<usize> {
-        (0..self.nodes.len())
-            .find(|i| !self.removed.contains(i) && self.nodes[*i].outputs.contains(&value))
+        self.producers.get(&value)?.first().copied()
     }
 
     pub fn is_float(&self, value: ValueId) -> bool {

@@ -129,16 +129,70 @@ pub fn prepare_graph(
     infer::infer_graph(graph)
 }
 
-/// Analyses an imported graph against a device.
+/// A graph with its inputs bound and its facts inferred, made once and read by everything
+/// downstream: the analysis (`analyze_prepared`), the planner (`exec::build_plan` takes its
+/// parts) and the rewrite driver (`advisor::apply_pass` reads it and returns the next one).
+/// Inference is the expensive step of a pass-and-cost cycle; before this type each pass
+/// re-inferred its input, its output, then the analysis and the planner each again.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub graph: Graph,
+    /// Topological order of the nodes.
+    pub order: Vec<graph::NodeId>,
+    /// Inference outcome of each node (folded, inferred, from declared shapes...).
+    pub states: HashMap<graph::NodeId, NodeState>,
+    /// What inference warned about, in order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Prepared {
+    /// Binds `bindings` and infers `graph`.
+    pub fn new(mut graph: Graph, bindings: &Bindings) -> Result<Prepared, AnalysisError> {
+        let (order, states, diagnostics) = prepare_graph(&mut graph, bindings)?;
+        Ok(Prepared {
+            graph,
+            order,
+            states,
+            diagnostics,
+        })
+    }
+
+    /// The nodes' states in topological order (the order `Editor` lists the nodes in).
+    pub fn states_in_order(&self) -> Vec<NodeState> {
+        self.order
+            .iter()
+            .map(|id| self.states.get(id).cloned().unwrap_or(NodeState::Inferred))
+            .collect()
+    }
+}
+
+/// Analyses an imported graph against a device (binds `options.bindings` and infers first).
 pub fn analyze_graph(
-    mut graph: Graph,
+    graph: Graph,
+    source: &str,
+    device: &DeviceProfile,
+    options: &AnalyzeOptions,
+) -> Result<Analysis, AnalysisError> {
+    let prepared = Prepared::new(graph, &options.bindings)?;
+    analyze_prepared(&prepared, source, device, options)
+}
+
+/// Analyses a graph already prepared with `options.bindings` (the bindings are not re-applied).
+pub fn analyze_prepared(
+    prepared: &Prepared,
     source: &str,
     device: &DeviceProfile,
     options: &AnalyzeOptions,
 ) -> Result<Analysis, AnalysisError> {
     let mut roof = Roof::of(device, options.precision)
         .map_err(|reason| AnalysisError::InvalidGraph { reason })?;
-    let (order, states, mut diagnostics) = prepare_graph(&mut graph, &options.bindings)?;
+    let Prepared {
+        graph,
+        order,
+        states,
+        diagnostics,
+    } = prepared;
+    let mut diagnostics = diagnostics.clone();
     roof.place_weights(model_weight_bytes(&graph, &order, &states));
     // The calibration tables of the thread count whose ceilings this analysis uses.
     let calibration_threads = device

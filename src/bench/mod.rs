@@ -74,11 +74,15 @@ pub fn bench_graph(
 ) -> Result<BenchReport, BenchError> {
     // Predict with the ceilings measured at the thread count the run uses.
     let device = &device.for_threads(options.threads.max(1) as u32);
-    let analysis = analysis::analyze_graph(graph.clone(), source, device, analyze)?;
-    let mut graph = graph;
-    let (order, states, _) = analysis::prepare_graph(&mut graph, &analyze.bindings)?;
+    let prepared = analysis::Prepared::new(graph, &analyze.bindings)?;
+    let analysis = analysis::analyze_prepared(&prepared, source, device, analyze)?;
     let plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
-    let plan = build_plan(&graph, &order, &states, &plan_options)?;
+    let plan = build_plan(
+        &prepared.graph,
+        &prepared.order,
+        &prepared.states,
+        &plan_options,
+    )?;
     if options.tune {
         exec::tune::save(&plan_options, &device.id);
     }

@@ -9,7 +9,7 @@ use crate::advisor::prune::{self, ActivationStats, ChannelSpace, SpaceCut};
 use crate::advisor::quantize::{plan_of, OutputComparison};
 use crate::advisor::{apply_pass, median, timed_run, AdvisorError, Pass, PassContext};
 use crate::analysis::graph::Graph;
-use crate::analysis::{self, Analysis, Bound};
+use crate::analysis::{self, Analysis, Bound, Prepared};
 use crate::device::DeviceProfile;
 use crate::exec::{self, RtTensor};
 use crate::report::model::compress::{Baseline, Point, PrecisionChoice};
@@ -119,13 +119,25 @@ impl Search<'_> {
         pruned: &Graph,
         precision: Option<&str>,
     ) -> Result<(Graph, Vec<PrecisionChoice>), AdvisorError> {
-        let mut graph = pruned.clone();
+        let (prepared, choices) = self.deployable_prepared(pruned, precision)?;
+        Ok((prepared.graph, choices))
+    }
+
+    /// `deployable`, inferred: the search predicts each candidate from this without
+    /// re-inferring it.
+    fn deployable_prepared(
+        &self,
+        pruned: &Graph,
+        precision: Option<&str>,
+    ) -> Result<(Prepared, Vec<PrecisionChoice>), AdvisorError> {
+        let mut prepared = Prepared::new(pruned.clone(), &self.ctx.analyze.bindings)?;
         for name in FLOAT_PASSES {
-            apply_pass(&mut graph, self.pass(name), &self.ctx)?;
+            prepared = apply_pass(&prepared, self.pass(name), &self.ctx)?.0;
         }
         let mut choices = Vec::new();
         if let Some(precision) = precision {
-            let output = apply_pass(&mut graph, self.pass(precision), &self.ctx)?;
+            let output;
+            (prepared, output) = apply_pass(&prepared, self.pass(precision), &self.ctx)?;
             choices = output
                 .decisions
                 .into_iter()
@@ -137,7 +149,7 @@ impl Search<'_> {
                 })
                 .collect();
         }
-        Ok((graph, choices))
+        Ok((prepared, choices))
     }
 
     pub(super) fn analyse(&self, deployable: &Graph) -> Result<Analysis, AdvisorError> {
@@ -154,8 +166,10 @@ impl Search<'_> {
         pruned: &Graph,
         precision: Option<&str>,
     ) -> Result<f64, AdvisorError> {
-        let (graph, _) = self.deployable(pruned, precision)?;
-        Ok(latency_ms(&self.analyse(&graph)?))
+        let (prepared, _) = self.deployable_prepared(pruned, precision)?;
+        let analysis =
+            analysis::analyze_prepared(&prepared, self.source, self.device, self.ctx.analyze)?;
+        Ok(latency_ms(&analysis))
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
@@ -426,8 +440,8 @@ impl Search<'_> {
                 options: &blind,
                 calibration: Default::default(),
             };
-            let mut dep = self.deployable(original, None)?.0;
-            apply_pass(&mut dep, self.pass(precision), &ctx)?;
+            let float = self.deployable_prepared(original, None)?.0;
+            let dep = apply_pass(&float, self.pass(precision), &ctx)?.0.graph;
             out.push(self.baseline(
                 format!("all-{precision}"),
                 format!("every Conv/Gemm/MatMul in {precision}, no pruning, whatever the roofline predicts"),

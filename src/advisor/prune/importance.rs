@@ -102,14 +102,14 @@ fn normalised(values: Vec<f64>) -> Vec<f64> {
 pub(super) fn importance(ed: &Editor, space: &ChannelSpace) -> Vec<f64> {
     let mut total = vec![0f64; space.channels];
     for (cut, bn) in &space.source_cuts {
-        let node = &ed.nodes[cut.node];
+        let node = &ed.node(cut.node);
         let Some(w) = f32_const(ed, node.inputs[cut.slot]) else {
             continue;
         };
         let Some(mut norms) = channel_norms(w, cut.axis, cut.block).map(normalised) else {
             continue;
         };
-        if let Some(bn) = bn.map(|b| &ed.nodes[b]) {
+        if let Some(bn) = bn.map(|b| ed.node(b)) {
             let gamma = ed.const_f32(bn.inputs.get(1).copied().flatten());
             let var = ed.const_f32(bn.inputs.get(4).copied().flatten());
             if let (Some(gamma), Some(var)) = (gamma, var) {
@@ -164,7 +164,7 @@ pub(super) fn measured_importance(
             Some(_) => var,
             None => var.iter().zip(&mean).map(|(v, m)| v + m * m).collect(),
         };
-        let node = &ed.nodes[consumer.cut.node];
+        let node = &ed.node(consumer.cut.node);
         let Some(w) = f32_const(ed, node.inputs[consumer.cut.slot]) else {
             continue;
         };
@@ -216,7 +216,7 @@ pub(super) fn compensate(
             continue;
         };
         let node = consumer.cut.node;
-        let Some(w) = f32_const(ed, ed.nodes[node].inputs[consumer.cut.slot]) else {
+        let Some(w) = f32_const(ed, ed.node(node).inputs[consumer.cut.slot]) else {
             continue;
         };
         let Some(values) = w.to_f32_vec() else {
@@ -235,8 +235,8 @@ pub(super) fn compensate(
             }
         }
         // Gemm: Y = α·A·B + β·C, so the lost α·delta enters C divided by β.
-        let attrs = &ed.nodes[node].attrs;
-        let (alpha, beta) = if ed.nodes[node].op_type == "Gemm" {
+        let attrs = &ed.node(node).attrs;
+        let (alpha, beta) = if ed.node(node).op_type == "Gemm" {
             (
                 attrs.float_or("alpha", 1.0) as f64,
                 attrs.float_or("beta", 1.0) as f64,
@@ -247,7 +247,7 @@ pub(super) fn compensate(
         if beta == 0.0 {
             continue;
         }
-        let bias_value = ed.nodes[node].inputs.get(bias_slot).copied().flatten();
+        let bias_value = ed.node(node).inputs.get(bias_slot).copied().flatten();
         let mut bias: Vec<f32> = match bias_value {
             None => vec![0.0; out_dim],
             Some(b) => {
@@ -266,12 +266,13 @@ pub(super) fn compensate(
         bias.iter_mut()
             .zip(&delta)
             .for_each(|(b, d)| *b += (alpha * d / beta) as f32);
-        let base = format!("{}_bias_compensated", ed.nodes[node].name);
+        let base = format!("{}_bias_compensated", ed.node(node).name);
         let id = ed.add_const(unique_name(ed.graph, &base), vec![out_dim as u64], bias);
-        let inputs = &mut ed.nodes[node].inputs;
-        if inputs.len() <= bias_slot {
-            inputs.resize(bias_slot + 1, None);
-        }
-        inputs[bias_slot] = Some(id);
+        ed.update(node, |node| {
+            if node.inputs.len() <= bias_slot {
+                node.inputs.resize(bias_slot + 1, None);
+            }
+            node.inputs[bias_slot] = Some(id);
+        });
     }
 }

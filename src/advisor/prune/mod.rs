@@ -212,7 +212,7 @@ fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<
         compensate(&mut ed, space, keep, stats);
     }
     for cut in &space.cuts {
-        let Some(value) = ed.nodes[cut.node].inputs[cut.slot] else {
+        let Some(value) = ed.node(cut.node).inputs[cut.slot] else {
             continue;
         };
         let fact = ed.fact(value).clone();
@@ -231,15 +231,15 @@ fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<
         shape[cut.axis] = expanded.len() as u64;
         let name = unique_name(ed.graph, &format!("{}_pruned", ed.graph.values[value].name));
         let id = ed.add_const(name, shape, sliced);
-        ed.nodes[cut.node].inputs[cut.slot] = Some(id);
+        ed.set_input(cut.node, cut.slot, Some(id));
     }
     for fixup in &space.fixups {
         match *fixup {
             Fixup::DepthwiseGroup(node) => {
-                set_attr(&mut ed.nodes[node], "group", Attr::Int(keep.len() as i64));
+                ed.update(node, |n| set_attr(n, "group", Attr::Int(keep.len() as i64)));
             }
             Fixup::ReshapeFeatures { node, block } => {
-                let Some(shape_value) = ed.nodes[node].inputs.get(1).copied().flatten() else {
+                let Some(shape_value) = ed.node(node).inputs.get(1).copied().flatten() else {
                     continue;
                 };
                 let Some(mut target) = ed
@@ -258,7 +258,7 @@ fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<
                     );
                     let tensor = Tensor::from_i64(vec![2], target);
                     let id = ed.graph.add_value(name, TensorFact::constant(tensor));
-                    ed.nodes[node].inputs[1] = Some(id);
+                    ed.set_input(node, 1, Some(id));
                 }
             }
         }

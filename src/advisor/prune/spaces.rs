@@ -176,7 +176,7 @@ impl Builder<'_, '_> {
     }
 
     fn visit(&mut self, index: usize) {
-        let node = self.ed.nodes[index].clone();
+        let node = self.ed.node(index).clone();
         if !node.domain.is_empty() && node.domain != "ai.onnx" {
             self.freeze_inputs(&node, "read by an op of another domain");
             return;
@@ -361,7 +361,7 @@ impl Builder<'_, '_> {
             let bn = self
                 .ed
                 .sole_consumer(out)
-                .filter(|&c| self.ed.nodes[c].op_type == "BatchNormalization");
+                .filter(|&c| self.ed.node(c).op_type == "BatchNormalization");
             self.spaces[space].source_cuts.push((cut, bn));
             if has_bias {
                 self.spaces[space].cuts.push(Cut {
@@ -605,7 +605,7 @@ pub(super) fn spaces_of(ed: &Editor) -> Vec<ChannelSpace> {
         spaces: Vec::new(),
         value_space: HashMap::new(),
     };
-    for index in 0..ed.nodes.len() {
+    for index in 0..ed.len() {
         builder.visit(index);
     }
     let outputs: Vec<ValueId> = ed

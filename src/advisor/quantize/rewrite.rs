@@ -76,10 +76,10 @@ fn half_const(
 }
 
 fn live_candidates(ed: &Editor, states: &[NodeState]) -> Vec<usize> {
-    (0..ed.nodes.len())
-        .filter(|i| !ed.removed.contains(i))
+    (0..ed.len())
+        .filter(|&i| !ed.is_removed(i))
         .filter(|&i| !matches!(states.get(i), Some(NodeState::Folded)))
-        .filter(|&i| is_heavy(&ed.nodes[i]).is_some())
+        .filter(|&i| is_heavy(&ed.node(i)).is_some())
         .collect()
 }
 
@@ -126,13 +126,13 @@ impl Pass for Int8 {
         }
         let observed: Vec<ValueId> = chosen
             .iter()
-            .filter_map(|(c, _)| ed.nodes[c.index].inputs[0])
+            .filter_map(|(c, _)| ed.node(c.index).inputs[0])
             .collect();
         let mut stats = calibrate(ed.graph, &observed, ctx)?;
         let method = ctx.options.calibration_method;
         let mut changes = Vec::new();
         for (c, costed) in chosen {
-            let node = ed.nodes[c.index].clone();
+            let node = ed.node(c.index).clone();
             let Some(x) = node.inputs[0] else { continue };
             let (lo, hi) = stats.get_mut(&x).map_or((-1.0, 1.0), |s| s.range(method));
             let (x_scale, x_zp) = affine_params(lo, hi);
@@ -191,7 +191,7 @@ impl Pass for Int8 {
                 Some(xs_id),
                 Some(xz_id),
             ];
-            ed.nodes[c.index] = q;
+            ed.replace(c.index, q);
             changes.push(Change::new(
                 &[&node],
                 &format!(
@@ -291,7 +291,7 @@ impl Pass for Half {
         };
         let mut changes = Vec::new();
         for i in live_candidates(ed, states) {
-            let node = ed.nodes[i].clone();
+            let node = ed.node(i).clone();
             let verdict = Verdict {
                 tag,
                 precision: self.precision,
@@ -332,7 +332,7 @@ impl Pass for Half {
             let mut h = lowp_node(&node, op_type);
             h.attrs.0.insert("dtype".into(), Attr::String(tag.into()));
             h.inputs = vec![node.inputs[0], Some(w_id), b_id, residual];
-            ed.nodes[i] = h;
+            ed.replace(i, h);
             changes.push(Change::new(
                 &[&node],
                 &format!(
@@ -370,7 +370,7 @@ impl Verdict<'_> {
         ctx: &PassContext,
         decisions: &mut Vec<QuantDecision>,
     ) -> Option<(Candidate, Costed)> {
-        let node = &ed.nodes[i];
+        let node = &ed.node(i);
         let costed = candidate(ed, i).and_then(|c| {
             estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision).map(|k| (c, k))
         });
