@@ -210,11 +210,7 @@ pub(crate) fn timed_run(
 impl Measurements {
     /// Plans a graph version and runs it twice (warm-up; the outputs are kept for the
     /// accuracy check). Returns its index.
-    fn add(
-        &mut self,
-        prepared: &Prepared,
-        options: &AdviseOptions,
-    ) -> Result<usize, AdvisorError> {
+    fn add(&mut self, prepared: &Prepared, options: &AdviseOptions) -> Result<usize, AdvisorError> {
         let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
         let plan = exec::build_plan(
             &prepared.graph,

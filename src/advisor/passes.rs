@@ -47,7 +47,7 @@ impl Pass for Fold {
     ) -> Result<PassOutput, AdvisorError> {
         let mut changes = Vec::new();
         for i in 0..ed.len() {
-            let node = &ed.node(i);
+            let node = ed.node(i);
             let folded = matches!(states.get(i), Some(NodeState::Folded));
             let materialisable = node.outputs.iter().all(|&v| {
                 ed.fact(v)
@@ -99,7 +99,7 @@ impl Pass for Fold {
                 break;
             }
             for i in dead {
-                changes.push(Change::new(&[&ed.node(i)], "output never used: removed"));
+                changes.push(Change::new(&[ed.node(i)], "output never used: removed"));
                 ed.remove(i);
             }
         }
@@ -445,7 +445,7 @@ impl Fuse {
             }
         };
         let scalar_operand =
-            |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(&ed.node(k), v)) };
+            |k: usize, v: ValueId| -> Option<f32> { ed.const_scalar(other_input(ed.node(k), v)) };
         let approx = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
         let (first, second) = (users[0], users[1]);
         let mut matched: Option<(Activation, Vec<usize>, ValueId)> = None;
@@ -453,7 +453,7 @@ impl Fuse {
             // SiLU: Sigmoid(x) → Mul(x, s).
             if op(gate) == "Sigmoid"
                 && op(mul) == "Mul"
-                && other_input(&ed.node(mul), x) == Some(ed.node(gate).outputs[0])
+                && other_input(ed.node(mul), x) == Some(ed.node(gate).outputs[0])
                 && ed.sole_consumer(ed.node(gate).outputs[0]) == Some(mul)
             {
                 matched = Some((Activation::Silu, vec![gate, mul], ed.node(mul).outputs[0]));
@@ -471,8 +471,7 @@ impl Fuse {
                 if op(clip) != "Clip" {
                     continue;
                 }
-                let Some(Activation::Clip { min: lo, max: hi }) =
-                    activation_of(ed, &ed.node(clip))
+                let Some(Activation::Clip { min: lo, max: hi }) = activation_of(ed, ed.node(clip))
                 else {
                     continue;
                 };
@@ -481,7 +480,7 @@ impl Fuse {
                 {
                     continue;
                 }
-                if other_input(&ed.node(mul), x) != Some(ed.node(clip).outputs[0]) {
+                if other_input(ed.node(mul), x) != Some(ed.node(clip).outputs[0]) {
                     continue;
                 }
                 let Some(scale) = ed.sole_consumer(ed.node(mul).outputs[0]) else {
@@ -538,7 +537,7 @@ impl Fuse {
                 if op(m1) != "Mul" {
                     continue;
                 }
-                let m1_other = other_input(&ed.node(m1), add_out);
+                let m1_other = other_input(ed.node(m1), add_out);
                 if m1_other == Some(x) && mul == m1 {
                     // x·(1+erf) then ·0.5
                     let Some(half) = ed.sole_consumer(ed.node(m1).outputs[0]) else {

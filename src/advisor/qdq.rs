@@ -159,7 +159,7 @@ fn u8_scalar(ed: &mut Editor, name: String, value: i32) -> ValueId {
 
 /// The producer of `value` if it is a live node of type `op`.
 fn producer_op(ed: &Editor, value: ValueId, op: &str) -> Option<usize> {
-    ed.producer_of(value).filter(|&p| is_op(&ed.node(p), op))
+    ed.producer_of(value).filter(|&p| is_op(ed.node(p), op))
 }
 
 /// An output chain `value → [Relu | Clip] → Q → DQ…` foldable into an epilogue.
@@ -175,15 +175,15 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
     let mut v = value;
     let mut act = None;
     if let Some(a) = ed.sole_consumer(v) {
-        if activation_node(ed, &ed.node(a)).is_some() {
+        if activation_node(ed, ed.node(a)).is_some() {
             act = Some(a);
             v = ed.node(a).outputs[0];
         }
     }
     let q = ed
         .sole_consumer(v)
-        .filter(|&q| is_op(&ed.node(q), "QuantizeLinear"))?;
-    let (scale, zp, dtype) = per_tensor(ed, &ed.node(q))?;
+        .filter(|&q| is_op(ed.node(q), "QuantizeLinear"))?;
+    let (scale, zp, dtype) = per_tensor(ed, ed.node(q))?;
     let zp = u8_zero_point(zp, dtype)?;
     let q_out = ed.node(q).outputs[0];
     if ed.is_graph_output(q_out) {
@@ -194,7 +194,7 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
         return None;
     }
     for &d in &dqs {
-        let node = &ed.node(d);
+        let node = ed.node(d);
         if !is_op(node, "DequantizeLinear") || node.inputs.first().copied().flatten() != Some(q_out)
         {
             return None;
@@ -216,7 +216,7 @@ fn output_chain(ed: &Editor, value: ValueId) -> Option<OutputChain> {
 /// the QConv's residual input (added in its epilogue).
 fn absorb_residual(ed: &mut Editor, i: usize) {
     absorb_bias(ed, i);
-    let node = &ed.node(i);
+    let node = ed.node(i);
     if node.op_type != "QConv"
         || node.inputs.get(slot::RESIDUAL).copied().flatten().is_some()
         || Activation::present(&node.attrs)
@@ -253,7 +253,7 @@ fn absorb_residual(ed: &mut Editor, i: usize) {
 /// `QMatMul → Add(constant [N])` (MatMul + bias, the standard form of a dense layer): the
 /// constant becomes the QMatMul's bias.
 fn absorb_bias(ed: &mut Editor, i: usize) {
-    let node = &ed.node(i);
+    let node = ed.node(i);
     if node.op_type != "QMatMul" || node.inputs.get(slot::BIAS).copied().flatten().is_some() {
         return;
     }
@@ -365,13 +365,13 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         ) else {
             continue;
         };
-        let Some((x_scale, x_zp, x_dtype)) = per_tensor(&ed, &ed.node(dx)) else {
+        let Some((x_scale, x_zp, x_dtype)) = per_tensor(&ed, ed.node(dx)) else {
             continue;
         };
         let Some(x_zp) = u8_zero_point(x_zp, x_dtype) else {
             continue;
         };
-        let Some((w_vals, w_scale, w_axis)) = int8_weights(&ed, &ed.node(dw)) else {
+        let Some((w_vals, w_scale, w_axis)) = int8_weights(&ed, ed.node(dw)) else {
             continue;
         };
         let Some(w_shape) = ed.fact(w_in).concrete_shape().or_else(|| {
@@ -405,7 +405,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         let bias: Option<Vec<f32>> = match bias_in {
             None => None,
             Some(b) => match producer_op(&ed, b, "DequantizeLinear") {
-                Some(db) => match eval_dequantize(&ed, &ed.node(db)) {
+                Some(db) => match eval_dequantize(&ed, ed.node(db)) {
                     Some((v, _)) => Some(v),
                     None => continue,
                 },
@@ -442,7 +442,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         // The activation source: Q's f32 input when DQ(Q(x)) with the same parameters.
         let dx_in = ed.node(dx).inputs[0];
         let x_source = match dx_in.and_then(|v| producer_op(&ed, v, "QuantizeLinear")) {
-            Some(q) => match per_tensor(&ed, &ed.node(q)) {
+            Some(q) => match per_tensor(&ed, ed.node(q)) {
                 Some((s, z, t)) if s == x_scale && u8_zero_point(z, t) == Some(x_zp) => {
                     ed.node(q).inputs[0].unwrap_or(x_in)
                 }
@@ -524,14 +524,14 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
                 q.outputs = vec![target];
             });
         } else if let Some(a) = ed.sole_consumer(out) {
-            if activation_node(&ed, &ed.node(a)).is_some() {
+            if activation_node(&ed, ed.node(a)).is_some() {
                 absorb_activation(&mut ed, i, a);
             }
         }
     }
     // Remaining Q → DQ pairs with equal parameters: FakeQuant.
     for i in 0..ed.len() {
-        if ed.is_removed(i) || !is_op(&ed.node(i), "DequantizeLinear") {
+        if ed.is_removed(i) || !is_op(ed.node(i), "DequantizeLinear") {
             continue;
         }
         let dq = ed.node(i).clone();
@@ -545,7 +545,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
             continue;
         };
         let (Some((s1, z1, t1)), Some((s2, z2, t2))) =
-            (per_tensor(&ed, &ed.node(qi)), per_tensor(&ed, &dq))
+            (per_tensor(&ed, ed.node(qi)), per_tensor(&ed, &dq))
         else {
             continue;
         };
@@ -573,7 +573,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
     }
     // DequantizeLinear of constants (float-fallback weights, biases): evaluated once.
     for i in 0..ed.len() {
-        if ed.is_removed(i) || !is_op(&ed.node(i), "DequantizeLinear") {
+        if ed.is_removed(i) || !is_op(ed.node(i), "DequantizeLinear") {
             continue;
         }
         let dq = ed.node(i).clone();
@@ -601,7 +601,7 @@ pub fn lower_qdq(graph: &mut Graph) -> LowerReport {
         let dead: Vec<usize> = (0..ed.len())
             .filter(|&i| !ed.is_removed(i))
             .filter(|&i| {
-                is_op(&ed.node(i), "QuantizeLinear") || is_op(&ed.node(i), "DequantizeLinear")
+                is_op(ed.node(i), "QuantizeLinear") || is_op(ed.node(i), "DequantizeLinear")
             })
             .filter(|&i| {
                 ed.node(i)

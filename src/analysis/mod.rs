@@ -193,7 +193,7 @@ pub fn analyze_prepared(
         diagnostics,
     } = prepared;
     let mut diagnostics = diagnostics.clone();
-    roof.place_weights(model_weight_bytes(&graph, &order, &states));
+    roof.place_weights(model_weight_bytes(graph, order, states));
     // The calibration tables of the thread count whose ceilings this analysis uses.
     let calibration_threads = device
         .ceiling(options.precision)
@@ -202,9 +202,9 @@ pub fn analyze_prepared(
     let llm_costing = options
         .llm
         .is_active()
-        .then(|| llm::LlmCosting::new(&graph, &order, options.llm, options.precision));
+        .then(|| llm::LlmCosting::new(graph, order, options.llm, options.precision));
     let mut llm_totals = llm::LlmTotals::default();
-    let read_in_place = foldable_transposes(&graph, &order, &states);
+    let read_in_place = foldable_transposes(graph, order, states);
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -290,7 +290,7 @@ pub fn analyze_prepared(
         };
         let costed = match (costed, &llm_costing) {
             (Ok(cost), Some(costing)) => {
-                let (cost, kv_traffic) = costing.adjust(&graph, node, cost);
+                let (cost, kv_traffic) = costing.adjust(graph, node, cost);
                 llm_totals.add(&kv_traffic);
                 Ok(cost)
             }
@@ -400,8 +400,8 @@ pub fn analyze_prepared(
     let summary = summarize(&mut nodes, params);
     let llm_summary = llm_costing.as_ref().map(|costing| {
         llm::summarize(
-            &graph,
-            &order,
+            graph,
+            order,
             &nodes,
             costing,
             llm_totals,
@@ -410,7 +410,7 @@ pub fn analyze_prepared(
             options.precision,
         )
     });
-    let info = model_info(&graph, source);
+    let info = model_info(graph, source);
     let device_info = device_info(device, options.precision, roof);
     Ok(Analysis {
         schema: model::ANALYSIS_SCHEMA.to_string(),

@@ -238,3 +238,73 @@ fn decoder_preset_matches_onnxruntime() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Writes one ConvTranspose model per padding form: explicit pads, SAME_UPPER and SAME_LOWER
+/// (odd total crop), an `output_shape` shorter and one longer than the scatter, with
+/// `output_padding`, dilation and groups. Kernel and inference derive the crop from the same
+/// `ConvTransposeConfig` window; before it the kernel ignored `auto_pad` and `output_shape`.
+const CONV_TRANSPOSE_MODELS: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+cases = {
+    "pads": dict(strides=[2, 2], pads=[1, 0, 1, 1]),
+    "same_upper": dict(strides=[2, 2], auto_pad="SAME_UPPER"),
+    "same_lower": dict(strides=[2, 2], auto_pad="SAME_LOWER"),
+    "output_shape_short": dict(strides=[2, 2], output_shape=[6, 5]),
+    "output_shape_long": dict(strides=[3, 2], output_shape=[10, 8]),
+    "output_padding_dilated": dict(strides=[2, 2], output_padding=[1, 1], dilations=[2, 1]),
+}
+rng = np.random.default_rng(7)
+for name, attrs in cases.items():
+    group = 2 if name == "same_lower" else 1
+    # W is [C_in, C_out / group, kh, kw]: 3 output channels per group.
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3 * group).astype(np.float32), "b")
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=group, **attrs)
+    graph = helper.make_graph(
+        [node], name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+        [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, f"{sys.argv[1]}/convtranspose_{name}.onnx")
+"#;
+
+#[test]
+fn conv_transpose_padding_forms_match_onnxruntime() {
+    let Some(python) = venv_python() else { return };
+    let dir = super::cli::tempdir();
+    let made = Command::new(&python)
+        .arg("-c")
+        .arg(CONV_TRANSPOSE_MODELS)
+        .arg(&dir)
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "building the models failed: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mut models: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    models.sort();
+    assert_eq!(models.len(), 6);
+    let mut failures = Vec::new();
+    for model in &models {
+        let key = model.file_stem().unwrap().to_string_lossy().into_owned();
+        let reference_dir = reference(&python, model, &key, &[], &[]);
+        match compare(model, &reference_dir) {
+            Ok(summary) => eprintln!("{key}: {summary}"),
+            Err(e) => failures.push(format!("{key}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

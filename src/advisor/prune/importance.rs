@@ -102,7 +102,7 @@ fn normalised(values: Vec<f64>) -> Vec<f64> {
 pub(super) fn importance(ed: &Editor, space: &ChannelSpace) -> Vec<f64> {
     let mut total = vec![0f64; space.channels];
     for (cut, bn) in &space.source_cuts {
-        let node = &ed.node(cut.node);
+        let node = ed.node(cut.node);
         let Some(w) = f32_const(ed, node.inputs[cut.slot]) else {
             continue;
         };
@@ -164,7 +164,7 @@ pub(super) fn measured_importance(
             Some(_) => var,
             None => var.iter().zip(&mean).map(|(v, m)| v + m * m).collect(),
         };
-        let node = &ed.node(consumer.cut.node);
+        let node = ed.node(consumer.cut.node);
         let Some(w) = f32_const(ed, node.inputs[consumer.cut.slot]) else {
             continue;
         };

@@ -41,7 +41,7 @@ pub(super) fn is_heavy(node: &Node) -> Option<&'static str> {
 
 /// Why an op cannot be converted, or its candidate form.
 pub(super) fn candidate(ed: &Editor, index: usize) -> Result<Candidate, String> {
-    let node = &ed.node(index);
+    let node = ed.node(index);
     let kind = is_heavy(node).ok_or("not a Conv/Gemm/MatMul")?;
     let x = node.inputs.first().copied().flatten().ok_or("no input")?;
     let w = node.inputs.get(1).copied().flatten().ok_or("no weights")?;
@@ -270,7 +270,7 @@ pub(super) fn estimate_candidate(
     analyze: &AnalyzeOptions,
     precision: Precision,
 ) -> Result<Costed, String> {
-    let node = &ed.node(c.index);
+    let node = ed.node(c.index);
     let facts: Vec<Option<&TensorFact>> =
         node.inputs.iter().map(|s| s.map(|v| ed.fact(v))).collect();
     let fp32_cost = cost_of(

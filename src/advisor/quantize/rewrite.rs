@@ -79,7 +79,7 @@ fn live_candidates(ed: &Editor, states: &[NodeState]) -> Vec<usize> {
     (0..ed.len())
         .filter(|&i| !ed.is_removed(i))
         .filter(|&i| !matches!(states.get(i), Some(NodeState::Folded)))
-        .filter(|&i| is_heavy(&ed.node(i)).is_some())
+        .filter(|&i| is_heavy(ed.node(i)).is_some())
         .collect()
 }
 
@@ -370,7 +370,7 @@ impl Verdict<'_> {
         ctx: &PassContext,
         decisions: &mut Vec<QuantDecision>,
     ) -> Option<(Candidate, Costed)> {
-        let node = &ed.node(i);
+        let node = ed.node(i);
         let costed = candidate(ed, i).and_then(|c| {
             estimate_candidate(ed, &c, ctx.device, ctx.analyze, self.precision).map(|k| (c, k))
         });

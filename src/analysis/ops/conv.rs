@@ -8,7 +8,7 @@
 //! through the kernel, so MACs = N · C · H · W · (M/g) · kh · kw; bias as above.
 //! Bytes: input, weights and bias read once, output written once.
 
-use super::spatial::forward_window;
+use super::spatial::{ConvConfig, ConvTransposeConfig};
 use super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{Dim, TensorFact};
 
@@ -23,11 +23,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     }
 }
 
-/// Kernel spatial dims from the attribute or the weight shape.
-fn kernel_dims(ctx_kernel: Option<&[i64]>, weight: &[Dim]) -> OpResult<Vec<u64>> {
-    if let Some(kernel) = ctx_kernel {
-        return Ok(kernel.iter().map(|&k| k.max(1) as u64).collect());
-    }
+/// The weight's spatial dims (the kernel when `kernel_shape` is absent).
+fn weight_spatial(weight: &[Dim]) -> OpResult<Vec<u64>> {
     weight[2..]
         .iter()
         .map(|d| {
@@ -58,7 +55,8 @@ impl OpDef for Conv {
                 w.len()
             )));
         }
-        let group = ctx.attrs().int_or("group", 1).max(1) as u64;
+        let config = ConvConfig::parse(ctx.attrs())?;
+        let group = config.group;
         if let (Some(c), Some(wc)) = (x[1].known(), w[1].known()) {
             if wc.checked_mul(group) != Some(c) {
                 return Err(super::invalid(format!(
@@ -81,8 +79,15 @@ impl OpDef for Conv {
                 }
             }
         }
-        let kernel = kernel_dims(ctx.attrs().ints("kernel_shape"), w)?;
-        let window = forward_window(ctx.attrs(), &spatial_input(x)?, &kernel, false)?;
+        let input = spatial_input(x)?;
+        let window = match weight_spatial(w) {
+            Ok(weight) => config.window(&input, &weight)?,
+            // A symbolic weight dim: `kernel_shape` alone says the window.
+            Err(unknown) => {
+                let kernel = config.window.kernel_or(|| Err(unknown))?;
+                config.window.forward(&input, &kernel, false)?
+            }
+        };
         let mut shape = vec![x[0].clone(), w[0].clone()];
         shape.extend(window.output.iter().map(|&d| Dim::Known(d)));
         Ok(vec![TensorFact::new(ctx.input(0)?.dtype, shape)])
@@ -116,8 +121,8 @@ impl OpDef for ConvTranspose {
                 "input and weight ranks do not form a transposed convolution",
             ));
         }
-        let attrs = ctx.attrs();
-        let group = attrs.int_or("group", 1).max(1) as u64;
+        let config = ConvTransposeConfig::parse(ctx.attrs())?;
+        let group = config.group;
         let out_channels = match w[1].known() {
             Some(m) => Dim::Known(
                 m.checked_mul(group)
@@ -143,50 +148,9 @@ impl OpDef for ConvTranspose {
                 )));
             }
         }
-        let input = spatial_input(x)?;
-        let count = input.len();
-        let kernel = kernel_dims(attrs.ints("kernel_shape"), w)?;
-        let strides: Vec<u64> = attrs
-            .ints("strides")
-            .map(|s| s.iter().map(|&v| v.max(1) as u64).collect())
-            .unwrap_or(vec![1; count]);
-        let dilations: Vec<u64> = attrs
-            .ints("dilations")
-            .map(|s| s.iter().map(|&v| v.max(1) as u64).collect())
-            .unwrap_or(vec![1; count]);
-        let output_padding: Vec<u64> = attrs
-            .ints("output_padding")
-            .map(|s| s.iter().map(|&v| v.max(0) as u64).collect())
-            .unwrap_or(vec![0; count]);
-        let pads: Vec<u64> = attrs
-            .ints("pads")
-            .map(|s| s.iter().map(|&v| v.max(0) as u64).collect())
-            .unwrap_or(vec![0; 2 * count]);
-        if strides.len() != count || dilations.len() != count || pads.len() != 2 * count {
-            return Err("strides/dilations/pads do not match the spatial rank".into());
-        }
-        let auto_pad = attrs.string("auto_pad").unwrap_or("NOTSET");
-        let mut spatial = Vec::with_capacity(count);
-        if let Some(output_shape) = attrs.ints("output_shape") {
-            let tail = &output_shape[output_shape.len().saturating_sub(count)..];
-            spatial.extend(tail.iter().map(|&v| v.max(0) as u64));
-        } else {
-            for axis in 0..count {
-                let full = strides[axis] * (input[axis].max(1) - 1)
-                    + output_padding[axis]
-                    + (kernel[axis] - 1) * dilations[axis]
-                    + 1;
-                let out = if auto_pad.starts_with("SAME") {
-                    input[axis] * strides[axis]
-                } else {
-                    full.checked_sub(pads[axis] + pads[axis + count])
-                        .ok_or_else(|| {
-                            format!("pads exceed the output size on spatial axis {axis}")
-                        })?
-                };
-                spatial.push(out);
-            }
-        }
+        let kernel = config.window.kernel_or(|| weight_spatial(w))?;
+        let window = config.window(&spatial_input(x)?, &kernel)?;
+        let spatial = window.output;
         let mut shape = vec![x[0].clone(), out_channels];
         shape.extend(spatial.into_iter().map(Dim::Known));
         Ok(vec![TensorFact::new(ctx.input(0)?.dtype, shape)])

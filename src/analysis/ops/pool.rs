@@ -6,7 +6,7 @@
 //! Global pools: one FLOP per input element (+1 division per output for the average).
 //! Bytes: input read once, output written once.
 
-use super::spatial::forward_window;
+use super::spatial::PoolConfig;
 use super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{DType, Dim, TensorFact};
 
@@ -30,13 +30,7 @@ impl OpDef for WindowPool {
                 x.len()
             )));
         }
-        let kernel: Vec<u64> = ctx
-            .attrs()
-            .ints("kernel_shape")
-            .ok_or("missing `kernel_shape` attribute")?
-            .iter()
-            .map(|&k| k.max(1) as u64)
-            .collect();
+        let config = PoolConfig::parse(ctx.attrs())?;
         let spatial: Vec<u64> = x[2..]
             .iter()
             .map(|d| {
@@ -44,8 +38,7 @@ impl OpDef for WindowPool {
                     .ok_or_else(|| format!("spatial dim `{d}` is not bound"))
             })
             .collect::<OpResult<_>>()?;
-        let ceil_mode = ctx.attrs().int_or("ceil_mode", 0) != 0;
-        let window = forward_window(ctx.attrs(), &spatial, &kernel, ceil_mode)?;
+        let window = config.window(&spatial)?;
         let mut shape = x[..2].to_vec();
         shape.extend(window.output.iter().map(|&d| Dim::Known(d)));
         let mut outputs = vec![TensorFact::new(ctx.input(0)?.dtype, shape.clone())];
@@ -56,13 +49,7 @@ impl OpDef for WindowPool {
     }
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
-        let kernel: u64 = ctx
-            .attrs()
-            .ints("kernel_shape")
-            .unwrap_or(&[])
-            .iter()
-            .map(|&k| k.max(1) as u64)
-            .product();
+        let kernel = PoolConfig::parse(ctx.attrs())?.taps();
         let outputs = ctx.output_elements(0)?;
         let (extra, transcendental) = match ctx.node.op_type {
             "AveragePool" => (outputs, 0),

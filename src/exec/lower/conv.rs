@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::graph::Attributes;
-use crate::analysis::ops::spatial;
+use crate::analysis::ops::spatial::{ConvConfig, ConvTransposeConfig, Window};
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
 use crate::exec::ExecError;
 use crate::kernels::conv::{self, Conv2d, ConvEpilogue};
@@ -48,32 +48,36 @@ pub(crate) fn conv_geometry(
     if !(x.len() == 4 || x.len() == 3) || w.len() != x.len() || y.len() != x.len() {
         return Err("only 1-D and 2-D convolutions have kernels".into());
     }
-    let kernel: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
+    let config = ConvConfig::parse(attrs)?;
+    let weight: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
     let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
-    let window = spatial::forward_window(attrs, &spatial_in, &kernel, false)?;
+    let window = config.window(&spatial_in, &weight)?;
+    conv2d(x, y, &window, config.group)
+}
+
+/// The kernels' 2-D geometry of a convolution (forward or transposed) whose window is resolved.
+fn conv2d(x: &[usize], y: &[usize], window: &Window, group: u64) -> Result<Conv2d, String> {
+    let w = window
+        .to_2d()
+        .ok_or("only 1-D and 2-D convolutions have kernels")?;
     let two_d = x.len() == 4;
-    let count = spatial_in.len();
     Ok(Conv2d {
         batch: x[0],
         in_channels: x[1],
         in_h: if two_d { x[2] } else { 1 },
         in_w: *x.last().unwrap_or(&1),
         out_channels: y[1],
-        kernel_h: if two_d { w[2] } else { 1 },
-        kernel_w: *w.last().unwrap_or(&1),
-        stride_h: if two_d { window.strides[0] as usize } else { 1 },
-        stride_w: *window.strides.last().unwrap_or(&1) as usize,
-        dilation_h: if two_d {
-            window.dilations[0] as usize
-        } else {
-            1
-        },
-        dilation_w: *window.dilations.last().unwrap_or(&1) as usize,
-        pad_top: if two_d { window.pads[0] as usize } else { 0 },
-        pad_left: window.pads[count - 1] as usize,
+        kernel_h: w.kernel[0],
+        kernel_w: w.kernel[1],
+        stride_h: w.strides[0],
+        stride_w: w.strides[1],
+        dilation_h: w.dilations[0],
+        dilation_w: w.dilations[1],
+        pad_top: w.pads_begin[0],
+        pad_left: w.pads_begin[1],
         out_h: if two_d { y[2] } else { 1 },
         out_w: *y.last().unwrap_or(&1),
-        group: attrs.int_or("group", 1).max(1) as usize,
+        group: group as usize,
     })
 }
 
@@ -115,35 +119,15 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
     if x.len() != 4 {
         return Err(cx.error("only 2-D transposed convolutions have kernels"));
     }
-    let attrs = cx.attrs();
-    let group = attrs.int_or("group", 1).max(1) as usize;
-    let ints = |name: &str, default: usize, n: usize| -> Vec<usize> {
-        attrs
-            .ints(name)
-            .map(|v| v.iter().map(|&x| x.max(0) as usize).collect())
-            .unwrap_or(vec![default; n])
-    };
-    let strides = ints("strides", 1, 2);
-    let dil = ints("dilations", 1, 2);
-    let pads = ints("pads", 0, 4);
-    let geom = Conv2d {
-        batch: x[0],
-        in_channels: x[1],
-        in_h: x[2],
-        in_w: x[3],
-        out_channels: y[1],
-        kernel_h: w[2],
-        kernel_w: w[3],
-        stride_h: strides[0],
-        stride_w: strides[1],
-        dilation_h: dil[0],
-        dilation_w: dil[1],
-        pad_top: pads[0],
-        pad_left: pads[1],
-        out_h: y[2],
-        out_w: y[3],
-        group,
-    };
+    // Pads as the spec derives them from `output_shape` or `auto_pad` (the same window
+    // inference used for the output shape).
+    let config = ConvTransposeConfig::parse(cx.attrs()).map_err(|e| cx.error(e))?;
+    let kernel: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
+    let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
+    let window = config
+        .window(&spatial_in, &kernel)
+        .map_err(|e| cx.error(e))?;
+    let geom = conv2d(&x, &y, &window, config.group).map_err(|e| cx.error(e))?;
     let weights = cx
         .const_f32(1)
         .ok_or_else(|| cx.error("weights must be constant"))?;

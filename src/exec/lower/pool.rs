@@ -3,7 +3,7 @@
 //! over the plan's threads.
 
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
-use crate::analysis::ops::spatial;
+use crate::analysis::ops::spatial::PoolConfig;
 use crate::exec::cpu::Io;
 use crate::exec::ExecError;
 use crate::kernels::parallel::par_planes;
@@ -41,30 +41,26 @@ fn lower_window(cx: &Cx) -> Result<Lowered, ExecError> {
     if cx.node.outputs.len() > 1 {
         return Err(cx.error("MaxPool with an Indices output has no kernel"));
     }
-    let attrs = cx.attrs();
-    let kernel: Vec<u64> = attrs
-        .ints("kernel_shape")
-        .unwrap_or(&[])
-        .iter()
-        .map(|&k| k as u64)
-        .collect();
+    let config = PoolConfig::parse(cx.attrs()).map_err(|e| cx.error(e))?;
     let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
-    let ceil = attrs.int_or("ceil_mode", 0) != 0;
-    let w = spatial::forward_window(attrs, &spatial_in, &kernel, ceil).map_err(|e| cx.error(e))?;
+    let w = config
+        .window(&spatial_in)
+        .map_err(|e| cx.error(e))?
+        .to_2d()
+        .ok_or_else(|| cx.error("only 1-D and 2-D pooling have kernels"))?;
     let two_d = x.len() == 4;
-    let n = spatial_in.len();
     let geom = Pool2d {
         planes: x[0] * x[1],
         in_h: if two_d { x[2] } else { 1 },
         in_w: *x.last().unwrap_or(&1),
-        kernel_h: if two_d { kernel[0] as usize } else { 1 },
-        kernel_w: *kernel.last().unwrap_or(&1) as usize,
-        stride_h: if two_d { w.strides[0] as usize } else { 1 },
-        stride_w: *w.strides.last().unwrap_or(&1) as usize,
-        dilation_h: if two_d { w.dilations[0] as usize } else { 1 },
-        dilation_w: *w.dilations.last().unwrap_or(&1) as usize,
-        pad_top: if two_d { w.pads[0] as usize } else { 0 },
-        pad_left: w.pads[n - 1] as usize,
+        kernel_h: w.kernel[0],
+        kernel_w: w.kernel[1],
+        stride_h: w.strides[0],
+        stride_w: w.strides[1],
+        dilation_h: w.dilations[0],
+        dilation_w: w.dilations[1],
+        pad_top: w.pads_begin[0],
+        pad_left: w.pads_begin[1],
         out_h: if two_d { y[2] } else { 1 },
         out_w: *y.last().unwrap_or(&1),
     };
@@ -73,9 +69,9 @@ fn lower_window(cx: &Cx) -> Result<Lowered, ExecError> {
     } else {
         PoolKernel::Average {
             geom,
-            include_pad: attrs.int_or("count_include_pad", 0) != 0,
-            pad_bottom: if two_d { w.pads[n] as usize } else { 0 },
-            pad_right: w.pads[2 * n - 1] as usize,
+            include_pad: config.count_include_pad,
+            pad_bottom: w.pads_end[0],
+            pad_right: w.pads_end[1],
         }
     };
     Ok(Lowered::new(Kernel::Pool(kernel)))
