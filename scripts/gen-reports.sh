@@ -2,6 +2,7 @@
 # Regenerates the sample reports committed under reports/:
 #   reports/resnet50-rtx2080ti.{html,svg}, reports/mobilenetv2-rtx2080ti.{html,svg},
 #   reports/resnet50-rtx2080ti-vs-a100.html (two devices side by side),
+#   reports/gpt2-prefill-decode-a100.html (LLM phases side by side, tokens/s by batch),
 #   reports/resnet50-local.{html,svg}, reports/mobilenetv2-advise-local.html (the advisor's
 #   before/after view, measured here) and reports/mobilenetv2-compress-local.html (the
 #   compression search, measured here) when a probed profile of this machine exists

@@ -78,6 +78,12 @@ pub fn render_html_with(
     page.push_str("<main>\n");
     section_summary(&mut page, analyses);
     section_charts(&mut page, analyses, options)?;
+    if let Some(body) = super::llm_sweep::html_section(analyses) {
+        let _ = write!(
+            page,
+            "<section id=\"llm-sweep\">\n<h2>Tokens/s by batch</h2>\n{body}\n</section>\n"
+        );
+    }
     section_breakdown(&mut page, analyses);
     if analyses.len() > 1 {
         section_comparison(&mut page, analyses);
@@ -233,8 +239,11 @@ fn section_nav(out: &mut String, analyses: &[Analysis], options: &HtmlOptions) {
     let mut links = vec![
         ("summary", "Summary".to_string()),
         ("chart", "Roofline".to_string()),
-        ("breakdown", "Time by op type".to_string()),
     ];
+    if super::llm_sweep::SweepChart::of(analyses).is_some() {
+        links.push(("llm-sweep", "Tokens/s by batch".to_string()));
+    }
+    links.push(("breakdown", "Time by op type".to_string()));
     if analyses.len() > 1 {
         links.push(("comparison", "Comparison".to_string()));
     }

@@ -18,6 +18,7 @@ pub mod error;
 pub mod html;
 mod label_layout;
 pub mod llm;
+pub mod llm_sweep;
 pub mod markup;
 pub mod measured;
 pub mod model;

@@ -92,6 +92,50 @@ fn both_phases_side_by_side() {
     assert!(!json[1]["llm"]["batch_sweep"].as_array().unwrap().is_empty());
 }
 
+/// The HTML report draws tokens/s by batch: one line per device and phase, one point per batch
+/// of each sweep, the same figures as the JSON.
+#[test]
+fn html_draws_tokens_per_second_by_batch() {
+    let args = ["--device", "h100", "--phase", "both"];
+    let html = analyze(
+        "builtin:llama-2-7b",
+        "a100",
+        &[&args[..], &["--format", "html"]].concat(),
+    );
+    let json = analyze(
+        "builtin:llama-2-7b",
+        "a100",
+        &[&args[..], &["--format", "json"]].concat(),
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let analyses = json.as_array().unwrap();
+    assert_eq!(analyses.len(), 4, "2 devices x 2 phases");
+    let section = &html[html
+        .find("<section id=\"llm-sweep\">")
+        .expect("sweep section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    let mut points = 0;
+    for analysis in analyses {
+        let label = analysis["device"]["id"].as_str().unwrap();
+        assert!(
+            section.contains(&format!(">{label}</text>")),
+            "legend names {label}"
+        );
+        for point in analysis["llm"]["batch_sweep"].as_array().unwrap() {
+            points += 1;
+            let title = format!(
+                "{label}: batch {}, {:.0} tokens/s",
+                point["batch"],
+                point["tokens_per_s"].as_f64().unwrap()
+            );
+            assert!(section.contains(&title), "missing point {title}");
+        }
+    }
+    assert!(points >= 8, "{points} points");
+    assert_eq!(section.matches("<circle").count(), points);
+    assert!(section.matches("<polyline").count() == analyses.len());
+}
+
 #[test]
 fn bad_llm_arguments_are_one_line() {
     for args in [
