@@ -275,13 +275,55 @@ for name, attrs in cases.items():
     onnx.save(model, f"{sys.argv[1]}/convtranspose_{name}.onnx")
 "#;
 
+/// Reductions large enough to split over two threads (trailing axes: rows per thread) and
+/// ones that are not (a middle axis), one model per reduction kind.
+const REDUCE_MODELS: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+cases = [
+    ("ReduceMean", [512, 768], [1]),
+    ("ReduceSum", [64, 48, 96], [1, 2]),
+    ("ReduceMax", [300, 1000], [1]),
+    ("ReduceSumSquare", [8, 96, 200], [1]),
+    ("ReduceLogSumExp", [256, 513], [1]),
+    ("ReduceL2", [1, 200000], [1]),
+]
+for op, shape, axes in cases:
+    axes_init = helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
+    graph = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                       [1 if i in axes else d for i, d in enumerate(shape)])],
+        [axes_init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, f"{sys.argv[1]}/reduce_{op}.onnx")
+"#;
+
+#[test]
+fn large_reductions_match_onnxruntime_on_one_and_two_threads() {
+    models_match_onnxruntime(REDUCE_MODELS, 6);
+}
+
 #[test]
 fn conv_transpose_padding_forms_match_onnxruntime() {
+    models_match_onnxruntime(CONV_TRANSPOSE_MODELS, 6);
+}
+
+/// Runs `script` (it writes `count` models into the folder given as its argument) and checks
+/// each model against onnxruntime on one and two threads (`compare`).
+fn models_match_onnxruntime(script: &str, count: usize) {
     let Some(python) = venv_python() else { return };
     let dir = super::cli::tempdir();
     let made = Command::new(&python)
         .arg("-c")
-        .arg(CONV_TRANSPOSE_MODELS)
+        .arg(script)
         .arg(&dir)
         .output()
         .expect("python runs");
@@ -295,7 +337,7 @@ fn conv_transpose_padding_forms_match_onnxruntime() {
         .map(|e| e.unwrap().path())
         .collect();
     models.sort();
-    assert_eq!(models.len(), 6);
+    assert_eq!(models.len(), count);
     let mut failures = Vec::new();
     for model in &models {
         let key = model.file_stem().unwrap().to_string_lossy().into_owned();

@@ -7,6 +7,11 @@ use crate::analysis::ops;
 use crate::exec::cpu::Io;
 use crate::exec::{ExecError, RtData, RtTensor};
 use crate::kernels::movement::{self, Reduction};
+use crate::kernels::parallel::{parallel_for, SendPtr};
+
+/// Input elements a thread must have before a reduction is split (the same order as the
+/// element-wise ops' threshold: below it the hand-off costs more than the work).
+const MIN_REDUCED_PER_THREAD: usize = 1 << 16;
 
 #[derive(Clone, Debug)]
 pub(crate) enum ReduceKernel {
@@ -25,7 +30,9 @@ pub(crate) enum ReduceKernel {
 pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
     match (domain, op) {
         (Domain::Onnx, "ArgMax" | "ArgMin") => Lowering::integers(lower_arg),
-        (Domain::Onnx, _) if reduction(op).is_some() => Lowering::floats(lower_reduce),
+        // Integer-aware: the axes input (opset 13 for ReduceSum, 18 for the others) is int64,
+        // and a float reduction must not fall back to the generic evaluator because of it.
+        (Domain::Onnx, _) if reduction(op).is_some() => Lowering::integers(lower_reduce),
         _ => None,
     }
 }
@@ -46,6 +53,18 @@ fn reduction(op: &str) -> Option<Reduction> {
 }
 
 fn lower_reduce(cx: &Cx) -> Result<Lowered, ExecError> {
+    let float_out = cx
+        .node
+        .outputs
+        .iter()
+        .all(|&v| cx.graph.values[v].fact.dtype.is_float());
+    if !cx.is_float(0) || !float_out {
+        return Ok(Lowered::generic());
+    }
+    // Axes given at run time (not a constant) are left to the generic evaluator too.
+    if cx.input(1).is_some() && cx.const_i64(1).is_none() {
+        return Ok(Lowered::generic());
+    }
     let x = cx.shape_of(0)?;
     let raw = cx
         .const_i64(1)
@@ -90,7 +109,32 @@ fn lower_arg(cx: &Cx) -> Result<Lowered, ExecError> {
 pub(crate) fn run(kernel: &ReduceKernel, io: &mut Io) -> Result<(), String> {
     match kernel {
         ReduceKernel::Reduce { shape, axes, kind } => {
-            movement::reduce(io.x(0)?, shape, axes, *kind, io.outs[0])
+            let x = io.x(0)?;
+            let rank = shape.len();
+            // Reduced axes that are the trailing ones (a norm's row statistics): every output
+            // reads its own contiguous row, so the rows split across threads.
+            let trailing = axes
+                .iter()
+                .enumerate()
+                .all(|(i, &axis)| axis == rank - axes.len() + i);
+            let row_len: usize = axes.iter().map(|&a| shape[a]).product();
+            let rows = io.outs[0].len();
+            let pieces = io.threads.min(x.len() / MIN_REDUCED_PER_THREAD).min(rows);
+            if !trailing || row_len == 0 || pieces < 2 || rows * row_len != x.len() {
+                movement::reduce(x, shape, axes, *kind, io.outs[0]);
+                return Ok(());
+            }
+            let per_piece = rows.div_ceil(pieces);
+            let out = SendPtr(io.outs[0].as_mut_ptr());
+            parallel_for(io.threads, rows.div_ceil(per_piece), |piece| {
+                let first = piece * per_piece;
+                let last = (first + per_piece).min(rows);
+                // SAFETY: pieces are disjoint row ranges of the output, which outlives the loop.
+                let chunk =
+                    unsafe { std::slice::from_raw_parts_mut(out.get().add(first), last - first) };
+                let input = &x[first * row_len..last * row_len];
+                movement::reduce(input, &[last - first, row_len], &[1], *kind, chunk);
+            });
         }
         ReduceKernel::ArgMax { shape, axis, min } => {
             let data = io.x(0)?;
