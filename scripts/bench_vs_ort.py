@@ -31,6 +31,12 @@ MODELS = {
     "mobilenetv2": ("builtin:mobilenetv2", {"input": [1, 3, 224, 224]}),
     "densenet121": (str(CACHE / "light-random/light_densenet121.onnx"), {}),
     "vgg19": (str(CACHE / "light-random/light_vgg19.onnx"), {}),
+    "alexnet": (str(CACHE / "light-random/light_bvlc_alexnet.onnx"), {}),
+    "zfnet512": (str(CACHE / "light-random/light_zfnet512.onnx"), {}),
+    "inception_v1": (str(CACHE / "light-random/light_inception_v1.onnx"), {}),
+    "inception_v2": (str(CACHE / "light-random/light_inception_v2.onnx"), {}),
+    "shufflenet": (str(CACHE / "light-random/light_shufflenet.onnx"), {}),
+    "squeezenet": (str(CACHE / "light-random/light_squeezenet.onnx"), {}),
     "bert-base": ("builtin:bert-base", {"input_ids": [1, 128]}),
     "ppocr-det": (str(CACHE / "ppocr/ch_PP-OCRv4_det_infer.onnx"), {"x": [1, 3, 640, 640]}),
 }

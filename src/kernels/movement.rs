@@ -562,7 +562,8 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
 
 /// `kind` folded over `row` onto `init`, in eight independent lanes the compiler vectorises
 /// (summation order differs from a sequential fold by rounding only).
-fn fold_row(kind: Reduction, row: &[f32], init: f32, max: f32) -> f32 {
+#[inline(always)]
+pub(crate) fn fold_row(kind: Reduction, row: &[f32], init: f32, max: f32) -> f32 {
     const LANES: usize = 8;
     fn lanes(row: &[f32], identity: f32, step: impl Fn(f32, f32) -> f32) -> [f32; LANES] {
         let mut acc = [identity; LANES];

@@ -1,6 +1,7 @@
 //! Pooling over NCHW: max and average windows (padding, strides, dilation for max,
 //! `count_include_pad` for average) and global pools.
 
+use super::movement::{fold_row, Reduction};
 use super::simd::multiversion;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,9 +67,7 @@ multiversion! {
                 for kx in 0..p.kernel_w {
                     let offset = kx * dw;
                     let start = (offset % sw) * phase_len + offset / sw;
-                    for (o, &v) in h.iter_mut().zip(&phased[start..start + ow]) {
-                        *o = o.max(v);
-                    }
+                    combine_into(h, &phased[start..start + ow], f32::max);
                 }
             }
             let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
@@ -79,46 +78,126 @@ multiversion! {
                     if iy < 0 || iy >= ih as isize {
                         continue;
                     }
-                    let h = &hmax[iy as usize * ow..(iy as usize + 1) * ow];
-                    for (o, &v) in out_row.iter_mut().zip(h) {
-                        *o = o.max(v);
-                    }
+                    combine_into(out_row, &hmax[iy as usize * ow..(iy as usize + 1) * ow], f32::max);
                 }
             }
         }
     }
 }
 
+/// `out[i] = combine(out[i], src[i])` in fixed chunks of eight: LLVM's vectorised loops only
+/// start past 32-64 elements (the vector body is unrolled), so the 7-28-wide rows of late
+/// pooling layers ran scalar; a fixed eight-element body is one vector operation.
+#[inline(always)]
+fn combine_into(out: &mut [f32], src: &[f32], combine: impl Fn(f32, f32) -> f32) {
+    let src = &src[..out.len()];
+    let mut outs = out.chunks_exact_mut(8);
+    let mut srcs = src.chunks_exact(8);
+    for (o, s) in (&mut outs).zip(&mut srcs) {
+        for lane in 0..8 {
+            o[lane] = combine(o[lane], s[lane]);
+        }
+    }
+    for (o, &s) in outs.into_remainder().iter_mut().zip(srcs.remainder()) {
+        *o = combine(*o, s);
+    }
+}
+
+/// Per output position along one axis, how many of its `kernel` taps (spaced `dilation`) fall
+/// inside `[lo, hi)` of the unpadded input coordinates (the divisor's factor on that axis).
+fn taps_inside(
+    out: usize,
+    stride: usize,
+    kernel: usize,
+    dilation: usize,
+    pad: usize,
+    lo: isize,
+    hi: isize,
+) -> Vec<usize> {
+    (0..out)
+        .map(|o| {
+            (0..kernel)
+                .filter(|&k| {
+                    let at = (o * stride + k * dilation) as isize - pad as isize;
+                    at >= lo && at < hi
+                })
+                .count()
+        })
+        .collect()
+}
+
 multiversion! {
+    /// Separable average pooling, laid out as `max_pool`: a horizontal pass sums each input
+    /// row's taps per output column (zero-padded row split into `stride_w` phases, one
+    /// contiguous vectorised add per tap), a vertical pass adds `kernel_h` of those rows, then
+    /// each output is divided by its tap count: the taps inside the input, or with
+    /// `count_include_pad` inside the padded extent (ONNX's definition), a product of one
+    /// count per row and one per column.
     pub fn avg_pool(p: &Pool2d, count_include_pad: bool, pad_bottom: usize, pad_right: usize, input: &[f32], output: &mut [f32]) {
         let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+        if ow == 0 || oh == 0 {
+            return;
+        }
+        let (sw, dw) = (p.stride_w, p.dilation_w);
+        let width = (ow - 1) * sw + (p.kernel_w - 1) * dw + 1;
+        let phase_len = width.div_ceil(sw);
+        let mut padded = vec![0.0f32; phase_len * sw];
+        let mut phases = vec![0.0f32; phase_len * sw];
+        let pad_left = p.pad_left.min(padded.len());
+        let copied = iw.min(padded.len() - pad_left);
+        let (rows_lo, rows_hi, cols_lo, cols_hi) = if count_include_pad {
+            (-(p.pad_top as isize), (ih + pad_bottom) as isize, -(p.pad_left as isize), (iw + pad_right) as isize)
+        } else {
+            (0, ih as isize, 0, iw as isize)
+        };
+        let count_y = taps_inside(oh, p.stride_h, p.kernel_h, p.dilation_h, p.pad_top, rows_lo, rows_hi);
+        let count_x = taps_inside(ow, sw, p.kernel_w, dw, p.pad_left, cols_lo, cols_hi);
+        let mut inverse_x = vec![0.0f32; ow];
+        let mut hsum = vec![0.0f32; ih * ow];
         for plane in 0..p.planes {
             let src = &input[plane * ih * iw..(plane + 1) * ih * iw];
-            let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
-            for y in 0..oh {
-                let y0 = (y * p.stride_h) as isize - p.pad_top as isize;
-                let y1 = y0 + p.kernel_h as isize;
-                for x in 0..ow {
-                    let x0 = (x * p.stride_w) as isize - p.pad_left as isize;
-                    let x1 = x0 + p.kernel_w as isize;
-                    let mut sum = 0.0f32;
-                    let mut count = 0usize;
-                    for iy in y0.max(0)..y1.min(ih as isize) {
-                        for ix in x0.max(0)..x1.min(iw as isize) {
-                            sum += src[iy as usize * iw + ix as usize];
-                            count += 1;
+            for (row, h) in src.chunks(iw).zip(hsum.chunks_mut(ow)) {
+                // Borders stay zero from the allocation; only the interior is rewritten.
+                padded[pad_left..pad_left + copied].copy_from_slice(&row[..copied]);
+                let phased: &[f32] = match sw {
+                    1 => &padded,
+                    2 => {
+                        let (even, odd) = phases.split_at_mut(phase_len);
+                        for ((pair, e), o) in padded.chunks_exact(2).zip(even).zip(odd) {
+                            *e = pair[0];
+                            *o = pair[1];
                         }
+                        &phases
                     }
-                    let divisor = if count_include_pad {
-                        // Window clipped to the padded extent, as ONNX defines it.
-                        let hy = (y1.min((ih + pad_bottom) as isize) - y0.max(-(p.pad_top as isize))) as usize;
-                        let wx = (x1.min((iw + pad_right) as isize) - x0.max(-(p.pad_left as isize))) as usize;
-                        hy * wx
-                    } else {
-                        count
-                    };
-                    dst[y * ow + x] = if divisor > 0 { sum / divisor as f32 } else { 0.0 };
+                    _ => {
+                        for (j, &v) in padded.iter().enumerate() {
+                            phases[(j % sw) * phase_len + j / sw] = v;
+                        }
+                        &phases
+                    }
+                };
+                h.fill(0.0);
+                for kx in 0..p.kernel_w {
+                    let offset = kx * dw;
+                    let start = (offset % sw) * phase_len + offset / sw;
+                    combine_into(h, &phased[start..start + ow], |a, b| a + b);
                 }
+            }
+            let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
+            for (y, out_row) in dst.chunks_mut(ow).enumerate() {
+                out_row.fill(0.0);
+                for ky in 0..p.kernel_h {
+                    let iy = (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
+                    if iy < 0 || iy >= ih as isize {
+                        continue;
+                    }
+                    combine_into(out_row, &hsum[iy as usize * ow..(iy as usize + 1) * ow], |a, b| a + b);
+                }
+                for (inverse, &cx) in inverse_x.iter_mut().zip(&count_x) {
+                    let divisor = count_y[y] * cx;
+                    *inverse = if divisor > 0 { 1.0 / divisor as f32 } else { 0.0 };
+                }
+                combine_into(out_row, &inverse_x, |a, b| a * b);
             }
         }
     }
@@ -126,12 +205,14 @@ multiversion! {
 
 multiversion! {
     /// Mean (or max) of each plane of `plane_size` elements.
+    /// Folded in eight register lanes (`movement::fold_row`): a sequential `sum()` cannot be
+    /// vectorised and ran at one add latency per element, 20× under the bound.
     pub fn global_pool(input: &[f32], plane_size: usize, max: bool, output: &mut [f32]) {
         for (o, plane) in output.iter_mut().zip(input.chunks(plane_size.max(1))) {
             *o = if max {
-                plane.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+                fold_row(Reduction::Max, plane, f32::NEG_INFINITY, 0.0)
             } else {
-                plane.iter().sum::<f32>() / plane_size as f32
+                fold_row(Reduction::Sum, plane, 0.0, 0.0) / plane_size as f32
             };
         }
     }
@@ -168,6 +249,105 @@ mod tests {
             }
         }
         out
+    }
+
+    /// The window loop of ONNX's AveragePool: the mean over the taps inside the input, or
+    /// with `count_include_pad` the sum over those divided by the taps inside the padded
+    /// extent.
+    fn naive_avg(
+        p: &Pool2d,
+        include_pad: bool,
+        pad_bottom: usize,
+        pad_right: usize,
+        input: &[f32],
+    ) -> Vec<f32> {
+        let mut out = vec![0.0; p.planes * p.out_h * p.out_w];
+        for plane in 0..p.planes {
+            for y in 0..p.out_h {
+                for x in 0..p.out_w {
+                    let (mut sum, mut inside, mut padded) = (0.0f64, 0usize, 0usize);
+                    for ky in 0..p.kernel_h {
+                        for kx in 0..p.kernel_w {
+                            let iy =
+                                (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
+                            let ix =
+                                (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
+                            let in_padded = iy >= -(p.pad_top as isize)
+                                && iy < (p.in_h + pad_bottom) as isize
+                                && ix >= -(p.pad_left as isize)
+                                && ix < (p.in_w + pad_right) as isize;
+                            padded += usize::from(in_padded);
+                            if iy >= 0
+                                && ix >= 0
+                                && (iy as usize) < p.in_h
+                                && (ix as usize) < p.in_w
+                            {
+                                sum += f64::from(
+                                    input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize],
+                                );
+                                inside += 1;
+                            }
+                        }
+                    }
+                    let divisor = if include_pad { padded } else { inside };
+                    out[(plane * p.out_h + y) * p.out_w + x] = if divisor > 0 {
+                        (sum / divisor as f64) as f32
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
+        // (kernel, stride, pad begin, pad end, dilation, size): Inception's 3x3 s1 p1, a
+        // ceil-mode window past the padded end, stride 3, dilation, 1x1.
+        for (k, s, pad, pad_end, d, hw) in [
+            (3, 1, 1, 1, 1, 14),
+            (3, 2, 0, 1, 1, 8),
+            (2, 2, 0, 0, 1, 9),
+            (3, 3, 1, 1, 1, 11),
+            (5, 2, 2, 2, 1, 13),
+            (3, 1, 2, 2, 2, 10),
+            (1, 2, 0, 0, 1, 6),
+        ] {
+            let (in_h, in_w) = (hw, hw + 1);
+            let out_dim = |n: usize| (n + pad + pad_end - d * (k - 1) - 1).div_ceil(s) + 1;
+            let p = Pool2d {
+                planes: 2,
+                in_h,
+                in_w,
+                kernel_h: k,
+                kernel_w: k,
+                stride_h: s,
+                stride_w: s,
+                dilation_h: d,
+                dilation_w: d,
+                pad_top: pad,
+                pad_left: pad,
+                out_h: out_dim(in_h),
+                out_w: out_dim(in_w),
+            };
+            let input: Vec<f32> = (0..2 * in_h * in_w)
+                .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+                .collect();
+            for include_pad in [false, true] {
+                let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);
+                for level in crate::kernels::simd::available_levels() {
+                    let mut got = vec![0.0; want.len()];
+                    avg_pool::at(level, &p, include_pad, pad_end, pad_end, &input, &mut got);
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                            "{p:?} pad {include_pad} at {level:?}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
