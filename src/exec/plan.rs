@@ -28,6 +28,9 @@ pub struct PlanOptions {
     pub tuning: Option<std::sync::Arc<std::sync::Mutex<super::tune::TuningCache>>>,
     /// Tune shapes missing from `tuning` while planning.
     pub tune: bool,
+    /// Let producers write Concat inputs in place (`concat_placements`); off only to compare
+    /// against the copying plan.
+    pub concat_in_place: bool,
 }
 
 impl Default for PlanOptions {
@@ -39,6 +42,7 @@ impl Default for PlanOptions {
             memory_limit_source: format!("80% of {source}"),
             tuning: None,
             tune: false,
+            concat_in_place: true,
         }
     }
 }
@@ -58,9 +62,10 @@ pub struct StepInfo {
 #[derive(Clone, Debug)]
 pub(crate) enum Slot {
     Const(Arc<RtTensor>),
-    /// f32 activation in a planned buffer.
+    /// f32 activation in a planned buffer, `offset` elements in.
     Buffer {
         buffer: usize,
+        offset: usize,
         shape: Vec<usize>,
     },
     /// Integer/bool run-time value, kept in a map.
@@ -230,6 +235,7 @@ pub fn build_plan(
             slots[v] = if fact.dtype == DType::F32 {
                 Slot::Buffer {
                     buffer: usize::MAX,
+                    offset: 0,
                     shape,
                 }
             } else if fact.dtype.is_float() {
@@ -268,6 +274,7 @@ pub fn build_plan(
         } else {
             Slot::Buffer {
                 buffer: usize::MAX,
+                offset: 0,
                 shape: shape.clone(),
             }
         };
@@ -278,7 +285,15 @@ pub fn build_plan(
         .iter()
         .map(|&v| (v, graph.values[v].name.clone()))
         .collect();
-    let buffers = plan_buffers(&steps, &mut slots, &inputs, &outputs);
+    let (placements, in_place) = if options.concat_in_place {
+        concat_placements(&steps, &slots, &outputs)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    for &step in &in_place {
+        steps[step].kernel = Kernel::InPlace;
+    }
+    let buffers = plan_buffers(&steps, &mut slots, &inputs, &outputs, &placements);
     let peak_activation_bytes = buffers.sizes.iter().map(|&s| s as u64 * 4).sum::<u64>();
     let scratch_len = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
     let total = peak_activation_bytes + weights_bytes + scratch_len as u64 * 4;
@@ -317,6 +332,7 @@ fn plan_buffers(
     slots: &mut [Slot],
     inputs: &[(ValueId, String, Vec<usize>, bool)],
     outputs: &[(ValueId, String)],
+    placements: &[memory::Placement],
 ) -> memory::BufferPlan {
     let uses: Vec<memory::StepUse> = steps
         .iter()
@@ -339,13 +355,295 @@ fn plan_buffers(
         .map(|(v, _, shape, _)| (*v, shape.iter().product()))
         .collect();
     let graph_outputs: Vec<ValueId> = outputs.iter().map(|(v, _)| *v).collect();
-    let plan = memory::assign_buffers(&uses, &buffer_len, &graph_inputs, &graph_outputs);
+    let plan = memory::assign_buffers(
+        &uses,
+        &buffer_len,
+        &graph_inputs,
+        &graph_outputs,
+        placements,
+    );
     for (v, slot) in slots.iter_mut().enumerate() {
-        if let Slot::Buffer { buffer, .. } = slot {
+        if let Slot::Buffer { buffer, offset, .. } = slot {
             if let Some(b) = plan.buffer_of[v] {
                 *buffer = b;
+                *offset = plan.offset_of[v];
             }
         }
     }
     plan
+}
+
+/// Concats that copy nothing (issue 16's zero-copy concat, as DenseNet's blocks, Inception's
+/// branches and detector necks need): along an axis with nothing but size-1 dims before it,
+/// every input is one contiguous slice of the output, so each input's producer can write
+/// straight into that slice. A Concat is placed only when every input can be: a planned f32
+/// value written by one step of this plan (not a graph input or output, not a view, not the
+/// generic evaluator's), whose producer writes no other planned buffer, read by this Concat
+/// once, and placed nowhere else; and no producer may read a value of the same buffer (the
+/// runtime hands a step's output buffer out mutably). Returns the placements and the Concat
+/// steps left with nothing to run.
+fn concat_placements(
+    steps: &[Step],
+    slots: &[Slot],
+    outputs: &[(ValueId, String)],
+) -> (Vec<memory::Placement>, Vec<usize>) {
+    let mut producer: HashMap<ValueId, usize> = HashMap::new();
+    for (index, step) in steps.iter().enumerate() {
+        for &v in &step.outputs {
+            producer.insert(v, index);
+        }
+    }
+    let is_buffer = |v: ValueId| matches!(slots[v], Slot::Buffer { .. });
+    let mut candidates: Vec<(usize, Vec<memory::Placement>)> = Vec::new();
+    let mut placed: std::collections::HashSet<ValueId> = std::collections::HashSet::new();
+    for (index, step) in steps.iter().enumerate() {
+        let Kernel::Movement(lower::movement::MovementKernel::Concat { axis, .. }) = &step.kernel
+        else {
+            continue;
+        };
+        let Some(&whole) = step.outputs.first() else {
+            continue;
+        };
+        let Slot::Buffer { shape, .. } = &slots[whole] else {
+            continue;
+        };
+        if shape[..*axis].iter().product::<usize>() != 1 {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let mut offset = 0;
+        let mut ok = true;
+        for input in &step.inputs {
+            let Some(v) = *input else {
+                ok = false;
+                break;
+            };
+            let Slot::Buffer { shape, .. } = &slots[v] else {
+                ok = false;
+                break;
+            };
+            let single_writer = producer.get(&v).is_some_and(|&p| {
+                !matches!(
+                    steps[p].kernel,
+                    Kernel::View | Kernel::Generic | Kernel::InPlace
+                ) && steps[p].outputs.iter().filter(|&&o| is_buffer(o)).count() == 1
+            });
+            let read_once = step.inputs.iter().filter(|&&i| i == Some(v)).count() == 1;
+            let graph_output = outputs.iter().any(|(o, _)| *o == v);
+            if !single_writer || !read_once || graph_output || placed.contains(&v) {
+                ok = false;
+                break;
+            }
+            parts.push(memory::Placement {
+                part: v,
+                whole,
+                offset,
+            });
+            offset += shape.iter().product::<usize>();
+        }
+        if ok && !parts.is_empty() {
+            placed.extend(parts.iter().map(|p| p.part));
+            candidates.push((index, parts));
+        }
+    }
+    // Drop Concats whose placement would have a producer read its own buffer, until none does.
+    loop {
+        let mut parent: HashMap<ValueId, ValueId> = HashMap::new();
+        for step in steps {
+            if matches!(step.kernel, Kernel::View) {
+                if let (Some(Some(src)), Some(&dst)) = (step.inputs.first(), step.outputs.first()) {
+                    parent.insert(dst, *src);
+                }
+            }
+        }
+        for (_, parts) in &candidates {
+            for p in parts {
+                parent.insert(p.part, p.whole);
+            }
+        }
+        let root = |mut v: ValueId| {
+            while let Some(&up) = parent.get(&v) {
+                v = up;
+            }
+            v
+        };
+        // A placed Concat's own step runs nothing, so it reads nothing: a chain of placed
+        // Concats (DenseNet's block) is one buffer and no conflict.
+        let running_nothing: std::collections::HashSet<usize> =
+            candidates.iter().map(|(index, _)| *index).collect();
+        let conflict = candidates.iter().position(|(_, parts)| {
+            parts.iter().any(|p| {
+                let writer_index = producer[&p.part];
+                !running_nothing.contains(&writer_index)
+                    && steps[writer_index]
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .any(|&read| root(read) == root(p.part))
+            })
+        });
+        match conflict {
+            Some(at) => {
+                candidates.remove(at);
+            }
+            None => break,
+        }
+    }
+    let in_place = candidates.iter().map(|(index, _)| *index).collect();
+    let placements = candidates
+        .into_iter()
+        .flat_map(|(_, parts)| parts)
+        .collect();
+    (placements, in_place)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{Bindings, Prepared};
+    use crate::builtin::builder::{ConvSpec, GraphBuilder, SigDim};
+    use crate::builtin::WeightFill;
+
+    /// A DenseNet-like block: `x → conv a`, `x → conv b`, `c = concat(a, b)` (channels),
+    /// `d = concat(c, conv(relu(c)))`, `y = relu(d)`: both Concats are placed (the inner one
+    /// inside the outer), so they run nothing, the block lives in one buffer, and the output
+    /// is what copying gives, bit for bit. (A producer reading its own group, `conv(c)` here
+    /// without the relu, would keep its Concat copying: the runtime lends a step's output
+    /// buffer mutably.)
+    #[test]
+    fn nested_concats_are_written_in_place() {
+        check_block(true);
+    }
+
+    /// The same block with `conv(c)` reading the inner Concat directly: the outer Concat
+    /// copies (its producer would read the buffer it writes), the inner one is still placed,
+    /// and the output is unchanged.
+    #[test]
+    fn a_producer_reading_its_own_buffer_keeps_the_concat_copying() {
+        check_block(false);
+    }
+
+    fn check_block(relu_between: bool) {
+        let mut b = GraphBuilder::new(WeightFill::Random(3));
+        let x = b.input(
+            "x",
+            1,
+            &[
+                SigDim::Fixed(1),
+                SigDim::Fixed(4),
+                SigDim::Fixed(6),
+                SigDim::Fixed(6),
+            ],
+        );
+        let a = b.conv(&x, 4, ConvSpec::new(3, 3, 1));
+        let bb = b.conv(&x, 4, ConvSpec::new(5, 1, 1));
+        let c = b.node(
+            "Concat",
+            &[&a, &bb],
+            vec![crate::builtin::builder::attr_int("axis", 1)],
+        );
+        let r = if relu_between { b.relu(&c) } else { c.clone() };
+        let e = b.conv(&r, 8, ConvSpec::new(2, 3, 1));
+        let d = b.node(
+            "Concat",
+            &[&c, &e],
+            vec![crate::builtin::builder::attr_int("axis", 1)],
+        );
+        let y = b.relu(&d);
+        b.output(
+            &y,
+            1,
+            &[
+                SigDim::Fixed(1),
+                SigDim::Fixed(10),
+                SigDim::Fixed(6),
+                SigDim::Fixed(6),
+            ],
+        );
+        let proto = b.finish("concats");
+        let graph = crate::analysis::import::import_model(
+            &proto,
+            std::path::Path::new("."),
+            std::path::Path::new("concats.onnx"),
+        )
+        .unwrap();
+        let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
+        let plan = build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &PlanOptions::default(),
+        )
+        .unwrap();
+        let concats: Vec<&Step> = plan
+            .steps
+            .iter()
+            .filter(|s| s.info.op_type == "Concat")
+            .collect();
+        assert_eq!(concats.len(), 2);
+        let in_place: Vec<bool> = concats
+            .iter()
+            .map(|s| matches!(s.kernel, Kernel::InPlace))
+            .collect();
+        assert_eq!(in_place, [true, relu_between]);
+        let slot = |v: ValueId| match &plan.slots[v] {
+            Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
+            other => panic!("{other:?}"),
+        };
+        let value = |name: &str| prepared.graph.value_by_name(name).unwrap();
+        // a and b at their offsets of the inner Concat's buffer (0 and 3 planes of 36); with
+        // the outer one placed too, that buffer is d's and e sits 8 planes in.
+        let (inner, inner_offset) = slot(value(&c));
+        assert_eq!(slot(value(&a)), (inner, inner_offset));
+        assert_eq!(slot(value(&bb)), (inner, inner_offset + 3 * 36));
+        if relu_between {
+            let (whole, _) = slot(value(&d));
+            assert_eq!((inner, inner_offset), (whole, 0));
+            assert_eq!(slot(value(&e)), (whole, 8 * 36));
+        } else {
+            assert_ne!(slot(value(&c)).0, slot(value(&d)).0);
+        }
+        // The same values, bit for bit, as the plan whose Concats copy; and less memory.
+        let copying = build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &PlanOptions {
+                concat_in_place: false,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(copying
+            .steps
+            .iter()
+            .all(|s| !matches!(s.kernel, Kernel::InPlace)));
+        assert!(
+            plan.peak_activation_bytes < copying.peak_activation_bytes || !relu_between,
+            "{} vs {}",
+            plan.peak_activation_bytes,
+            copying.peak_activation_bytes
+        );
+        let input: Vec<f32> = (0..4 * 36)
+            .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
+            .collect();
+        let inputs: HashMap<String, RtTensor> = [(
+            "x".to_string(),
+            RtTensor {
+                shape: vec![1, 4, 6, 6],
+                data: super::super::RtData::F32(input),
+            },
+        )]
+        .into_iter()
+        .collect();
+        let run = |plan: &Plan| {
+            let mut ws = plan.workspace();
+            // Twice on one workspace: a stale slice must not survive into the second run.
+            plan.run(&mut ws, &inputs, None).unwrap();
+            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+        };
+        let got = run(&plan);
+        assert_eq!(got, run(&copying));
+        assert_eq!(got.len(), 10 * 36);
+    }
 }

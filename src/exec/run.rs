@@ -111,8 +111,8 @@ impl Plan {
                 });
             }
             match (&self.slots[*v], &tensor.data, integer) {
-                (Slot::Buffer { buffer, .. }, RtData::F32(data), false) => {
-                    workspace.buffers[*buffer][..data.len()].copy_from_slice(data)
+                (Slot::Buffer { buffer, offset, .. }, RtData::F32(data), false) => {
+                    workspace.buffers[*buffer][*offset..*offset + data.len()].copy_from_slice(data)
                 }
                 (Slot::Dynamic { .. }, RtData::I64(_), true) => {
                     workspace.dynamic.insert(*v, tensor.clone());
@@ -151,11 +151,15 @@ impl Plan {
     fn read_value(&self, v: ValueId, ws: &Workspace) -> Option<RtTensor> {
         match &self.slots[v] {
             Slot::Const(t) => Some((**t).clone()),
-            Slot::Buffer { buffer, shape } => {
+            Slot::Buffer {
+                buffer,
+                offset,
+                shape,
+            } => {
                 let len: usize = shape.iter().product();
                 Some(RtTensor {
                     shape: shape.clone(),
-                    data: RtData::F32(ws.buffers[*buffer][..len].to_vec()),
+                    data: RtData::F32(ws.buffers[*buffer][*offset..*offset + len].to_vec()),
                 })
             }
             Slot::Dynamic { .. } => ws.dynamic.get(&v).cloned(),
@@ -169,6 +173,10 @@ impl Plan {
             op_type: step.info.op_type.clone(),
             reason,
         };
+        if matches!(step.kernel, Kernel::InPlace) {
+            // The inputs' producers wrote them where the output keeps them.
+            return Ok(());
+        }
         if matches!(step.kernel, Kernel::View) {
             // The data output shares the input's buffer; a Dropout mask (inference) is all ones.
             for &v in step.outputs.iter().skip(1) {
@@ -214,9 +222,14 @@ impl Plan {
                 .map(|s| {
                     s.and_then(|v| match &self.slots[v] {
                         Slot::Const(t) => Some(InRef::from_tensor(t)),
-                        Slot::Buffer { buffer, shape } => {
-                            Some(InRef::F32(&ws.buffers[*buffer][..shape.iter().product()]))
-                        }
+                        Slot::Buffer {
+                            buffer,
+                            offset,
+                            shape,
+                        } => Some(InRef::F32(
+                            &ws.buffers[*buffer]
+                                [*offset..*offset + shape.iter().product::<usize>()],
+                        )),
                         Slot::Dynamic { .. } => ws.dynamic.get(&v).map(InRef::from_tensor),
                         Slot::Unused => None,
                     })
@@ -231,13 +244,17 @@ impl Plan {
                 .collect();
             for &v in &step.outputs {
                 match &self.slots[v] {
-                    Slot::Buffer { buffer, shape } => {
+                    Slot::Buffer {
+                        buffer,
+                        offset,
+                        shape,
+                    } => {
                         let len: usize = shape.iter().product();
                         let at = pool.iter().position(|(b, _)| b == buffer);
                         match at {
                             Some(at) => {
                                 let (_, slice) = pool.swap_remove(at);
-                                outs.push(&mut slice[..len]);
+                                outs.push(&mut slice[*offset..*offset + len]);
                             }
                             None => outs.push(&mut []),
                         }
@@ -274,9 +291,9 @@ impl Plan {
 
     fn store(&self, v: ValueId, t: RtTensor, ws: &mut Workspace) {
         match &self.slots[v] {
-            Slot::Buffer { buffer, .. } => {
+            Slot::Buffer { buffer, offset, .. } => {
                 let data = t.to_f32();
-                ws.buffers[*buffer][..data.len()].copy_from_slice(&data);
+                ws.buffers[*buffer][*offset..*offset + data.len()].copy_from_slice(&data);
             }
             _ => {
                 ws.dynamic.insert(v, t);

@@ -47,6 +47,9 @@ pub(crate) enum Kernel {
     View,
     /// Integer/bool ops evaluated through the analysis op's constant evaluator.
     Generic,
+    /// Nothing to run: a Concat whose inputs the buffer planner placed in their slices of its
+    /// output, where their producers wrote them (`plan::concat_placements`).
+    InPlace,
 }
 
 /// A lowering's answer for one node.
