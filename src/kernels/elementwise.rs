@@ -433,30 +433,36 @@ pub enum ChainStep {
     },
 }
 
-/// Applies a fused chain in one pass. `channel_size` is the number of contiguous elements per
-/// channel (H·W for NCHW), used by per-channel constants; `x` starts at channel block
-/// `first_block` of the tensor (a thread's share of it).
-pub fn chain(
-    steps: &[ChainStep],
-    x: &[f32],
-    y: &mut [f32],
-    first_block: usize,
-    channels: usize,
-    channel_size: usize,
-) {
-    let block = channel_size.max(1);
-    for (b, (xs, ys)) in x.chunks(block).zip(y.chunks_mut(block)).enumerate() {
-        let channel = if channels > 0 {
-            (first_block + b) % channels
-        } else {
-            0
-        };
-        chain_block(steps, xs, ys, channel);
+multiversion! {
+    /// Applies a fused chain in one pass. `channel_size` is the number of contiguous elements
+    /// per channel (H·W for NCHW), used by per-channel constants; `x` starts at channel block
+    /// `first_block` of the tensor (a thread's share of it). The ISA is chosen once per call,
+    /// not per channel block: DenseNet's 7×7 planes made the per-block dispatch cost more than
+    /// the 49 elements' work.
+    pub fn chain(
+        steps: &[ChainStep],
+        x: &[f32],
+        y: &mut [f32],
+        first_block: usize,
+        channels: usize,
+        channel_size: usize,
+    ) {
+        let block = channel_size.max(1);
+        for (b, (xs, ys)) in x.chunks(block).zip(y.chunks_mut(block)).enumerate() {
+            let channel = if channels > 0 {
+                (first_block + b) % channels
+            } else {
+                0
+            };
+            chain_block(steps, xs, ys, channel);
+        }
     }
 }
 
-multiversion! {
-    fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
+/// One channel block of `chain`, inlined into each ISA's variant.
+#[inline(always)]
+fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
+    {
         y.copy_from_slice(x);
         for step in steps {
             match step {
@@ -465,8 +471,16 @@ multiversion! {
                         *v = f(*v);
                     }
                 }),
-                ChainStep::WithConstant { op, values, swapped } => {
-                    let c = if values.len() == 1 { values[0] } else { values[channel] };
+                ChainStep::WithConstant {
+                    op,
+                    values,
+                    swapped,
+                } => {
+                    let c = if values.len() == 1 {
+                        values[0]
+                    } else {
+                        values[channel]
+                    };
                     if *swapped {
                         per_binary!(*op, |f| {
                             for v in y.iter_mut() {
