@@ -205,6 +205,7 @@ pub fn analyze_prepared(
         .then(|| llm::LlmCosting::new(graph, order, options.llm, options.precision));
     let mut llm_totals = llm::LlmTotals::default();
     let read_in_place = foldable_transposes(graph, order, states);
+    let concats_in_place = in_place_concats(graph, order, states);
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -236,7 +237,8 @@ pub fn analyze_prepared(
                 if node
                     .outputs
                     .first()
-                    .is_some_and(|out| read_in_place.contains_key(out)) =>
+                    .is_some_and(|out| read_in_place.contains_key(out))
+                    || concats_in_place.contains(&id) =>
             {
                 Ok(ops::OpCost::view())
             }
@@ -425,6 +427,130 @@ pub fn analyze_prepared(
         measured: None,
         llm: llm_summary,
     })
+}
+
+/// Ops whose output is their input under another shape: no copy in the executor or in any
+/// runtime with a memory planner.
+pub const VIEW_OPS: &[&str] = &[
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Dropout",
+];
+
+/// Concats whose inputs their producers write straight into their slices of the output (the
+/// executor's zero-copy Concat, as TensorRT's concat elimination): float, along an axis with
+/// only size-1 dims before it (each input is then one contiguous slice), and every input a
+/// value produced by a single-output node of the graph that is not a view op, not a graph
+/// output, read once by this Concat and by no other such Concat; a Concat whose input's
+/// producer reads a value that would share the buffer (through these Concats or views) is
+/// left out, as a producer cannot read the buffer it writes. The analysis costs them as views;
+/// the executor places them (`exec::plan`), adding only its own kernels' constraints. Empty
+/// in graphs with subgraphs.
+pub fn in_place_concats(
+    graph: &Graph,
+    order: &[graph::NodeId],
+    states: &HashMap<graph::NodeId, NodeState>,
+) -> HashSet<graph::NodeId> {
+    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
+        return HashSet::new();
+    }
+    let live = |id: &graph::NodeId| !matches!(states.get(id), Some(NodeState::Folded));
+    let mut producer: HashMap<graph::ValueId, graph::NodeId> = HashMap::new();
+    for &id in order.iter().filter(|id| live(id)) {
+        for &v in &graph.dag[id].outputs {
+            producer.insert(v, id);
+        }
+    }
+    let mut candidates: Vec<(graph::NodeId, Vec<graph::ValueId>)> = Vec::new();
+    let mut placed: HashSet<graph::ValueId> = HashSet::new();
+    for &id in order.iter().filter(|id| live(id)) {
+        let node = &graph.dag[id];
+        if node.op_type != "Concat" || (!node.domain.is_empty() && node.domain != "ai.onnx") {
+            continue;
+        }
+        let Some(&whole) = node.outputs.first() else {
+            continue;
+        };
+        let fact = &graph.values[whole].fact;
+        let Some(shape) = fact.concrete_shape() else {
+            continue;
+        };
+        let rank = shape.len() as i64;
+        let axis = node.attrs.int_or("axis", 0);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if fact.dtype != tensor::DType::F32 || !(0..rank).contains(&axis) {
+            continue;
+        }
+        if shape[..axis as usize].iter().product::<u64>() != 1 {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let ok = node.inputs.iter().all(|input| {
+            let Some(v) = *input else { return false };
+            let Some(&writer) = producer.get(&v) else {
+                return false;
+            };
+            let writer = &graph.dag[writer];
+            let fits = writer.outputs.len() == 1
+                && !VIEW_OPS.contains(&writer.op_type.as_str())
+                && graph.values[v].fact.konst.is_none()
+                && !graph.outputs.contains(&v)
+                && node.inputs.iter().filter(|&&i| i == Some(v)).count() == 1
+                && !placed.contains(&v);
+            if fits {
+                parts.push(v);
+            }
+            fits
+        });
+        if ok && !parts.is_empty() {
+            placed.extend(parts.iter().copied());
+            candidates.push((id, parts));
+        }
+    }
+    loop {
+        let mut parent: HashMap<graph::ValueId, graph::ValueId> = HashMap::new();
+        for &id in order.iter().filter(|id| live(id)) {
+            let node = &graph.dag[id];
+            if VIEW_OPS.contains(&node.op_type.as_str()) {
+                if let (Some(Some(src)), Some(&dst)) = (node.inputs.first(), node.outputs.first()) {
+                    parent.insert(dst, *src);
+                }
+            }
+        }
+        for (id, parts) in &candidates {
+            for &part in parts {
+                parent.insert(part, graph.dag[*id].outputs[0]);
+            }
+        }
+        let root = |mut v: graph::ValueId| {
+            while let Some(&up) = parent.get(&v) {
+                v = up;
+            }
+            v
+        };
+        let placed_concats: HashSet<graph::NodeId> = candidates.iter().map(|(id, _)| *id).collect();
+        let conflict = candidates.iter().position(|(_, parts)| {
+            parts.iter().any(|&part| {
+                let writer = producer[&part];
+                !placed_concats.contains(&writer)
+                    && graph.dag[writer]
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .any(|&read| root(read) == root(part))
+            })
+        });
+        match conflict {
+            Some(at) => {
+                candidates.remove(at);
+            }
+            None => break,
+        }
+    }
+    candidates.into_iter().map(|(id, _)| id).collect()
 }
 
 /// Transposes a MatMul reads through its operand strides instead of a copy (a GEMM reads an

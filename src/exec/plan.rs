@@ -286,7 +286,8 @@ pub fn build_plan(
         .map(|&v| (v, graph.values[v].name.clone()))
         .collect();
     let (placements, in_place) = if options.concat_in_place {
-        concat_placements(&steps, &slots, &outputs)
+        let eligible = crate::analysis::in_place_concats(graph, order, states);
+        concat_placements(&steps, &slots, &outputs, &eligible)
     } else {
         (Vec::new(), Vec::new())
     };
@@ -374,18 +375,17 @@ fn plan_buffers(
 }
 
 /// Concats that copy nothing (issue 16's zero-copy concat, as DenseNet's blocks, Inception's
-/// branches and detector necks need): along an axis with nothing but size-1 dims before it,
-/// every input is one contiguous slice of the output, so each input's producer can write
-/// straight into that slice. A Concat is placed only when every input can be: a planned f32
-/// value written by one step of this plan (not a graph input or output, not a view, not the
-/// generic evaluator's), whose producer writes no other planned buffer, read by this Concat
-/// once, and placed nowhere else; and no producer may read a value of the same buffer (the
+/// branches and detector necks need): of the Concats `analysis::in_place_concats` names (the
+/// ones the cost model counts as views), those whose every input is also, for this backend, a
+/// planned f32 value written by one step of this plan (not the generic evaluator's) that
+/// writes no other planned buffer; and no producer may read a value of the same buffer (the
 /// runtime hands a step's output buffer out mutably). Returns the placements and the Concat
 /// steps left with nothing to run.
 fn concat_placements(
     steps: &[Step],
     slots: &[Slot],
     outputs: &[(ValueId, String)],
+    eligible: &std::collections::HashSet<NodeId>,
 ) -> (Vec<memory::Placement>, Vec<usize>) {
     let mut producer: HashMap<ValueId, usize> = HashMap::new();
     for (index, step) in steps.iter().enumerate() {
@@ -401,6 +401,10 @@ fn concat_placements(
         else {
             continue;
         };
+        // The analysis's rule first (it costs exactly these as views), then this backend's.
+        if !eligible.contains(&step.node) {
+            continue;
+        }
         let Some(&whole) = step.outputs.first() else {
             continue;
         };
