@@ -183,9 +183,12 @@ impl Settings {
     }
 }
 
-/// A figure above its theoretical peak by more than this is flagged: the clock is timed right
-/// after the kernel's blocks, not during them, so a few percent of drift is not a bug.
-const ABOVE_THEORY_TOLERANCE: f64 = 1.03;
+/// A figure above its theoretical peak by more than this is flagged as a bug: the clock is
+/// timed right after the kernel's blocks, not during them, and on a shared host the core's
+/// clock moves between the two (a CI run of `probe --quick` on a busy KVM guest saw a kernel
+/// between 3% and 10% above the theory of the clock sampled after it). The bugs the flag is
+/// for (a miscounted instruction, a wrong unit count or width) put a figure 1.5-2× above.
+const ABOVE_THEORY_TOLERANCE: f64 = 1.10;
 
 struct Tracker<'a> {
     callback: &'a mut dyn FnMut(ProgressEvent),
