@@ -236,14 +236,28 @@ impl<'a> Cx<'a> {
             .is_some_and(|f| f.dtype.is_float())
     }
 
-    /// Every input and output is a float, but Gather's indices and Where's condition.
+    /// Every input and output is a float, but Gather's indices, Where's condition, and the
+    /// constant integer parameters of the movement ops that take them as inputs since opset
+    /// 10-13 (Slice's starts/ends/axes/steps, Split's sizes, Expand's shape, Tile's repeats,
+    /// Pad's pads, Resize's sizes): those lowerings read them as constants. Without this every
+    /// such op of a modern export ran on the generic evaluator, 10-50× slower than its kernel;
+    /// run-time parameters still go there.
     fn all_float_io(&self) -> bool {
         let node = self.node;
+        let constant_parameter = |i: usize| {
+            i >= 1
+                && matches!(
+                    node.op_type.as_str(),
+                    "Slice" | "Split" | "Expand" | "Tile" | "Pad" | "Resize" | "Upsample"
+                )
+                && matches!(self.input(i).map(|v| &self.slots[v]), Some(Slot::Const(_)))
+        };
         node.inputs.iter().enumerate().all(|(i, s)| {
             s.is_none()
                 || self.is_float(i)
                 || node.op_type == "Gather" && i == 1
                 || matches!(node.op_type.as_str(), "Where") && i == 0
+                || constant_parameter(i)
         }) && node
             .outputs
             .iter()
