@@ -510,19 +510,50 @@ pub fn in_place_concats(
             candidates.push((id, parts));
         }
     }
+    let views: HashMap<graph::ValueId, graph::ValueId> = order
+        .iter()
+        .filter(|id| live(id))
+        .map(|&id| &graph.dag[id])
+        .filter(|node| VIEW_OPS.contains(&node.op_type.as_str()))
+        .filter_map(|node| Some((*node.outputs.first()?, (*node.inputs.first()?)?)))
+        .collect();
+    drop_self_reading_concats(
+        &mut candidates,
+        &views,
+        |part| {
+            graph.dag[producer[&part]]
+                .inputs
+                .iter()
+                .flatten()
+                .copied()
+                .collect()
+        },
+        |id| graph.dag[id].outputs[0],
+    );
+    candidates.into_iter().map(|(id, _)| id).collect()
+}
+
+/// Drops, until none is left, the candidate in-place Concats (`(key, parts)`) one of whose
+/// parts is written by a step that reads a value of the same buffer: a producer cannot read
+/// the buffer it writes. A part written by another candidate Concat is exempt (that Concat
+/// runs nothing, so reads nothing). `views` maps a view's output to its input, `writer_reads`
+/// gives the values a part's writer reads, `whole` a candidate's output. Shared by the cost model's rule
+/// (`in_place_concats`) and the executor's placement (`exec::plan`), which starts from fewer
+/// candidates.
+pub fn drop_self_reading_concats<K: Copy>(
+    candidates: &mut Vec<(K, Vec<graph::ValueId>)>,
+    views: &HashMap<graph::ValueId, graph::ValueId>,
+    writer_reads: impl Fn(graph::ValueId) -> Vec<graph::ValueId>,
+    whole: impl Fn(K) -> graph::ValueId,
+) {
     loop {
-        let mut parent: HashMap<graph::ValueId, graph::ValueId> = HashMap::new();
-        for &id in order.iter().filter(|id| live(id)) {
-            let node = &graph.dag[id];
-            if VIEW_OPS.contains(&node.op_type.as_str()) {
-                if let (Some(Some(src)), Some(&dst)) = (node.inputs.first(), node.outputs.first()) {
-                    parent.insert(dst, *src);
-                }
-            }
-        }
-        for (id, parts) in &candidates {
+        let mut parent = views.clone();
+        let mut placed_wholes: HashSet<graph::ValueId> = HashSet::new();
+        for (key, parts) in candidates.iter() {
+            let whole = whole(*key);
+            placed_wholes.insert(whole);
             for &part in parts {
-                parent.insert(part, graph.dag[*id].outputs[0]);
+                parent.insert(part, whole);
             }
         }
         let root = |mut v: graph::ValueId| {
@@ -531,16 +562,13 @@ pub fn in_place_concats(
             }
             v
         };
-        let placed_concats: HashSet<graph::NodeId> = candidates.iter().map(|(id, _)| *id).collect();
         let conflict = candidates.iter().position(|(_, parts)| {
             parts.iter().any(|&part| {
-                let writer = producer[&part];
-                !placed_concats.contains(&writer)
-                    && graph.dag[writer]
-                        .inputs
-                        .iter()
-                        .flatten()
-                        .any(|&read| root(read) == root(part))
+                // Parts have one writer with one output: a placed Concat's part is its whole.
+                !placed_wholes.contains(&part)
+                    && writer_reads(part)
+                        .into_iter()
+                        .any(|read| root(read) == root(part))
             })
         });
         match conflict {
@@ -550,7 +578,6 @@ pub fn in_place_concats(
             None => break,
         }
     }
-    candidates.into_iter().map(|(id, _)| id).collect()
 }
 
 /// Transposes a MatMul reads through its operand strides instead of a copy (a GEMM reads an

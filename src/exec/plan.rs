@@ -450,53 +450,45 @@ fn concat_placements(
             candidates.push((index, parts));
         }
     }
-    // Drop Concats whose placement would have a producer read its own buffer, until none does.
-    loop {
-        let mut parent: HashMap<ValueId, ValueId> = HashMap::new();
-        for step in steps {
-            if matches!(step.kernel, Kernel::View) {
-                if let (Some(Some(src)), Some(&dst)) = (step.inputs.first(), step.outputs.first()) {
-                    parent.insert(dst, *src);
-                }
-            }
-        }
-        for (_, parts) in &candidates {
-            for p in parts {
-                parent.insert(p.part, p.whole);
-            }
-        }
-        let root = |mut v: ValueId| {
-            while let Some(&up) = parent.get(&v) {
-                v = up;
-            }
-            v
-        };
-        // A placed Concat's own step runs nothing, so it reads nothing: a chain of placed
-        // Concats (DenseNet's block) is one buffer and no conflict.
-        let running_nothing: std::collections::HashSet<usize> =
-            candidates.iter().map(|(index, _)| *index).collect();
-        let conflict = candidates.iter().position(|(_, parts)| {
-            parts.iter().any(|p| {
-                let writer_index = producer[&p.part];
-                !running_nothing.contains(&writer_index)
-                    && steps[writer_index]
-                        .inputs
-                        .iter()
-                        .flatten()
-                        .any(|&read| root(read) == root(p.part))
-            })
-        });
-        match conflict {
-            Some(at) => {
-                candidates.remove(at);
-            }
-            None => break,
-        }
-    }
-    let in_place = candidates.iter().map(|(index, _)| *index).collect();
-    let placements = candidates
+    // The same conflict rule as the analysis, over this backend's (fewer) candidates.
+    let views: HashMap<ValueId, ValueId> = steps
+        .iter()
+        .filter(|step| matches!(step.kernel, Kernel::View))
+        .filter_map(|step| Some((*step.outputs.first()?, (*step.inputs.first()?)?)))
+        .collect();
+    let mut offsets: HashMap<ValueId, usize> = HashMap::new();
+    let mut keyed: Vec<(usize, Vec<ValueId>)> = candidates
         .into_iter()
-        .flat_map(|(_, parts)| parts)
+        .map(|(index, parts)| {
+            offsets.extend(parts.iter().map(|p| (p.part, p.offset)));
+            (index, parts.into_iter().map(|p| p.part).collect())
+        })
+        .collect();
+    crate::analysis::drop_self_reading_concats(
+        &mut keyed,
+        &views,
+        |part| {
+            steps[producer[&part]]
+                .inputs
+                .iter()
+                .flatten()
+                .copied()
+                .collect()
+        },
+        |index| steps[index].outputs[0],
+    );
+    let in_place = keyed.iter().map(|(index, _)| *index).collect();
+    let placements = keyed
+        .into_iter()
+        .flat_map(|(index, parts)| {
+            let whole = steps[index].outputs[0];
+            let offsets = &offsets;
+            parts.into_iter().map(move |part| memory::Placement {
+                part,
+                whole,
+                offset: offsets[&part],
+            })
+        })
         .collect();
     (placements, in_place)
 }

@@ -120,6 +120,17 @@ fn per_axis(
     }
 }
 
+/// A kernel of `count` spatial dims, or invalid input.
+fn same_rank(kernel: &[u64], count: usize) -> OpResult<()> {
+    if kernel.len() == count {
+        return Ok(());
+    }
+    Err(super::invalid(format!(
+        "kernel has {} spatial dims but the input has {count}",
+        kernel.len()
+    )))
+}
+
 /// The window attributes convolutions and pools share, as the node gives them; their lengths
 /// are checked against the input's spatial rank when resolved.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,12 +168,7 @@ impl WindowAttrs {
     /// The window of a forward convolution or pool over `input` (spatial dims).
     pub fn forward(&self, input: &[u64], kernel: &[u64], ceil_mode: bool) -> OpResult<Window> {
         let count = input.len();
-        if kernel.len() != count {
-            return Err(super::invalid(format!(
-                "kernel has {} spatial dims but the input has {count}",
-                kernel.len()
-            )));
-        }
+        same_rank(kernel, count)?;
         let strides = per_axis(&self.strides, count, 1, "strides")?;
         let dilations = per_axis(&self.dilations, count, 1, "dilations")?;
         let explicit = per_axis(&self.pads, 2 * count, 0, "pads")?;
@@ -285,12 +291,7 @@ impl ConvTransposeConfig {
     /// longer than the scatter has a negative end pad, stored as 0 (the output size says it).
     pub fn window(&self, input: &[u64], kernel: &[u64]) -> OpResult<Window> {
         let count = input.len();
-        if kernel.len() != count {
-            return Err(super::invalid(format!(
-                "kernel has {} spatial dims but the input has {count}",
-                kernel.len()
-            )));
-        }
+        same_rank(kernel, count)?;
         let strides = per_axis(&self.window.strides, count, 1, "strides")?;
         let dilations = per_axis(&self.window.dilations, count, 1, "dilations")?;
         let output_padding = per_axis(&self.output_padding, count, 0, "output_padding")?;

@@ -11,9 +11,8 @@ pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
         return None;
     }
     match op {
-        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "Dropout" => {
-            Lowering::integers(lower_view)
-        }
+        // The ops the cost model counts as views (one list for both).
+        _ if crate::analysis::VIEW_OPS.contains(&op) => Lowering::integers(lower_view),
         "Cast" => Lowering::integers(lower_cast),
         "Shape" | "Size" | "Constant" | "ConstantOfShape" | "Range" => {
             Lowering::floats(|_| Ok(Lowered::generic()))
