@@ -8,6 +8,7 @@ mod cli;
 mod cli_output;
 mod common;
 mod compress;
+mod conformance;
 mod corpus;
 mod exec_vs_ort;
 mod export_checker;
