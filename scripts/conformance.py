@@ -310,7 +310,7 @@ def check_run(binary: str, folder: Path, case: dict) -> dict:
 
 def _file_stem(name: str) -> str:
     """The file name `roofline run` gives an output (see `cli/run.rs`)."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "-_." else "_" for c in name)
 
 
 def check_ort(folder: Path, case: dict) -> dict:

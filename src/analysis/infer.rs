@@ -87,13 +87,20 @@ pub struct Diagnostic {
     pub message: String,
 }
 
+impl Diagnostic {
+    /// Whether this records an op the tool does not know (its node is not costed).
+    pub fn is_unknown_op(&self) -> bool {
+        self.message.starts_with("unknown op")
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     Info,
     Warning,
-    /// Bad input that still lets the rest of the model be analysed (an unknown op): the report
-    /// is produced and the command exits with status 2.
+    /// Bad input that still lets the rest of the model be analysed: the report is produced and
+    /// the command exits with status 2. (An op the tool does not know is a warning, not this.)
     Error,
 }
 
@@ -534,13 +541,10 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
                         None => recovered = false,
                     }
                 }
-                let unknown_op = reason.starts_with("unknown op");
+                // An op the tool does not know, in a model that is otherwise well formed, is a
+                // warning: the report lists it as not costed (a runtime may well know it).
                 diagnostics.push(Diagnostic {
-                    severity: if unknown_op {
-                        Severity::Error
-                    } else {
-                        Severity::Warning
-                    },
+                    severity: Severity::Warning,
                     node: Some(name),
                     op_type: Some(op_type),
                     message: if recovered {

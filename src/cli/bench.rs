@@ -159,7 +159,7 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     shapes.extend(model::parse_shapes(&args.shapes)?);
     let LoadedModel {
         source,
-        mut graph,
+        graph: loaded,
         bindings,
     } = model::load(
         &args.model,
@@ -170,21 +170,59 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         },
         Purpose::Execute,
     )?;
-    protected.add_model_files(&graph);
-    let (order, states, diagnostics) = roofline::analysis::prepare_graph(&mut graph, &bindings)?;
-    let plan = exec::build_plan(
-        &graph,
-        &order,
-        &states,
-        &PlanOptions {
-            threads: args.threads.threads.max(1),
-            ..PlanOptions::default()
-        },
-    )?;
+    protected.add_model_files(&loaded);
+    let options = PlanOptions {
+        threads: args.threads.threads.max(1),
+        ..PlanOptions::default()
+    };
+    let build = |graph: &mut roofline::analysis::graph::Graph,
+                 bindings: &Bindings|
+     -> Result<(exec::Plan, Vec<roofline::analysis::Diagnostic>)> {
+        let (order, states, diagnostics) = roofline::analysis::prepare_graph(graph, bindings)?;
+        let plan = exec::build_plan(graph, &order, &states, &options)?;
+        Ok((plan, diagnostics))
+    };
+    let mut graph = loaded.clone();
+    let (plan, diagnostics) = match build(&mut graph, &bindings) {
+        Ok(built) => built,
+        // A model whose shapes or kernels depend on input values (a Reshape's shape, Reduce
+        // axes, a Conv's filter given as an input) is planned again for the values given,
+        // integers first: the plan is for this one run.
+        Err(first) => {
+            let mut specialised = None;
+            for which in [exec::Specialise::Integers, exec::Specialise::All] {
+                let mut candidate = loaded.clone();
+                let bound = exec::specialise_on_values(&mut candidate, &given, which);
+                if bound.is_empty() {
+                    continue;
+                }
+                let mut narrowed = bindings.clone();
+                narrowed.inputs.retain(|(name, _)| !bound.contains(name));
+                if let Ok(built) = build(&mut candidate, &narrowed) {
+                    note!(
+                        "planned for the given values of {} (the model's shapes or kernels depend on them)",
+                        super::safe(&bound.join(", "))
+                    );
+                    graph = candidate;
+                    specialised = Some(built);
+                    break;
+                }
+            }
+            specialised.ok_or(first)?
+        }
+    };
     let mut inputs = exec::random_inputs(&plan, args.seed);
+    let fed: Vec<String> = plan.inputs().into_iter().map(|(name, ..)| name).collect();
     for (name, tensor) in given {
-        inputs.insert(name, tensor);
+        if fed.contains(&name) {
+            inputs.insert(name, tensor);
+        }
     }
+    let output_types: HashMap<String, roofline::analysis::tensor::DType> = graph
+        .outputs
+        .iter()
+        .map(|&v| (graph.values[v].name.clone(), graph.values[v].fact.dtype))
+        .collect();
     let mut workspace = plan.workspace();
     let outputs = plan.run(&mut workspace, &inputs, None)?;
     // The folder exists before the paths are checked (`new/..` resolves only then). Every path
@@ -213,11 +251,16 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         }
         let path = args.output.join(file);
         protected.check(&path)?;
-        planned.push((path, tensor));
+        planned.push((path, name, tensor));
     }
-    for (path, tensor) in planned {
+    // Each output in the model's element type for it.
+    for (path, name, tensor) in planned {
+        let encode = |t: &exec::RtTensor| match output_types.get(name) {
+            Some(&dtype) => npy::encode_npy_as(t, dtype),
+            None => npy::encode_npy(t),
+        };
         protected
-            .write(&path, &npy::encode_npy(tensor))
+            .write(&path, &encode(tensor))
             .context("writing an output tensor")?;
         note!(
             "wrote {} {:?}",

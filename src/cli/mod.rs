@@ -150,8 +150,10 @@ impl Inputs {
 /// analyses a model. The first list decides errors (the analysis of the model as given; other
 /// lists are the same model on other devices or after rewrites); warnings count in every list.
 ///
-/// - An op that could not be analysed (an unknown op, severity error) is bad input: exit 2,
-///   after the report was written (it lists them, and they are NOT in the totals).
+/// - An op the tool does not know is a warning: the report lists it as not costed, a line on
+///   stderr names it, and the command exits 0 (a runtime may know the op; the file is fine).
+/// - An op that could not be analysed for a reason marked as an error is bad input: exit 2,
+///   after the report was written.
 /// - With `--strict`, any warning (an op not costed, a shape taken from the model) exits 1.
 pub fn diagnostics_status(source: &str, diagnostics: &[&[Diagnostic]], strict: bool) -> ExitCode {
     let errors: Vec<&Diagnostic> = diagnostics
@@ -162,13 +164,34 @@ pub fn diagnostics_status(source: &str, diagnostics: &[&[Diagnostic]], strict: b
         .collect();
     if let Some(first) = errors.first() {
         note!(
-            "error: {}: node `{}`: {} ({} node(s) with unknown ops; they are NOT in the totals)",
+            "error: {}: node `{}`: {} ({} node(s) could not be analysed; they are NOT in the totals)",
             safe(source),
             safe(first.node.as_deref().unwrap_or("?")),
             safe(&first.message),
             errors.len()
         );
         return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let unknown_nodes: Vec<&Diagnostic> = diagnostics
+        .first()
+        .into_iter()
+        .flat_map(|list| list.iter())
+        .filter(|d| d.is_unknown_op())
+        .collect();
+    if let Some(first) = unknown_nodes.first() {
+        let mut ops: Vec<&str> = unknown_nodes
+            .iter()
+            .filter_map(|d| d.op_type.as_deref())
+            .collect();
+        ops.sort_unstable();
+        ops.dedup();
+        note!(
+            "warning: {}: op(s) the tool does not know: {} ({} node(s), the first `{}`); NOT costed: the totals exclude them",
+            safe(source),
+            safe(&ops.join(", ")),
+            unknown_nodes.len(),
+            safe(first.node.as_deref().unwrap_or("?"))
+        );
     }
     let warnings = diagnostics
         .iter()

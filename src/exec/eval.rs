@@ -72,13 +72,13 @@ pub(super) fn run_once(
         .iter()
         .map(|&v| dims(&graph.values[v].fact).unwrap_or_default())
         .collect();
-    let out_float: Vec<bool> = step
+    let out_types: Vec<DType> = step
         .outputs
         .iter()
-        .map(|&v| graph.values[v].fact.dtype.is_float())
+        .map(|&v| graph.values[v].fact.dtype)
         .collect();
     let node = &graph.dag[step.node];
-    execute_owned(step, node, opset, &ins, &out_shapes, &out_float, threads)
+    execute_owned(step, node, opset, &ins, &out_shapes, &out_types, threads)
 }
 
 /// Executes a step on owned tensors (plan-time folding and the generic path).
@@ -88,11 +88,11 @@ fn execute_owned(
     opset: i64,
     ins: &[Option<RtTensor>],
     out_shapes: &[Vec<usize>],
-    out_float: &[bool],
+    out_types: &[DType],
     threads: usize,
 ) -> Result<Vec<RtTensor>, ExecError> {
     if matches!(step.kernel, Kernel::Generic) {
-        return generic_eval(node, opset, ins);
+        return generic_eval(node, opset, ins, out_types);
     }
     let mut outs: Vec<Vec<f32>> = out_shapes
         .iter()
@@ -122,10 +122,10 @@ fn execute_owned(
     Ok(outs
         .into_iter()
         .zip(out_shapes)
-        .zip(out_float)
-        .map(|((v, s), &f)| RtTensor {
+        .zip(out_types)
+        .map(|((v, s), t)| RtTensor {
             shape: s.clone(),
-            data: if f {
+            data: if t.is_float() {
                 RtData::F32(v)
             } else {
                 RtData::I64(v.iter().map(|&x| x as i64).collect())
@@ -134,12 +134,20 @@ fn execute_owned(
         .collect())
 }
 
-/// Evaluates an op through the analysis layer's constant evaluator (small integer tensors).
+/// Evaluates an op on owned tensors: through its reference kernel when it has one
+/// (`reference.rs`), else through the analysis layer's constant evaluator (small integer
+/// tensors). `out_types` are the element types of the node's outputs.
 pub(super) fn generic_eval(
     node: &Node,
     opset: i64,
     ins: &[Option<RtTensor>],
+    out_types: &[DType],
 ) -> Result<Vec<RtTensor>, ExecError> {
+    if (node.domain.is_empty() || node.domain == "ai.onnx")
+        && super::reference::covers(&node.op_type)
+    {
+        return super::reference::run(node, opset, ins, out_types).map_err(|e| node_error(node, e));
+    }
     let op =
         ops::lookup(&node.domain, &node.op_type).ok_or_else(|| node_error(node, "unknown op"))?;
     let facts: Vec<Option<TensorFact>> = ins

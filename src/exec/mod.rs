@@ -35,6 +35,7 @@ mod cpu;
 mod eval;
 mod lower;
 mod memory;
+mod reference;
 mod run;
 
 use std::collections::HashMap;
@@ -172,4 +173,54 @@ fn node_error(node: &Node, reason: impl Into<String>) -> ExecError {
 fn dims(fact: &TensorFact) -> Option<Vec<usize>> {
     fact.concrete_shape()
         .map(|d| d.iter().map(|&v| v as usize).collect())
+}
+
+/// Which given inputs [`specialise_on_values`] turns into constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Specialise {
+    /// Integer and bool inputs: the shape-like ones (Reshape's shape, Slice's starts, Reduce
+    /// axes, Resize sizes, TopK's k...) and the indices whose values fix an output's shape.
+    Integers,
+    /// Every given input (float weights given at run time, e.g. a Conv's filter).
+    All,
+}
+
+/// Specialises a graph on input values known before planning: each given input of the kind
+/// `which` names stops being a graph input and becomes a constant holding its value, so
+/// inference resolves the shapes that depend on it and the planner folds what only it feeds.
+/// The plan built from the result is valid for these values only (`roofline run` builds it
+/// for one run; a caller running it again with other values must specialise again). Returns
+/// the names of the inputs it bound.
+pub fn specialise_on_values(
+    graph: &mut crate::analysis::graph::Graph,
+    values: &HashMap<String, RtTensor>,
+    which: Specialise,
+) -> Vec<String> {
+    use crate::analysis::tensor::{Tensor, TensorData, TensorFact};
+    let mut bound = Vec::new();
+    graph.inputs.retain(|&v| {
+        let value = &mut graph.values[v];
+        let Some(given) = values.get(&value.name) else {
+            return true;
+        };
+        let integer = !value.fact.dtype.is_float();
+        if which == Specialise::Integers && !integer {
+            return true;
+        }
+        let shape: Vec<u64> = given.shape.iter().map(|&d| d as u64).collect();
+        let data = match (&given.data, integer) {
+            (RtData::I64(v), true) => TensorData::I64(v.clone()),
+            (RtData::F32(v), true) => TensorData::I64(v.iter().map(|&x| x as i64).collect()),
+            (RtData::F32(v), false) => TensorData::F32(v.clone()),
+            (RtData::I64(v), false) => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+        };
+        value.fact = TensorFact::constant(Tensor {
+            dtype: value.fact.dtype,
+            shape,
+            data,
+        });
+        bound.push(value.name.clone());
+        false
+    });
+    bound
 }

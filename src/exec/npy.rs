@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use super::{ExecError, RtData, RtTensor};
+use crate::analysis::tensor::DType;
 
 fn bad(path: &Path, reason: impl Into<String>) -> ExecError {
     ExecError::Npy {
@@ -63,64 +64,159 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
             Ok(())
         }
     };
-    let data = match descr {
-        "<f4" => {
-            need(4)?;
-            RtData::F32(
-                data.chunks_exact(4)
-                    .take(count)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            )
-        }
-        "<f8" => {
-            need(8)?;
-            RtData::F32(
-                data.chunks_exact(8)
-                    .take(count)
-                    .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
-                    .collect(),
-            )
-        }
-        "<i8" => {
-            need(8)?;
-            RtData::I64(
-                data.chunks_exact(8)
-                    .take(count)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect(),
-            )
-        }
-        "<i4" => {
-            need(4)?;
-            RtData::I64(
-                data.chunks_exact(4)
-                    .take(count)
-                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-                    .collect(),
-            )
-        }
-        "|b1" | "|u1" => {
-            need(1)?;
-            RtData::I64(data.iter().take(count).map(|&b| b as i64).collect())
-        }
+    // Integers of every width run as i64 and floats as f32 (the executor's two element
+    // types); `encode_npy_as` writes outputs back in the model's own types.
+    let (width, kind) = match descr {
+        "<f4" => (4, 'f'),
+        "<f8" => (8, 'f'),
+        "<f2" => (2, 'f'),
+        "<i8" => (8, 'i'),
+        "<i4" => (4, 'i'),
+        "<i2" => (2, 'i'),
+        "|i1" => (1, 'i'),
+        "<u8" => (8, 'u'),
+        "<u4" => (4, 'u'),
+        "<u2" => (2, 'u'),
+        "|u1" | "|b1" => (1, 'u'),
         other => {
             return Err(bad(
                 path,
-                format!("unsupported dtype `{other}` (f4, f8, i4, i8, u1, b1)"),
+                format!("unsupported dtype `{other}` (f2, f4, f8, i1-i8, u1-u8, b1)"),
             ))
         }
+    };
+    need(width)?;
+    let words = data.chunks_exact(width).take(count);
+    let data = match (kind, width) {
+        ('f', 4) => RtData::F32(
+            words
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        ('f', 8) => RtData::F32(
+            words
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+                .collect(),
+        ),
+        ('f', _) => RtData::F32(
+            words
+                .map(|c| crate::analysis::tensor::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+        ),
+        ('i', _) => RtData::I64(words.map(|c| signed_le(c)).collect()),
+        _ => RtData::I64(
+            words
+                .map(|c| {
+                    let mut word = [0u8; 8];
+                    word[..c.len()].copy_from_slice(c);
+                    // u64 values past i64::MAX wrap, as a cast to int64 would.
+                    u64::from_le_bytes(word) as i64
+                })
+                .collect(),
+        ),
     };
     Ok(RtTensor { shape, data })
 }
 
-/// The bytes of a NumPy `.npy` file (format 1.0) holding `tensor`.
+/// A little-endian two's-complement integer of 1 to 8 bytes, sign-extended.
+fn signed_le(bytes: &[u8]) -> i64 {
+    let mut word = [0u8; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    let shift = 64 - 8 * bytes.len() as u32;
+    (i64::from_le_bytes(word) << shift) >> shift
+}
+
+/// The bytes of a NumPy `.npy` file (format 1.0) holding `tensor` (f32 or i64).
 pub fn encode_npy(tensor: &RtTensor) -> Vec<u8> {
     let (descr, payload): (&str, Vec<u8>) = match &tensor.data {
         RtData::F32(v) => ("<f4", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         RtData::I64(v) => ("<i8", v.iter().flat_map(|x| x.to_le_bytes()).collect()),
     };
-    let shape = match tensor.shape.as_slice() {
+    with_header(descr, &tensor.shape, payload)
+}
+
+/// The bytes of a `.npy` file holding `tensor` as the element type `dtype` (the model's type
+/// for that value): integers narrowed with wrap-around as a cast in that type would, bool as
+/// 0/1, f64 and f16 from the f32 the executor computed. Types NumPy has no form of (bf16,
+/// float8, strings) stay f32 or i64.
+pub fn encode_npy_as(tensor: &RtTensor, dtype: DType) -> Vec<u8> {
+    let ints = || -> Vec<i64> {
+        match &tensor.data {
+            RtData::I64(v) => v.clone(),
+            RtData::F32(v) => v.iter().map(|&x| x as i64).collect(),
+        }
+    };
+    let floats = || -> Vec<f32> {
+        match &tensor.data {
+            RtData::F32(v) => v.clone(),
+            RtData::I64(v) => v.iter().map(|&x| x as f32).collect(),
+        }
+    };
+    let (descr, payload): (&str, Vec<u8>) = match dtype {
+        DType::F32 => (
+            "<f4",
+            floats().iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+        DType::F64 => (
+            "<f8",
+            floats()
+                .iter()
+                .flat_map(|&x| f64::from(x).to_le_bytes())
+                .collect(),
+        ),
+        DType::F16 => (
+            "<f2",
+            floats()
+                .iter()
+                .flat_map(|&x| super::lower::quant::f32_to_f16(x).to_le_bytes())
+                .collect(),
+        ),
+        DType::Bool => ("|b1", ints().iter().map(|&x| u8::from(x != 0)).collect()),
+        DType::I8 => ("|i1", ints().iter().map(|&x| x as i8 as u8).collect()),
+        DType::U8 => ("|u1", ints().iter().map(|&x| x as u8).collect()),
+        DType::I16 => (
+            "<i2",
+            ints()
+                .iter()
+                .flat_map(|&x| (x as i16).to_le_bytes())
+                .collect(),
+        ),
+        DType::U16 => (
+            "<u2",
+            ints()
+                .iter()
+                .flat_map(|&x| (x as u16).to_le_bytes())
+                .collect(),
+        ),
+        DType::I32 => (
+            "<i4",
+            ints()
+                .iter()
+                .flat_map(|&x| (x as i32).to_le_bytes())
+                .collect(),
+        ),
+        DType::U32 => (
+            "<u4",
+            ints()
+                .iter()
+                .flat_map(|&x| (x as u32).to_le_bytes())
+                .collect(),
+        ),
+        DType::I64 => ("<i8", ints().iter().flat_map(|x| x.to_le_bytes()).collect()),
+        DType::U64 => (
+            "<u8",
+            ints()
+                .iter()
+                .flat_map(|&x| (x as u64).to_le_bytes())
+                .collect(),
+        ),
+        DType::Bf16 | DType::F8 | DType::String | DType::Other => return encode_npy(tensor),
+    };
+    with_header(descr, &tensor.shape, payload)
+}
+
+fn with_header(descr: &str, shape: &[usize], payload: Vec<u8>) -> Vec<u8> {
+    let shape = match shape {
         [] => "()".to_string(),
         [d] => format!("({d},)"),
         dims => format!(

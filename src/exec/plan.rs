@@ -105,8 +105,8 @@ pub struct Plan {
     /// Constants as f32, plus the GEMM-packed copies of convolution weights.
     pub weights_bytes: u64,
     pub(super) graph_names: Vec<String>,
-    /// Generic steps need the graph's node attributes.
-    pub(super) generic_nodes: HashMap<NodeId, Node>,
+    /// Generic steps need the graph's node attributes and their outputs' element types.
+    pub(super) generic_nodes: HashMap<NodeId, (Node, Vec<DType>)>,
     pub(super) opset: i64,
 }
 
@@ -285,6 +285,20 @@ pub fn build_plan(
         .iter()
         .map(|&v| (v, graph.values[v].name.clone()))
         .collect();
+    // A graph output that folded to a constant (a Constant node, shape arithmetic) and that
+    // no step reads is materialised here, or the run would have nothing to return for it.
+    for &(v, _) in &outputs {
+        if matches!(slots[v], Slot::Unused) {
+            if let Some(t) = graph.values[v]
+                .fact
+                .konst
+                .as_deref()
+                .and_then(eval::materialise)
+            {
+                slots[v] = Slot::Const(Arc::new(t));
+            }
+        }
+    }
     let (placements, in_place) = if options.concat_in_place {
         let eligible = crate::analysis::in_place_concats(graph, order, states);
         concat_placements(&steps, &slots, &outputs, &eligible)
@@ -308,7 +322,14 @@ pub fn build_plan(
     let generic_nodes = steps
         .iter()
         .filter(|s| matches!(s.kernel, Kernel::Generic))
-        .map(|s| (s.node, graph.dag[s.node].clone()))
+        .map(|s| {
+            let types = s
+                .outputs
+                .iter()
+                .map(|&v| graph.values[v].fact.dtype)
+                .collect();
+            (s.node, (graph.dag[s.node].clone(), types))
+        })
         .collect();
     Ok(Plan {
         steps,

@@ -329,7 +329,7 @@ fn hostile_names_reach_the_terminal_escaped() {
     );
     let out = roofline(&["analyze", unknown.to_str().unwrap(), "--batch", "1"]);
     assert_no_panic(&out);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!has_raw_controls(&out.stdout), "{}", stdout(&out));
     assert!(!has_raw_controls(&out.stderr), "{}", stderr(&out));
     assert!(

@@ -127,19 +127,23 @@ fn every_command_maps_diagnostics_to_the_exit_status_the_same_way() {
     let dir = tempdir();
     let unknown = with_unknown_op(&dir);
     let unknown = unknown.to_str().unwrap();
-    // An unknown op: the report is written, then status 2 with the op named.
+    // An op the tool does not know: the report lists it as not costed, a warning names it,
+    // status 0 (1 with --strict).
     for args in [
         &["analyze", unknown, "--batch", "1"][..],
         &["advise", unknown, "--batch", "1", "-d", "rtx2080ti"][..],
     ] {
         let out = roofline(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
         assert!(stdout(&out).contains("model"), "{args:?}: the report first");
         assert!(
-            stderr(&out).contains("unknown op `Evil`"),
+            stderr(&out).contains("does not know: Evil"),
             "{args:?}: {}",
             stderr(&out)
         );
+        let strict: Vec<&str> = args.iter().copied().chain(["--strict"]).collect();
+        let out = roofline(&strict);
+        assert_eq!(out.status.code(), Some(1), "{strict:?}: {}", stderr(&out));
     }
     // `bench` cannot run it: refused before running, status 2 as well.
     let out = roofline(&[

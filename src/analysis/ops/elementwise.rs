@@ -1,6 +1,6 @@
 //! Element-wise ops, unary and broadcasting n-ary: Relu, LeakyRelu, PRelu, Clip, Sigmoid,
 //! HardSigmoid, HardSwish, Tanh, Gelu, Erf, Softplus, Add/Sub/Mul/Div/Pow/Min/Max/Sum/Mean,
-//! comparisons, logic, Where... (all opsets; Clip reads min/max from attributes before opset 11
+//! comparisons, logic, bitwise (BitShift, BitwiseAnd/Or/Xor/Not: 1 op per element), Where... (all opsets; Clip reads min/max from attributes before opset 11
 //! and from inputs from 11 on).
 //!
 //! Cost: one formula for the family, `per-element cost × output elements`, where the per-element
@@ -127,6 +127,7 @@ static POW: ElementWise = ew!(0, 1, |a, _| a[0].powf(a[1]));
 static MOD: ElementWise = ew!(1, 0, |a, _| a[0] % a[1]);
 static PRELU: ElementWise = ew!(2, 0);
 static BITSHIFT: ElementWise = ew!(1, 0);
+static BITWISE: ElementWise = ew!(1, 0);
 static WHERE: ElementWise = ew!(1, 0, |a, _| if a[0] != 0.0 { a[1] } else { a[2] });
 static EQUAL: ElementWise = cmp!(|a, _| b(a[0] == a[1]));
 static LESS: ElementWise = cmp!(|a, _| b(a[0] < a[1]));
@@ -202,6 +203,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Mod" => &MOD,
         "PRelu" => &PRELU,
         "BitShift" => &BITSHIFT,
+        "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => &BITWISE,
         "Where" => &WHERE,
         "Equal" => &EQUAL,
         "Less" => &LESS,

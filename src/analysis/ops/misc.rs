@@ -9,6 +9,10 @@
 //!   3 (GRU), 1 (RNN).
 //! RoiAlign: per output element sampling_ratio² samples (2×2 when adaptive), each a bilinear
 //! interpolation of 4 taps (8 FLOPs), plus one average.
+//! NegativeLogLikelihoodLoss (13+): one gathered log-probability per target element, negated
+//! and weighted (2 FLOPs), plus one add per element for a sum or mean reduction.
+//! SoftmaxCrossEntropyLoss (13+): a log-softmax over the class axis of the scores (4 FLOPs and
+//! 1 exp per score, 1 log per row), then the NLL loss above.
 
 use super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{DType, Dim, TensorFact};
@@ -16,11 +20,13 @@ use crate::analysis::tensor::{DType, Dim, TensorFact};
 struct Recurrent;
 struct RoiAlign;
 struct NotCosted;
+struct Loss;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     Some(match op_type {
         "LSTM" | "GRU" | "RNN" => &Recurrent,
         "RoiAlign" => &RoiAlign,
+        "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => &Loss,
         "If" | "Loop" | "Scan" | "NonMaxSuppression" => &NotCosted,
         _ => return None,
     })
@@ -131,6 +137,49 @@ impl OpDef for RoiAlign {
         cost.bytes.act_read = x_bytes.min(sample_bytes) + ctx.bytes_of(ctx.input(1)?)?;
         cost.bytes.act_written = ctx.bytes_of(ctx.outputs[0])?;
         Ok(cost)
+    }
+}
+
+impl OpDef for Loss {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let scores = ctx.input(0)?;
+        let scores_shape = ctx.input_shape(0)?;
+        let target = ctx.input_shape(1)?;
+        if scores_shape.len() < 2 || target.len() + 1 != scores_shape.len() {
+            return Err(super::invalid(
+                "the scores must be [N, C, d...] and the target [N, d...]",
+            ));
+        }
+        let loss_shape = match ctx.attrs().string("reduction").unwrap_or("mean") {
+            "none" => target.to_vec(),
+            "sum" | "mean" => Vec::new(),
+            other => return Err(super::invalid(format!("unknown reduction `{other}`"))),
+        };
+        let mut outputs = vec![TensorFact::new(scores.dtype, loss_shape)];
+        if ctx.output_count > 1 {
+            outputs.push(TensorFact::new(scores.dtype, scores_shape.to_vec()));
+        }
+        Ok(outputs)
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let scores = ctx.input_dims(0)?;
+        let score_count: u64 = scores.iter().product();
+        let targets = score_count / scores.get(1).copied().unwrap_or(1).max(1);
+        let (mut flops, mut transcendental) = (3 * targets, 0);
+        if ctx.node.op_type == "SoftmaxCrossEntropyLoss" {
+            flops += 4 * score_count;
+            transcendental += score_count + targets;
+        }
+        Ok(OpCost {
+            flops,
+            macs: 0,
+            transcendental,
+            bytes: ctx.default_traffic()?,
+            is_view: false,
+            compute_precision: None,
+            vector_flops: 0,
+        })
     }
 }
 

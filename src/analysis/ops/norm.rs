@@ -6,6 +6,8 @@
 //! them. Layer/Instance/GroupNormalization: per element 8 FLOPs (mean: 1 add; variance: sub,
 //! square, add; normalise: sub, mul; affine: mul, add), per normalised group 2 divisions and
 //! 1 reciprocal sqrt. LpNormalization: 3 FLOPs per element and 1 sqrt per row.
+//! RMSNormalization (23+): y = x / √(mean(x²) + ε) · γ over the dims from `axis` on: 5 FLOPs
+//! per element (square, add, mul, scale), per row 1 division and 1 reciprocal sqrt.
 //! LRN: y = x / (bias + α/size · Σ x²)^β over `size` neighbouring channels: 2·size + 3 FLOPs and
 //! 1 pow per element.
 //! Bytes: input and parameters read once, output(s) written once.
@@ -19,6 +21,7 @@ struct LayerNorm;
 struct InstanceNorm;
 struct LpNorm;
 struct Lrn;
+struct RmsNorm;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     match op_type {
@@ -26,6 +29,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "LayerNormalization" => Some(&LayerNorm),
         "InstanceNormalization" | "GroupNormalization" => Some(&InstanceNorm),
         "LpNormalization" => Some(&LpNorm),
+        "RMSNormalization" => Some(&RmsNorm),
         "LRN" => Some(&Lrn),
         _ => None,
     }
@@ -138,6 +142,31 @@ impl OpDef for LayerNorm {
         let rows: u64 = x[..axis].iter().product();
         Ok(OpCost {
             flops: 8 * elements + 2 * rows,
+            macs: 0,
+            transcendental: rows,
+            bytes: ctx.default_traffic()?,
+            is_view: false,
+            compute_precision: None,
+            vector_flops: 0,
+        })
+    }
+}
+
+impl OpDef for RmsNorm {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let y = same_as_input(ctx)?;
+        let shape = ctx.input_shape(0)?;
+        normalize_axis(ctx.attrs().int_or("axis", -1), shape.len())?;
+        Ok(vec![y])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let x = ctx.input_dims(0)?;
+        let axis = normalize_axis(ctx.attrs().int_or("axis", -1), x.len())?;
+        let elements: u64 = x.iter().product();
+        let rows: u64 = x[..axis].iter().product();
+        Ok(OpCost {
+            flops: 5 * elements + rows,
             macs: 0,
             transcendental: rows,
             bytes: ctx.default_traffic()?,

@@ -136,6 +136,12 @@ pub(crate) fn lookup(domain: &str, op: &str) -> Option<Lowering> {
         .or_else(|| reduce::lookup(domain, op))
         .or_else(|| movement::lookup(domain, op))
         .or_else(|| shape::lookup(domain, op))
+        .or_else(|| {
+            (domain == Domain::Onnx && super::reference::covers(op)).then_some(Lowering {
+                lower: |_| Ok(Lowered::generic()),
+                integers: true,
+            })
+        })
 }
 
 /// The op types in `order` that no family can lower (folded nodes need no kernel), sorted.
