@@ -168,7 +168,7 @@ def _save(path: Path, value) -> dict:
         # Element types numpy has no native form of (float8, int4, ...): the values are kept as
         # float32 (exact for these types), the type by its ONNX name.
         array = numpy_helper.to_array(value)
-        name = onnx.TensorProto.DataType.Name(value.data_type).lower()
+        name = _onnx_type_name(value.data_type)
         if array.dtype.kind in "OUS":
             return {"kind": "strings", "dtype": "string", "shape": list(array.shape)}
         np.save(path, array.astype(np.float32), allow_pickle=False)
@@ -186,9 +186,32 @@ def _save(path: Path, value) -> dict:
     return {"kind": type(value).__name__, "dtype": None, "shape": None}
 
 
+def _onnx_type_name(code: int) -> str:
+    """The name `roofline analyze` prints for an ONNX element type code: every 8-bit float
+    flavour is `f8`; complex, 2/4/6-bit types are `other` (the tool carries them for byte
+    counts only, without telling them apart)."""
+    import onnx
+
+    name = onnx.TensorProto.DataType.Name(code)
+    if name.startswith("FLOAT8"):
+        return "f8"
+    if name in ("UINT4", "INT4", "UINT2", "INT2", "FLOAT4E2M1", "FLOAT6E2M3", "FLOAT6E3M2", "COMPLEX64", "COMPLEX128"):
+        return "other"
+    return {
+        "FLOAT": "f32",
+        "DOUBLE": "f64",
+        "FLOAT16": "f16",
+        "BFLOAT16": "bf16",
+    }.get(name, _dtype_name(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))))
+
+
 def _dtype_name(dtype) -> str:
     """The name `roofline analyze` prints for an element type."""
     name = str(dtype)
+    if name.startswith("float8"):
+        return "f8"
+    if name in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "complex64", "complex128"):
+        return "other"
     return {
         "float32": "f32",
         "float64": "f64",

@@ -53,8 +53,8 @@ impl DType {
             12 => DType::U32,
             13 => DType::U64,
             16 => DType::Bf16,
-            17..=20 => DType::F8,
-            14 | 15 | 21..=23 => DType::Other,
+            17..=20 | 24 => DType::F8,
+            14 | 15 | 21..=23 | 25..=28 => DType::Other,
             _ => return None,
         })
     }

@@ -232,20 +232,14 @@ pub fn build_plan(
                     format!("output shape {} is not known", fact.shape_string()),
                 )
             })?;
-            slots[v] = if fact.dtype == DType::F32 {
+            // Every float type is held and computed as f32 (f16, bf16 and f64 models run at
+            // f32 precision; the advisor's low-precision ops quantize in their own kernels).
+            slots[v] = if fact.dtype.is_float() {
                 Slot::Buffer {
                     buffer: usize::MAX,
                     offset: 0,
                     shape,
                 }
-            } else if fact.dtype.is_float() {
-                return Err(node_error(
-                    node,
-                    format!(
-                        "{} tensors are not supported by the executor (fp32 only)",
-                        fact.dtype
-                    ),
-                ));
             } else {
                 Slot::Dynamic { shape }
             };
@@ -261,12 +255,6 @@ pub fn build_plan(
             reason: "shape not bound".into(),
         })?;
         let integer = !fact.dtype.is_float();
-        if fact.dtype.is_float() && fact.dtype != DType::F32 {
-            return Err(ExecError::Input {
-                name: graph.values[v].name.clone(),
-                reason: format!("{} inputs are not supported (fp32 only)", fact.dtype),
-            });
-        }
         slots[v] = if integer {
             Slot::Dynamic {
                 shape: shape.clone(),

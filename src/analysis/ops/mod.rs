@@ -16,6 +16,7 @@
 //! - View ops (Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference-mode Dropout) move no
 //!   data: they cost nothing and say so (`OpCost::view`).
 
+mod attention;
 pub mod contrib;
 mod conv;
 mod einsum;
@@ -263,6 +264,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| conv::lookup(op_type))
         .or_else(|| gemm::lookup(op_type))
         .or_else(|| einsum::lookup(op_type))
+        .or_else(|| attention::lookup(op_type))
         .or_else(|| norm::lookup(op_type))
         .or_else(|| pool::lookup(op_type))
         .or_else(|| reduce::lookup(op_type))
