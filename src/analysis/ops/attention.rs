@@ -8,14 +8,62 @@
 //! 2·MACs + 5 per score (scale, mask add, max, subtract, normalise) and 1 exp per score.
 //! Bytes: every input read once, every output written once (the cache concatenation is the
 //! present outputs' write).
+//!
+//! RotaryEmbedding (opset 23+): each rotated pair of a head (the first `rotary_embedding_dim`
+//! elements, all when 0) becomes (x₁·cos − x₂·sin, x₁·sin + x₂·cos): 3 FLOPs per rotated element;
+//! the output has the input's shape. Bytes: input, caches and positions read, output written.
 
 use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{Dim, TensorFact};
 
 struct Attention;
+struct Rotary;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
-    (op_type == "Attention").then_some(&Attention as &dyn OpDef)
+    match op_type {
+        "Attention" => Some(&Attention),
+        "RotaryEmbedding" => Some(&Rotary),
+        _ => None,
+    }
+}
+
+impl OpDef for Rotary {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        if !(shape.len() == 3 || shape.len() == 4) {
+            return Err(invalid("RotaryEmbedding: the input must be 3-D or 4-D"));
+        }
+        if shape.len() == 3 && ctx.attrs().int_or("num_heads", 0) <= 0 {
+            return Err(invalid(
+                "RotaryEmbedding on a 3-D input needs a positive `num_heads`",
+            ));
+        }
+        Ok(vec![TensorFact::new(x.dtype, shape.to_vec())])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let x = ctx.input_dims(0)?;
+        let elements: u64 = x.iter().product();
+        let head = if x.len() == 4 {
+            x[3]
+        } else {
+            x[2] / ctx.attrs().int_or("num_heads", 1).max(1) as u64
+        };
+        let rotary = match ctx.attrs().int_or("rotary_embedding_dim", 0) {
+            d if d > 0 => (d as u64).min(head),
+            _ => head,
+        };
+        Ok(OpCost {
+            flops: 3 * elements / head.max(1) * rotary,
+            macs: 0,
+            transcendental: 0,
+            bytes: ctx.default_traffic()?,
+            is_view: false,
+            compute_precision: None,
+            vector_flops: 0,
+        })
+    }
 }
 
 /// The attention geometry read off the inputs and attributes.

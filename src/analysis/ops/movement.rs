@@ -1,10 +1,10 @@
 //! Data-movement ops: Concat, Split (split as attribute before 13, input from 13, num_outputs
 //! from 18), Slice (attributes before 10, inputs from 10), Transpose, Gather, GatherElements,
 //! GatherND, Expand, Pad (pads as attribute before 11), Tile, Resize (10-19) and Upsample (7-9),
-//! DepthToSpace, SpaceToDepth, ScatterND, ScatterElements, CumSum, Trilu, OneHot.
+//! DepthToSpace, SpaceToDepth, ScatterND, ScatterElements, CumSum, CumProd, Trilu, OneHot.
 //!
 //! Cost: no arithmetic (Resize interpolation excepted: linear 2 FLOPs per tap with 2^d taps,
-//! cubic 4^d taps, for the d resized dims; CumSum one add per element); bytes: inputs read once,
+//! cubic 4^d taps, for the d resized dims; CumSum and CumProd one add or multiply per element); bytes: inputs read once,
 //! output written once. Gather from a constant table (an embedding) reads only the gathered rows.
 
 use super::fold::{broadcast_map, gather, tensor_from_f64};
@@ -39,9 +39,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Tile" => &Tile,
         "Resize" | "Upsample" => &Resize,
         "DepthToSpace" | "SpaceToDepth" => &DepthSpace,
-        "ScatterND" | "ScatterElements" | "Scatter" | "CumSum" | "Trilu" | "GatherElements" => {
-            &SameShape
-        }
+        "ScatterND" | "ScatterElements" | "Scatter" | "CumSum" | "CumProd" | "Trilu"
+        | "GatherElements" => &SameShape,
         "GatherND" => &GatherNd,
         "OneHot" => &OneHot,
         _ => return None,
@@ -642,7 +641,7 @@ impl OpDef for SameShape {
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let mut cost = movement_cost(ctx)?;
-        if ctx.node.op_type == "CumSum" {
+        if matches!(ctx.node.op_type, "CumSum" | "CumProd") {
             cost.flops = ctx.output_elements(0)?;
         }
         Ok(cost)

@@ -1,0 +1,493 @@
+//! Reference kernels that index and rearrange: Clip with run-time bounds, GatherElements,
+//! ScatterElements/ND, Trilu, CumSum/CumProd, Hardmax, TopK, OneHot, SpaceToDepth.
+
+use super::*;
+
+/// Clip with bounds from inputs (opset 11+) or attributes (before); a missing bound is open.
+pub(super) fn clip(
+    x: &RtTensor,
+    min: Option<&RtTensor>,
+    max: Option<&RtTensor>,
+    min_attr: Option<f32>,
+    max_attr: Option<f32>,
+) -> RtTensor {
+    let data = match &x.data {
+        RtData::F32(v) => {
+            let lo = min.and_then(|t| t.to_f32().first().copied()).or(min_attr);
+            let hi = max.and_then(|t| t.to_f32().first().copied()).or(max_attr);
+            RtData::F32(
+                v.iter()
+                    .map(|&e| {
+                        let e = lo.map_or(e, |lo| if e < lo { lo } else { e });
+                        hi.map_or(e, |hi| if e > hi { hi } else { e })
+                    })
+                    .collect(),
+            )
+        }
+        RtData::I64(v) => {
+            let lo = min.and_then(|t| ints(t).first().copied());
+            let hi = max.and_then(|t| ints(t).first().copied());
+            RtData::I64(
+                v.iter()
+                    .map(|&e| {
+                        let e = lo.map_or(e, |lo| e.max(lo));
+                        hi.map_or(e, |hi| e.min(hi))
+                    })
+                    .collect(),
+            )
+        }
+    };
+    RtTensor {
+        shape: x.shape.clone(),
+        data,
+    }
+}
+
+pub(super) fn gather_elements(data: &RtTensor, indices: &RtTensor, axis: i64) -> Result<RtTensor> {
+    let rank = data.shape.len();
+    let axis = axis_of(axis, rank)?;
+    if indices.shape.len() != rank {
+        return Err("GatherElements: indices and data ranks differ".into());
+    }
+    let data_strides = strides(&data.shape);
+    let index_strides = strides(&indices.shape);
+    let index_values = ints(indices);
+    let mut sources = Vec::with_capacity(index_values.len());
+    for (linear, &index) in index_values.iter().enumerate() {
+        let mut source = 0;
+        for d in 0..rank {
+            let coord = linear / index_strides[d] % indices.shape[d];
+            let coord = if d == axis {
+                index_in(index, data.shape[d])?
+            } else {
+                if coord >= data.shape[d] {
+                    return Err("GatherElements: indices larger than data".into());
+                }
+                coord
+            };
+            source += coord * data_strides[d];
+        }
+        sources.push(source);
+    }
+    Ok(select(data, indices.shape.clone(), &sources))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Reduction {
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+impl Reduction {
+    pub(super) fn parse(name: Option<&str>) -> Result<Reduction> {
+        Ok(match name.unwrap_or("none") {
+            "none" => Reduction::None,
+            "add" => Reduction::Add,
+            "mul" => Reduction::Mul,
+            "max" => Reduction::Max,
+            "min" => Reduction::Min,
+            other => return Err(format!("unknown reduction `{other}`")),
+        })
+    }
+
+    fn apply_f32(self, old: f32, new: f32) -> f32 {
+        match self {
+            Reduction::None => new,
+            Reduction::Add => old + new,
+            Reduction::Mul => old * new,
+            Reduction::Max => old.max(new),
+            Reduction::Min => old.min(new),
+        }
+    }
+
+    fn apply_i64(self, old: i64, new: i64) -> i64 {
+        match self {
+            Reduction::None => new,
+            Reduction::Add => old.wrapping_add(new),
+            Reduction::Mul => old.wrapping_mul(new),
+            Reduction::Max => old.max(new),
+            Reduction::Min => old.min(new),
+        }
+    }
+}
+
+/// Writes `updates` element `u` into `out` at `targets[u]`, combined by `reduction`.
+pub(super) fn scatter_into(
+    data: &RtTensor,
+    updates: &RtTensor,
+    targets: &[usize],
+    reduction: Reduction,
+) -> RtTensor {
+    let data_out = match (&data.data, &updates.data) {
+        (RtData::F32(d), _) => {
+            let mut out = d.clone();
+            for (&target, value) in targets.iter().zip(updates.to_f32()) {
+                out[target] = reduction.apply_f32(out[target], value);
+            }
+            RtData::F32(out)
+        }
+        (RtData::I64(d), _) => {
+            let mut out = d.clone();
+            for (&target, value) in targets.iter().zip(ints(updates)) {
+                out[target] = reduction.apply_i64(out[target], value);
+            }
+            RtData::I64(out)
+        }
+    };
+    RtTensor {
+        shape: data.shape.clone(),
+        data: data_out,
+    }
+}
+
+pub(super) fn scatter_elements(
+    data: &RtTensor,
+    indices: &RtTensor,
+    updates: &RtTensor,
+    axis: i64,
+    reduction: Reduction,
+) -> Result<RtTensor> {
+    let rank = data.shape.len();
+    let axis = axis_of(axis, rank)?;
+    if indices.shape != updates.shape || indices.shape.len() != rank {
+        return Err(
+            "ScatterElements: indices and updates must share data's rank and a shape".into(),
+        );
+    }
+    let data_strides = strides(&data.shape);
+    let index_strides = strides(&indices.shape);
+    let mut targets = Vec::new();
+    for (linear, &index) in ints(indices).iter().enumerate() {
+        let mut target = 0;
+        for d in 0..rank {
+            let coord = linear / index_strides[d] % indices.shape[d];
+            let coord = if d == axis {
+                index_in(index, data.shape[d])?
+            } else {
+                coord
+            };
+            if coord >= data.shape[d] {
+                return Err("ScatterElements: indices larger than data".into());
+            }
+            target += coord * data_strides[d];
+        }
+        targets.push(target);
+    }
+    Ok(scatter_into(data, updates, &targets, reduction))
+}
+
+pub(super) fn scatter_nd(
+    data: &RtTensor,
+    indices: &RtTensor,
+    updates: &RtTensor,
+    reduction: Reduction,
+) -> Result<RtTensor> {
+    let depth = *indices.shape.last().ok_or("ScatterND: scalar indices")?;
+    if depth > data.shape.len() {
+        return Err("ScatterND: index tuples longer than data's rank".into());
+    }
+    let data_strides = strides(&data.shape);
+    let slice: usize = data.shape[depth..].iter().product();
+    let tuples = ints(indices);
+    let mut targets = Vec::new();
+    for tuple in tuples
+        .chunks(depth.max(1))
+        .take(indices.shape[..indices.shape.len() - 1].iter().product())
+    {
+        let mut base = 0;
+        for (d, &index) in tuple.iter().enumerate().take(depth) {
+            base += index_in(index, data.shape[d])? * data_strides[d];
+        }
+        targets.extend(base..base + slice);
+    }
+    if targets.len() != updates.len() {
+        return Err("ScatterND: updates do not match the indexed slices".into());
+    }
+    Ok(scatter_into(data, updates, &targets, reduction))
+}
+
+pub(super) fn trilu(x: &RtTensor, k: i64, upper: bool) -> Result<RtTensor> {
+    let rank = x.shape.len();
+    if rank < 2 {
+        return Err("Trilu needs rank 2 or more".into());
+    }
+    let (rows, cols) = (x.shape[rank - 2], x.shape[rank - 1]);
+    let keep = |linear: usize| {
+        let (i, j) = ((linear / cols) % rows.max(1), linear % cols.max(1));
+        let diagonal = j as i64 - i as i64;
+        if upper {
+            diagonal >= k
+        } else {
+            diagonal <= k
+        }
+    };
+    let data = match &x.data {
+        RtData::F32(v) => RtData::F32(
+            v.iter()
+                .enumerate()
+                .map(|(n, &e)| if keep(n) { e } else { 0.0 })
+                .collect(),
+        ),
+        RtData::I64(v) => RtData::I64(
+            v.iter()
+                .enumerate()
+                .map(|(n, &e)| if keep(n) { e } else { 0 })
+                .collect(),
+        ),
+    };
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data,
+    })
+}
+
+/// CumSum, or with `product` CumProd, along `axis` (exclusive: the running value before the
+/// element; reverse: from the end).
+pub(super) fn cumulative(
+    x: &RtTensor,
+    axis: i64,
+    exclusive: bool,
+    reverse: bool,
+    product: bool,
+) -> Result<RtTensor> {
+    let axis = axis_of(axis, x.shape.len())?;
+    let (outer, len, inner) = around(&x.shape, axis);
+    let order: Vec<usize> = if reverse {
+        (0..len).rev().collect()
+    } else {
+        (0..len).collect()
+    };
+    let scan = |out: &mut dyn FnMut(usize, Option<usize>)| {
+        // Calls `out(at, previous)` in scan order along every line.
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut previous = None;
+                for &a in &order {
+                    let at = (o * len + a) * inner + i;
+                    out(at, previous);
+                    previous = Some(at);
+                }
+            }
+        }
+    };
+    let data = match &x.data {
+        RtData::F32(v) => {
+            let identity = if product { 1.0 } else { 0.0 };
+            let combine = |a: f32, b: f32| if product { a * b } else { a + b };
+            let mut out = vec![identity; v.len()];
+            scan(&mut |at, previous| {
+                let before = previous.map_or(identity, |p| {
+                    if exclusive {
+                        combine(out[p], v[p])
+                    } else {
+                        out[p]
+                    }
+                });
+                out[at] = if exclusive {
+                    before
+                } else {
+                    combine(before, v[at])
+                };
+            });
+            RtData::F32(out)
+        }
+        RtData::I64(v) => {
+            let identity = i64::from(product);
+            let combine = |a: i64, b: i64| {
+                if product {
+                    a.wrapping_mul(b)
+                } else {
+                    a.wrapping_add(b)
+                }
+            };
+            let mut out = vec![identity; v.len()];
+            scan(&mut |at, previous| {
+                let before = previous.map_or(identity, |p| {
+                    if exclusive {
+                        combine(out[p], v[p])
+                    } else {
+                        out[p]
+                    }
+                });
+                out[at] = if exclusive {
+                    before
+                } else {
+                    combine(before, v[at])
+                };
+            });
+            RtData::I64(out)
+        }
+    };
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data,
+    })
+}
+
+pub(super) fn hardmax(x: &RtTensor, axis: i64, opset: i64) -> Result<RtTensor> {
+    let axis = axis_of(axis, x.shape.len())?;
+    let values = floats(x);
+    // Before opset 13 the input is coerced to 2-D at `axis`: the max is over all later dims.
+    let (outer, len, inner) = if opset < 13 {
+        (
+            x.shape[..axis].iter().product(),
+            x.shape[axis..].iter().product(),
+            1,
+        )
+    } else {
+        around(&x.shape, axis)
+    };
+    let mut out = vec![0.0f32; values.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |a: usize| (o * len + a) * inner + i;
+            let best = (0..len).fold(0, |best, a| {
+                if values[at(a)] > values[at(best)] {
+                    a
+                } else {
+                    best
+                }
+            });
+            if len > 0 {
+                out[at(best)] = 1.0;
+            }
+        }
+    }
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data: RtData::F32(out),
+    })
+}
+
+pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Vec<RtTensor>> {
+    let axis = axis_of(axis, x.shape.len())?;
+    let (outer, len, inner) = around(&x.shape, axis);
+    if k < 0 || k as usize > len {
+        return Err(format!("TopK: k = {k} for an axis of {len}"));
+    }
+    let k = k as usize;
+    let keys: Vec<f64> = match &x.data {
+        RtData::F32(v) => v.iter().map(|&e| e as f64).collect(),
+        RtData::I64(v) => v.iter().map(|&e| e as f64).collect(),
+    };
+    let mut shape = x.shape.clone();
+    shape[axis] = k;
+    let mut sources = Vec::with_capacity(outer * k * inner);
+    let mut indices = vec![0i64; outer * k * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |a: usize| (o * len + a) * inner + i;
+            let mut order: Vec<usize> = (0..len).collect();
+            // Ties keep the lower index first, as the spec asks.
+            order.sort_by(|&a, &b| {
+                let (ka, kb) = (keys[at(a)], keys[at(b)]);
+                let by_value = if largest {
+                    kb.partial_cmp(&ka)
+                } else {
+                    ka.partial_cmp(&kb)
+                };
+                by_value
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(a.cmp(&b))
+            });
+            for (n, &a) in order.iter().take(k).enumerate() {
+                indices[(o * k + n) * inner + i] = a as i64;
+            }
+        }
+    }
+    for o in 0..outer {
+        for n in 0..k {
+            for i in 0..inner {
+                let a = indices[(o * k + n) * inner + i] as usize;
+                sources.push((o * len + a) * inner + i);
+            }
+        }
+    }
+    let values = select(x, shape.clone(), &sources);
+    Ok(vec![
+        values,
+        RtTensor {
+            shape,
+            data: RtData::I64(indices),
+        },
+    ])
+}
+
+pub(super) fn one_hot(
+    indices: &RtTensor,
+    depth: &RtTensor,
+    values: &RtTensor,
+    axis: i64,
+) -> Result<RtTensor> {
+    let depth = floats(depth)
+        .first()
+        .copied()
+        .ok_or("OneHot: empty depth")? as i64;
+    if depth < 0 {
+        return Err("OneHot: negative depth".into());
+    }
+    let depth = depth as usize;
+    let rank = indices.shape.len() + 1;
+    let axis = axis_of(axis, rank)?;
+    let mut shape = indices.shape.clone();
+    shape.insert(axis, depth);
+    let (outer, inner): (usize, usize) = (
+        indices.shape[..axis].iter().product(),
+        indices.shape[axis..].iter().product(),
+    );
+    let index_values = floats(indices);
+    let mut hot = vec![false; outer * depth * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let index = index_values[o * inner + i] as i64;
+            let index = if index < 0 {
+                index + depth as i64
+            } else {
+                index
+            };
+            if (0..depth as i64).contains(&index) {
+                hot[(o * depth + index as usize) * inner + i] = true;
+            }
+        }
+    }
+    let data = match &values.data {
+        RtData::F32(v) if v.len() >= 2 => {
+            RtData::F32(hot.iter().map(|&h| if h { v[1] } else { v[0] }).collect())
+        }
+        RtData::I64(v) if v.len() >= 2 => {
+            RtData::I64(hot.iter().map(|&h| if h { v[1] } else { v[0] }).collect())
+        }
+        _ => return Err("OneHot: values must hold [off, on]".into()),
+    };
+    Ok(RtTensor { shape, data })
+}
+
+pub(super) fn space_to_depth(x: &RtTensor, block: i64) -> Result<RtTensor> {
+    let [n, c, h, w] = x.shape[..] else {
+        return Err("SpaceToDepth needs a 4-D input".into());
+    };
+    let b = block.max(1) as usize;
+    if h % b != 0 || w % b != 0 {
+        return Err("SpaceToDepth: spatial dims not divisible by the block".into());
+    }
+    let (oh, ow) = (h / b, w / b);
+    let shape = vec![n, c * b * b, oh, ow];
+    let mut sources = Vec::with_capacity(x.len());
+    for ni in 0..n {
+        for by in 0..b {
+            for bx in 0..b {
+                for ci in 0..c {
+                    for y in 0..oh {
+                        for xo in 0..ow {
+                            sources.push(((ni * c + ci) * h + y * b + by) * w + xo * b + bx);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(select(x, shape, &sources))
+}

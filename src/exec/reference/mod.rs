@@ -1,0 +1,512 @@
+//! Reference kernels: plain, unoptimised implementations over owned run-time tensors for the
+//! ops no optimised kernel family covers (index scatter and gather, cumulative sums, TopK,
+//! bitwise ops, losses...). They exist so that every model people bring runs and can be
+//! checked, not to be fast: each is a direct transcription of the ONNX operator spec, walked
+//! element by element, and the plan runs them like the generic evaluator (inputs read into
+//! owned tensors, outputs stored back). An op gets an optimised kernel in its family when a
+//! real model spends time in it.
+
+use super::{RtData, RtTensor};
+use crate::analysis::graph::Node;
+use crate::analysis::tensor::DType;
+
+mod attention;
+mod einsum;
+mod index;
+mod norm;
+mod pool;
+mod rnn;
+
+use attention::{attention, rotary_embedding};
+use einsum::einsum;
+use index::*;
+use norm::{layer_norm, log_softmax_axis1, lp_normalization, nll_loss};
+use pool::pool;
+
+/// The ops with a reference kernel (standard ONNX domain).
+pub(crate) fn covers(op: &str) -> bool {
+    matches!(
+        op,
+        "Attention"
+            | "MaxPool"
+            | "AveragePool"
+            | "LpPool"
+            | "RotaryEmbedding"
+            | "LSTM"
+            | "GRU"
+            | "RNN"
+            | "CumProd"
+            | "Einsum"
+            | "Clip"
+            | "GatherElements"
+            | "ScatterElements"
+            | "Scatter"
+            | "ScatterND"
+            | "Trilu"
+            | "CumSum"
+            | "Hardmax"
+            | "TopK"
+            | "OneHot"
+            | "BitShift"
+            | "BitwiseAnd"
+            | "BitwiseOr"
+            | "BitwiseXor"
+            | "BitwiseNot"
+            | "CastLike"
+            | "LpNormalization"
+            | "LayerNormalization"
+            | "RMSNormalization"
+            | "SpaceToDepth"
+            | "NegativeLogLikelihoodLoss"
+            | "SoftmaxCrossEntropyLoss"
+    )
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+/// Runs `node` on `inputs`; `out_types` are the element types of its outputs (integers wrap to
+/// their width, bools are 0/1).
+pub(crate) fn run(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    out_types: &[DType],
+) -> Result<Vec<RtTensor>> {
+    let input = |i: usize| -> Result<&RtTensor> {
+        inputs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| format!("input #{i} is missing"))
+    };
+    let attrs = &node.attrs;
+    let outputs = match node.op_type.as_str() {
+        "Attention" => attention(node, inputs)?,
+        "LSTM" | "GRU" | "RNN" => rnn::run(node, inputs)?,
+        "RotaryEmbedding" => vec![rotary_embedding(node, inputs)?],
+        "MaxPool" | "AveragePool" | "LpPool" => pool(node, input(0)?)?,
+        "Einsum" => vec![einsum(
+            attrs.string("equation").ok_or("Einsum: no equation")?,
+            &inputs.iter().flatten().collect::<Vec<_>>(),
+        )?],
+        "Clip" => vec![clip(
+            input(0)?,
+            inputs.get(1).and_then(Option::as_ref),
+            inputs.get(2).and_then(Option::as_ref),
+            attrs.float("min"),
+            attrs.float("max"),
+        )],
+        "GatherElements" => vec![gather_elements(
+            input(0)?,
+            input(1)?,
+            attrs.int_or("axis", 0),
+        )?],
+        "ScatterElements" | "Scatter" => vec![scatter_elements(
+            input(0)?,
+            input(1)?,
+            input(2)?,
+            attrs.int_or("axis", 0),
+            Reduction::parse(attrs.string("reduction"))?,
+        )?],
+        "ScatterND" => vec![scatter_nd(
+            input(0)?,
+            input(1)?,
+            input(2)?,
+            Reduction::parse(attrs.string("reduction"))?,
+        )?],
+        "Trilu" => {
+            let k = match inputs.get(1).and_then(Option::as_ref) {
+                Some(k) => ints(k).first().copied().unwrap_or(0),
+                None => 0,
+            };
+            vec![trilu(input(0)?, k, attrs.int_or("upper", 1) != 0)?]
+        }
+        "CumSum" | "CumProd" => {
+            let axis = ints(input(1)?).first().copied().ok_or("empty axis")?;
+            vec![cumulative(
+                input(0)?,
+                axis,
+                attrs.int_or("exclusive", 0) != 0,
+                attrs.int_or("reverse", 0) != 0,
+                node.op_type == "CumProd",
+            )?]
+        }
+        "Hardmax" => vec![hardmax(input(0)?, attrs.int_or("axis", -1), opset)?],
+        "TopK" => {
+            let k = match inputs.get(1).and_then(Option::as_ref) {
+                Some(k) => ints(k).first().copied().ok_or("TopK: empty k")?,
+                None => attrs.int("k").ok_or("TopK: no k")?,
+            };
+            top_k(
+                input(0)?,
+                k,
+                attrs.int_or("axis", -1),
+                attrs.int_or("largest", 1) != 0,
+            )?
+        }
+        "OneHot" => vec![one_hot(
+            input(0)?,
+            input(1)?,
+            input(2)?,
+            attrs.int_or("axis", -1),
+        )?],
+        "BitShift" => {
+            let left = match attrs.string("direction") {
+                Some("LEFT") => true,
+                Some("RIGHT") => false,
+                other => return Err(format!("BitShift: direction {other:?}")),
+            };
+            let dtype = out_types.first().copied().unwrap_or(DType::U64);
+            vec![broadcast_ints(input(0)?, input(1)?, |x, s| {
+                bit_shift(x, s, dtype, left)
+            })?]
+        }
+        "BitwiseAnd" => vec![broadcast_ints(input(0)?, input(1)?, |a, b| a & b)?],
+        "BitwiseOr" => vec![broadcast_ints(input(0)?, input(1)?, |a, b| a | b)?],
+        "BitwiseXor" => vec![broadcast_ints(input(0)?, input(1)?, |a, b| a ^ b)?],
+        "BitwiseNot" => {
+            let x = input(0)?;
+            vec![RtTensor {
+                shape: x.shape.clone(),
+                data: RtData::I64(ints(x).iter().map(|&v| !v).collect()),
+            }]
+        }
+        "CastLike" => vec![cast(
+            input(0)?,
+            out_types.first().copied().unwrap_or(DType::F32),
+        )],
+        "LayerNormalization" => layer_norm(
+            input(0)?,
+            input(1)?,
+            inputs.get(2).and_then(Option::as_ref),
+            attrs.int_or("axis", -1),
+            attrs.float_or("epsilon", 1e-5),
+            false,
+        )?,
+        "RMSNormalization" => layer_norm(
+            input(0)?,
+            input(1)?,
+            None,
+            attrs.int_or("axis", -1),
+            attrs.float_or("epsilon", 1e-5),
+            true,
+        )?,
+        "LpNormalization" => vec![lp_normalization(
+            input(0)?,
+            attrs.int_or("axis", -1),
+            attrs.int_or("p", 2),
+        )?],
+        "SpaceToDepth" => vec![space_to_depth(
+            input(0)?,
+            attrs.int("blocksize").unwrap_or(1),
+        )?],
+        "NegativeLogLikelihoodLoss" => vec![nll_loss(
+            input(0)?,
+            input(1)?,
+            inputs.get(2).and_then(Option::as_ref),
+            attrs.int("ignore_index"),
+            attrs.string("reduction").unwrap_or("mean"),
+        )?],
+        "SoftmaxCrossEntropyLoss" => {
+            let log_prob = log_softmax_axis1(input(0)?)?;
+            let loss = nll_loss(
+                &log_prob,
+                input(1)?,
+                inputs.get(2).and_then(Option::as_ref),
+                attrs.int("ignore_index"),
+                attrs.string("reduction").unwrap_or("mean"),
+            )?;
+            vec![loss, log_prob]
+        }
+        other => return Err(format!("no reference kernel for {other}")),
+    };
+    Ok(outputs
+        .into_iter()
+        .zip(
+            out_types
+                .iter()
+                .copied()
+                .chain(std::iter::repeat(DType::F32)),
+        )
+        .map(|(t, dtype)| wrap_to(t, dtype))
+        .collect())
+}
+
+fn ints(t: &RtTensor) -> Vec<i64> {
+    match &t.data {
+        RtData::I64(v) => v.clone(),
+        RtData::F32(v) => v.iter().map(|&x| x as i64).collect(),
+    }
+}
+
+fn floats(t: &RtTensor) -> Vec<f32> {
+    t.to_f32()
+}
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for axis in (0..shape.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * shape[axis + 1];
+    }
+    strides
+}
+
+fn axis_of(axis: i64, rank: usize) -> Result<usize> {
+    let adjusted = if axis < 0 { axis + rank as i64 } else { axis };
+    if adjusted < 0 || adjusted >= rank.max(1) as i64 {
+        return Err(format!("axis {axis} out of range for rank {rank}"));
+    }
+    Ok(adjusted as usize)
+}
+
+/// An index into a dim of size `dim`, negative counting from the end.
+fn index_in(index: i64, dim: usize) -> Result<usize> {
+    let adjusted = if index < 0 { index + dim as i64 } else { index };
+    if adjusted < 0 || adjusted >= dim as i64 {
+        return Err(format!("index {index} out of range for a dim of {dim}"));
+    }
+    Ok(adjusted as usize)
+}
+
+/// A tensor of the same element kind as `like`, holding `like`'s elements at `sources`.
+fn select(like: &RtTensor, shape: Vec<usize>, sources: &[usize]) -> RtTensor {
+    let data = match &like.data {
+        RtData::F32(v) => RtData::F32(sources.iter().map(|&i| v[i]).collect()),
+        RtData::I64(v) => RtData::I64(sources.iter().map(|&i| v[i]).collect()),
+    };
+    RtTensor { shape, data }
+}
+
+/// Outer, axis and inner extents of `shape` around `axis`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    (0..rank)
+        .map(|d| {
+            let da = if d + a.len() >= rank {
+                a[d + a.len() - rank]
+            } else {
+                1
+            };
+            let db = if d + b.len() >= rank {
+                b[d + b.len() - rank]
+            } else {
+                1
+            };
+            match (da, db) {
+                (x, y) if x == y => Ok(x),
+                (1, y) => Ok(y),
+                (x, 1) => Ok(x),
+                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
+            }
+        })
+        .collect()
+}
+
+/// The element of a broadcast operand of shape `shape` at output coordinate `linear`.
+fn broadcast_index(linear: usize, out: &[usize], out_strides: &[usize], shape: &[usize]) -> usize {
+    let offset = out.len() - shape.len();
+    let own = strides(shape);
+    let mut index = 0;
+    for (d, &dim) in shape.iter().enumerate() {
+        let coord = linear / out_strides[d + offset] % out[d + offset];
+        if dim != 1 {
+            index += coord * own[d];
+        }
+    }
+    index
+}
+
+fn broadcast_ints(a: &RtTensor, b: &RtTensor, f: impl Fn(i64, i64) -> i64) -> Result<RtTensor> {
+    let shape = broadcast_shape(&a.shape, &b.shape)?;
+    let out_strides = strides(&shape);
+    let (va, vb) = (ints(a), ints(b));
+    let count: usize = shape.iter().product();
+    let data = (0..count)
+        .map(|n| {
+            f(
+                va[broadcast_index(n, &shape, &out_strides, &a.shape)],
+                vb[broadcast_index(n, &shape, &out_strides, &b.shape)],
+            )
+        })
+        .collect();
+    Ok(RtTensor {
+        shape,
+        data: RtData::I64(data),
+    })
+}
+
+/// `x` shifted by `shift` bits in the integer type `dtype`: bits past the type's width are
+/// dropped (a left shift wraps), a right shift of a signed type is arithmetic, and a shift by the
+/// width or more gives 0 (or -1 for a negative signed value shifted right), as NumPy does.
+fn bit_shift(x: i64, shift: i64, dtype: DType, left: bool) -> i64 {
+    let width = type_width(dtype);
+    let signed = matches!(dtype, DType::I8 | DType::I16 | DType::I32 | DType::I64);
+    if shift < 0 || shift >= i64::from(width) {
+        return if !left && signed && x < 0 { -1 } else { 0 };
+    }
+    let shift = shift as u32;
+    if left {
+        // Wrapped to the width by the caller (`wrap_to`).
+        ((x as u64) << shift) as i64
+    } else if signed {
+        x >> shift
+    } else {
+        ((x as u64 & width_mask(width)) >> shift) as i64
+    }
+}
+
+fn type_width(dtype: DType) -> u32 {
+    match dtype {
+        DType::U8 | DType::I8 | DType::Bool => 8,
+        DType::U16 | DType::I16 => 16,
+        DType::U32 | DType::I32 => 32,
+        _ => 64,
+    }
+}
+
+fn width_mask(width: u32) -> u64 {
+    if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    }
+}
+
+/// Integers wrapped to their type's range (two's complement for signed types), bools 0/1.
+fn wrap_to(t: RtTensor, dtype: DType) -> RtTensor {
+    let RtData::I64(values) = &t.data else {
+        return t;
+    };
+    let wrap: fn(i64) -> i64 = match dtype {
+        DType::Bool => |v| (v != 0) as i64,
+        DType::U8 => |v| v as u8 as i64,
+        DType::I8 => |v| v as i8 as i64,
+        DType::U16 => |v| v as u16 as i64,
+        DType::I16 => |v| v as i16 as i64,
+        DType::U32 => |v| v as u32 as i64,
+        DType::I32 => |v| v as i32 as i64,
+        _ => return t,
+    };
+    RtTensor {
+        shape: t.shape.clone(),
+        data: RtData::I64(values.iter().map(|&v| wrap(v)).collect()),
+    }
+}
+
+/// A cast to `dtype`: floats to integers truncate toward zero (saturating at i64's range, as
+/// Rust's cast does), integers to floats round to nearest.
+fn cast(x: &RtTensor, dtype: DType) -> RtTensor {
+    let data = match (&x.data, dtype.is_float()) {
+        (RtData::F32(v), true) => RtData::F32(v.clone()),
+        (RtData::I64(v), true) => RtData::F32(v.iter().map(|&e| e as f32).collect()),
+        (RtData::F32(v), false) if dtype == DType::Bool => {
+            RtData::I64(v.iter().map(|&e| (e != 0.0) as i64).collect())
+        }
+        (RtData::F32(v), false) => RtData::I64(v.iter().map(|&e| e as i64).collect()),
+        (RtData::I64(v), false) => RtData::I64(v.clone()),
+    };
+    RtTensor {
+        shape: x.shape.clone(),
+        data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::einsum::einsum;
+    use super::index::{cumulative, gather_elements, scatter_elements, top_k, Reduction};
+    use super::*;
+
+    fn f(shape: &[usize], values: &[f32]) -> RtTensor {
+        RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::F32(values.to_vec()),
+        }
+    }
+
+    fn i(shape: &[usize], values: &[i64]) -> RtTensor {
+        RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::I64(values.to_vec()),
+        }
+    }
+
+    #[test]
+    fn gather_and_scatter_elements_follow_the_spec_examples() {
+        // The spec's GatherElements example: axis 1.
+        let data = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let out = gather_elements(&data, &i(&[2, 2], &[0, 0, 1, 0]), 1).unwrap();
+        assert_eq!(out.to_f32(), vec![1.0, 1.0, 4.0, 3.0]);
+        // ScatterElements with axis 1 and a negative index.
+        let data = f(&[1, 5], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+        let out = scatter_elements(
+            &data,
+            &i(&[1, 2], &[1, -2]),
+            &f(&[1, 2], &[1.1, 2.1]),
+            1,
+            Reduction::None,
+        )
+        .unwrap();
+        assert_eq!(out.to_f32(), vec![1.0, 1.1, 3.0, 2.1, 5.0]);
+    }
+
+    #[test]
+    fn top_k_keeps_the_lower_index_on_ties() {
+        let x = f(&[1, 4], &[3.0, 5.0, 5.0, 1.0]);
+        let out = top_k(&x, 2, -1, true).unwrap();
+        assert_eq!(out[0].to_f32(), vec![5.0, 5.0]);
+        assert_eq!(ints(&out[1]), vec![1, 2]);
+        let out = top_k(&x, 2, -1, false).unwrap();
+        assert_eq!(ints(&out[1]), vec![3, 0]);
+    }
+
+    #[test]
+    fn cumulative_sums_and_products_exclusive_and_reverse() {
+        let x = f(&[4], &[1.0, 2.0, 3.0, 4.0]);
+        let sum = |exclusive, reverse| {
+            cumulative(&x, 0, exclusive, reverse, false)
+                .unwrap()
+                .to_f32()
+        };
+        assert_eq!(sum(false, false), vec![1.0, 3.0, 6.0, 10.0]);
+        assert_eq!(sum(true, false), vec![0.0, 1.0, 3.0, 6.0]);
+        assert_eq!(sum(false, true), vec![10.0, 9.0, 7.0, 4.0]);
+        assert_eq!(sum(true, true), vec![9.0, 7.0, 4.0, 0.0]);
+        let product = cumulative(&x, 0, true, false, true).unwrap().to_f32();
+        assert_eq!(product, vec![1.0, 1.0, 2.0, 6.0]);
+    }
+
+    #[test]
+    fn einsum_contracts_transposes_and_takes_diagonals() {
+        let a = f(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let b = f(&[3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+        let product = einsum("ij,jk->ik", &[&a, &b]).unwrap();
+        assert_eq!(product.to_f32(), vec![4.0, 5.0, 10.0, 11.0]);
+        let transposed = einsum("ij->ji", &[&a]).unwrap();
+        assert_eq!(transposed.to_f32(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        let square = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(
+            einsum("ii->i", &[&square]).unwrap().to_f32(),
+            vec![1.0, 4.0]
+        );
+        assert_eq!(einsum("ii", &[&square]).unwrap().to_f32(), vec![5.0]);
+        let batched = einsum("...ij,...jk", &[&a, &b]).unwrap();
+        assert_eq!(batched.shape, vec![2, 2]);
+        assert_eq!(batched.to_f32(), vec![4.0, 5.0, 10.0, 11.0]);
+    }
+
+    #[test]
+    fn integers_wrap_to_their_width() {
+        let t = wrap_to(i(&[3], &[256, 255, -1]), DType::U8);
+        assert_eq!(ints(&t), vec![0, 255, 255]);
+        let t = wrap_to(i(&[2], &[128, -129]), DType::I8);
+        assert_eq!(ints(&t), vec![-128, 127]);
+    }
+}

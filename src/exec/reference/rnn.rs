@@ -1,0 +1,370 @@
+//! Reference kernels of the recurrent layers LSTM, GRU and RNN (ONNX opsets 7-22, both
+//! layouts, forward/reverse/bidirectional, per-batch sequence lengths, initial states,
+//! peepholes, clip, custom activations). One time step at a time, as the spec's equations are
+//! written: gates = X_t·Wᵀ + H_{t-1}·Rᵀ + biases, then the cell update. The time goes into
+//! the step matrix products; the rest is small.
+
+use super::super::{RtData, RtTensor};
+use crate::analysis::graph::Node;
+
+type Result<T> = std::result::Result<T, String>;
+
+/// An activation of the recurrent ops' `activations` attribute.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Affine(f32, f32),
+    LeakyRelu(f32),
+    ThresholdedRelu(f32),
+    ScaledTanh(f32, f32),
+    HardSigmoid(f32, f32),
+    Elu(f32),
+    Softsign,
+    Softplus,
+}
+
+impl Act {
+    fn apply(self, x: f32) -> f32 {
+        match self {
+            Act::Relu => x.max(0.0),
+            Act::Tanh => x.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Act::Affine(a, b) => a * x + b,
+            Act::LeakyRelu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * x
+                }
+            }
+            Act::ThresholdedRelu(a) => {
+                if x > a {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            Act::ScaledTanh(a, b) => a * (b * x).tanh(),
+            Act::HardSigmoid(a, b) => (a * x + b).clamp(0.0, 1.0),
+            Act::Elu(a) => {
+                if x >= 0.0 {
+                    x
+                } else {
+                    a * (x.exp() - 1.0)
+                }
+            }
+            Act::Softsign => x / (1.0 + x.abs()),
+            Act::Softplus => (1.0 + x.exp()).ln(),
+        }
+    }
+}
+
+/// The activations per direction: the attribute's names (consuming `activation_alpha` and
+/// `activation_beta` in order for those that take parameters), or the op's defaults.
+fn activations(node: &Node, defaults: &[&str], directions: usize) -> Result<Vec<Vec<Act>>> {
+    let per_direction = defaults.len();
+    let names: Vec<String> = match node.attrs.get("activations") {
+        Some(crate::analysis::graph::Attr::Strings(names)) => names.clone(),
+        _ => defaults
+            .iter()
+            .cycle()
+            .take(per_direction * directions)
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    if names.len() < per_direction * directions {
+        return Err(format!(
+            "{} activations given, {} needed",
+            names.len(),
+            per_direction * directions
+        ));
+    }
+    let alphas = node
+        .attrs
+        .floats("activation_alpha")
+        .unwrap_or(&[])
+        .to_vec();
+    let betas = node.attrs.floats("activation_beta").unwrap_or(&[]).to_vec();
+    let (mut next_alpha, mut next_beta) = (0, 0);
+    let mut alpha = |default: f32| {
+        let value = alphas.get(next_alpha).copied().unwrap_or(default);
+        next_alpha += 1;
+        value
+    };
+    let mut beta = |default: f32| {
+        let value = betas.get(next_beta).copied().unwrap_or(default);
+        next_beta += 1;
+        value
+    };
+    let mut parsed = Vec::new();
+    for name in &names[..per_direction * directions] {
+        parsed.push(match name.to_ascii_lowercase().as_str() {
+            "relu" => Act::Relu,
+            "tanh" => Act::Tanh,
+            "sigmoid" => Act::Sigmoid,
+            "affine" => Act::Affine(alpha(1.0), beta(0.0)),
+            "leakyrelu" => Act::LeakyRelu(alpha(0.01)),
+            "thresholdedrelu" => Act::ThresholdedRelu(alpha(1.0)),
+            "scaledtanh" => Act::ScaledTanh(alpha(1.0), beta(1.0)),
+            "hardsigmoid" => Act::HardSigmoid(alpha(0.2), beta(0.5)),
+            "elu" => Act::Elu(alpha(1.0)),
+            "softsign" => Act::Softsign,
+            "softplus" => Act::Softplus,
+            other => return Err(format!("unknown activation `{other}`")),
+        });
+    }
+    Ok(parsed.chunks(per_direction).map(<[Act]>::to_vec).collect())
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Cell {
+    Lstm,
+    Gru,
+    Rnn,
+}
+
+fn floats_of(t: Option<&RtTensor>) -> Option<Vec<f32>> {
+    t.map(RtTensor::to_f32)
+}
+
+/// `out[g] += Σ_k x[k] · w[g, k]` for a row-major `w` of `gates` rows and `x.len()` columns.
+fn add_product(out: &mut [f32], x: &[f32], w: &[f32]) {
+    let width = x.len();
+    for (g, o) in out.iter_mut().enumerate() {
+        let row = &w[g * width..(g + 1) * width];
+        *o += row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
+    }
+}
+
+/// Runs LSTM, GRU or RNN; returns Y, Y_h (and Y_c for LSTM).
+pub(crate) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    let cell = match node.op_type.as_str() {
+        "LSTM" => Cell::Lstm,
+        "GRU" => Cell::Gru,
+        "RNN" => Cell::Rnn,
+        other => return Err(format!("{other} is not a recurrent layer")),
+    };
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let (x, w, r) = (
+        get(0).ok_or("no X")?,
+        get(1).ok_or("no W")?,
+        get(2).ok_or("no R")?,
+    );
+    let gates = match cell {
+        Cell::Lstm => 4,
+        Cell::Gru => 3,
+        Cell::Rnn => 1,
+    };
+    let batch_first = node.attrs.int_or("layout", 0) != 0;
+    let [a, b, input] = x.shape[..] else {
+        return Err("X must be 3-D".into());
+    };
+    let (seq, batch) = if batch_first { (b, a) } else { (a, b) };
+    let [directions, gate_rows, w_input] = w.shape[..] else {
+        return Err("W must be 3-D".into());
+    };
+    let hidden = node
+        .attrs
+        .int("hidden_size")
+        .map_or(gate_rows / gates, |h| h.max(0) as usize);
+    if gate_rows != gates * hidden || w_input != input {
+        return Err("W does not match hidden_size and X".into());
+    }
+    if r.shape != [directions, gates * hidden, hidden] {
+        return Err("R does not match W".into());
+    }
+    let direction = node.attrs.string("direction").unwrap_or("forward");
+    let reverse_only = direction == "reverse";
+    if !matches!(direction, "forward" | "reverse" | "bidirectional")
+        || (direction == "bidirectional") != (directions == 2)
+    {
+        return Err(format!(
+            "direction `{direction}` with {directions} weight sets"
+        ));
+    }
+    if node.attrs.int_or("input_forget", 0) != 0 {
+        return Err("input_forget = 1 has no reference kernel".into());
+    }
+    let defaults: &[&str] = match cell {
+        Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
+        Cell::Gru => &["Sigmoid", "Tanh"],
+        Cell::Rnn => &["Tanh"],
+    };
+    let acts = activations(node, defaults, directions)?;
+    let clip = node.attrs.float("clip");
+    let linear_before_reset = node.attrs.int_or("linear_before_reset", 0) != 0;
+    let xs = x.to_f32();
+    let (ws, rs) = (w.to_f32(), r.to_f32());
+    let bias = floats_of(get(3));
+    let lengths: Vec<usize> = match get(4) {
+        Some(t) => match &t.data {
+            RtData::I64(v) => v.iter().map(|&l| (l.max(0) as usize).min(seq)).collect(),
+            RtData::F32(v) => v.iter().map(|&l| (l.max(0.0) as usize).min(seq)).collect(),
+        },
+        None => vec![seq; batch],
+    };
+    let state_in = |t: Option<&RtTensor>| -> Vec<f32> {
+        // Initial states are [directions, batch, hidden], or [batch, directions, hidden] in
+        // layout 1: stored here as [directions][batch][hidden].
+        match t {
+            Some(t) if batch_first => {
+                let v = t.to_f32();
+                let mut out = vec![0.0; directions * batch * hidden];
+                for bi in 0..batch {
+                    for d in 0..directions {
+                        out[(d * batch + bi) * hidden..][..hidden]
+                            .copy_from_slice(&v[(bi * directions + d) * hidden..][..hidden]);
+                    }
+                }
+                out
+            }
+            Some(t) => t.to_f32(),
+            None => vec![0.0; directions * batch * hidden],
+        }
+    };
+    let (h_index, c_index, p_index) = (5, 6, 7);
+    let mut h_state = state_in(get(h_index));
+    let mut c_state = state_in(if cell == Cell::Lstm {
+        get(c_index)
+    } else {
+        None
+    });
+    let peepholes = if cell == Cell::Lstm {
+        floats_of(get(p_index))
+    } else {
+        None
+    };
+    if h_state.len() != directions * batch * hidden || c_state.len() != directions * batch * hidden
+    {
+        return Err("an initial state does not match [directions, batch, hidden]".into());
+    }
+    // Y as [seq][directions][batch][hidden]; reordered for layout 1 at the end.
+    let mut y = vec![0.0f32; seq * directions * batch * hidden];
+    let mut pre = vec![0.0f32; gates * hidden];
+    let mut recurrent = vec![0.0f32; gates * hidden];
+    for d in 0..directions {
+        let backward = reverse_only || d == 1;
+        let w_d = &ws[d * gates * hidden * input..][..gates * hidden * input];
+        let r_d = &rs[d * gates * hidden * hidden..][..gates * hidden * hidden];
+        let (wb, rb) = match &bias {
+            Some(b) => (
+                b[d * 2 * gates * hidden..][..gates * hidden].to_vec(),
+                b[(d * 2 + 1) * gates * hidden..][..gates * hidden].to_vec(),
+            ),
+            None => (vec![0.0; gates * hidden], vec![0.0; gates * hidden]),
+        };
+        let act = &acts[d];
+        for bi in 0..batch {
+            let len = lengths[bi];
+            let h = &mut h_state[(d * batch + bi) * hidden..][..hidden];
+            let c = &mut c_state[(d * batch + bi) * hidden..][..hidden];
+            for step in 0..len {
+                let t = if backward { len - 1 - step } else { step };
+                let x_t = if batch_first {
+                    &xs[(bi * seq + t) * input..][..input]
+                } else {
+                    &xs[(t * batch + bi) * input..][..input]
+                };
+                pre.copy_from_slice(&wb);
+                add_product(&mut pre, x_t, w_d);
+                recurrent.copy_from_slice(&rb);
+                add_product(&mut recurrent, h, r_d);
+                let clipped = |v: f32| clip.map_or(v, |c| v.clamp(-c, c));
+                match cell {
+                    Cell::Rnn => {
+                        for k in 0..hidden {
+                            h[k] = act[0].apply(clipped(pre[k] + recurrent[k]));
+                        }
+                    }
+                    Cell::Lstm => {
+                        // Gate order i, o, f, c; peepholes i, o, f.
+                        let peep = |g: usize, k: usize| {
+                            peepholes
+                                .as_ref()
+                                .map_or(0.0, |p| p[d * 3 * hidden + g * hidden + k])
+                        };
+                        for k in 0..hidden {
+                            let gate = |g: usize| pre[g * hidden + k] + recurrent[g * hidden + k];
+                            let i = act[0].apply(clipped(gate(0) + peep(0, k) * c[k]));
+                            let f = act[0].apply(clipped(gate(2) + peep(2, k) * c[k]));
+                            let candidate = act[1].apply(clipped(gate(3)));
+                            c[k] = f * c[k] + i * candidate;
+                            let o = act[0].apply(clipped(gate(1) + peep(1, k) * c[k]));
+                            h[k] = o * act[2].apply(c[k]);
+                        }
+                    }
+                    Cell::Gru => {
+                        // Gate order z, r, h.
+                        let mut next = vec![0.0f32; hidden];
+                        let r_gate: Vec<f32> = (0..hidden)
+                            .map(|k| act[0].apply(clipped(pre[hidden + k] + recurrent[hidden + k])))
+                            .collect();
+                        let candidate_recurrent: Vec<f32> = if linear_before_reset {
+                            (0..hidden)
+                                .map(|k| r_gate[k] * recurrent[2 * hidden + k])
+                                .collect()
+                        } else {
+                            let reset: Vec<f32> = (0..hidden).map(|k| r_gate[k] * h[k]).collect();
+                            let mut out = rb[2 * hidden..3 * hidden].to_vec();
+                            add_product(&mut out, &reset, &r_d[2 * hidden * hidden..]);
+                            out
+                        };
+                        for k in 0..hidden {
+                            let z = act[0].apply(clipped(pre[k] + recurrent[k]));
+                            let candidate =
+                                act[1].apply(clipped(pre[2 * hidden + k] + candidate_recurrent[k]));
+                            next[k] = (1.0 - z) * candidate + z * h[k];
+                        }
+                        h.copy_from_slice(&next);
+                    }
+                }
+                y[((t * directions + d) * batch + bi) * hidden..][..hidden].copy_from_slice(h);
+            }
+        }
+    }
+    let (y_shape, y) = if batch_first {
+        let mut out = vec![0.0f32; y.len()];
+        for t in 0..seq {
+            for d in 0..directions {
+                for bi in 0..batch {
+                    out[((bi * seq + t) * directions + d) * hidden..][..hidden].copy_from_slice(
+                        &y[((t * directions + d) * batch + bi) * hidden..][..hidden],
+                    );
+                }
+            }
+        }
+        (vec![batch, seq, directions, hidden], out)
+    } else {
+        (vec![seq, directions, batch, hidden], y)
+    };
+    let state_out = |state: Vec<f32>| -> RtTensor {
+        if batch_first {
+            let mut out = vec![0.0f32; state.len()];
+            for d in 0..directions {
+                for bi in 0..batch {
+                    out[(bi * directions + d) * hidden..][..hidden]
+                        .copy_from_slice(&state[(d * batch + bi) * hidden..][..hidden]);
+                }
+            }
+            RtTensor {
+                shape: vec![batch, directions, hidden],
+                data: RtData::F32(out),
+            }
+        } else {
+            RtTensor {
+                shape: vec![directions, batch, hidden],
+                data: RtData::F32(state),
+            }
+        }
+    };
+    Ok(vec![
+        RtTensor {
+            shape: y_shape,
+            data: RtData::F32(y),
+        },
+        state_out(h_state),
+        state_out(c_state),
+    ])
+}
