@@ -10,9 +10,10 @@ The node cases come from the installed `onnx` package's own generators
 inputs and outputs, each with its rtol/atol). Every case is written once into the work folder
 (keyed by the onnx version), then:
 
-  * shapes: `roofline analyze CASE.onnx --format json` on a copy of the model whose output
-    shapes and value_info are erased, so the shapes come from the tool's inference and not from
-    what the model declares; a case passes when every graph output's inferred dtype and shape
+  * shapes: `roofline analyze CASE.onnx -i NAME=FILE.npy ... --format json` on a copy of the
+    model whose output shapes and value_info are erased, so the shapes come from the tool's
+    inference and not from what the model declares (the inputs' values count only where shapes
+    depend on integer inputs); a case passes when every graph output's inferred dtype and shape
     equal the reference output's.
   * run: `roofline run CASE.onnx -i NAME=FILE.npy ... -o DIR` on the same copy; a case passes
     when every output matches the reference within the case's tolerance
@@ -250,7 +251,14 @@ def _panicked(status: int, stderr: str) -> bool:
 
 
 def check_shapes(binary: str, folder: Path, case: dict) -> dict:
-    status, stdout, stderr = _run([binary, "analyze", str(folder / "model.onnx"), "--format", "json"], 120)
+    # The inputs are given as the case's .npy files: their shapes bind the inputs, and where the
+    # output shapes depend on an integer input's values (Reduce axes, a Reshape's shape) analyze
+    # uses those values, as it would for a user who passes them.
+    cmd = [binary, "analyze", str(folder / "model.onnx"), "--format", "json"]
+    for feed in case["inputs"]:
+        if feed["kind"] == "tensor" and "pb" not in feed:
+            cmd += ["-i", f"{feed['name']}={folder / feed['file']}"]
+    status, stdout, stderr = _run(cmd, 120)
     result = {"panic": _panicked(status, stderr), "status": status}
     if status not in (0, 1):
         result.update(ok=False, why=f"exit {status}: {_first_line(stderr)}")

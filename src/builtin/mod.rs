@@ -6,6 +6,8 @@
 //! - `vgg16`: torchvision VGG-16 without BN.
 //! - `bert-base`: BERT-base encoder (12 layers, hidden 768, 12 heads, FFN 3072, erf-GELU),
 //!   word and position embeddings, no attention mask, symbolic batch and sequence length.
+//! - `bert-tiny`: the same encoder at 2 layers, hidden 128, 2 heads, FFN 512, vocabulary 1000:
+//!   small enough to export and run in tests (and to put through onnxruntime's optimizer).
 //! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
 //! - Decoder LLMs with a KV cache, from their published configurations (`decoder.rs`):
 //!   `llama-2-7b`, `llama-2-13b`, `llama-2-70b`, `llama-3-8b`, `llama-3-70b`, `mistral-7b`,
@@ -178,6 +180,13 @@ pub const MODELS: &[BuiltinModel] = &[
         name: "bert-base",
         description: "BERT-base encoder, 12 layers, hidden 768, sequence 128 by default",
         build: bert_base,
+        default_bindings: bert_defaults,
+        decoder: None,
+    },
+    BuiltinModel {
+        name: "bert-tiny",
+        description: "BERT-style encoder, 2 layers, hidden 128, 2 heads (small enough to run)",
+        build: bert_tiny,
         default_bindings: bert_defaults,
         decoder: None,
     },
@@ -399,46 +408,87 @@ fn vgg16(fill: WeightFill) -> ModelProto {
     b.finish("vgg16")
 }
 
+/// An encoder's dimensions.
+struct BertConfig {
+    hidden: i64,
+    heads: i64,
+    ffn: i64,
+    layers: usize,
+    vocab: i64,
+    max_positions: i64,
+}
+
 fn bert_base(fill: WeightFill) -> ModelProto {
-    const HIDDEN: i64 = 768;
-    const HEADS: i64 = 12;
-    const HEAD_DIM: i64 = HIDDEN / HEADS;
-    const FFN: i64 = 3072;
-    const LAYERS: usize = 12;
-    const VOCAB: i64 = 30522;
-    const MAX_POSITIONS: i64 = 512;
+    // BERT-base (Devlin et al. 2018, Table/§3: L=12, H=768, A=12; FFN 4H; WordPiece 30,522).
+    bert(
+        &BertConfig {
+            hidden: 768,
+            heads: 12,
+            ffn: 3072,
+            layers: 12,
+            vocab: 30522,
+            max_positions: 512,
+        },
+        fill,
+        "bert_base",
+    )
+}
+
+fn bert_tiny(fill: WeightFill) -> ModelProto {
+    bert(
+        &BertConfig {
+            hidden: 128,
+            heads: 2,
+            ffn: 512,
+            layers: 2,
+            vocab: 1000,
+            max_positions: 512,
+        },
+        fill,
+        "bert_tiny",
+    )
+}
+
+fn bert(config: &BertConfig, fill: WeightFill, name: &str) -> ModelProto {
+    let hidden = config.hidden;
+    let heads = config.heads;
+    let head_dim = hidden / heads;
+    let ffn = config.ffn;
+    let layers = config.layers;
+    let vocab = config.vocab;
+    let max_positions = config.max_positions;
     let mut b = GraphBuilder::new(fill);
     let ids = b.input(
         "input_ids",
         INT64,
         &[SigDim::Named("batch"), SigDim::Named("sequence")],
     );
-    let word_table = b.weight("word_embeddings", &[VOCAB, HIDDEN], HIDDEN);
+    let word_table = b.weight("word_embeddings", &[vocab, hidden], hidden);
     let words = b.node("Gather", &[&word_table, &ids], vec![]);
     // Position embeddings for the first `sequence` positions: a shape-computing subgraph
     // (Shape → Gather → Unsqueeze → Slice) that constant folding resolves once dims are bound.
-    let position_table = b.weight("position_embeddings", &[MAX_POSITIONS, HIDDEN], HIDDEN);
+    let position_table = b.weight("position_embeddings", &[max_positions, hidden], hidden);
     let shape = b.node("Shape", &[&ids], vec![]);
     let one = b.int64_const("one", &[1]);
     let zero = b.int64_const("zero", &[0]);
     let seq_len = b.node("Gather", &[&shape, &one], vec![]);
     let positions = b.node("Slice", &[&position_table, &zero, &seq_len, &zero], vec![]);
-    let type_row = b.jitter("token_type_embedding", &[HIDDEN], 0.0, 0.02);
+    let type_row = b.jitter("token_type_embedding", &[hidden], 0.0, 0.02);
     let x = b.add(&words, &positions);
     let x = b.add(&x, &type_row);
-    let mut x = b.layer_norm(&x, HIDDEN);
-    let scale = b.scalar_const("attention_scale", 1.0 / (HEAD_DIM as f32).sqrt());
+    let mut x = b.layer_norm(&x, hidden);
+    let scale = b.scalar_const("attention_scale", 1.0 / (head_dim as f32).sqrt());
     let half = b.scalar_const("half", 0.5);
     let one_f = b.scalar_const("one_f", 1.0);
     let sqrt2 = b.scalar_const("sqrt2", std::f32::consts::SQRT_2);
-    for _ in 0..LAYERS {
+    for _ in 0..layers {
         let heads = |b: &mut GraphBuilder, t: &str, perm: &[i64]| {
-            let r = b.reshape(t, &[0, 0, HEADS, HEAD_DIM]);
+            let r = b.reshape(t, &[0, 0, heads, head_dim]);
             b.transpose(&r, perm)
         };
-        let q = b.linear(&x, HIDDEN, HIDDEN);
-        let k = b.linear(&x, HIDDEN, HIDDEN);
-        let v = b.linear(&x, HIDDEN, HIDDEN);
+        let q = b.linear(&x, hidden, hidden);
+        let k = b.linear(&x, hidden, hidden);
+        let v = b.linear(&x, hidden, hidden);
         let q = heads(&mut b, &q, &[0, 2, 1, 3]);
         let k = heads(&mut b, &k, &[0, 2, 3, 1]);
         let v = heads(&mut b, &v, &[0, 2, 1, 3]);
@@ -447,20 +497,20 @@ fn bert_base(fill: WeightFill) -> ModelProto {
         let probs = b.softmax(&scores, -1);
         let context = b.node("MatMul", &[&probs, &v], vec![]);
         let context = b.transpose(&context, &[0, 2, 1, 3]);
-        let context = b.reshape(&context, &[0, 0, HIDDEN]);
-        let attn = b.linear(&context, HIDDEN, HIDDEN);
+        let context = b.reshape(&context, &[0, 0, hidden]);
+        let attn = b.linear(&context, hidden, hidden);
         let sum = b.add(&attn, &x);
-        let h = b.layer_norm(&sum, HIDDEN);
-        let up = b.linear(&h, HIDDEN, FFN);
+        let h = b.layer_norm(&sum, hidden);
+        let up = b.linear(&h, hidden, ffn);
         // GELU, erf form: 0.5 · x · (1 + erf(x / √2)).
         let scaled = b.node("Div", &[&up, &sqrt2], vec![]);
         let erf = b.node("Erf", &[&scaled], vec![]);
         let shifted = b.add(&erf, &one_f);
         let gated = b.node("Mul", &[&up, &shifted], vec![]);
         let gelu = b.node("Mul", &[&gated, &half], vec![]);
-        let down = b.linear(&gelu, FFN, HIDDEN);
+        let down = b.linear(&gelu, ffn, hidden);
         let sum = b.add(&down, &h);
-        x = b.layer_norm(&sum, HIDDEN);
+        x = b.layer_norm(&sum, hidden);
     }
     b.output(
         &x,
@@ -468,10 +518,10 @@ fn bert_base(fill: WeightFill) -> ModelProto {
         &[
             SigDim::Named("batch"),
             SigDim::Named("sequence"),
-            SigDim::Fixed(HIDDEN),
+            SigDim::Fixed(hidden),
         ],
     );
-    b.finish("bert_base")
+    b.finish(name)
 }
 
 fn tinycnn(fill: WeightFill) -> ModelProto {

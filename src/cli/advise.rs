@@ -87,6 +87,9 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
     // the device profile, calibration tensors), nor each other. Checked before the work, and
     // again when writing.
     let mut protected = super::Inputs::model(&args.model.model);
+    for file in args.model.input_files() {
+        protected.add(&file, "an input tensor");
+    }
     protected.add_device(&args.device);
     if let Some(dir) = &args.calibration {
         for file in npy_files(dir) {

@@ -85,6 +85,9 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     // The report never replaces what it was made from: checked before the work, and again
     // when writing.
     let mut protected = super::Inputs::model(&args.model.model);
+    for file in args.model.input_files() {
+        protected.add(&file, "an input tensor");
+    }
     for spec in &args.device {
         protected.add_device(spec);
     }

@@ -87,6 +87,9 @@ pub struct RunArgs {
 
 pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let mut protected = super::Inputs::model(&args.model.model);
+    for file in args.model.input_files() {
+        protected.add(&file, "an input tensor");
+    }
     protected.add_device(&args.device);
     if let Some(path) = &args.output {
         protected.check(path)?;

@@ -138,6 +138,9 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
         }
     }
     let mut protected = super::Inputs::model(&args.model.model);
+    for file in args.model.input_files() {
+        protected.add(&file, "an input tensor");
+    }
     protected.add_device(&args.device);
     let plan_file = args.output_model.as_deref().map(plan_path);
     for path in args

@@ -4,6 +4,7 @@
 //! bindings, a built-in's defaults when none were given. `analyze`, `bench`, `advise`,
 //! `compress` and `run` all go through [`load`], so they see the same graph for the same file.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Result;
@@ -11,13 +12,16 @@ use clap::Args;
 
 use roofline::analysis::{import, Bindings, Graph};
 use roofline::builtin::{self, WeightFill};
+use roofline::exec::{self, npy, RtTensor};
 
 /// The model arguments shared by `analyze`, `bench` and `advise`.
 #[derive(Args, Debug)]
 pub struct ModelArgs {
     /// ONNX file, or builtin:NAME (see `roofline models`).
     pub model: String,
-    /// Bind an input: NAME=1x3x224x224 (repeatable; the name may be omitted for a one-input model).
+    /// Bind an input: NAME=1x3x224x224, or NAME=FILE.npy for its shape and, where the model's
+    /// shapes depend on an integer input's values (a Reshape's shape, Reduce axes), its values
+    /// (repeatable; the name may be omitted for a one-input model).
     #[arg(short, long = "input")]
     pub inputs: Vec<String>,
     /// Bind the leading symbolic dim of every input (1 or more).
@@ -32,7 +36,20 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Parses the bindings and loads the model (see [`load`]).
     pub fn load(&self, purpose: Purpose) -> Result<LoadedModel> {
-        load(&self.model, self.requested()?, purpose)
+        let mut loaded = load(&self.model, self.requested()?, purpose)?;
+        let values = given_values(&self.inputs)?;
+        if !values.is_empty() {
+            specialise_if_needed(&mut loaded, &values);
+        }
+        Ok(loaded)
+    }
+
+    /// The `.npy` files named by `--input` (outputs must never replace them).
+    pub fn input_files(&self) -> Vec<std::path::PathBuf> {
+        self.inputs
+            .iter()
+            .filter_map(|spec| npy_spec(spec).map(|(_, file)| std::path::PathBuf::from(file)))
+            .collect()
     }
 
     /// The bindings the user gave (a built-in's defaults not applied).
@@ -79,10 +96,75 @@ pub struct LoadedModel {
 /// Parses `NAME=1x3x224x224` shape bindings (`--input` of `analyze`, `bench`, `advise`;
 /// `--shape` of `run`): the one place they are parsed.
 pub fn parse_shapes(specs: &[String]) -> Result<Vec<(String, Vec<u64>)>> {
-    Ok(specs
+    specs
         .iter()
-        .map(|spec| Bindings::parse_input(spec))
-        .collect::<Result<_, _>>()?)
+        .map(|spec| match npy_spec(spec) {
+            Some((name, file)) => {
+                let tensor = npy::read_npy(Path::new(file))?;
+                Ok((
+                    name.to_string(),
+                    tensor.shape.iter().map(|&d| d as u64).collect(),
+                ))
+            }
+            None => Ok(Bindings::parse_input(spec)?),
+        })
+        .collect()
+}
+
+/// `NAME=FILE.npy` split in two, when the spec names a `.npy` file.
+fn npy_spec(spec: &str) -> Option<(&str, &str)> {
+    let (name, file) = spec.split_once('=').unwrap_or(("", spec));
+    file.to_ascii_lowercase()
+        .ends_with(".npy")
+        .then_some((name, file))
+}
+
+/// The tensors of the `--input NAME=FILE.npy` specs, by input name.
+fn given_values(specs: &[String]) -> Result<HashMap<String, RtTensor>> {
+    let mut values = HashMap::new();
+    for spec in specs {
+        if let Some((name, file)) = npy_spec(spec) {
+            values.insert(name.to_string(), npy::read_npy(Path::new(file))?);
+        }
+    }
+    Ok(values)
+}
+
+/// Makes the given integer inputs constants when the model's shapes cannot be inferred
+/// without their values (and only then: an embedding's token ids given as a file would
+/// otherwise fold the lookup away from the analysis).
+fn specialise_if_needed(loaded: &mut LoadedModel, values: &HashMap<String, RtTensor>) {
+    let unresolved = |graph: &Graph, bindings: &Bindings| -> bool {
+        let mut trial = graph.clone();
+        match roofline::analysis::prepare_graph(&mut trial, bindings) {
+            Err(_) => true,
+            Ok((_, states, _)) => {
+                states
+                    .values()
+                    .any(|s| matches!(s, roofline::analysis::infer::NodeState::Failed(_)))
+                    || trial
+                        .outputs
+                        .iter()
+                        .any(|&v| trial.values[v].fact.concrete_shape().is_none())
+            }
+        }
+    };
+    if !unresolved(&loaded.graph, &loaded.bindings) {
+        return;
+    }
+    let mut graph = loaded.graph.clone();
+    let bound = exec::specialise_on_values(&mut graph, values, exec::Specialise::Integers);
+    if bound.is_empty() {
+        return;
+    }
+    let mut bindings = loaded.bindings.clone();
+    bindings.inputs.retain(|(name, _)| !bound.contains(name));
+    note!(
+        "the model's shapes depend on the values of {}: analysed for the values given",
+        super::safe(&bound.join(", "))
+    );
+    loaded.graph = graph;
+    loaded.bindings = bindings;
 }
 
 /// Loads `spec` (an ONNX file or `builtin:NAME`) with its bindings.

@@ -143,9 +143,7 @@ pub(super) fn generic_eval(
     ins: &[Option<RtTensor>],
     out_types: &[DType],
 ) -> Result<Vec<RtTensor>, ExecError> {
-    if (node.domain.is_empty() || node.domain == "ai.onnx")
-        && super::reference::covers(&node.op_type)
-    {
+    if super::reference::covers(&node.domain, &node.op_type) {
         return super::reference::run(node, opset, ins, out_types).map_err(|e| node_error(node, e));
     }
     let op =

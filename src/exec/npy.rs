@@ -103,7 +103,7 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
                 .map(|c| crate::analysis::tensor::f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
                 .collect(),
         ),
-        ('i', _) => RtData::I64(words.map(|c| signed_le(c)).collect()),
+        ('i', _) => RtData::I64(words.map(signed_le).collect()),
         _ => RtData::I64(
             words
                 .map(|c| {

@@ -226,25 +226,35 @@ fn subgraph_ops_load_and_are_reported_not_costed() {
 #[test]
 fn bench_lists_missing_kernels_before_running() {
     use prost::Message;
-    // Einsum is analysed (and costed) but the executor has no kernel for it.
+    // RoiAlign is analysed (and costed) but the executor has no kernel for it.
     use roofline::builtin::{GraphBuilder, SigDim, WeightFill};
     let mut b = GraphBuilder::new(WeightFill::Random(2));
-    let x = b.input("x", 1, &[SigDim::Fixed(4), SigDim::Fixed(8)]);
-    let w = b.weight("w", &[8, 3], 8);
-    let y = b.node(
-        "Einsum",
-        &[&x, &w],
-        vec![roofline::analysis::onnx_proto::AttributeProto {
-            name: "equation".into(),
-            r#type: 3,
-            s: "ij,jk->ik".as_bytes().to_vec().into(),
-            ..Default::default()
-        }],
+    let x = b.input(
+        "x",
+        1,
+        &[
+            SigDim::Fixed(1),
+            SigDim::Fixed(4),
+            SigDim::Fixed(16),
+            SigDim::Fixed(16),
+        ],
     );
-    b.output(&y, 1, &[SigDim::Fixed(4), SigDim::Fixed(3)]);
+    let rois = b.input("rois", 1, &[SigDim::Fixed(3), SigDim::Fixed(4)]);
+    let batch = b.input("batch_indices", 7, &[SigDim::Fixed(3)]);
+    let y = b.node("RoiAlign", &[&x, &rois, &batch], vec![]);
+    b.output(
+        &y,
+        1,
+        &[
+            SigDim::Fixed(3),
+            SigDim::Fixed(4),
+            SigDim::Fixed(1),
+            SigDim::Fixed(1),
+        ],
+    );
     let dir = tempdir();
-    let path = dir.join("einsum.onnx");
-    std::fs::write(&path, b.finish("einsum").encode_to_vec()).unwrap();
+    let path = dir.join("roialign.onnx");
+    std::fs::write(&path, b.finish("roialign").encode_to_vec()).unwrap();
     let analyzed = roofline(&["analyze", path.to_str().unwrap(), "--format", "json"]);
     assert!(analyzed.status.success(), "{}", stderr(&analyzed));
     let out = roofline(&[
@@ -257,7 +267,10 @@ fn bench_lists_missing_kernels_before_running() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("no kernel") && err.contains("Einsum"), "{err}");
+    assert!(
+        err.contains("no kernel") && err.contains("RoiAlign"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"));
 }
 

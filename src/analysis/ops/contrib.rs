@@ -46,7 +46,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "MatMulNBits" => Some(&MatMulNBits),
         "GroupQueryAttention" => Some(&GroupQueryAttention),
         "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => Some(&SkipNorm),
-        _ => None,
+        _ => super::contrib_fused::lookup(op_type),
     }
 }
 

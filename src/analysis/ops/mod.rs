@@ -18,6 +18,7 @@
 
 mod attention;
 pub mod contrib;
+mod contrib_fused;
 mod conv;
 mod einsum;
 mod elementwise;

@@ -120,12 +120,17 @@ impl Lowering {
 
 /// The family lowering `op` of `domain`; `None` when the executor has no kernel for it.
 pub(crate) fn lookup(domain: &str, op: &str) -> Option<Lowering> {
+    let reference = Lowering {
+        lower: |_| Ok(Lowered::generic()),
+        integers: true,
+    };
     let domain = if domain == fused::DOMAIN {
         Domain::Tool
     } else if domain.is_empty() || domain == "ai.onnx" {
         Domain::Onnx
     } else {
-        return None;
+        // Other domains (onnxruntime's contrib ops) run on reference kernels where they have one.
+        return super::reference::covers(domain, op).then_some(reference);
     };
     quant::lookup(domain, op)
         .or_else(|| conv::lookup(domain, op))
@@ -137,10 +142,7 @@ pub(crate) fn lookup(domain: &str, op: &str) -> Option<Lowering> {
         .or_else(|| movement::lookup(domain, op))
         .or_else(|| shape::lookup(domain, op))
         .or_else(|| {
-            (domain == Domain::Onnx && super::reference::covers(op)).then_some(Lowering {
-                lower: |_| Ok(Lowered::generic()),
-                integers: true,
-            })
+            (domain == Domain::Onnx && super::reference::covers("", op)).then_some(reference)
         })
 }
 
@@ -356,8 +358,13 @@ mod tests {
         ] {
             assert!(lookup("", op).is_some(), "{op}");
         }
-        for op in ["LSTM", "NonZero", "Einsum", "Celu", "Tan"] {
+        for op in ["NonZero", "GridSample", "Celu", "Tan"] {
             assert!(lookup("", op).is_none(), "{op} has no kernel");
+        }
+        // Ops only the reference kernels cover are answered in the standard domain only.
+        for op in ["LSTM", "Einsum", "TopK", "Attention"] {
+            assert!(lookup("", op).is_some(), "{op}");
+            assert!(lookup("com.microsoft", op).is_none(), "{op}");
         }
     }
 

@@ -11,6 +11,7 @@ use crate::analysis::graph::Node;
 use crate::analysis::tensor::DType;
 
 mod attention;
+mod contrib;
 mod einsum;
 mod index;
 mod norm;
@@ -23,8 +24,17 @@ use index::*;
 use norm::{layer_norm, log_softmax_axis1, lp_normalization, nll_loss};
 use pool::pool;
 
-/// The ops with a reference kernel (standard ONNX domain).
-pub(crate) fn covers(op: &str) -> bool {
+/// Whether `op` of `domain` has a reference kernel (the standard domain, and onnxruntime's
+/// `com.microsoft` for the contrib ops its optimizers write).
+pub(crate) fn covers(domain: &str, op: &str) -> bool {
+    match domain {
+        "" | "ai.onnx" => covers_standard(op),
+        crate::analysis::ops::contrib::DOMAIN => contrib::covers(op),
+        _ => false,
+    }
+}
+
+fn covers_standard(op: &str) -> bool {
     matches!(
         op,
         "Attention"
@@ -79,6 +89,9 @@ pub(crate) fn run(
             .ok_or_else(|| format!("input #{i} is missing"))
     };
     let attrs = &node.attrs;
+    if node.domain == crate::analysis::ops::contrib::DOMAIN {
+        return contrib::run(node, inputs);
+    }
     let outputs = match node.op_type.as_str() {
         "Attention" => attention(node, inputs)?,
         "LSTM" | "GRU" | "RNN" => rnn::run(node, inputs)?,

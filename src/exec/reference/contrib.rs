@@ -1,0 +1,233 @@
+//! Reference kernels of onnxruntime's contrib ops (`com.microsoft`) that its optimizers write into
+//! saved models: Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd, FusedMatMul and the skip layer
+//! norms (SkipLayerNormalization, SkipSimplifiedLayerNormalization, with their optional mean,
+//! inverse-std and sum outputs).
+
+use super::*;
+
+/// The contrib ops with a reference kernel.
+pub(super) fn covers(op: &str) -> bool {
+    matches!(
+        op,
+        "Gelu"
+            | "BiasGelu"
+            | "FastGelu"
+            | "QuickGelu"
+            | "BiasAdd"
+            | "FusedMatMul"
+            | "SkipLayerNormalization"
+            | "SkipSimplifiedLayerNormalization"
+    )
+}
+
+fn erf_gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2))
+}
+
+/// erf to double precision (Abramowitz-Stegun 7.1.26 is too coarse for a reference): the series
+/// for small |x|, the continued fraction of erfc for large.
+fn libm_erf(x: f64) -> f64 {
+    let a = x.abs();
+    let value = if a < 2.5 {
+        // Maclaurin series: erf x = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)).
+        let mut term = a;
+        let mut sum = a;
+        let square = a * a;
+        for n in 1..60 {
+            term *= -square / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc x = e^(-x²)/√π · 1/(x + 1/2/(x + 1/(x + 3/2/(x + 2/(x + ...))))).
+        let mut fraction = a;
+        for n in (1..60).rev() {
+            fraction = a + (n as f64 / 2.0) / fraction;
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / fraction
+    };
+    value.copysign(x)
+}
+
+/// The broadcast element-wise sum of `tensors` (right-aligned broadcasting).
+fn broadcast_sum(tensors: &[&RtTensor]) -> Result<RtTensor> {
+    let mut shape: Vec<usize> = Vec::new();
+    for t in tensors {
+        shape = broadcast_shape(&shape, &t.shape)?;
+    }
+    let out_strides = strides(&shape);
+    let count: usize = shape.iter().product();
+    let values: Vec<Vec<f32>> = tensors.iter().map(|t| floats(t)).collect();
+    let data = (0..count)
+        .map(|n| {
+            tensors
+                .iter()
+                .zip(&values)
+                .map(|(t, v)| v[broadcast_index(n, &shape, &out_strides, &t.shape)])
+                .sum()
+        })
+        .collect();
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(data),
+    })
+}
+
+fn map(t: RtTensor, f: impl Fn(f64) -> f64) -> RtTensor {
+    let data = floats(&t).iter().map(|&x| f(f64::from(x)) as f32).collect();
+    RtTensor {
+        shape: t.shape,
+        data: RtData::F32(data),
+    }
+}
+
+pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    let given: Vec<&RtTensor> = inputs.iter().flatten().collect();
+    let first = given.first().copied().ok_or("no input")?;
+    let attrs = &node.attrs;
+    Ok(match node.op_type.as_str() {
+        "Gelu" => vec![map(first.clone(), erf_gelu)],
+        "BiasGelu" => vec![map(broadcast_sum(&given)?, erf_gelu)],
+        "FastGelu" => {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            vec![map(broadcast_sum(&given)?, move |x| {
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            })]
+        }
+        "QuickGelu" => {
+            let alpha = f64::from(attrs.float_or("alpha", 1.702));
+            vec![map(first.clone(), move |x| x / (1.0 + (-alpha * x).exp()))]
+        }
+        "BiasAdd" => vec![broadcast_sum(&given)?],
+        "FusedMatMul" => vec![fused_matmul(node, &given)?],
+        "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => skip_norm(node, inputs)?,
+        other => return Err(format!("no reference kernel for com.microsoft {other}")),
+    })
+}
+
+/// `[.., rows, cols]` of a tensor, transposed in its last two dims when `transpose`.
+fn matrix_view(t: &RtTensor, transpose: bool) -> (Vec<usize>, usize, usize, Vec<f32>) {
+    let values = floats(t);
+    let rank = t.shape.len();
+    if rank < 2 {
+        return (Vec::new(), 1, t.shape.first().copied().unwrap_or(1), values);
+    }
+    let (rows, cols) = (t.shape[rank - 2], t.shape[rank - 1]);
+    let batch = t.shape[..rank - 2].to_vec();
+    if !transpose {
+        return (batch, rows, cols, values);
+    }
+    let mut out = vec![0.0f32; values.len()];
+    for (m, chunk) in values.chunks(rows * cols).enumerate() {
+        for r in 0..rows {
+            for c in 0..cols {
+                out[m * rows * cols + c * rows + r] = chunk[r * cols + c];
+            }
+        }
+    }
+    (batch, cols, rows, out)
+}
+
+fn fused_matmul(node: &Node, given: &[&RtTensor]) -> Result<RtTensor> {
+    let attrs = &node.attrs;
+    if attrs.int_or("transBatchA", 0) != 0 || attrs.int_or("transBatchB", 0) != 0 {
+        return Err("FusedMatMul with transBatchA/B has no reference".into());
+    }
+    let (a, b) = match given {
+        [a, b, ..] => (*a, *b),
+        _ => return Err("FusedMatMul needs two operands".into()),
+    };
+    let alpha = attrs.float_or("alpha", 1.0);
+    let (batch_a, m, k, av) = matrix_view(a, attrs.int_or("transA", 0) != 0 && a.shape.len() >= 2);
+    let (batch_b, k2, n, bv) = if b.shape.len() == 1 {
+        (Vec::new(), b.shape[0], 1, floats(b))
+    } else {
+        matrix_view(b, attrs.int_or("transB", 0) != 0)
+    };
+    if k != k2 {
+        return Err(format!("FusedMatMul: inner dims {k} and {k2} differ"));
+    }
+    let batch = broadcast_shape(&batch_a, &batch_b)?;
+    let batch_strides = strides(&batch);
+    let batches: usize = batch.iter().product();
+    let mut out = vec![0.0f32; batches * m * n];
+    for p in 0..batches {
+        let pa = broadcast_index(p, &batch, &batch_strides, &batch_a);
+        let pb = broadcast_index(p, &batch, &batch_strides, &batch_b);
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k)
+                    .map(|q| {
+                        f64::from(av[(pa * m + i) * k + q]) * f64::from(bv[(pb * k + q) * n + j])
+                    })
+                    .sum();
+                out[(p * m + i) * n + j] = (dot * f64::from(alpha)) as f32;
+            }
+        }
+    }
+    let mut shape = batch;
+    if a.shape.len() >= 2 {
+        shape.push(m);
+    }
+    if b.shape.len() >= 2 {
+        shape.push(n);
+    }
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out),
+    })
+}
+
+/// y = LayerNorm(x + skip (+ bias)) · γ (+ β), or RMSNorm for the simplified form, over the last
+/// axis; outputs y, mean, inverse std and the sum, as many as the node names.
+fn skip_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let simplified = node.op_type == "SkipSimplifiedLayerNormalization";
+    let (x, skip, gamma) = (
+        get(0).ok_or("no input")?,
+        get(1).ok_or("no skip")?,
+        get(2).ok_or("no gamma")?,
+    );
+    let (beta, bias) = if simplified {
+        (None, get(3))
+    } else {
+        (get(3), get(4))
+    };
+    let mut parts = vec![x, skip];
+    parts.extend(bias);
+    let sum = broadcast_sum(&parts)?;
+    if sum.shape != x.shape {
+        return Err("skip or bias does not broadcast to the input".into());
+    }
+    let epsilon = node.attrs.float_or("epsilon", 1e-12);
+    let mut outputs = layer_norm(&sum, gamma, beta, -1, epsilon, simplified)?;
+    if simplified {
+        // RMSNorm gives Y only; its statistics outputs are the zero mean and the inverse RMS.
+        let row = *x.shape.last().unwrap_or(&1);
+        let values = floats(&sum);
+        let inv_rms: Vec<f32> = values
+            .chunks(row.max(1))
+            .map(|r| {
+                let mean_square =
+                    r.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / row.max(1) as f64;
+                (1.0 / (mean_square + f64::from(epsilon)).sqrt()) as f32
+            })
+            .collect();
+        let mut stats_shape = x.shape[..x.shape.len() - 1].to_vec();
+        stats_shape.push(1);
+        outputs.push(RtTensor {
+            shape: stats_shape.clone(),
+            data: RtData::F32(vec![0.0; inv_rms.len()]),
+        });
+        outputs.push(RtTensor {
+            shape: stats_shape,
+            data: RtData::F32(inv_rms),
+        });
+    }
+    outputs.push(sum);
+    Ok(outputs)
+}
