@@ -27,7 +27,7 @@ req_hash="$(sha256sum "$REQ" | cut -d' ' -f1)"
 
 check_imports() {
     "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
-import numpy, onnx, onnxruntime, onnx_tool, PIL
+import numpy, onnx, onnxruntime, onnx_tool, PIL, sympy
 PY
 }
 

@@ -165,6 +165,59 @@ fn builtin_models_match_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Writes the onnxruntime-optimised forms of the model given as argv[1] into argv[2]: the
+/// session's extended-level graph (FusedMatMul, BiasGelu...) and the transformer optimizer's
+/// (SkipLayerNormalization, BiasGelu...). Fails when either holds no `com.microsoft` op, so the
+/// test below cannot silently compare plain graphs.
+const ORT_OPTIMISED: &str = r#"
+import sys, collections
+import onnx, onnxruntime as ort
+from onnxruntime.transformers import optimizer
+source, folder = sys.argv[1], sys.argv[2]
+options = ort.SessionOptions()
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+options.optimized_model_filepath = folder + "/bert_tiny_ort_extended.onnx"
+ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+optimized = optimizer.optimize_model(source, model_type="bert", num_heads=2, hidden_size=128, opt_level=0)
+optimized.save_model_to_file(folder + "/bert_tiny_transformers.onnx")
+for name in ["bert_tiny_ort_extended", "bert_tiny_transformers"]:
+    ops = collections.Counter(n.op_type for n in onnx.load(f"{folder}/{name}.onnx").graph.node if n.domain == "com.microsoft")
+    if not ops:
+        sys.exit(f"{name}: no com.microsoft op")
+    print(name, dict(ops))
+"#;
+
+#[test]
+fn onnxruntime_optimised_transformers_match_onnxruntime() {
+    let Some(python) = venv_python() else { return };
+    let source = export_builtin("bert-tiny");
+    let folder = repo_root().join("target/ort-ref/models/ort-optimised");
+    std::fs::create_dir_all(&folder).unwrap();
+    let made = Command::new(&python)
+        .arg("-c")
+        .arg(ORT_OPTIMISED)
+        .arg(&source)
+        .arg(&folder)
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "onnxruntime's optimizers failed: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&made.stdout));
+    let mut failures = Vec::new();
+    for name in ["bert_tiny_ort_extended", "bert_tiny_transformers"] {
+        let model = folder.join(format!("{name}.onnx"));
+        let reference_dir = reference(&python, &model, name, &["input_ids=2x16"], &[]);
+        match compare(&model, &reference_dir) {
+            Ok(summary) => eprintln!("{name}: {summary}"),
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn corpus_models_match_onnxruntime() {
     let Some(python) = venv_python() else { return };
