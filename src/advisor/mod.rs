@@ -9,6 +9,7 @@ pub mod export;
 pub mod passes;
 pub mod prune;
 pub mod qdq;
+pub mod qoperator;
 pub mod quantize;
 
 use std::collections::HashMap;

@@ -184,6 +184,12 @@ pub fn load(spec: &str, requested: Bindings, purpose: Purpose) -> Result<LoadedM
         (graph, Some((builtin.default_bindings)()))
     } else {
         let mut graph = import::load_graph(Path::new(spec))?;
+        // QOperator ops (QLinearConv...) become the QDQ form first, which the QDQ lowering
+        // then puts on the int8 kernels.
+        let expanded = roofline::advisor::qoperator::expand_qoperator(&mut graph);
+        if expanded > 0 {
+            note!("QOperator form expanded to QDQ: {expanded} quantized op(s)");
+        }
         let lowered = roofline::advisor::qdq::lower_checked(&mut graph)?;
         if !lowered.is_empty() {
             note!(

@@ -497,3 +497,93 @@ fn check_standalone(graph: &mut Graph) {
         assert!((g - w).abs() < 1e-6, "{d:?}");
     }
 }
+
+/// A model in onnxruntime's QOperator form (QLinearConv, QLinearAdd, QGemm between
+/// QuantizeLinear and DequantizeLinear), written by its static quantizer from MobileNetV2: the
+/// loader expands it to QDQ and lowers that onto the int8 kernels; `roofline run` must then
+/// agree with onnxruntime running the QOperator file.
+#[test]
+fn onnxruntime_qoperator_model_runs_and_matches_onnxruntime() {
+    let Some(python) = venv_python() else { return };
+    let dir = super::cli::tempdir();
+    let fp32 = dir.join("mobilenetv2.onnx");
+    let out = super::common::roofline(&[
+        "export",
+        "builtin:mobilenetv2",
+        "-o",
+        fp32.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let qop = dir.join("mobilenetv2-qoperator.onnx");
+    let script = r#"
+import sys, collections, numpy as np, onnx
+from onnxruntime.quantization import quantize_static, QuantFormat, QuantType, CalibrationDataReader
+class Reader(CalibrationDataReader):
+    def __init__(self):
+        self.data = iter([{"input": np.random.default_rng(i).random((1, 3, 224, 224)).astype(np.float32)} for i in range(4)])
+    def get_next(self):
+        return next(self.data, None)
+quantize_static(sys.argv[1], sys.argv[2], Reader(), quant_format=QuantFormat.QOperator, per_channel=True,
+                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+ops = collections.Counter(n.op_type for n in onnx.load(sys.argv[2]).graph.node)
+assert ops["QLinearConv"] > 0 and ops["QLinearAdd"] > 0, ops
+"#;
+    let made = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&fp32)
+        .arg(&qop)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let ort_dir = dir.join("ort");
+    let ran = std::process::Command::new(&python)
+        .arg(repo_root().join("scripts/ort_run.py"))
+        .arg(&qop)
+        .arg(&ort_dir)
+        .args(["--input", "input=1x3x224x224"])
+        .output()
+        .unwrap();
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ort_dir.join("manifest.json")).unwrap())
+            .unwrap();
+    let input_file = ort_dir.join(manifest["inputs"][0]["file"].as_str().unwrap());
+    let want = exec::npy::read_npy(&ort_dir.join(manifest["outputs"][0]["file"].as_str().unwrap()))
+        .unwrap();
+    let ours = dir.join("ours");
+    let out = super::common::roofline(&[
+        "run",
+        qop.to_str().unwrap(),
+        "-i",
+        &format!("input={}", input_file.display()),
+        "-o",
+        ours.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("QOperator form expanded"), "{err}");
+    assert!(
+        err.contains("QConv"),
+        "the convolutions run on the int8 kernels: {err}"
+    );
+    let got_file = std::fs::read_dir(&ours)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let got = exec::npy::read_npy(&got_file).unwrap();
+    let c = cosine(&want.to_f32(), &got.to_f32());
+    assert!(
+        c >= 0.999,
+        "QOperator MobileNetV2 vs onnxruntime: cosine {c}"
+    );
+}
