@@ -137,7 +137,7 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
         let mut attrs = n.attrs.clone();
         attrs.0.remove("channels_last");
         Node {
-            name: format!("{base}_float"),
+            name: base.clone(),
             op_type: op.to_string(),
             domain: String::new(),
             attrs,

@@ -166,8 +166,9 @@ fn builtin_models_match_onnxruntime() {
 }
 
 /// Writes the onnxruntime-optimised forms of the model given as argv[1] into argv[2]: the
-/// session's extended-level graph (FusedMatMul, BiasGelu...) and the transformer optimizer's
-/// (SkipLayerNormalization, BiasGelu...). Fails when either holds no `com.microsoft` op, so the
+/// session's extended-level graph (FusedMatMul, BiasGelu...), the transformer optimizer's
+/// (SkipLayerNormalization, BiasGelu...) and the dynamic int8 quantizer's
+/// (DynamicQuantizeLinear, MatMulInteger). Fails when either holds no `com.microsoft` op, so the
 /// test below cannot silently compare plain graphs.
 const ORT_OPTIMISED: &str = r#"
 import sys, collections
@@ -185,6 +186,11 @@ for name in ["bert_tiny_ort_extended", "bert_tiny_transformers"]:
     if not ops:
         sys.exit(f"{name}: no com.microsoft op")
     print(name, dict(ops))
+from onnxruntime.quantization import quantize_dynamic, QuantType
+quantize_dynamic(source, folder + "/bert_tiny_dynamic_int8.onnx", weight_type=QuantType.QInt8)
+ops = collections.Counter(n.op_type for n in onnx.load(folder + "/bert_tiny_dynamic_int8.onnx").graph.node)
+if not ops["MatMulInteger"] or not ops["DynamicQuantizeLinear"]:
+    sys.exit(f"dynamic quantization wrote {dict(ops)}")
 "#;
 
 #[test]
@@ -207,7 +213,11 @@ fn onnxruntime_optimised_transformers_match_onnxruntime() {
     );
     eprintln!("{}", String::from_utf8_lossy(&made.stdout));
     let mut failures = Vec::new();
-    for name in ["bert_tiny_ort_extended", "bert_tiny_transformers"] {
+    for name in [
+        "bert_tiny_ort_extended",
+        "bert_tiny_transformers",
+        "bert_tiny_dynamic_int8",
+    ] {
         let model = folder.join(format!("{name}.onnx"));
         let reference_dir = reference(&python, &model, name, &["input_ids=2x16"], &[]);
         match compare(&model, &reference_dir) {

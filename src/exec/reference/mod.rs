@@ -16,6 +16,7 @@ mod einsum;
 mod index;
 mod norm;
 mod pool;
+mod quant;
 mod rnn;
 
 use attention::{attention, rotary_embedding};
@@ -67,6 +68,8 @@ fn covers_standard(op: &str) -> bool {
             | "LayerNormalization"
             | "RMSNormalization"
             | "SpaceToDepth"
+            | "DynamicQuantizeLinear"
+            | "MatMulInteger"
             | "NegativeLogLikelihoodLoss"
             | "SoftmaxCrossEntropyLoss"
     )
@@ -207,6 +210,13 @@ pub(crate) fn run(
             input(0)?,
             attrs.int_or("axis", -1),
             attrs.int_or("p", 2),
+        )?],
+        "DynamicQuantizeLinear" => quant::dynamic_quantize(input(0)?)?,
+        "MatMulInteger" => vec![quant::matmul_integer(
+            input(0)?,
+            input(1)?,
+            inputs.get(2).and_then(Option::as_ref),
+            inputs.get(3).and_then(Option::as_ref),
         )?],
         "SpaceToDepth" => vec![space_to_depth(
             input(0)?,
