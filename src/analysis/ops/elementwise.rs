@@ -139,7 +139,14 @@ static OR: ElementWise = cmp!(|a, _| b(a[0] != 0.0 || a[1] != 0.0));
 static XOR: ElementWise = cmp!(|a, _| b((a[0] != 0.0) ^ (a[1] != 0.0)));
 static NOT: ElementWise = cmp!(|a, _| b(a[0] == 0.0));
 static IS_NAN: ElementWise = cmp!(|a, _| b(a[0].is_nan()));
-static IS_INF: ElementWise = cmp!(|a, _| b(a[0].is_infinite()));
+// IsInf's detect_positive/detect_negative attributes are not visible to a folding closure: it
+// is not folded, and runs on the executor's reference kernel.
+static IS_INF: ElementWise = ElementWise {
+    per_element: ec(1, 0),
+    result: ResultType::Bool,
+    variadic: false,
+    eval: None,
+};
 static SUM: ElementWise = ElementWise {
     per_element: ec(1, 0),
     result: ResultType::SameAsInput,

@@ -9,6 +9,7 @@
 //!   3 (GRU), 1 (RNN).
 //! RoiAlign: per output element sampling_ratio² samples (2×2 when adaptive), each a bilinear
 //! interpolation of 4 taps (8 FLOPs), plus one average.
+//! EyeLike (9+): a 2-D identity-like tensor of the input's shape; bytes: the output written.
 //! NegativeLogLikelihoodLoss (13+): one gathered log-probability per target element, negated
 //! and weighted (2 FLOPs), plus one add per element for a sum or mean reduction.
 //! SoftmaxCrossEntropyLoss (13+): a log-softmax over the class axis of the scores (4 FLOPs and
@@ -21,12 +22,14 @@ struct Recurrent;
 struct RoiAlign;
 struct NotCosted;
 struct Loss;
+struct EyeLike;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     Some(match op_type {
         "LSTM" | "GRU" | "RNN" => &Recurrent,
         "RoiAlign" => &RoiAlign,
         "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => &Loss,
+        "EyeLike" => &EyeLike,
         "If" | "Loop" | "Scan" | "NonMaxSuppression" => &NotCosted,
         _ => return None,
     })
@@ -135,6 +138,28 @@ impl OpDef for RoiAlign {
         let x_bytes = ctx.bytes_of(ctx.input(0)?)?;
         let sample_bytes = outputs * samples * 4 * ctx.element_bytes(ctx.input(0)?.dtype);
         cost.bytes.act_read = x_bytes.min(sample_bytes) + ctx.bytes_of(ctx.input(1)?)?;
+        cost.bytes.act_written = ctx.bytes_of(ctx.outputs[0])?;
+        Ok(cost)
+    }
+}
+
+impl OpDef for EyeLike {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        if shape.len() != 2 {
+            return Err(super::invalid("EyeLike needs a 2-D input"));
+        }
+        let dtype = match ctx.attrs().int("dtype") {
+            Some(code) => DType::from_onnx(code as i32)
+                .ok_or_else(|| super::invalid(format!("unknown dtype {code}")))?,
+            None => x.dtype,
+        };
+        Ok(vec![TensorFact::new(dtype, shape.to_vec())])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let mut cost = OpCost::default();
         cost.bytes.act_written = ctx.bytes_of(ctx.outputs[0])?;
         Ok(cost)
     }

@@ -128,6 +128,15 @@ fn lower_unary(cx: &Cx) -> Result<Lowered, ExecError> {
     if cx.op() == "Clip" && (1..=2).any(|i| cx.input(i).is_some() && consts[i].is_none()) {
         return Ok(Lowered::new(Kernel::Generic));
     }
+    // Gelu's tanh approximation (opset 20) is the reference kernel's.
+    if cx.op() == "Gelu"
+        && cx
+            .attrs()
+            .string("approximate")
+            .is_some_and(|a| a != "none")
+    {
+        return Ok(Lowered::new(Kernel::Generic));
+    }
     Ok(Lowered::new(match unary_of(cx.op(), cx.attrs(), &consts) {
         Some(u) => Kernel::Elementwise(ElementwiseKernel::Unary(u)),
         None => Kernel::Generic,
@@ -136,6 +145,10 @@ fn lower_unary(cx: &Cx) -> Result<Lowered, ExecError> {
 
 fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
     let op = cx.op();
+    // Mod's two semantics (floored for integers, C fmod with `fmod = 1`) are the reference's.
+    if op == "Mod" {
+        return Ok(Lowered::new(Kernel::Generic));
+    }
     let b = binary_of(op).ok_or_else(|| cx.error("not a binary op"))?;
     if matches!(op, "Sum" | "Mean" | "Max" | "Min") && cx.node.inputs.len() != 2 {
         let shapes = (0..cx.node.inputs.len())

@@ -184,20 +184,25 @@ fn lower_pad(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.shape_of(0)?;
     let y = cx.out_shape(0)?;
     let attrs = cx.attrs();
-    let pads: Vec<i64> = if cx.opset() < 11 {
-        attrs.ints("pads").map(<[i64]>::to_vec).unwrap_or_default()
+    let pads: Option<Vec<i64>> = if cx.opset() < 11 {
+        Some(attrs.ints("pads").map(<[i64]>::to_vec).unwrap_or_default())
     } else {
         cx.const_i64(1)
-            .ok_or_else(|| cx.error("pads must be constant"))?
     };
-    if pads.iter().any(|&p| p < 0) || pads.len() != 2 * x.len() {
-        return Err(cx.error("negative pads or axes-restricted Pad have no kernel"));
-    }
     let mode = match attrs.string("mode").unwrap_or("constant") {
-        "edge" => PadMode::Edge,
-        "reflect" => PadMode::Reflect,
-        _ => PadMode::Constant,
+        "edge" => Some(PadMode::Edge),
+        "reflect" => Some(PadMode::Reflect),
+        "constant" => Some(PadMode::Constant),
+        _ => None,
     };
+    let run_time_value = cx.opset() >= 11 && cx.input(2).is_some() && cx.const_scalar(2).is_none();
+    // Run-time pads or value, negative pads (crops), an `axes` input, `wrap` mode: the reference.
+    let (Some(pads), Some(mode)) = (pads, mode) else {
+        return Ok(Lowered::generic());
+    };
+    if run_time_value || pads.iter().any(|&p| p < 0) || pads.len() != 2 * x.len() {
+        return Ok(Lowered::generic());
+    }
     let value = if cx.opset() < 11 {
         attrs.float_or("value", 0.0)
     } else {

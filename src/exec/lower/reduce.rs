@@ -93,7 +93,8 @@ fn lower_reduce(cx: &Cx) -> Result<Lowered, ExecError> {
 
 /// ArgMax/ArgMin of f32 data; of integer data, through the generic evaluator.
 fn lower_arg(cx: &Cx) -> Result<Lowered, ExecError> {
-    if !cx.is_float(0) {
+    // Integer inputs and ties resolved to the last index run on the reference kernel.
+    if !cx.is_float(0) || cx.attrs().int_or("select_last_index", 0) != 0 {
         return Ok(Lowered::generic());
     }
     let x = cx.shape_of(0)?;

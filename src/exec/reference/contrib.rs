@@ -21,36 +21,7 @@ pub(super) fn covers(op: &str) -> bool {
 }
 
 fn erf_gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2))
-}
-
-/// erf to double precision (Abramowitz-Stegun 7.1.26 is too coarse for a reference): the series
-/// for small |x|, the continued fraction of erfc for large.
-fn libm_erf(x: f64) -> f64 {
-    let a = x.abs();
-    let value = if a < 2.5 {
-        // Maclaurin series: erf x = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)).
-        let mut term = a;
-        let mut sum = a;
-        let square = a * a;
-        for n in 1..60 {
-            term *= -square / n as f64;
-            let add = term / (2 * n + 1) as f64;
-            sum += add;
-            if add.abs() < 1e-17 * sum.abs() {
-                break;
-            }
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else {
-        // erfc x = e^(-x²)/√π · 1/(x + 1/2/(x + 1/(x + 3/2/(x + 2/(x + ...))))).
-        let mut fraction = a;
-        for n in (1..60).rev() {
-            fraction = a + (n as f64 / 2.0) / fraction;
-        }
-        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / fraction
-    };
-    value.copysign(x)
+    0.5 * x * (1.0 + super::math::erf(x / std::f64::consts::SQRT_2))
 }
 
 /// The broadcast element-wise sum of `tensors` (right-aligned broadcasting).

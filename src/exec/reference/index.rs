@@ -465,7 +465,7 @@ pub(super) fn one_hot(
     Ok(RtTensor { shape, data })
 }
 
-pub(super) fn space_to_depth(x: &RtTensor, block: i64) -> Result<RtTensor> {
+pub(super) fn space_to_depth(x: &RtTensor, block: i64, mode: &str) -> Result<RtTensor> {
     let [n, c, h, w] = x.shape[..] else {
         return Err("SpaceToDepth needs a 4-D input".into());
     };
@@ -474,20 +474,145 @@ pub(super) fn space_to_depth(x: &RtTensor, block: i64) -> Result<RtTensor> {
         return Err("SpaceToDepth: spatial dims not divisible by the block".into());
     }
     let (oh, ow) = (h / b, w / b);
-    let shape = vec![n, c * b * b, oh, ow];
+    let out_c = c * b * b;
+    let shape = vec![n, out_c, oh, ow];
     let mut sources = Vec::with_capacity(x.len());
     for ni in 0..n {
-        for by in 0..b {
-            for bx in 0..b {
-                for ci in 0..c {
-                    for y in 0..oh {
-                        for xo in 0..ow {
-                            sources.push(((ni * c + ci) * h + y * b + by) * w + xo * b + bx);
-                        }
-                    }
+        for co in 0..out_c {
+            // DCR: the block offset is the outer part of the channel; CRD: the inner part.
+            let (ci, by, bx) = if mode == "CRD" {
+                (co / (b * b), co / b % b, co % b)
+            } else {
+                (co % c, co / c / b, co / c % b)
+            };
+            for y in 0..oh {
+                for xo in 0..ow {
+                    sources.push(((ni * c + ci) * h + y * b + by) * w + xo * b + bx);
                 }
             }
         }
     }
     Ok(select(x, shape, &sources))
+}
+
+/// Pad in every mode (constant, reflect, edge, wrap), pads and value as attributes (before
+/// opset 11) or inputs, an `axes` input (18+), negative pads cropping.
+pub(super) fn pad(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = get(0).ok_or("no input")?;
+    let rank = x.shape.len();
+    let (given_pads, value) = if opset < 11 {
+        (
+            node.attrs
+                .ints("pads")
+                .map(<[i64]>::to_vec)
+                .unwrap_or_default(),
+            node.attrs.float_or("value", 0.0),
+        )
+    } else {
+        (
+            get(1).map(ints).unwrap_or_default(),
+            get(2)
+                .and_then(|v| floats(v).first().copied())
+                .unwrap_or(0.0),
+        )
+    };
+    let axes: Vec<usize> = match get(3) {
+        Some(a) => ints(a)
+            .iter()
+            .map(|&axis| axis_of(axis, rank))
+            .collect::<Result<_>>()?,
+        None => (0..rank).collect(),
+    };
+    if given_pads.len() != 2 * axes.len() {
+        return Err(format!("{} pads for {} axes", given_pads.len(), axes.len()));
+    }
+    let (mut begin, mut end) = (vec![0i64; rank], vec![0i64; rank]);
+    for (k, &axis) in axes.iter().enumerate() {
+        begin[axis] = given_pads[k];
+        end[axis] = given_pads[axes.len() + k];
+    }
+    let out_shape: Vec<usize> = (0..rank)
+        .map(|d| {
+            let size = x.shape[d] as i64 + begin[d] + end[d];
+            usize::try_from(size).map_err(|_| "pads crop past the input".to_string())
+        })
+        .collect::<Result<_>>()?;
+    let mode = node.attrs.string("mode").unwrap_or("constant");
+    let in_strides = strides(&x.shape);
+    let out_strides = strides(&out_shape);
+    let count: usize = out_shape.iter().product();
+    // Per output element: its source element, or None for the constant.
+    let mut sources: Vec<Option<usize>> = Vec::with_capacity(count);
+    for n in 0..count {
+        let mut at = Some(0usize);
+        for d in 0..rank {
+            let dim = x.shape[d] as i64;
+            let coord = (n / out_strides[d] % out_shape[d]) as i64 - begin[d];
+            let source = if (0..dim).contains(&coord) {
+                Some(coord)
+            } else if dim == 0 {
+                None
+            } else {
+                match mode {
+                    "edge" => Some(coord.clamp(0, dim - 1)),
+                    "wrap" => Some(coord.rem_euclid(dim)),
+                    "reflect" if dim == 1 => Some(0),
+                    "reflect" => {
+                        let period = 2 * (dim - 1);
+                        let folded = coord.rem_euclid(period);
+                        Some(if folded < dim {
+                            folded
+                        } else {
+                            period - folded
+                        })
+                    }
+                    "constant" => None,
+                    other => return Err(format!("unknown pad mode `{other}`")),
+                }
+            };
+            at = match (at, source) {
+                (Some(a), Some(s)) => Some(a + s as usize * in_strides[d]),
+                _ => None,
+            };
+        }
+        sources.push(at);
+    }
+    let data = match &x.data {
+        RtData::F32(v) => RtData::F32(sources.iter().map(|s| s.map_or(value, |i| v[i])).collect()),
+        RtData::I64(v) => RtData::I64(
+            sources
+                .iter()
+                .map(|s| s.map_or(value as i64, |i| v[i]))
+                .collect(),
+        ),
+    };
+    Ok(RtTensor {
+        shape: out_shape,
+        data,
+    })
+}
+
+/// Tile: every dim repeated its `repeats` times.
+pub(super) fn tile(x: &RtTensor, repeats: &[i64]) -> Result<RtTensor> {
+    if repeats.len() != x.shape.len() || repeats.iter().any(|&r| r < 0) {
+        return Err("Tile: one non-negative repeat per dim".into());
+    }
+    let out_shape: Vec<usize> = x
+        .shape
+        .iter()
+        .zip(repeats)
+        .map(|(&d, &r)| d * r as usize)
+        .collect();
+    let in_strides = strides(&x.shape);
+    let out_strides = strides(&out_shape);
+    let count: usize = out_shape.iter().product();
+    let sources: Vec<usize> = (0..count)
+        .map(|n| {
+            (0..x.shape.len())
+                .map(|d| (n / out_strides[d] % out_shape[d]) % x.shape[d] * in_strides[d])
+                .sum()
+        })
+        .collect();
+    Ok(select(x, out_shape, &sources))
 }

@@ -14,6 +14,7 @@ mod attention;
 mod contrib;
 mod einsum;
 mod index;
+mod math;
 mod norm;
 mod pool;
 mod quant;
@@ -69,6 +70,28 @@ fn covers_standard(op: &str) -> bool {
             | "RMSNormalization"
             | "SpaceToDepth"
             | "DynamicQuantizeLinear"
+            | "Acos"
+            | "Acosh"
+            | "Asin"
+            | "Asinh"
+            | "Atan"
+            | "Atanh"
+            | "Cosh"
+            | "Sinh"
+            | "Tan"
+            | "Celu"
+            | "ThresholdedRelu"
+            | "Gelu"
+            | "Mod"
+            | "ArgMax"
+            | "ArgMin"
+            | "GatherND"
+            | "DepthToSpace"
+            | "EyeLike"
+            | "ReduceLogSum"
+            | "IsInf"
+            | "Pad"
+            | "Tile"
             | "MatMulInteger"
             | "NegativeLogLikelihoodLoss"
             | "SoftmaxCrossEntropyLoss"
@@ -212,6 +235,47 @@ pub(crate) fn run(
             attrs.int_or("p", 2),
         )?],
         "DynamicQuantizeLinear" => quant::dynamic_quantize(input(0)?)?,
+        "Acos" | "Acosh" | "Asin" | "Asinh" | "Atan" | "Atanh" | "Cosh" | "Sinh" | "Tan"
+        | "Celu" | "ThresholdedRelu" | "Gelu" => vec![math::unary(node, input(0)?)?],
+        "Mod" => vec![math::modulo(
+            input(0)?,
+            input(1)?,
+            attrs.int_or("fmod", 0) != 0,
+        )?],
+        "ArgMax" | "ArgMin" => vec![math::arg_extreme(node, input(0)?)?],
+        "GatherND" => vec![math::gather_nd(
+            input(0)?,
+            input(1)?,
+            attrs.int_or("batch_dims", 0),
+        )?],
+        "DepthToSpace" => vec![math::depth_to_space(
+            input(0)?,
+            attrs.int("blocksize").unwrap_or(1),
+            attrs.string("mode").unwrap_or("DCR"),
+        )?],
+        "EyeLike" => vec![math::eye_like(input(0)?, attrs.int_or("k", 0), out_types)?],
+        "ReduceLogSum" => vec![math::reduce_log_sum(node, opset, inputs)?],
+        "IsInf" => {
+            let (positive, negative) = (
+                attrs.int_or("detect_positive", 1) != 0,
+                attrs.int_or("detect_negative", 1) != 0,
+            );
+            let x = input(0)?;
+            vec![RtTensor {
+                shape: x.shape.clone(),
+                data: RtData::I64(
+                    floats(x)
+                        .iter()
+                        .map(|&v| {
+                            (v == f32::INFINITY && positive || v == f32::NEG_INFINITY && negative)
+                                as i64
+                        })
+                        .collect(),
+                ),
+            }]
+        }
+        "Pad" => vec![pad(node, opset, inputs)?],
+        "Tile" => vec![tile(input(0)?, &ints(input(1)?))?],
         "MatMulInteger" => vec![quant::matmul_integer(
             input(0)?,
             input(1)?,
@@ -221,6 +285,7 @@ pub(crate) fn run(
         "SpaceToDepth" => vec![space_to_depth(
             input(0)?,
             attrs.int("blocksize").unwrap_or(1),
+            attrs.string("mode").unwrap_or("DCR"),
         )?],
         "NegativeLogLikelihoodLoss" => vec![nll_loss(
             input(0)?,
