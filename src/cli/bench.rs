@@ -186,8 +186,8 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         Ok((plan, diagnostics))
     };
     let mut graph = loaded.clone();
-    let (plan, diagnostics) = match build(&mut graph, &bindings) {
-        Ok(built) => built,
+    let planned_run = match build(&mut graph, &bindings) {
+        Ok(built) => Ok(built),
         // A model whose shapes or kernels depend on input values (a Reshape's shape, Reduce
         // axes, a Conv's filter given as an input) is planned again for the values given,
         // integers first: the plan is for this one run.
@@ -211,23 +211,45 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
                     break;
                 }
             }
-            specialised.ok_or(first)?
+            specialised.ok_or(first)
         }
     };
-    let mut inputs = exec::random_inputs(&plan, args.seed);
-    let fed: Vec<String> = plan.inputs().into_iter().map(|(name, ..)| name).collect();
-    for (name, tensor) in given {
-        if fed.contains(&name) {
-            inputs.insert(name, tensor);
+    let (outputs, diagnostics) = match planned_run {
+        Ok((plan, diagnostics)) => {
+            let mut inputs = exec::random_inputs(&plan, args.seed);
+            let fed: Vec<String> = plan.inputs().into_iter().map(|(name, ..)| name).collect();
+            for (name, tensor) in given {
+                if fed.contains(&name) {
+                    inputs.insert(name, tensor);
+                }
+            }
+            let mut workspace = plan.workspace();
+            (plan.run(&mut workspace, &inputs, None)?, diagnostics)
         }
-    }
+        // Output shapes that depend on the data (NonZero, NonMaxSuppression...): run in stages,
+        // each data-dependent node evaluated once the values before it are known.
+        Err(first) => match exec::run_staged(&loaded, &bindings, &given, &options, args.seed) {
+            Ok(staged) => {
+                note!("ran in stages: output shapes in the model depend on the data");
+                staged
+            }
+            Err(staged) => {
+                // The first failure is the one to report; a different one from the staged run
+                // is worth a line too.
+                let (first_text, staged_text) = (first.to_string(), staged.to_string());
+                if !first_text.contains(&staged_text) && !staged_text.contains(&first_text) {
+                    note!("(running in stages: {})", super::safe(&staged_text));
+                }
+                return Err(first);
+            }
+        },
+    };
+    // The element types of the outputs, from the model's inference (as far as it went).
     let output_types: HashMap<String, roofline::analysis::tensor::DType> = graph
         .outputs
         .iter()
         .map(|&v| (graph.values[v].name.clone(), graph.values[v].fact.dtype))
         .collect();
-    let mut workspace = plan.workspace();
-    let outputs = plan.run(&mut workspace, &inputs, None)?;
     // The folder exists before the paths are checked (`new/..` resolves only then). Every path
     // is checked before the first file is written: a refused one leaves nothing half done. Two
     // outputs whose names map to the same file name get a numbered suffix.

@@ -37,6 +37,7 @@ mod lower;
 mod memory;
 mod reference;
 mod run;
+mod staged;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,6 +49,7 @@ use crate::analysis::tensor::TensorFact;
 pub use lower::quant;
 pub use plan::{build_plan, Plan, PlanOptions, StepInfo};
 pub use run::{RunTimings, Workspace};
+pub use staged::run_staged;
 
 /// A run-time tensor. Integer and boolean values are carried as i64.
 #[derive(Clone, Debug, PartialEq)]

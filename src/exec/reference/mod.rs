@@ -12,6 +12,7 @@ use crate::analysis::tensor::DType;
 
 mod attention;
 mod contrib;
+mod dynamic;
 mod einsum;
 mod index;
 mod math;
@@ -90,6 +91,10 @@ fn covers_standard(op: &str) -> bool {
             | "EyeLike"
             | "ReduceLogSum"
             | "IsInf"
+            | "NonZero"
+            | "Compress"
+            | "Unique"
+            | "NonMaxSuppression"
             | "Pad"
             | "Tile"
             | "MatMulInteger"
@@ -275,6 +280,10 @@ pub(crate) fn run(
             }]
         }
         "Pad" => vec![pad(node, opset, inputs)?],
+        "NonZero" => vec![dynamic::non_zero(input(0)?)],
+        "Compress" => vec![dynamic::compress(input(0)?, input(1)?, attrs.int("axis"))?],
+        "Unique" => dynamic::unique(input(0)?, attrs.int("axis"), attrs.int_or("sorted", 1) != 0)?,
+        "NonMaxSuppression" => vec![dynamic::non_max_suppression(node, inputs)?],
         "Tile" => vec![tile(input(0)?, &ints(input(1)?))?],
         "MatMulInteger" => vec![quant::matmul_integer(
             input(0)?,
