@@ -137,6 +137,16 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     ))
 }
 
+/// Whether a plan failed because a shape was not known before running (what running in stages
+/// can fix).
+fn shapes_unknown(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<exec::ExecError>(),
+        Some(exec::ExecError::Node { reason, .. })
+            if reason.contains("is not known") || reason.starts_with("shape inference failed")
+    )
+}
+
 pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
     // The .npy files written into the output folder never replace the model or an input.
     let mut protected = super::Inputs::model(&args.model);
@@ -227,7 +237,9 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
             (plan.run(&mut workspace, &inputs, None)?, diagnostics)
         }
         // Output shapes that depend on the data (NonZero, NonMaxSuppression...): run in stages,
-        // each data-dependent node evaluated once the values before it are known.
+        // each data-dependent node evaluated once the values before it are known. Only for
+        // that failure: a plan too large or a missing kernel is the answer as it stands.
+        Err(first) if !shapes_unknown(&first) => return Err(first),
         Err(first) => match exec::run_staged(&loaded, &bindings, &given, &options, args.seed) {
             Ok(staged) => {
                 note!("ran in stages: output shapes in the model depend on the data");

@@ -202,7 +202,7 @@ impl Plan {
                 .ok_or_else(|| node_err("internal: node missing".into()))?;
             let outs = eval::generic_eval(node, self.opset, &ins, out_types)?;
             for (&v, t) in step.outputs.iter().zip(outs) {
-                self.store(v, t, ws);
+                self.store(v, t, ws)?;
             }
             return Ok(());
         }
@@ -284,21 +284,37 @@ impl Plan {
                 Slot::Dynamic { shape } => shape.clone(),
                 _ => t.shape.clone(),
             };
-            self.store(v, RtTensor { shape, ..t }, ws);
+            self.store(v, RtTensor { shape, ..t }, ws)?;
         }
         Ok(())
     }
 
-    fn store(&self, v: ValueId, t: RtTensor, ws: &mut Workspace) {
+    /// Stores a generic step's output; one whose size disagrees with the planned shape (a
+    /// reference kernel and shape inference reading the spec differently) is an error.
+    fn store(&self, v: ValueId, t: RtTensor, ws: &mut Workspace) -> Result<(), ExecError> {
         match &self.slots[v] {
-            Slot::Buffer { buffer, offset, .. } => {
+            Slot::Buffer {
+                buffer,
+                offset,
+                shape,
+            } => {
                 let data = t.to_f32();
+                if data.len() != shape.iter().product::<usize>() {
+                    return Err(ExecError::Input {
+                        name: self.value_name(v).to_string(),
+                        reason: format!(
+                            "computed with shape {:?}, but planned as {shape:?}",
+                            t.shape
+                        ),
+                    });
+                }
                 ws.buffers[*buffer][*offset..*offset + data.len()].copy_from_slice(&data);
             }
             _ => {
                 ws.dynamic.insert(v, t);
             }
         }
+        Ok(())
     }
 
     /// Name of a value (diagnostics).

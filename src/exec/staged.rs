@@ -46,6 +46,14 @@ pub fn run_staged(
             reason: "shape not bound".into(),
         })?;
         let integer = !value.fact.dtype.is_float();
+        let bytes = shape.iter().product::<usize>() as u64 * 8;
+        if bytes > options.memory_limit_bytes {
+            return Err(ExecError::TooLarge {
+                bytes,
+                limit: options.memory_limit_bytes,
+                limit_source: options.memory_limit_source.clone(),
+            });
+        }
         values.insert(
             value.name.clone(),
             random_input(&shape, integer, seed.wrapping_add(i as u64), 10),

@@ -554,8 +554,34 @@ impl OpDef for Resize {
             if sizes.len() != axes.len() {
                 return Err("`sizes` length differs from the resized axes".into());
             }
-            for (&axis, &size) in axes.iter().zip(&sizes) {
-                out[axis] = Dim::Known(size.max(0) as u64);
+            // keep_aspect_ratio_policy (18+): one scale for every resized axis, the smallest
+            // (not_larger) or largest (not_smaller) of sizes / input, output = round(scale · in).
+            let policy = ctx
+                .attrs()
+                .string("keep_aspect_ratio_policy")
+                .unwrap_or("stretch");
+            let inputs: Option<Vec<u64>> = axes.iter().map(|&a| shape[a].known()).collect();
+            let common = match (policy, &inputs) {
+                ("not_larger" | "not_smaller", Some(inputs)) => {
+                    let ratios = sizes
+                        .iter()
+                        .zip(inputs)
+                        .map(|(&s, &d)| s as f64 / d.max(1) as f64);
+                    Some(if policy == "not_larger" {
+                        ratios.fold(f64::INFINITY, f64::min)
+                    } else {
+                        ratios.fold(0.0, f64::max)
+                    })
+                }
+                _ => None,
+            };
+            for (k, (&axis, &size)) in axes.iter().zip(&sizes).enumerate() {
+                out[axis] = match (common, &inputs) {
+                    (Some(scale), Some(inputs)) => {
+                        Dim::Known((scale * inputs[k] as f64 + 0.5).floor() as u64)
+                    }
+                    _ => Dim::Known(size.max(0) as u64),
+                };
             }
         } else if let Some(scales) = scales {
             if scales.len() != axes.len() {

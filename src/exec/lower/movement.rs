@@ -222,13 +222,25 @@ fn lower_resize(cx: &Cx) -> Result<Lowered, ExecError> {
     let y = cx.out_shape(0)?;
     let (op, opset, attrs) = (cx.op(), cx.opset(), cx.attrs());
     let r = x.len();
-    if r < 2 || x[..r - 2] != y[..r - 2] {
-        return Err(cx.error("only resizing of the last two axes has a kernel"));
-    }
     let mode = attrs.string("mode").unwrap_or("nearest");
     let linear = matches!(mode, "linear" | "bilinear");
-    if !linear && mode != "nearest" {
-        return Err(cx.error(format!("resize mode `{mode}` has no kernel")));
+    // The kernel resizes the last two axes, nearest or linear, under four coordinate modes;
+    // everything else (cubic, leading axes, tf_crop_and_resize, half_pixel_symmetric, an
+    // aspect-ratio policy, antialiasing) runs on the reference kernel.
+    let kernel_coord = matches!(
+        attrs.string("coordinate_transformation_mode"),
+        None | Some("half_pixel" | "pytorch_half_pixel" | "align_corners" | "asymmetric")
+    );
+    if r < 2
+        || x[..r - 2] != y[..r - 2]
+        || (!linear && mode != "nearest")
+        || !kernel_coord
+        || attrs.int_or("antialias", 0) != 0
+        || attrs
+            .string("keep_aspect_ratio_policy")
+            .is_some_and(|p| p != "stretch")
+    {
+        return Ok(Lowered::generic());
     }
     // Upsample and opset-10 Resize predate the coordinate and rounding attributes.
     let legacy = op == "Upsample" || opset < 11;

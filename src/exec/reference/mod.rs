@@ -19,6 +19,7 @@ mod math;
 mod norm;
 mod pool;
 mod quant;
+mod resize;
 mod rnn;
 
 use attention::{attention, rotary_embedding};
@@ -95,6 +96,8 @@ fn covers_standard(op: &str) -> bool {
             | "Compress"
             | "Unique"
             | "NonMaxSuppression"
+            | "Resize"
+            | "Upsample"
             | "Pad"
             | "Tile"
             | "MatMulInteger"
@@ -284,6 +287,7 @@ pub(crate) fn run(
         "Compress" => vec![dynamic::compress(input(0)?, input(1)?, attrs.int("axis"))?],
         "Unique" => dynamic::unique(input(0)?, attrs.int("axis"), attrs.int_or("sorted", 1) != 0)?,
         "NonMaxSuppression" => vec![dynamic::non_max_suppression(node, inputs)?],
+        "Resize" | "Upsample" => vec![resize::resize(node, opset, inputs)?],
         "Tile" => vec![tile(input(0)?, &ints(input(1)?))?],
         "MatMulInteger" => vec![quant::matmul_integer(
             input(0)?,
