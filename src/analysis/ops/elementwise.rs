@@ -128,6 +128,8 @@ static MOD: ElementWise = ew!(1, 0, |a, _| a[0] % a[1]);
 static PRELU: ElementWise = ew!(2, 0);
 static BITSHIFT: ElementWise = ew!(1, 0);
 static BITWISE: ElementWise = ew!(1, 0);
+static SHRINK: ElementWise = ew!(2, 0);
+static SWISH: ElementWise = ew!(3, 1);
 static WHERE: ElementWise = ew!(1, 0, |a, _| if a[0] != 0.0 { a[1] } else { a[2] });
 static EQUAL: ElementWise = cmp!(|a, _| b(a[0] == a[1]));
 static LESS: ElementWise = cmp!(|a, _| b(a[0] < a[1]));
@@ -211,6 +213,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "PRelu" => &PRELU,
         "BitShift" => &BITSHIFT,
         "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => &BITWISE,
+        "Shrink" => &SHRINK,
+        "Swish" => &SWISH,
         "Where" => &WHERE,
         "Equal" => &EQUAL,
         "Less" => &LESS,

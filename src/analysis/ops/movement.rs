@@ -40,7 +40,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Resize" | "Upsample" => &Resize,
         "DepthToSpace" | "SpaceToDepth" => &DepthSpace,
         "ScatterND" | "ScatterElements" | "Scatter" | "CumSum" | "CumProd" | "Trilu"
-        | "GatherElements" => &SameShape,
+        | "GatherElements" | "ReverseSequence" => &SameShape,
         "GatherND" => &GatherNd,
         "OneHot" => &OneHot,
         _ => return None,

@@ -1,5 +1,6 @@
 //! Normalisations: BatchNormalization (opsets 1-15, inference form), LayerNormalization (17+),
-//! InstanceNormalization, GroupNormalization, LpNormalization and LRN (opset 1+).
+//! InstanceNormalization, GroupNormalization, MeanVarianceNormalization (statistics over `axes`,
+//! costed as InstanceNormalization), LpNormalization and LRN (opset 1+).
 //!
 //! BatchNormalization: y = (x − mean)/√(var + ε)·γ + β, which every runtime evaluates as one
 //! per-channel scale and shift: 2 FLOPs per element, plus 4 FLOPs and 1 sqrt per channel to form
@@ -27,7 +28,9 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     match op_type {
         "BatchNormalization" => Some(&BatchNorm),
         "LayerNormalization" => Some(&LayerNorm),
-        "InstanceNormalization" | "GroupNormalization" => Some(&InstanceNorm),
+        "InstanceNormalization" | "GroupNormalization" | "MeanVarianceNormalization" => {
+            Some(&InstanceNorm)
+        }
         "LpNormalization" => Some(&LpNorm),
         "RMSNormalization" => Some(&RmsNorm),
         "LRN" => Some(&Lrn),

@@ -616,3 +616,30 @@ pub(super) fn tile(x: &RtTensor, repeats: &[i64]) -> Result<RtTensor> {
         .collect();
     Ok(select(x, out_shape, &sources))
 }
+
+/// ReverseSequence: along `time_axis`, the first `sequence_lens[b]` entries of every batch `b`
+/// (along `batch_axis`) reversed, the rest kept.
+pub(super) fn reverse_sequence(node: &Node, x: &RtTensor, lengths: &RtTensor) -> Result<RtTensor> {
+    let rank = x.shape.len();
+    let time = axis_of(node.attrs.int_or("time_axis", 0), rank)?;
+    let batch = axis_of(node.attrs.int_or("batch_axis", 1), rank)?;
+    let lengths = ints(lengths);
+    let x_strides = strides(&x.shape);
+    let sources: Vec<usize> = (0..x.len())
+        .map(|n| {
+            let t = n / x_strides[time] % x.shape[time];
+            let b = n / x_strides[batch] % x.shape[batch];
+            let len = lengths
+                .get(b)
+                .copied()
+                .unwrap_or(0)
+                .clamp(0, x.shape[time] as i64) as usize;
+            if t < len {
+                n - t * x_strides[time] + (len - 1 - t) * x_strides[time]
+            } else {
+                n
+            }
+        })
+        .collect();
+    Ok(select(x, x.shape.clone(), &sources))
+}

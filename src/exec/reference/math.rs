@@ -20,6 +20,20 @@ pub(super) fn unary(node: &Node, x: &RtTensor) -> Result<RtTensor> {
         "Tan" => Box::new(f64::tan),
         "Celu" => Box::new(move |v| v.max(0.0) + (alpha * ((v / alpha).exp() - 1.0)).min(0.0)),
         "ThresholdedRelu" => Box::new(move |v| if v > alpha { v } else { 0.0 }),
+        "Shrink" => {
+            let bias = f64::from(attrs.float_or("bias", 0.0));
+            let lambd = f64::from(attrs.float_or("lambd", 0.5));
+            Box::new(move |v| {
+                if v < -lambd {
+                    v + bias
+                } else if v > lambd {
+                    v - bias
+                } else {
+                    0.0
+                }
+            })
+        }
+        "Swish" => Box::new(move |v| v / (1.0 + (-alpha * v).exp())),
         "Gelu" if tanh_gelu => Box::new(|v| {
             let c = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh())

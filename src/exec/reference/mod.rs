@@ -24,6 +24,7 @@ mod rnn;
 
 use attention::{attention, rotary_embedding};
 use einsum::einsum;
+use index::reverse_sequence;
 use index::*;
 use norm::{layer_norm, log_softmax_axis1, lp_normalization, nll_loss};
 use pool::pool;
@@ -98,6 +99,11 @@ fn covers_standard(op: &str) -> bool {
             | "NonMaxSuppression"
             | "Resize"
             | "Upsample"
+            | "GroupNormalization"
+            | "MeanVarianceNormalization"
+            | "Shrink"
+            | "Swish"
+            | "ReverseSequence"
             | "Pad"
             | "Tile"
             | "MatMulInteger"
@@ -288,6 +294,10 @@ pub(crate) fn run(
         "Unique" => dynamic::unique(input(0)?, attrs.int("axis"), attrs.int_or("sorted", 1) != 0)?,
         "NonMaxSuppression" => vec![dynamic::non_max_suppression(node, inputs)?],
         "Resize" | "Upsample" => vec![resize::resize(node, opset, inputs)?],
+        "GroupNormalization" => vec![norm::group_norm(node, opset, inputs)?],
+        "MeanVarianceNormalization" => vec![norm::mean_variance(node, input(0)?)?],
+        "Shrink" | "Swish" => vec![math::unary(node, input(0)?)?],
+        "ReverseSequence" => vec![reverse_sequence(node, input(0)?, input(1)?)?],
         "Tile" => vec![tile(input(0)?, &ints(input(1)?))?],
         "MatMulInteger" => vec![quant::matmul_integer(
             input(0)?,

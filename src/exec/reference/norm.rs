@@ -185,3 +185,99 @@ pub(super) fn nll_loss(
         data: RtData::F32(data),
     })
 }
+
+/// GroupNormalization: statistics over each group of channels and the spatial dims, then the
+/// per-channel (opset 21) or per-group (opset 18) scale and bias.
+pub(super) fn group_norm(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = get(0).ok_or("no input")?;
+    let (scale, bias) = (
+        floats(get(1).ok_or("no scale")?),
+        floats(get(2).ok_or("no bias")?),
+    );
+    let groups = node.attrs.int_or("num_groups", 1).max(1) as usize;
+    let epsilon = f64::from(node.attrs.float_or("epsilon", 1e-5));
+    if x.shape.len() < 2 || x.shape[1] % groups != 0 {
+        return Err("GroupNormalization: channels not divisible by num_groups".into());
+    }
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let plane: usize = x.shape[2..].iter().product();
+    let per_group = c / groups * plane;
+    let values = floats(x);
+    let mut out = vec![0.0f32; values.len()];
+    for b in 0..n {
+        for g in 0..groups {
+            let start = (b * groups + g) * per_group;
+            let slice = &values[start..start + per_group];
+            let mean = slice.iter().map(|&v| f64::from(v)).sum::<f64>() / per_group.max(1) as f64;
+            let var = slice
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / per_group.max(1) as f64;
+            let inv = 1.0 / (var + epsilon).sqrt();
+            for (k, &v) in slice.iter().enumerate() {
+                let channel = g * (c / groups) + k / plane;
+                // Opset 18 gives one scale and bias per group, 21 one per channel.
+                let p = if opset < 21 && scale.len() == groups {
+                    g
+                } else {
+                    channel
+                };
+                out[start + k] = ((f64::from(v) - mean) * inv) as f32 * scale[p] + bias[p];
+            }
+        }
+    }
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data: RtData::F32(out),
+    })
+}
+
+/// MeanVarianceNormalization: (x − mean) / sqrt(variance) over `axes` (default 0, 2, 3).
+pub(super) fn mean_variance(node: &Node, x: &RtTensor) -> Result<RtTensor> {
+    let rank = x.shape.len();
+    let axes: Vec<usize> = node
+        .attrs
+        .ints("axes")
+        .map_or_else(|| vec![0, 2, 3], <[i64]>::to_vec)
+        .iter()
+        .map(|&a| axis_of(a, rank))
+        .collect::<Result<_>>()?;
+    let x_strides = strides(&x.shape);
+    let key = |n: usize| -> usize {
+        (0..rank)
+            .filter(|d| !axes.contains(d))
+            .fold(0, |k, d| k * x.shape[d] + n / x_strides[d] % x.shape[d])
+    };
+    let values = floats(x);
+    let groups: usize = (0..rank)
+        .filter(|d| !axes.contains(d))
+        .map(|d| x.shape[d])
+        .product();
+    let (mut sum, mut square, mut count) = (
+        vec![0.0f64; groups],
+        vec![0.0f64; groups],
+        vec![0usize; groups],
+    );
+    for (n, &v) in values.iter().enumerate() {
+        let k = key(n);
+        sum[k] += f64::from(v);
+        square[k] += f64::from(v).powi(2);
+        count[k] += 1;
+    }
+    let out = values
+        .iter()
+        .enumerate()
+        .map(|(n, &v)| {
+            let k = key(n);
+            let mean = sum[k] / count[k].max(1) as f64;
+            let var = square[k] / count[k].max(1) as f64 - mean * mean;
+            ((f64::from(v) - mean) / (var.max(0.0).sqrt() + 1e-9)) as f32
+        })
+        .collect();
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data: RtData::F32(out),
+    })
+}
