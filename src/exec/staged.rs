@@ -19,6 +19,9 @@ use crate::analysis::{prepare_graph, Bindings, Diagnostic};
 /// Data-dependent stages allowed before giving up (a detection model has a handful).
 const MAX_STAGES: usize = 64;
 
+/// The outputs of a staged run, by output name, and the last stage's diagnostics.
+pub type StagedOutputs = (Vec<(String, RtTensor)>, Vec<Diagnostic>);
+
 /// The outputs of one run of `graph` on `given` (inputs not given get the seeded random values
 /// `roofline run` uses), by output name, and the diagnostics of the last stage's inference.
 pub fn run_staged(
@@ -27,7 +30,7 @@ pub fn run_staged(
     given: &HashMap<String, RtTensor>,
     options: &PlanOptions,
     seed: u64,
-) -> Result<(Vec<(String, RtTensor)>, Vec<Diagnostic>), ExecError> {
+) -> Result<StagedOutputs, ExecError> {
     let analysis_error = |e: crate::analysis::AnalysisError| ExecError::Input {
         name: "model".into(),
         reason: e.to_string(),

@@ -374,6 +374,55 @@ fn large_reductions_match_onnxruntime_on_one_and_two_threads() {
     models_match_onnxruntime(REDUCE_MODELS, 6);
 }
 
+/// MatMulNBits (onnxruntime's 4-bit block-quantized weights): symmetric and with packed zero
+/// points, a bias, and a K that leaves the last block partly filled; weights packed here from
+/// the contrib op's documented layout (low nibble first, one scale per block).
+const MATMUL_NBITS_MODELS: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+rng = np.random.default_rng(7)
+cases = {
+    "symmetric": dict(k=64, n=24, zero_points=False, bias=False),
+    "zero_points_bias": dict(k=64, n=24, zero_points=True, bias=True),
+    "partial_block": dict(k=70, n=8, zero_points=True, bias=False),
+}
+for name, case in cases.items():
+    k, n, block = case["k"], case["n"], 32
+    blocks = -(-k // block)
+    q = rng.integers(0, 16, size=(n, blocks * block)).astype(np.uint8)
+    packed = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, blocks, block // 2)
+    scales = rng.uniform(0.01, 0.1, size=n * blocks).astype(np.float32)
+    inputs = ["A", "B", "scales"]
+    inits = [numpy_helper.from_array(packed, "B"), numpy_helper.from_array(scales, "scales")]
+    if case["zero_points"]:
+        zp = rng.integers(0, 16, size=(n, blocks)).astype(np.uint8)
+        if blocks % 2:
+            zp = np.concatenate([zp, np.zeros((n, 1), np.uint8)], axis=1)
+        packed_zp = (zp[:, 0::2] | (zp[:, 1::2] << 4)).reshape(-1)
+        inits.append(numpy_helper.from_array(packed_zp, "zp"))
+        inputs.append("zp")
+    if case["bias"]:
+        inputs += ["", "bias"] if case["zero_points"] else ["", "", "bias"]
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "bias"))
+    node = helper.make_node("MatMulNBits", inputs, ["Y"], domain="com.microsoft",
+                            K=k, N=n, bits=4, block_size=block)
+    graph = helper.make_graph([node], name,
+                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [3, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [3, n])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(model, f"{sys.argv[1]}/matmulnbits_{name}.onnx")
+"#;
+
+#[test]
+fn matmul_nbits_matches_onnxruntime() {
+    models_match_onnxruntime(MATMUL_NBITS_MODELS, 3);
+}
+
 #[test]
 fn conv_transpose_padding_forms_match_onnxruntime() {
     models_match_onnxruntime(CONV_TRANSPOSE_MODELS, 6);

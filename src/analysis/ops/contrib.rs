@@ -46,6 +46,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "MatMulNBits" => Some(&MatMulNBits),
         "GroupQueryAttention" => Some(&GroupQueryAttention),
         "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => Some(&SkipNorm),
+        "SimplifiedLayerNormalization" => super::norm::lookup("RMSNormalization"),
         _ => super::contrib_fused::lookup(op_type),
     }
 }

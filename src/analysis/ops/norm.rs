@@ -32,7 +32,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
             Some(&InstanceNorm)
         }
         "LpNormalization" => Some(&LpNorm),
-        "RMSNormalization" => Some(&RmsNorm),
+        // onnxruntime's SimplifiedLayerNormalization (its exporters' RMSNorm) is the same op.
+        "RMSNormalization" | "SimplifiedLayerNormalization" => Some(&RmsNorm),
         "LRN" => Some(&Lrn),
         _ => None,
     }

@@ -17,6 +17,8 @@ pub(super) fn covers(op: &str) -> bool {
             | "FusedMatMul"
             | "SkipLayerNormalization"
             | "SkipSimplifiedLayerNormalization"
+            | "SimplifiedLayerNormalization"
+            | "MatMulNBits"
     )
 }
 
@@ -76,6 +78,8 @@ pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
         "BiasAdd" => vec![broadcast_sum(&given)?],
         "FusedMatMul" => vec![fused_matmul(node, &given)?],
         "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => skip_norm(node, inputs)?,
+        "SimplifiedLayerNormalization" => simplified_norm(node, inputs)?,
+        "MatMulNBits" => vec![matmul_nbits(node, inputs)?],
         other => return Err(format!("no reference kernel for com.microsoft {other}")),
     })
 }
@@ -201,4 +205,115 @@ fn skip_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> 
     }
     outputs.push(sum);
     Ok(outputs)
+}
+
+/// SimplifiedLayerNormalization (RMSNorm as onnxruntime's exporters write it): Y and, when
+/// named, the inverse RMS per row.
+pub(super) fn simplified_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let (x, scale) = (get(0).ok_or("no input")?, get(1).ok_or("no scale")?);
+    let axis = node.attrs.int_or("axis", -1);
+    let epsilon = node.attrs.float_or("epsilon", 1e-5);
+    let mut outputs = layer_norm(x, scale, None, axis, epsilon, true)?;
+    let rank = x.shape.len();
+    let start = axis_of(axis, rank)?;
+    let row: usize = x.shape[start..].iter().product();
+    let inv_rms: Vec<f32> = floats(x)
+        .chunks(row.max(1))
+        .map(|r| {
+            let mean_square =
+                r.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / row.max(1) as f64;
+            (1.0 / (mean_square + f64::from(epsilon)).sqrt()) as f32
+        })
+        .collect();
+    let mut stats_shape = x.shape[..start].to_vec();
+    stats_shape.extend(std::iter::repeat_n(1, rank - start));
+    outputs.push(RtTensor {
+        shape: stats_shape,
+        data: RtData::F32(inv_rms),
+    });
+    Ok(outputs)
+}
+
+/// MatMulNBits: Y = A · dequant(B)ᵀ (+ bias), B holding N rows of blocks of `block_size`
+/// `bits`-bit weights packed low bits first, one scale per block, zero points packed the same
+/// way (or as floats), 2^(bits−1) when absent.
+pub(super) fn matmul_nbits(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let attrs = &node.attrs;
+    let (k, n) = (
+        attrs.int("K").ok_or("no K")? as usize,
+        attrs.int("N").ok_or("no N")? as usize,
+    );
+    let bits = attrs.int_or("bits", 4) as usize;
+    let block = attrs.int("block_size").ok_or("no block_size")? as usize;
+    if !matches!(bits, 2 | 4 | 8) || block == 0 {
+        return Err(format!(
+            "{bits}-bit weights in blocks of {block} have no reference"
+        ));
+    }
+    if get(4).is_some() {
+        return Err("MatMulNBits with g_idx has no reference kernel".into());
+    }
+    let (a, packed, scales) = (
+        get(0).ok_or("no A")?,
+        ints(get(1).ok_or("no B")?),
+        floats(get(2).ok_or("no scales")?),
+    );
+    let blocks = k.div_ceil(block);
+    let blob = block * bits / 8;
+    let per_byte = 8 / bits;
+    let mask = (1i64 << bits) - 1;
+    let zero_default = f32::from(1u8 << (bits - 1));
+    let zero_at: Box<dyn Fn(usize, usize) -> f32> = match get(3) {
+        None => Box::new(move |_, _| zero_default),
+        Some(z) => match &z.data {
+            RtData::F32(values) => {
+                let values = values.clone();
+                Box::new(move |row, j| values[row * blocks + j])
+            }
+            RtData::I64(values) => {
+                let values = values.clone();
+                let row_bytes = (blocks * bits).div_ceil(8);
+                Box::new(move |row, j| {
+                    let byte = values[row * row_bytes + j * bits / 8];
+                    ((byte >> ((j * bits) % 8)) & mask) as f32
+                })
+            }
+        },
+    };
+    // Dequantized weights, [N, K].
+    let mut weights = vec![0.0f32; n * k];
+    for row in 0..n {
+        for j in 0..blocks {
+            let scale = scales[row * blocks + j];
+            let zero = zero_at(row, j);
+            for i in 0..block.min(k - j * block) {
+                let byte = packed[(row * blocks + j) * blob + i / per_byte];
+                let q = (byte >> ((i % per_byte) * bits)) & mask;
+                weights[row * k + j * block + i] = (q as f32 - zero) * scale;
+            }
+        }
+    }
+    let bias = get(5).map(floats);
+    let a_values = floats(a);
+    if a.shape.last() != Some(&k) {
+        return Err("A's last dim is not K".into());
+    }
+    let rows = a_values.len() / k.max(1);
+    let mut out = vec![0.0f32; rows * n];
+    for r in 0..rows {
+        for col in 0..n {
+            let dot: f64 = (0..k)
+                .map(|q| f64::from(a_values[r * k + q]) * f64::from(weights[col * k + q]))
+                .sum();
+            out[r * n + col] = dot as f32 + bias.as_ref().map_or(0.0, |b| b[col]);
+        }
+    }
+    let mut shape = a.shape.clone();
+    *shape.last_mut().ok_or("scalar A")? = n;
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out),
+    })
 }
