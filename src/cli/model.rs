@@ -152,20 +152,42 @@ fn specialise_if_needed(loaded: &mut LoadedModel, values: &HashMap<String, RtTen
     if !unresolved(&loaded.graph, &loaded.bindings) {
         return;
     }
-    let mut graph = loaded.graph.clone();
-    let bound = exec::specialise_on_values(&mut graph, values, exec::Specialise::Integers);
-    if bound.is_empty() {
-        return;
+    // Integer inputs first; then also float inputs of a few elements (Resize scales, a Range's
+    // bounds, OneHot's depth), which are parameters rather than data.
+    let small: HashMap<String, RtTensor> = values
+        .iter()
+        .filter(|(_, t)| t.len() <= MAX_PARAMETER_ELEMENTS)
+        .map(|(name, t)| (name.clone(), t.clone()))
+        .collect();
+    let attempts = [
+        (values, exec::Specialise::Integers),
+        (&small, exec::Specialise::All),
+    ];
+    for (candidates, which) in attempts {
+        let mut graph = loaded.graph.clone();
+        let bound = exec::specialise_on_values(&mut graph, candidates, which);
+        if bound.is_empty() {
+            continue;
+        }
+        let mut bindings = loaded.bindings.clone();
+        bindings.inputs.retain(|(name, _)| !bound.contains(name));
+        if which == exec::Specialise::All && unresolved(&graph, &bindings) {
+            continue;
+        }
+        note!(
+            "the model's shapes depend on the values of {}: analysed for the values given",
+            super::safe(&bound.join(", "))
+        );
+        loaded.graph = graph;
+        loaded.bindings = bindings;
+        if !unresolved(&loaded.graph, &loaded.bindings) {
+            return;
+        }
     }
-    let mut bindings = loaded.bindings.clone();
-    bindings.inputs.retain(|(name, _)| !bound.contains(name));
-    note!(
-        "the model's shapes depend on the values of {}: analysed for the values given",
-        super::safe(&bound.join(", "))
-    );
-    loaded.graph = graph;
-    loaded.bindings = bindings;
 }
+
+/// Float inputs up to this many elements count as parameters when shapes depend on them.
+const MAX_PARAMETER_ELEMENTS: usize = 16;
 
 /// Loads `spec` (an ONNX file or `builtin:NAME`) with its bindings.
 ///
