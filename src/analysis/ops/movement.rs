@@ -1,7 +1,9 @@
 //! Data-movement ops: Concat, Split (split as attribute before 13, input from 13, num_outputs
 //! from 18), Slice (attributes before 10, inputs from 10), Transpose, Gather, GatherElements,
 //! GatherND, Expand, Pad (pads as attribute before 11), Tile, Resize (10-19) and Upsample (7-9),
-//! DepthToSpace, SpaceToDepth, ScatterND, ScatterElements, CumSum, CumProd, Trilu, OneHot.
+//! DepthToSpace, SpaceToDepth, ScatterND, ScatterElements, CumSum, CumProd, Trilu, OneHot,
+//! GridSample (16+: output [N, C, grid's spatial dims]; 2 FLOPs per tap, 2^d linear or 4^d
+//! cubic taps, 1 nearest, per output element).
 //!
 //! Cost: no arithmetic (Resize interpolation excepted: linear 2 FLOPs per tap with 2^d taps,
 //! cubic 4^d taps, for the d resized dims; CumSum and CumProd one add or multiply per element); bytes: inputs read once,
@@ -38,6 +40,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Pad" => &Pad,
         "Tile" => &Tile,
         "Resize" | "Upsample" => &Resize,
+        "GridSample" => &GridSample,
         "DepthToSpace" | "SpaceToDepth" => &DepthSpace,
         "ScatterND" | "ScatterElements" | "Scatter" | "CumSum" | "CumProd" | "Trilu"
         | "GatherElements" | "ReverseSequence" => &SameShape,
@@ -508,6 +511,36 @@ fn float_values(fact: Option<&TensorFact>) -> Option<Vec<f64>> {
     let konst = fact?.konst.as_ref()?;
     let values = konst.to_f64_vec()?;
     (!values.is_empty()).then(|| values.into_owned())
+}
+
+struct GridSample;
+
+impl OpDef for GridSample {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        let grid = ctx.input_shape(1)?;
+        if shape.len() < 3 || grid.len() != shape.len() {
+            return Err(super::invalid(
+                "GridSample: X [N, C, spatial...] and a grid of the same rank",
+            ));
+        }
+        let mut out = shape[..2].to_vec();
+        out.extend_from_slice(&grid[1..grid.len() - 1]);
+        Ok(vec![TensorFact::new(x.dtype, out)])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let mut cost = movement_cost(ctx)?;
+        let spatial = ctx.input_dims(0)?.len().saturating_sub(2) as u32;
+        let taps = match ctx.attrs().string("mode").unwrap_or("linear") {
+            "nearest" => 1,
+            "cubic" | "bicubic" => 4u64.pow(spatial),
+            _ => 2u64.pow(spatial),
+        };
+        cost.flops = 2 * taps * ctx.output_elements(0)?;
+        Ok(cost)
+    }
 }
 
 impl OpDef for Resize {

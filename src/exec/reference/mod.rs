@@ -101,6 +101,7 @@ fn covers_standard(op: &str) -> bool {
                 | "NonMaxSuppression"
                 | "Resize"
                 | "Upsample"
+                | "GridSample"
                 | "GroupNormalization"
                 | "MeanVarianceNormalization"
                 | "Shrink"
@@ -298,6 +299,7 @@ pub(crate) fn run(
         "Unique" => dynamic::unique(input(0)?, attrs.int("axis"), attrs.int_or("sorted", 1) != 0)?,
         "NonMaxSuppression" => vec![dynamic::non_max_suppression(node, inputs)?],
         "Resize" | "Upsample" => vec![resize::resize(node, opset, inputs)?],
+        "GridSample" => vec![resize::grid_sample(node, input(0)?, input(1)?)?],
         "GroupNormalization" => vec![norm::group_norm(node, opset, inputs)?],
         "MeanVarianceNormalization" => vec![norm::mean_variance(node, input(0)?)?],
         "Shrink" | "Swish" => vec![math::unary(node, input(0)?)?],

@@ -4,6 +4,10 @@
 //! tf_crop_and_resize with its extrapolation value), sizes or scales, `axes` and
 //! `keep_aspect_ratio_policy`. Interpolation is separable, so the axes are resized one after
 //! another, each a 1-D pass. Antialiased downsampling is not covered.
+//!
+//! GridSample (16+): each output point samples the input at a grid position (normalised to
+//! [-1, 1], x first), nearest, linear or cubic over 1-3 spatial dims, with zeros, border or
+//! reflection padding and either corner convention.
 
 use super::*;
 
@@ -290,4 +294,138 @@ fn resize_axis(
     let mut out_shape = shape;
     out_shape[axis] = output;
     Ok((out_shape, out))
+}
+
+/// The reflection of `x` into [low, high] (repeatedly, by the nearer border).
+fn reflect(x: f64, low: f64, high: f64) -> f64 {
+    let range = high - low;
+    if range <= 0.0 {
+        return low;
+    }
+    if x < low {
+        let d = low - x;
+        let (n, r) = ((d / range).floor(), d % range);
+        if n as i64 % 2 == 0 {
+            low + r
+        } else {
+            high - r
+        }
+    } else if x > high {
+        let d = x - high;
+        let (n, r) = ((d / range).floor(), d % range);
+        if n as i64 % 2 == 0 {
+            high - r
+        } else {
+            low + r
+        }
+    } else {
+        x
+    }
+}
+
+pub(super) fn grid_sample(node: &Node, x: &RtTensor, grid: &RtTensor) -> Result<RtTensor> {
+    let attrs = &node.attrs;
+    let rank = x.shape.len();
+    if rank < 3 || grid.shape.len() != rank || grid.shape[rank - 1] != rank - 2 {
+        return Err("GridSample: X [N, C, spatial...] and grid [N, out spatial..., dims]".into());
+    }
+    let dims = &x.shape[2..];
+    let spatial = dims.len();
+    let (n, c) = (x.shape[0], x.shape[1]);
+    let out_spatial = &grid.shape[1..rank - 1];
+    let out_count: usize = out_spatial.iter().product();
+    let mode = match attrs.string("mode").unwrap_or("linear") {
+        "bilinear" | "linear" => "linear",
+        "bicubic" | "cubic" => "cubic",
+        "nearest" => "nearest",
+        other => return Err(format!("unknown GridSample mode `{other}`")),
+    };
+    let padding = attrs.string("padding_mode").unwrap_or("zeros");
+    let align = attrs.int_or("align_corners", 0) != 0;
+    let values = floats(x);
+    let grid_values = floats(grid);
+    let plane: usize = dims.iter().product();
+    let plane_strides = strides(dims);
+    let mut out = vec![0.0f32; n * c * out_count];
+    for b in 0..n {
+        for o in 0..out_count {
+            // Per dim, the sampled taps: (index or None for a zero pad, weight).
+            let mut taps: Vec<Vec<(Option<usize>, f64)>> = Vec::with_capacity(spatial);
+            for d in 0..spatial {
+                // The grid lists x (the last dim) first.
+                let normalised =
+                    f64::from(grid_values[(b * out_count + o) * spatial + (spatial - 1 - d)]);
+                let length = dims[d] as f64;
+                let (low, high) = if align {
+                    (0.0, length - 1.0)
+                } else {
+                    (-0.5, length - 0.5)
+                };
+                let mut position = if align {
+                    (normalised + 1.0) / 2.0 * (length - 1.0)
+                } else {
+                    ((normalised + 1.0) * length - 1.0) / 2.0
+                };
+                if mode == "nearest" {
+                    position = position.round_ties_even();
+                }
+                if position < low || position > high {
+                    position = match padding {
+                        "border" => position.clamp(0.0, length - 1.0),
+                        "reflection" => reflect(position, low, high),
+                        _ => position,
+                    };
+                }
+                let fetch = |i: i64| -> Option<usize> {
+                    let last = dims[d] as i64 - 1;
+                    match padding {
+                        "border" => Some(i.clamp(0, last) as usize),
+                        "reflection" => {
+                            Some((reflect(i as f64, low, high) as i64).clamp(0, last) as usize)
+                        }
+                        _ => (0..=last).contains(&i).then_some(i as usize),
+                    }
+                };
+                let base = position.floor();
+                let t = position - base;
+                let base = base as i64;
+                taps.push(match mode {
+                    "nearest" => vec![(fetch(position as i64), 1.0)],
+                    "linear" => vec![(fetch(base), 1.0 - t), (fetch(base + 1), t)],
+                    _ => {
+                        let w = cubic_weights(t, -0.75);
+                        (0..4).map(|k| (fetch(base - 1 + k as i64), w[k])).collect()
+                    }
+                });
+            }
+            // The tensor product of the per-dim taps.
+            let combos: usize = taps.iter().map(Vec::len).product();
+            for ch in 0..c {
+                let source = &values[(b * c + ch) * plane..][..plane];
+                let mut sum = 0.0f64;
+                for combo in 0..combos {
+                    let (mut rest, mut weight, mut at) = (combo, 1.0, Some(0usize));
+                    for d in (0..spatial).rev() {
+                        let (index, w) = taps[d][rest % taps[d].len()];
+                        rest /= taps[d].len();
+                        weight *= w;
+                        at = match (at, index) {
+                            (Some(a), Some(i)) => Some(a + i * plane_strides[d]),
+                            _ => None,
+                        };
+                    }
+                    if let Some(at) = at {
+                        sum += weight * f64::from(source[at]);
+                    }
+                }
+                out[(b * c + ch) * out_count + o] = sum as f32;
+            }
+        }
+    }
+    let mut shape = vec![n, c];
+    shape.extend(out_spatial);
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out),
+    })
 }
