@@ -418,6 +418,59 @@ for name, case in cases.items():
     onnx.save(model, f"{sys.argv[1]}/matmulnbits_{name}.onnx")
 "#;
 
+/// onnxruntime's GroupQueryAttention: a prompt without cache, a decode step with a separate and
+/// with a shared (longer) cache buffer, rotary embedding on packed QKV, and a local window.
+const GROUP_QUERY_ATTENTION_MODELS: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+out = sys.argv[1]
+rng = np.random.default_rng(3)
+H, KV = 4, 2
+def model(name, batch, seq, past, buffer, total, rotary=False, packed=False, window=-1, D=8):
+    inputs = [helper.make_tensor_value_info("query", TensorProto.FLOAT, [batch, seq, (H + 2 * KV) * D if packed else H * D])]
+    inits = []
+    names = ["query"]
+    if packed:
+        names += ["", ""]
+    else:
+        inputs += [helper.make_tensor_value_info("key", TensorProto.FLOAT, [batch, seq, KV * D]),
+                   helper.make_tensor_value_info("value", TensorProto.FLOAT, [batch, seq, KV * D])]
+        names += ["key", "value"]
+    if buffer is not None:
+        inputs += [helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [batch, KV, buffer, D]),
+                   helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [batch, KV, buffer, D])]
+        names += ["past_key", "past_value"]
+    else:
+        names += ["", ""]
+    inits.append(numpy_helper.from_array(np.full(batch, past + seq - 1, np.int32), "seqlens_k"))
+    inits.append(numpy_helper.from_array(np.array(total, np.int32), "total_sequence_length"))
+    names += ["seqlens_k", "total_sequence_length"]
+    attrs = dict(num_heads=H, kv_num_heads=KV, local_window_size=window)
+    if rotary:
+        angles = np.outer(np.arange(32), 1.0 / 10000 ** (np.arange(D // 2) / (D // 2)))
+        inits.append(numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"))
+        inits.append(numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"))
+        names += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    node = helper.make_node("GroupQueryAttention", names, ["out", "present_key", "present_value"], domain="com.microsoft", **attrs)
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ["out", "present_key", "present_value"]]
+    graph = helper.make_graph([node], name, inputs, outputs, initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(m, f"{out}/gqa_{name}.onnx")
+model("prompt", 1, 4, 0, None, 4)
+model("decode", 2, 1, 5, 5, 6)
+model("shared_buffer", 1, 1, 5, 8, 6)
+model("rotary_packed", 1, 3, 2, 2, 5, rotary=True, packed=True, D=16)
+model("window", 1, 5, 0, None, 5, window=2)
+"#;
+
+#[test]
+fn group_query_attention_matches_onnxruntime() {
+    models_match_onnxruntime(GROUP_QUERY_ATTENTION_MODELS, 5);
+}
+
 #[test]
 fn matmul_nbits_matches_onnxruntime() {
     models_match_onnxruntime(MATMUL_NBITS_MODELS, 3);

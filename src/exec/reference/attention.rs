@@ -331,3 +331,219 @@ pub(super) fn exps_weight(y: &mut [f32], v: &[f32], p: f64, at: usize, from: usi
         y[at + d] += (p * f64::from(v[from + d])) as f32;
     }
 }
+
+/// onnxruntime's GroupQueryAttention (`com.microsoft`, version 1): causal attention of
+/// `num_heads` query heads over `kv_num_heads` KV heads. Per batch, the keys are the first
+/// `seqlens_k[b] + 1 − S` cached ones and the S new ones; the present cache holds them at their
+/// positions (in the past buffer's length when it is the longer, else `total_sequence_length`).
+/// Q and K are rotated first with `do_rotary`; `local_window_size`, `softcap`, `smooth_softmax`
+/// and an additive `attention_bias` apply to the scores.
+pub(super) fn group_query_attention(
+    node: &Node,
+    inputs: &[Option<RtTensor>],
+) -> Result<Vec<RtTensor>> {
+    let attrs = &node.attrs;
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let q_heads = attrs.int("num_heads").ok_or("no num_heads")?.max(1) as usize;
+    let kv_heads = attrs.int("kv_num_heads").ok_or("no kv_num_heads")?.max(1) as usize;
+    if q_heads % kv_heads != 0 {
+        return Err("num_heads is not a multiple of kv_num_heads".into());
+    }
+    let query = get(0).ok_or("no query")?;
+    let [batch, seq, width] = query.shape[..] else {
+        return Err("query must be [batch, sequence, hidden]".into());
+    };
+    let packed = get(1).is_none();
+    let head = if packed {
+        width / (q_heads + 2 * kv_heads)
+    } else {
+        width / q_heads
+    };
+    // Q [B, Hq, S, D], K and V [B, Hkv, S, D].
+    let split = |t: &RtTensor, heads: usize, offset: usize, stride: usize| -> Vec<f32> {
+        let v = floats(t);
+        let mut out = vec![0.0f32; batch * heads * seq * head];
+        for b in 0..batch {
+            for s in 0..seq {
+                for h in 0..heads {
+                    for d in 0..head {
+                        out[((b * heads + h) * seq + s) * head + d] =
+                            v[(b * seq + s) * stride + offset + h * head + d];
+                    }
+                }
+            }
+        }
+        out
+    };
+    let (mut q, mut k, v) = if packed {
+        (
+            split(query, q_heads, 0, width),
+            split(query, kv_heads, q_heads * head, width),
+            split(query, kv_heads, (q_heads + kv_heads) * head, width),
+        )
+    } else {
+        let (key, value) = (get(1).ok_or("no key")?, get(2).ok_or("no value")?);
+        (
+            split(query, q_heads, 0, width),
+            split(key, kv_heads, 0, kv_heads * head),
+            split(value, kv_heads, 0, kv_heads * head),
+        )
+    };
+    let seqlens: Vec<i64> = get(5).map(ints).ok_or("no seqlens_k")?;
+    let total_sequence = get(6)
+        .and_then(|t| ints(t).first().copied())
+        .ok_or("no total_sequence_length")?;
+    let past_len_of = |b: usize| -> Result<usize> {
+        let total = seqlens.get(b).copied().ok_or("seqlens_k too short")? + 1;
+        usize::try_from(total - seq as i64)
+            .map_err(|_| "seqlens_k shorter than the new tokens".to_string())
+    };
+    // Rotary embedding of the new Q and K at their absolute positions.
+    if attrs.int_or("do_rotary", 0) != 0 {
+        let (cos, sin) = (
+            floats(get(7).ok_or("no cos_cache")?),
+            floats(get(8).ok_or("no sin_cache")?),
+        );
+        let cache_width = *get(7).ok_or("no cos_cache")?.shape.last().unwrap_or(&0);
+        let interleaved = attrs.int_or("rotary_interleaved", 0) != 0;
+        let positions = get(9).map(ints);
+        for (t, heads) in [(&mut q, q_heads), (&mut k, kv_heads)] {
+            for b in 0..batch {
+                let past = past_len_of(b)?;
+                for h in 0..heads {
+                    for s in 0..seq {
+                        let position = match &positions {
+                            Some(p) => p.get(b * seq + s).copied().unwrap_or(0).max(0) as usize,
+                            None => past + s,
+                        };
+                        if (position + 1) * cache_width > cos.len() {
+                            return Err(format!("position {position} is past the rotary caches"));
+                        }
+                        let row = &mut t[((b * heads + h) * seq + s) * head..][..head];
+                        let source = row.to_vec();
+                        for i in 0..cache_width.min(head / 2) {
+                            let (first, second) = if interleaved {
+                                (2 * i, 2 * i + 1)
+                            } else {
+                                (i, cache_width + i)
+                            };
+                            let (c, sn) = (
+                                cos[position * cache_width + i],
+                                sin[position * cache_width + i],
+                            );
+                            row[first] = source[first] * c - source[second] * sn;
+                            row[second] = source[first] * sn + source[second] * c;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let past_buffer = get(3).map_or(0, |p| p.shape.get(2).copied().unwrap_or(0));
+    let present_len = past_buffer.max(total_sequence.max(0) as usize);
+    let (past_k, past_v) = (get(3).map(floats), get(4).map(floats));
+    let mut present_k = vec![0.0f32; batch * kv_heads * present_len * head];
+    let mut present_v = present_k.clone();
+    for b in 0..batch {
+        let past = past_len_of(b)?;
+        if past + seq > present_len {
+            return Err("the keys do not fit the present cache".into());
+        }
+        for h in 0..kv_heads {
+            let row = (b * kv_heads + h) * present_len;
+            if let (Some(pk), Some(pv)) = (&past_k, &past_v) {
+                let from = (b * kv_heads + h) * past_buffer;
+                present_k[row * head..(row + past) * head]
+                    .copy_from_slice(&pk[from * head..(from + past) * head]);
+                present_v[row * head..(row + past) * head]
+                    .copy_from_slice(&pv[from * head..(from + past) * head]);
+            }
+            let new = (b * kv_heads + h) * seq;
+            present_k[(row + past) * head..(row + past + seq) * head]
+                .copy_from_slice(&k[new * head..(new + seq) * head]);
+            present_v[(row + past) * head..(row + past + seq) * head]
+                .copy_from_slice(&v[new * head..(new + seq) * head]);
+        }
+    }
+    let scale = attrs
+        .float("scale")
+        .filter(|&s| s != 0.0)
+        .map_or(1.0 / (head as f64).sqrt(), f64::from);
+    let softcap = f64::from(attrs.float_or("softcap", 0.0));
+    let window = attrs.int_or("local_window_size", -1);
+    let smooth = attrs.int_or("smooth_softmax", 0) != 0;
+    let bias = get(10);
+    let bias_values = bias.map(floats);
+    let group = q_heads / kv_heads;
+    let mut out = vec![0.0f32; batch * seq * q_heads * head];
+    for b in 0..batch {
+        let past = past_len_of(b)?;
+        let total = past + seq;
+        for h in 0..q_heads {
+            let kv = h / group;
+            for i in 0..seq {
+                let position = past + i;
+                let q_row = &q[((b * q_heads + h) * seq + i) * head..][..head];
+                let mut scores = vec![f64::NEG_INFINITY; total];
+                for (j, score) in scores.iter_mut().enumerate() {
+                    if j > position || (window >= 0 && (position - j) as i64 >= window) {
+                        continue;
+                    }
+                    let k_row =
+                        &present_k[((b * kv_heads + kv) * present_len + j) * head..][..head];
+                    let mut s: f64 = q_row
+                        .iter()
+                        .zip(k_row)
+                        .map(|(&a, &c)| f64::from(a) * f64::from(c))
+                        .sum::<f64>()
+                        * scale;
+                    if softcap > 0.0 {
+                        s = softcap * (s / softcap).tanh();
+                    }
+                    if let (Some(t), Some(values)) = (bias, &bias_values) {
+                        // attention_bias [B or 1, Hq or 1, S, total].
+                        let (bb, bh) = (t.shape[0], t.shape[1]);
+                        let last = t.shape[3];
+                        let at = (((b % bb) * bh + h % bh) * seq + i) * last + j;
+                        s += f64::from(values.get(at).copied().unwrap_or(0.0));
+                    }
+                    *score = s;
+                }
+                let max = scores
+                    .iter()
+                    .copied()
+                    .fold(if smooth { 0.0 } else { f64::NEG_INFINITY }, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|&s| (s - max).exp()).collect();
+                let denominator =
+                    exps.iter().sum::<f64>() + if smooth { (-max).exp() } else { 0.0 };
+                let target = &mut out[((b * seq + i) * q_heads + h) * head..][..head];
+                for (j, &e) in exps.iter().enumerate() {
+                    if e == 0.0 {
+                        continue;
+                    }
+                    let p = e / denominator;
+                    let v_row =
+                        &present_v[((b * kv_heads + kv) * present_len + j) * head..][..head];
+                    for (o, &x) in target.iter_mut().zip(v_row) {
+                        *o += (p * f64::from(x)) as f32;
+                    }
+                }
+            }
+        }
+    }
+    let cache_shape = vec![batch, kv_heads, present_len, head];
+    Ok(vec![
+        RtTensor {
+            shape: vec![batch, seq, q_heads * head],
+            data: RtData::F32(out),
+        },
+        RtTensor {
+            shape: cache_shape.clone(),
+            data: RtData::F32(present_k),
+        },
+        RtTensor {
+            shape: cache_shape,
+            data: RtData::F32(present_v),
+        },
+    ])
+}

@@ -19,6 +19,7 @@ pub(super) fn covers(op: &str) -> bool {
             | "SkipSimplifiedLayerNormalization"
             | "SimplifiedLayerNormalization"
             | "MatMulNBits"
+            | "GroupQueryAttention"
     )
 }
 
@@ -80,6 +81,7 @@ pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
         "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => skip_norm(node, inputs)?,
         "SimplifiedLayerNormalization" => simplified_norm(node, inputs)?,
         "MatMulNBits" => vec![matmul_nbits(node, inputs)?],
+        "GroupQueryAttention" => super::attention::group_query_attention(node, inputs)?,
         other => return Err(format!("no reference kernel for com.microsoft {other}")),
     })
 }
