@@ -346,7 +346,7 @@ pub(super) fn group_query_attention(
     let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
     let q_heads = attrs.int("num_heads").ok_or("no num_heads")?.max(1) as usize;
     let kv_heads = attrs.int("kv_num_heads").ok_or("no kv_num_heads")?.max(1) as usize;
-    if q_heads % kv_heads != 0 {
+    if !q_heads.is_multiple_of(kv_heads) {
         return Err("num_heads is not a multiple of kv_num_heads".into());
     }
     let query = get(0).ok_or("no query")?;
