@@ -466,6 +466,37 @@ model("rotary_packed", 1, 3, 2, 2, 5, rotary=True, packed=True, D=16)
 model("window", 1, 5, 0, None, 5, window=2)
 "#;
 
+/// onnxruntime's contrib RotaryEmbedding: 3-D with num_heads, 4-D interleaved, one position
+/// offset for the whole sequence.
+const CONTRIB_ROTARY_MODELS: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+out = sys.argv[1]
+angles = np.outer(np.arange(64), 1.0 / 10000 ** (np.arange(8) / 8))
+def model(name, shape, positions, interleaved=0, num_heads=0):
+    inits = [numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+             numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"),
+             numpy_helper.from_array(positions.astype(np.int64), "positions")]
+    attrs = dict(interleaved=interleaved)
+    if num_heads:
+        attrs["num_heads"] = num_heads
+    node = helper.make_node("RotaryEmbedding", ["x", "positions", "cos", "sin"], ["y"], domain="com.microsoft", **attrs)
+    graph = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(m, f"{out}/contrib_rotary_{name}.onnx")
+model("three_d", [2, 3, 32], np.array([[0, 1, 2], [5, 6, 7]]), num_heads=2)
+model("four_d_interleaved", [1, 2, 3, 16], np.array([[3, 4, 5]]), interleaved=1)
+model("offset", [1, 3, 32], np.array([4]))
+"#;
+
+#[test]
+fn contrib_rotary_embedding_matches_onnxruntime() {
+    models_match_onnxruntime(CONTRIB_ROTARY_MODELS, 3);
+}
+
 #[test]
 fn group_query_attention_matches_onnxruntime() {
     models_match_onnxruntime(GROUP_QUERY_ATTENTION_MODELS, 5);

@@ -9,6 +9,9 @@
 //! - FusedMatMul: α·op(A)·op(B) with optional transposes of the last two dims: MACs = M·K·N per
 //!   broadcast batch, FLOPs = 2·MACs (+ M·N for α ≠ 1).
 //!
+//! - RotaryEmbedding (the contrib form: input, position_ids, cos_cache, sin_cache): the input's
+//!   shape out; 3 FLOPs per rotated element (2 · the caches' width per head).
+//!
 //! Bytes: every input read once at its own size, the output written once.
 
 use super::{broadcast_shapes, invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
@@ -20,6 +23,7 @@ struct Activation {
 }
 
 struct FusedMatMul;
+struct ContribRotary;
 
 static GELU: Activation = Activation {
     flops: 4,
@@ -50,6 +54,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "QuickGelu" => &QUICK_GELU,
         "BiasAdd" => &BIAS_ADD,
         "FusedMatMul" => &FusedMatMul,
+        "RotaryEmbedding" => &ContribRotary,
         _ => return None,
     })
 }
@@ -74,6 +79,34 @@ impl OpDef for Activation {
         Ok(OpCost {
             flops: (self.flops + u64::from(with_bias)) * elements,
             transcendental: self.transcendental * elements,
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
+impl OpDef for ContribRotary {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        if !(shape.len() == 3 || shape.len() == 4) {
+            return Err(invalid("RotaryEmbedding: the input must be 3-D or 4-D"));
+        }
+        Ok(vec![TensorFact::new(x.dtype, shape.to_vec())])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let x = ctx.input_dims(0)?;
+        let elements: u64 = x.iter().product();
+        let width = *x.last().unwrap_or(&1);
+        let rotated = ctx
+            .input_dims(2)
+            .ok()
+            .and_then(|c| c.last().copied())
+            .map_or(width, |half| (2 * half).min(width));
+        let heads_width = if x.len() == 4 { width } else { rotated.max(1) };
+        Ok(OpCost {
+            flops: 3 * elements / heads_width.max(1) * rotated.min(heads_width),
             bytes: ctx.default_traffic()?,
             ..OpCost::default()
         })

@@ -20,6 +20,7 @@ pub(super) fn covers(op: &str) -> bool {
             | "SimplifiedLayerNormalization"
             | "MatMulNBits"
             | "GroupQueryAttention"
+            | "RotaryEmbedding"
     )
 }
 
@@ -82,6 +83,7 @@ pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
         "SimplifiedLayerNormalization" => simplified_norm(node, inputs)?,
         "MatMulNBits" => vec![matmul_nbits(node, inputs)?],
         "GroupQueryAttention" => super::attention::group_query_attention(node, inputs)?,
+        "RotaryEmbedding" => vec![contrib_rotary(node, inputs)?],
         other => return Err(format!("no reference kernel for com.microsoft {other}")),
     })
 }
@@ -318,4 +320,47 @@ pub(super) fn matmul_nbits(node: &Node, inputs: &[Option<RtTensor>]) -> Result<R
         shape,
         data: RtData::F32(out),
     })
+}
+
+/// onnxruntime's RotaryEmbedding (`com.microsoft`): inputs (input, position_ids, cos_cache,
+/// sin_cache), position_ids [B, S] or one offset; the head size from the caches when
+/// `num_heads` is not given. Runs as the standard op on the reordered inputs.
+fn contrib_rotary(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = get(0).ok_or("no input")?;
+    let positions = ints(get(1).ok_or("no position_ids")?);
+    let cos = get(2).ok_or("no cos_cache")?;
+    let cache_width = *cos.shape.last().ok_or("scalar cos_cache")?;
+    let (batch, seq) = match x.shape[..] {
+        [b, s, _] => (b, s),
+        [b, _, s, _] => (b, s),
+        _ => return Err("the input must be 3-D or 4-D".into()),
+    };
+    let expanded: Vec<i64> = if positions.len() == 1 {
+        (0..batch * seq)
+            .map(|n| positions[0] + (n % seq) as i64)
+            .collect()
+    } else {
+        positions
+    };
+    let mut standard = node.clone();
+    standard.domain = String::new();
+    if x.shape.len() == 3 && node.attrs.int_or("num_heads", 0) <= 0 {
+        // Without num_heads the rotated width is the head: 2 · the caches' width.
+        let head = (2 * cache_width).max(1);
+        standard.attrs.0.insert(
+            "num_heads".into(),
+            crate::analysis::graph::Attr::Int((x.shape[2] / head) as i64),
+        );
+    }
+    let reordered = vec![
+        Some(x.clone()),
+        get(2).cloned(),
+        get(3).cloned(),
+        Some(RtTensor {
+            shape: vec![batch, seq],
+            data: RtData::I64(expanded),
+        }),
+    ];
+    super::attention::rotary_embedding(&standard, &reordered)
 }
