@@ -82,13 +82,14 @@ fn bias_scale(
     name: String,
     x_scale: Option<ValueId>,
     w_scale: Option<ValueId>,
+    factor: f32,
 ) -> Option<ValueId> {
     let read = |v: Option<ValueId>| -> Option<Vec<f32>> {
         graph.values[v?].fact.konst.as_ref()?.to_f32_vec()
     };
     let (xs, ws) = (read(x_scale)?, read(w_scale)?);
     let x = *xs.first()?;
-    let values: Vec<f32> = ws.iter().map(|w| x * w).collect();
+    let values: Vec<f32> = ws.iter().map(|w| factor * x * w).collect();
     let shape = if values.len() == 1 {
         Vec::new()
     } else {
@@ -101,6 +102,59 @@ fn bias_scale(
             shape,
             data: TensorData::F32(values),
         }),
+    ))
+}
+
+/// The float forms of the node's two quantized operands `(a, a_scale, a_zero)` at inputs 0-2 and
+/// `(b, b_scale, b_zero)` at 3-5 (B's scale along `b_axis`).
+fn dequantize_operands(
+    graph: &mut Graph,
+    out: &mut Vec<Node>,
+    n: &Node,
+    b_axis: Option<i64>,
+) -> Option<(ValueId, ValueId)> {
+    let input = |i: usize| n.inputs.get(i).copied().flatten();
+    // A per-row A scale (QLinearMatMul allows one) runs along A's second-to-last axis.
+    let per_row = input(1).is_some_and(|s| graph.values[s].fact.element_count().unwrap_or(1) > 1);
+    let a = dequantize(
+        graph,
+        out,
+        &format!("{}_a", n.name),
+        [input(0), input(1), input(2)],
+        per_row.then_some(-2),
+    )?;
+    let b = dequantize(
+        graph,
+        out,
+        &format!("{}_b", n.name),
+        [input(3), input(4), input(5)],
+        b_axis,
+    )?;
+    Some((a, b))
+}
+
+/// The float form of an int32 bias whose scale is factor · x_scale · w_scale (QGemm's C carries
+/// its α): `Ok(None)` without a bias,
+/// `Err(())` when the scales are not constants (the node is then left as it is).
+fn dequantize_bias(
+    graph: &mut Graph,
+    out: &mut Vec<Node>,
+    base: &str,
+    bias: Option<ValueId>,
+    x_scale: Option<ValueId>,
+    w_scale: Option<ValueId>,
+    factor: f32,
+) -> Result<Option<ValueId>, ()> {
+    let Some(bias) = bias else {
+        return Ok(None);
+    };
+    let scale = bias_scale(graph, format!("{base}_scale"), x_scale, w_scale, factor).ok_or(())?;
+    Ok(dequantize(
+        graph,
+        out,
+        base,
+        [Some(bias), Some(scale), None],
+        Some(0),
     ))
 }
 
@@ -165,22 +219,16 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
             ) else {
                 return false;
             };
-            let bias = match input(8) {
-                Some(b) => {
-                    let Some(scale) =
-                        bias_scale(graph, format!("{base}_bias_scale"), input(1), input(4))
-                    else {
-                        return false;
-                    };
-                    dequantize(
-                        graph,
-                        out,
-                        &format!("{base}_b"),
-                        [Some(b), Some(scale), None],
-                        Some(0),
-                    )
-                }
-                None => None,
+            let Ok(bias) = dequantize_bias(
+                graph,
+                out,
+                &format!("{base}_b"),
+                input(8),
+                input(1),
+                input(4),
+                1.0,
+            ) else {
+                return false;
             };
             let real = fresh(graph, format!("{base}_y_real"), DType::F32);
             let mut inputs = vec![Some(x), Some(w)];
@@ -192,22 +240,8 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
             true
         }
         (true, _, "QLinearMatMul") => {
-            let a = dequantize(
-                graph,
-                out,
-                &format!("{base}_a"),
-                [input(0), input(1), input(2)],
-                None,
-            );
             // A per-column B scale is along B's last axis.
-            let b = dequantize(
-                graph,
-                out,
-                &format!("{base}_b"),
-                [input(3), input(4), input(5)],
-                Some(-1),
-            );
-            let (Some(a), Some(b)) = (a, b) else {
+            let Some((a, b)) = dequantize_operands(graph, out, n, Some(-1)) else {
                 return false;
             };
             let real = fresh(graph, format!("{base}_y_real"), DType::F32);
@@ -216,21 +250,7 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
             true
         }
         (_, true, "QLinearAdd" | "QLinearMul") => {
-            let a = dequantize(
-                graph,
-                out,
-                &format!("{base}_a"),
-                [input(0), input(1), input(2)],
-                None,
-            );
-            let b = dequantize(
-                graph,
-                out,
-                &format!("{base}_b"),
-                [input(3), input(4), input(5)],
-                None,
-            );
-            let (Some(a), Some(b)) = (a, b) else {
+            let Some((a, b)) = dequantize_operands(graph, out, n, None) else {
                 return false;
             };
             let real = fresh(graph, format!("{base}_y_real"), DType::F32);
@@ -263,45 +283,25 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
             true
         }
         (_, true, "QGemm") => {
-            let a = dequantize(
-                graph,
-                out,
-                &format!("{base}_a"),
-                [input(0), input(1), input(2)],
-                None,
-            );
             // B's per-column scale runs along N: axis 0 of a transposed B, else axis 1.
             let b_axis = if n.attrs.int_or("transB", 0) != 0 {
                 0
             } else {
                 1
             };
-            let b = dequantize(
-                graph,
-                out,
-                &format!("{base}_b"),
-                [input(3), input(4), input(5)],
-                Some(b_axis),
-            );
-            let (Some(a), Some(b)) = (a, b) else {
+            let Some((a, b)) = dequantize_operands(graph, out, n, Some(b_axis)) else {
                 return false;
             };
-            let c = match input(6) {
-                Some(c) => {
-                    let Some(scale) =
-                        bias_scale(graph, format!("{base}_c_scale"), input(1), input(4))
-                    else {
-                        return false;
-                    };
-                    dequantize(
-                        graph,
-                        out,
-                        &format!("{base}_c"),
-                        [Some(c), Some(scale), None],
-                        Some(0),
-                    )
-                }
-                None => None,
+            let Ok(c) = dequantize_bias(
+                graph,
+                out,
+                &format!("{base}_c"),
+                input(6),
+                input(1),
+                input(4),
+                n.attrs.float_or("alpha", 1.0),
+            ) else {
+                return false;
             };
             // With an output scale the result is requantized; without, QGemm writes floats.
             match input(7) {

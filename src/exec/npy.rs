@@ -45,17 +45,24 @@ pub fn read_npy(path: &Path) -> Result<RtTensor, ExecError> {
         return Err(bad(path, "Fortran order is not supported"));
     }
     let shape_text = field("shape").ok_or_else(|| bad(path, "no shape"))?;
-    let shape_text = &shape_text[1..shape_text.find(')').ok_or_else(|| bad(path, "bad shape"))?];
+    let shape_text = shape_text
+        .strip_prefix('(')
+        .and_then(|rest| rest.find(')').map(|end| &rest[..end]))
+        .ok_or_else(|| bad(path, "bad shape"))?;
     let shape: Vec<usize> = shape_text
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| bad(path, format!("bad dim `{s}`"))))
         .collect::<Result<_, _>>()?;
-    let count: usize = shape.iter().product();
+    let count = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n as u64 <= crate::analysis::infer::MAX_ELEMENTS)
+        .ok_or_else(|| bad(path, "absurd shape"))?;
     let data = &bytes[start + header_len..];
     let need = |width: usize| -> Result<(), ExecError> {
-        if data.len() < count * width {
+        if (data.len() as u64) < count as u64 * width as u64 {
             Err(bad(
                 path,
                 format!("needs {} data bytes, has {}", count * width, data.len()),

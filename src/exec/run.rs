@@ -310,6 +310,15 @@ impl Plan {
                 }
                 ws.buffers[*buffer][*offset..*offset + data.len()].copy_from_slice(&data);
             }
+            Slot::Dynamic { shape } if t.len() != shape.iter().product::<usize>() => {
+                return Err(ExecError::Input {
+                    name: self.value_name(v).to_string(),
+                    reason: format!(
+                        "computed with shape {:?}, but planned as {shape:?}",
+                        t.shape
+                    ),
+                });
+            }
             _ => {
                 ws.dynamic.insert(v, t);
             }

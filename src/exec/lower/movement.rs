@@ -200,7 +200,11 @@ fn lower_pad(cx: &Cx) -> Result<Lowered, ExecError> {
     let (Some(pads), Some(mode)) = (pads, mode) else {
         return Ok(Lowered::generic());
     };
-    if run_time_value || pads.iter().any(|&p| p < 0) || pads.len() != 2 * x.len() {
+    if run_time_value
+        || cx.input(3).is_some()
+        || pads.iter().any(|&p| p < 0)
+        || pads.len() != 2 * x.len()
+    {
         return Ok(Lowered::generic());
     }
     let value = if cx.opset() < 11 {

@@ -184,29 +184,6 @@ fn skip_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> 
     }
     let epsilon = node.attrs.float_or("epsilon", 1e-12);
     let mut outputs = layer_norm(&sum, gamma, beta, -1, epsilon, simplified)?;
-    if simplified {
-        // RMSNorm gives Y only; its statistics outputs are the zero mean and the inverse RMS.
-        let row = *x.shape.last().unwrap_or(&1);
-        let values = floats(&sum);
-        let inv_rms: Vec<f32> = values
-            .chunks(row.max(1))
-            .map(|r| {
-                let mean_square =
-                    r.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / row.max(1) as f64;
-                (1.0 / (mean_square + f64::from(epsilon)).sqrt()) as f32
-            })
-            .collect();
-        let mut stats_shape = x.shape[..x.shape.len() - 1].to_vec();
-        stats_shape.push(1);
-        outputs.push(RtTensor {
-            shape: stats_shape.clone(),
-            data: RtData::F32(vec![0.0; inv_rms.len()]),
-        });
-        outputs.push(RtTensor {
-            shape: stats_shape,
-            data: RtData::F32(inv_rms),
-        });
-    }
     outputs.push(sum);
     Ok(outputs)
 }
@@ -218,24 +195,9 @@ pub(super) fn simplified_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Resul
     let (x, scale) = (get(0).ok_or("no input")?, get(1).ok_or("no scale")?);
     let axis = node.attrs.int_or("axis", -1);
     let epsilon = node.attrs.float_or("epsilon", 1e-5);
+    // Y and the inverse RMS (the zero mean is not an output of this op).
     let mut outputs = layer_norm(x, scale, None, axis, epsilon, true)?;
-    let rank = x.shape.len();
-    let start = axis_of(axis, rank)?;
-    let row: usize = x.shape[start..].iter().product();
-    let inv_rms: Vec<f32> = floats(x)
-        .chunks(row.max(1))
-        .map(|r| {
-            let mean_square =
-                r.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / row.max(1) as f64;
-            (1.0 / (mean_square + f64::from(epsilon)).sqrt()) as f32
-        })
-        .collect();
-    let mut stats_shape = x.shape[..start].to_vec();
-    stats_shape.extend(std::iter::repeat_n(1, rank - start));
-    outputs.push(RtTensor {
-        shape: stats_shape,
-        data: RtData::F32(inv_rms),
-    });
+    outputs.remove(1);
     Ok(outputs)
 }
 

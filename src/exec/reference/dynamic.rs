@@ -87,7 +87,10 @@ pub(super) fn unique(x: &RtTensor, axis: Option<i64>, sorted: bool) -> Result<Ve
     if sorted {
         firsts.sort_by(|&p, &q| {
             slices[p]
-                .partial_cmp(&slices[q])
+                .iter()
+                .zip(&slices[q])
+                .map(|(x, y)| x.total_cmp(y))
+                .find(|o| o.is_ne())
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
     }
@@ -194,12 +197,8 @@ pub(super) fn non_max_suppression(node: &Node, inputs: &[Option<RtTensor>]) -> R
             let mut candidates: Vec<usize> = (0..count)
                 .filter(|&i| score_threshold.is_none_or(|t| class_scores[i] > t))
                 .collect();
-            candidates.sort_by(|&p, &q| {
-                class_scores[q]
-                    .partial_cmp(&class_scores[p])
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(p.cmp(&q))
-            });
+            candidates
+                .sort_by(|&p, &q| class_scores[q].total_cmp(&class_scores[p]).then(p.cmp(&q)));
             let mut kept: Vec<usize> = Vec::new();
             for i in candidates {
                 if kept.len() >= max_per_class {

@@ -19,26 +19,34 @@ pub(super) fn einsum(equation: &str, operands: &[&RtTensor]) -> Result<RtTensor>
             operands.len()
         ));
     }
-    // `...` becomes as many fresh upper-case labels as the broadcast dims it stands for.
-    let ellipsis_rank = terms
-        .iter()
-        .zip(operands)
-        .filter(|(t, _)| t.contains("..."))
-        .map(|(t, o)| o.shape.len() + 3 - t.len())
-        .max()
-        .unwrap_or(0);
+    // `...` becomes as many fresh labels as the broadcast dims it stands for, aligned right
+    // (an operand with fewer broadcast dims takes the last ones).
+    let letters = |t: &str| t.replace("...", "").chars().count();
+    let broadcast_dims = |t: &str, o: &RtTensor| -> Result<usize> {
+        o.shape
+            .len()
+            .checked_sub(letters(t))
+            .ok_or_else(|| format!("term `{t}` has more letters than its operand has dims"))
+    };
+    let mut ellipsis_rank = 0;
+    for (term, operand) in terms.iter().zip(operands) {
+        if term.contains("...") {
+            ellipsis_rank = ellipsis_rank.max(broadcast_dims(term, operand)?);
+        }
+    }
     // Labels past ASCII, so they never meet the equation's own letters.
-    let ellipsis: String = (0..ellipsis_rank)
+    let ellipsis: Vec<char> = (0..ellipsis_rank)
         .filter_map(|n| char::from_u32(0x100 + n as u32))
         .collect();
     let mut labels_of: Vec<Vec<char>> = Vec::new();
     for (term, operand) in terms.iter().zip(operands) {
         let own = if term.contains("...") {
-            operand.shape.len() + 3 - term.len()
+            broadcast_dims(term, operand)?
         } else {
             0
         };
-        let expanded = term.replace("...", &ellipsis[ellipsis_rank - own..]);
+        let tail: String = ellipsis[ellipsis_rank - own..].iter().collect();
+        let expanded = term.replace("...", &tail);
         let labels: Vec<char> = expanded.chars().collect();
         if labels.len() != operand.shape.len() {
             return Err(format!(
@@ -60,7 +68,10 @@ pub(super) fn einsum(equation: &str, operands: &[&RtTensor]) -> Result<RtTensor>
         }
     }
     let output: Vec<char> = match rhs {
-        Some(r) => r.replace("...", &ellipsis).chars().collect(),
+        Some(r) => r
+            .replace("...", &ellipsis.iter().collect::<String>())
+            .chars()
+            .collect(),
         None => {
             let mut counts: std::collections::BTreeMap<char, usize> = Default::default();
             for labels in &labels_of {
@@ -68,7 +79,7 @@ pub(super) fn einsum(equation: &str, operands: &[&RtTensor]) -> Result<RtTensor>
                     *counts.entry(l).or_default() += 1;
                 }
             }
-            let mut out: Vec<char> = ellipsis.chars().collect();
+            let mut out: Vec<char> = ellipsis.clone();
             out.extend(
                 counts
                     .into_iter()
@@ -78,6 +89,13 @@ pub(super) fn einsum(equation: &str, operands: &[&RtTensor]) -> Result<RtTensor>
             out
         }
     };
+    for (k, label) in output.iter().enumerate() {
+        if !extent.contains_key(label) || output[..k].contains(label) {
+            return Err(format!(
+                "output index `{label}` is not an input index or repeats"
+            ));
+        }
+    }
     let all: Vec<char> = extent.keys().copied().collect();
     let sizes: Vec<usize> = all.iter().map(|l| extent[l]).collect();
     let position = |l: char| all.iter().position(|&a| a == l).unwrap_or(0);

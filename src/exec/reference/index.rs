@@ -244,6 +244,9 @@ pub(super) fn trilu(x: &RtTensor, k: i64, upper: bool) -> Result<RtTensor> {
     })
 }
 
+/// Calls its visitor with (element, previous element on the line) in scan order.
+type LineScan<'a> = dyn Fn(&mut dyn FnMut(usize, Option<usize>)) + 'a;
+
 /// CumSum, or with `product` CumProd, along `axis` (exclusive: the running value before the
 /// element; reverse: from the end).
 pub(super) fn cumulative(
@@ -273,29 +276,38 @@ pub(super) fn cumulative(
             }
         }
     };
+    // The running value along every line, for either element kind.
+    fn run<T: Copy>(
+        v: &[T],
+        identity: T,
+        combine: impl Fn(T, T) -> T,
+        exclusive: bool,
+        scan: &LineScan,
+    ) -> Vec<T> {
+        let mut out = vec![identity; v.len()];
+        scan(&mut |at, previous| {
+            let before = previous.map_or(identity, |p| {
+                if exclusive {
+                    combine(out[p], v[p])
+                } else {
+                    out[p]
+                }
+            });
+            out[at] = if exclusive {
+                before
+            } else {
+                combine(before, v[at])
+            };
+        });
+        out
+    }
     let data = match &x.data {
         RtData::F32(v) => {
             let identity = if product { 1.0 } else { 0.0 };
             let combine = |a: f32, b: f32| if product { a * b } else { a + b };
-            let mut out = vec![identity; v.len()];
-            scan(&mut |at, previous| {
-                let before = previous.map_or(identity, |p| {
-                    if exclusive {
-                        combine(out[p], v[p])
-                    } else {
-                        out[p]
-                    }
-                });
-                out[at] = if exclusive {
-                    before
-                } else {
-                    combine(before, v[at])
-                };
-            });
-            RtData::F32(out)
+            RtData::F32(run(v, identity, combine, exclusive, &scan))
         }
         RtData::I64(v) => {
-            let identity = i64::from(product);
             let combine = |a: i64, b: i64| {
                 if product {
                     a.wrapping_mul(b)
@@ -303,22 +315,7 @@ pub(super) fn cumulative(
                     a.wrapping_add(b)
                 }
             };
-            let mut out = vec![identity; v.len()];
-            scan(&mut |at, previous| {
-                let before = previous.map_or(identity, |p| {
-                    if exclusive {
-                        combine(out[p], v[p])
-                    } else {
-                        out[p]
-                    }
-                });
-                out[at] = if exclusive {
-                    before
-                } else {
-                    combine(before, v[at])
-                };
-            });
-            RtData::I64(out)
+            RtData::I64(run(v, i64::from(product), combine, exclusive, &scan))
         }
     };
     Ok(RtTensor {
@@ -385,13 +382,11 @@ pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Ve
             order.sort_by(|&a, &b| {
                 let (ka, kb) = (keys[at(a)], keys[at(b)]);
                 let by_value = if largest {
-                    kb.partial_cmp(&ka)
+                    kb.total_cmp(&ka)
                 } else {
-                    ka.partial_cmp(&kb)
+                    ka.total_cmp(&kb)
                 };
-                by_value
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(a.cmp(&b))
+                by_value.then(a.cmp(&b))
             });
             for (n, &a) in order.iter().take(k).enumerate() {
                 indices[(o * k + n) * inner + i] = a as i64;

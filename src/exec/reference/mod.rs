@@ -118,8 +118,51 @@ fn covers_standard(op: &str) -> bool {
 type Result<T> = std::result::Result<T, String>;
 
 /// Runs `node` on `inputs`; `out_types` are the element types of its outputs (integers wrap to
-/// their width, bools are 0/1).
+/// their width, bools are 0/1). The kernels check what they index, and a case they missed
+/// still ends as this node's error rather than a crash of the whole tool: a reference kernel
+/// is a transcription that runs what nothing faster covers, on inputs from any model.
 pub(crate) fn run(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    out_types: &[DType],
+) -> Result<Vec<RtTensor>> {
+    guarded(|| run_checked(node, opset, inputs, out_types))
+}
+
+thread_local! {
+    /// Set while a reference kernel runs on this thread: its panics are caught, not printed.
+    static IN_REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `kernel`, turning a panic into an error (the panic hook stays quiet for it; panics
+/// elsewhere are reported as before).
+fn guarded<T>(kernel: impl FnOnce() -> Result<T>) -> Result<T> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_REFERENCE.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    IN_REFERENCE.with(|flag| flag.set(true));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel));
+    IN_REFERENCE.with(|flag| flag.set(false));
+    outcome.unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("an inconsistency");
+        Err(format!(
+            "the reference kernel cannot run this input ({what})"
+        ))
+    })
+}
+
+fn run_checked(
     node: &Node,
     opset: i64,
     inputs: &[Option<RtTensor>],
@@ -369,7 +412,7 @@ fn strides(shape: &[usize]) -> Vec<usize> {
 
 fn axis_of(axis: i64, rank: usize) -> Result<usize> {
     let adjusted = if axis < 0 { axis + rank as i64 } else { axis };
-    if adjusted < 0 || adjusted >= rank.max(1) as i64 {
+    if adjusted < 0 || adjusted >= rank as i64 {
         return Err(format!("axis {axis} out of range for rank {rank}"));
     }
     Ok(adjusted as usize)
@@ -617,6 +660,16 @@ mod tests {
         let batched = einsum("...ij,...jk", &[&a, &b]).unwrap();
         assert_eq!(batched.shape, vec![2, 2]);
         assert_eq!(batched.to_f32(), vec![4.0, 5.0, 10.0, 11.0]);
+        // A batched left operand against a plain right one (broadcast dims differ by operand).
+        let stacked = f(
+            &[2, 2, 3],
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0],
+        );
+        let out = einsum("...ij,jk->...ik", &[&stacked, &b]).unwrap();
+        assert_eq!(out.shape, vec![2, 2, 2]);
+        assert_eq!(out.to_f32(), vec![4.0, 5.0, 10.0, 11.0, 0.0, 0.0, 2.0, 2.0]);
+        assert!(einsum("ij->ik", &[&a]).is_err());
+        assert!(einsum("ijkl->i", &[&a]).is_err());
     }
 
     #[test]

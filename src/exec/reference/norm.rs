@@ -31,8 +31,8 @@ pub(super) fn lp_normalization(x: &RtTensor, axis: i64, p: i64) -> Result<RtTens
     })
 }
 
-/// LayerNormalization (outputs Y, Mean, InvStdDev) or, with `rms`, RMSNormalization (Y only)
-/// over the dims from `axis` on; `scale` and `bias` broadcast against those dims.
+/// LayerNormalization or, with `rms`, RMSNormalization over the dims from `axis` on (outputs Y,
+/// mean, inverse standard deviation); `scale` and `bias` broadcast against those dims.
 pub(super) fn layer_norm(
     x: &RtTensor,
     scale: &RtTensor,
@@ -91,16 +91,16 @@ pub(super) fn layer_norm(
         shape: x.shape.clone(),
         data: RtData::F32(y),
     }];
-    if !rms {
-        outputs.push(RtTensor {
-            shape: stats_shape.clone(),
-            data: RtData::F32(means),
-        });
-        outputs.push(RtTensor {
-            shape: stats_shape,
-            data: RtData::F32(inv_stds),
-        });
-    }
+    // The statistics outputs: mean (zero for RMSNorm) and inverse standard deviation (the
+    // inverse RMS); a node that does not name them ignores them.
+    outputs.push(RtTensor {
+        shape: stats_shape.clone(),
+        data: RtData::F32(means),
+    });
+    outputs.push(RtTensor {
+        shape: stats_shape,
+        data: RtData::F32(inv_stds),
+    });
     Ok(outputs)
 }
 

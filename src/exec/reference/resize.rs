@@ -22,11 +22,12 @@ struct Settings {
 
 pub(super) fn resize(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
     let attrs = &node.attrs;
+    // An empty roi, scales or sizes input means "not given"; X itself may be empty.
     let get = |i: usize| {
         inputs
             .get(i)
             .and_then(Option::as_ref)
-            .filter(|t| !t.is_empty())
+            .filter(|t| i == 0 || !t.is_empty())
     };
     let x = get(0).ok_or("no input")?;
     let rank = x.shape.len();
@@ -129,7 +130,11 @@ pub(super) fn resize(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Re
     };
     let mut current = (x.shape.clone(), floats(x));
     for axis in (0..rank).rev() {
-        if out_len[axis] == current.0[axis] && (scale[axis] - 1.0).abs() < f64::EPSILON {
+        // An axis kept at its size needs no pass, unless a crop box moves it.
+        if out_len[axis] == current.0[axis]
+            && (scale[axis] - 1.0).abs() < f64::EPSILON
+            && settings.transform != "tf_crop_and_resize"
+        {
             continue;
         }
         let roi_span = roi.as_ref().map(|r| {
