@@ -200,6 +200,16 @@ impl<'a> Cx<'a> {
         self.graph.opset
     }
 
+    /// Whether any output after the first is used: read by a node or a graph output (exporters
+    /// list optional outputs they leave unused, LayerNormalization's statistics for one).
+    pub fn extra_outputs_used(&self) -> bool {
+        self.node
+            .outputs
+            .iter()
+            .skip(1)
+            .any(|&v| self.graph.outputs.contains(&v) || !self.graph.consumers(v).is_empty())
+    }
+
     pub fn error(&self, reason: impl Into<String>) -> ExecError {
         node_error(self.node, reason)
     }

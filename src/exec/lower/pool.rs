@@ -36,7 +36,7 @@ fn lower_window(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.shape_of(0)?;
     let y = cx.out_shape(0)?;
     // 3-D pooling and MaxPool's Indices output run on the reference kernel.
-    if (x.len() != 4 && x.len() != 3) || cx.node.outputs.len() > 1 {
+    if (x.len() != 4 && x.len() != 3) || cx.extra_outputs_used() {
         return Ok(Lowered::generic());
     }
     let config = PoolConfig::parse(cx.attrs()).map_err(|e| cx.error(e))?;
