@@ -105,6 +105,21 @@ fn bias_scale(
     ))
 }
 
+/// The float form of the node's quantized operand `(x, scale, zero point)` at inputs
+/// `first..first + 3`, named after the node and `part`.
+fn dequantize_input(
+    graph: &mut Graph,
+    out: &mut Vec<Node>,
+    n: &Node,
+    first: usize,
+    part: &str,
+    axis: Option<i64>,
+) -> Option<ValueId> {
+    let input = |i: usize| n.inputs.get(i).copied().flatten();
+    let operand = [input(first), input(first + 1), input(first + 2)];
+    dequantize(graph, out, &format!("{}_{part}", n.name), operand, axis)
+}
+
 /// The float forms of the node's two quantized operands `(a, a_scale, a_zero)` at inputs 0-2 and
 /// `(b, b_scale, b_zero)` at 3-5 (B's scale along `b_axis`).
 fn dequantize_operands(
@@ -113,23 +128,11 @@ fn dequantize_operands(
     n: &Node,
     b_axis: Option<i64>,
 ) -> Option<(ValueId, ValueId)> {
-    let input = |i: usize| n.inputs.get(i).copied().flatten();
     // A per-row A scale (QLinearMatMul allows one) runs along A's second-to-last axis.
-    let per_row = input(1).is_some_and(|s| graph.values[s].fact.element_count().unwrap_or(1) > 1);
-    let a = dequantize(
-        graph,
-        out,
-        &format!("{}_a", n.name),
-        [input(0), input(1), input(2)],
-        per_row.then_some(-2),
-    )?;
-    let b = dequantize(
-        graph,
-        out,
-        &format!("{}_b", n.name),
-        [input(3), input(4), input(5)],
-        b_axis,
-    )?;
+    let a_scale = n.inputs.get(1).copied().flatten();
+    let per_row = a_scale.is_some_and(|s| graph.values[s].fact.element_count().unwrap_or(1) > 1);
+    let a = dequantize_input(graph, out, n, 0, "a", per_row.then_some(-2))?;
+    let b = dequantize_input(graph, out, n, 3, "b", b_axis)?;
     Some((a, b))
 }
 
@@ -201,22 +204,10 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
     };
     match (standard, contrib, n.op_type.as_str()) {
         (true, _, "QLinearConv") => {
-            let Some(x) = dequantize(
-                graph,
-                out,
-                &format!("{base}_x"),
-                [input(0), input(1), input(2)],
-                None,
-            ) else {
+            let Some(x) = dequantize_input(graph, out, n, 0, "x", None) else {
                 return false;
             };
-            let Some(w) = dequantize(
-                graph,
-                out,
-                &format!("{base}_w"),
-                [input(3), input(4), input(5)],
-                Some(0),
-            ) else {
+            let Some(w) = dequantize_input(graph, out, n, 3, "w", Some(0)) else {
                 return false;
             };
             let Ok(bias) = dequantize_bias(
@@ -267,13 +258,7 @@ fn expand_one(graph: &mut Graph, n: &Node, out: &mut Vec<Node>) -> bool {
             if n.attrs.int_or("channels_last", 0) != 0 {
                 return false;
             }
-            let Some(x) = dequantize(
-                graph,
-                out,
-                &format!("{base}_x"),
-                [input(0), input(1), input(2)],
-                None,
-            ) else {
+            let Some(x) = dequantize_input(graph, out, n, 0, "x", None) else {
                 return false;
             };
             let real = fresh(graph, format!("{base}_y_real"), DType::F32);

@@ -204,13 +204,11 @@ pub fn run_model(args: &RunArgs) -> Result<ExitCode> {
         Err(first) => {
             let mut specialised = None;
             for which in [exec::Specialise::Integers, exec::Specialise::All] {
-                let mut candidate = loaded.clone();
-                let bound = exec::specialise_on_values(&mut candidate, &given, which);
-                if bound.is_empty() {
+                let Some((mut candidate, narrowed, bound)) =
+                    exec::specialised(&loaded, &bindings, &given, which)
+                else {
                     continue;
-                }
-                let mut narrowed = bindings.clone();
-                narrowed.inputs.retain(|(name, _)| !bound.contains(name));
+                };
                 if let Ok(built) = build(&mut candidate, &narrowed) {
                     note!(
                         "planned for the given values of {} (the model's shapes or kernels depend on them)",

@@ -164,13 +164,11 @@ fn specialise_if_needed(loaded: &mut LoadedModel, values: &HashMap<String, RtTen
         (&small, exec::Specialise::All),
     ];
     for (candidates, which) in attempts {
-        let mut graph = loaded.graph.clone();
-        let bound = exec::specialise_on_values(&mut graph, candidates, which);
-        if bound.is_empty() {
+        let Some((graph, bindings, bound)) =
+            exec::specialised(&loaded.graph, &loaded.bindings, candidates, which)
+        else {
             continue;
-        }
-        let mut bindings = loaded.bindings.clone();
-        bindings.inputs.retain(|(name, _)| !bound.contains(name));
+        };
         if which == exec::Specialise::All && unresolved(&graph, &bindings) {
             continue;
         }

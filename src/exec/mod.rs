@@ -226,3 +226,26 @@ pub fn specialise_on_values(
     });
     bound
 }
+
+/// [`specialise_on_values`] on a copy of `graph`, with `bindings` narrowed to the inputs that
+/// remain: the graph, its bindings and the inputs bound, or `None` when no input was of the
+/// kind `which` names.
+pub fn specialised(
+    graph: &crate::analysis::graph::Graph,
+    bindings: &crate::analysis::Bindings,
+    values: &HashMap<String, RtTensor>,
+    which: Specialise,
+) -> Option<(
+    crate::analysis::graph::Graph,
+    crate::analysis::Bindings,
+    Vec<String>,
+)> {
+    let mut graph = graph.clone();
+    let bound = specialise_on_values(&mut graph, values, which);
+    if bound.is_empty() {
+        return None;
+    }
+    let mut bindings = bindings.clone();
+    bindings.inputs.retain(|(name, _)| !bound.contains(name));
+    Some((graph, bindings, bound))
+}

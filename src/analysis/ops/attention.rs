@@ -56,12 +56,9 @@ impl OpDef for Rotary {
         };
         Ok(OpCost {
             flops: 3 * elements / head.max(1) * rotary,
-            macs: 0,
             transcendental: 0,
             bytes: ctx.default_traffic()?,
-            is_view: false,
-            compute_precision: None,
-            vector_flops: 0,
+            ..OpCost::default()
         })
     }
 }
@@ -226,9 +223,7 @@ impl OpDef for Attention {
             macs,
             transcendental: scores,
             bytes: ctx.default_traffic()?,
-            is_view: false,
-            compute_precision: None,
-            vector_flops: 0,
+            ..OpCost::default()
         })
     }
 }

@@ -198,12 +198,9 @@ impl OpDef for Loss {
         }
         Ok(OpCost {
             flops,
-            macs: 0,
             transcendental,
             bytes: ctx.default_traffic()?,
-            is_view: false,
-            compute_precision: None,
-            vector_flops: 0,
+            ..OpCost::default()
         })
     }
 }

@@ -171,12 +171,9 @@ impl OpDef for RmsNorm {
         let rows: u64 = x[..axis].iter().product();
         Ok(OpCost {
             flops: 5 * elements + rows,
-            macs: 0,
             transcendental: rows,
             bytes: ctx.default_traffic()?,
-            is_view: false,
-            compute_precision: None,
-            vector_flops: 0,
+            ..OpCost::default()
         })
     }
 }

@@ -402,13 +402,7 @@ fn floats(t: &RtTensor) -> Vec<f32> {
     t.to_f32()
 }
 
-fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for axis in (0..shape.len().saturating_sub(1)).rev() {
-        strides[axis] = strides[axis + 1] * shape[axis + 1];
-    }
-    strides
-}
+use crate::kernels::movement::strides;
 
 fn axis_of(axis: i64, rank: usize) -> Result<usize> {
     let adjusted = if axis < 0 { axis + rank as i64 } else { axis };
