@@ -10,6 +10,7 @@ pub mod depthwise;
 mod geometry;
 #[cfg(test)]
 mod reference;
+pub mod winograd;
 
 pub use geometry::{Conv2d, ConvEpilogue};
 #[cfg(test)]

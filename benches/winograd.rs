@@ -1,0 +1,130 @@
+//! Winograd F(2×2,3×3) and F(4×4,3×3) against the im2col/GEMM convolution on the same shapes,
+//! measured in the same run: the 3×3 stride-1 convolutions of ResNet-50 and VGG, batch 1.
+//! Prints per shape the direct time, each Winograd variant's time and its speed-up over
+//! direct, and the effective GFLOP/s (direct FLOPs ÷ time).
+//!
+//! `cargo bench --bench winograd` (`ROOFLINE_BENCH_THREADS=2` for two workers). Every shape runs
+//! a warm-up, and the median of at least 20 calls is reported.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use roofline::kernels::conv::winograd::{self, WinogradTile, WinogradWeights};
+use roofline::kernels::conv::{conv2d_prepacked, Conv2d, ConvEpilogue, PackedConvWeights};
+use roofline::kernels::gemm::{self, Activation};
+
+/// (channels in = out, side): ResNet-50's stride-1 3×3 layers, then VGG's.
+const SHAPES: &[(usize, usize)] = &[
+    (64, 56),
+    (128, 28),
+    (256, 14),
+    (512, 7),
+    (64, 224),
+    (128, 112),
+    (256, 56),
+    (512, 28),
+    (512, 14),
+];
+
+fn median_seconds(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 20 || start.elapsed().as_secs_f64() < 0.3 {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn main() {
+    let threads: usize = std::env::var("ROOFLINE_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    let config = gemm::GemmConfig::default();
+    println!("{threads} thread(s), {}", config.isa.name());
+    println!(
+        "{:<12} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9}",
+        "shape", "direct", "F(2×2)", "gain", "F(4×4)", "gain", "GFLOP/s"
+    );
+    for &(channels, side) in SHAPES {
+        let geom = Conv2d {
+            batch: 1,
+            in_channels: channels,
+            in_h: side,
+            in_w: side,
+            out_channels: channels,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: 1,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 1,
+            pad_left: 1,
+            out_h: side,
+            out_w: side,
+            group: 1,
+        };
+        let input: Vec<f32> = (0..channels * side * side)
+            .map(|i| (i % 17) as f32 * 0.1 - 0.8)
+            .collect();
+        let weights: Vec<f32> = (0..channels * channels * 9)
+            .map(|i| (i % 5) as f32 * 0.02 - 0.04)
+            .collect();
+        let bias = vec![0.1f32; channels];
+        let mut output = vec![0.0f32; channels * side * side];
+        let epilogue = ConvEpilogue {
+            bias: Some(&bias),
+            residual: None,
+            activation: Activation::Relu,
+        };
+        let packed = PackedConvWeights::new(&config, &geom, &weights);
+        let mut scratch = vec![0.0f32; geom.scratch_len()];
+        let direct_s = median_seconds(|| {
+            conv2d_prepacked(
+                &config,
+                &geom,
+                &input,
+                &weights,
+                packed.as_ref(),
+                &epilogue,
+                &mut output,
+                &mut scratch,
+                threads,
+            );
+            black_box(&output);
+        });
+        let mut times = Vec::new();
+        for tile in WinogradTile::ALL {
+            let packed = WinogradWeights::new(&config, &geom, tile, &weights);
+            let mut scratch = vec![0.0f32; winograd::scratch_len(&geom, tile)];
+            times.push(median_seconds(|| {
+                winograd::conv2d_winograd(
+                    &geom,
+                    &input,
+                    &packed,
+                    &epilogue,
+                    &mut output,
+                    &mut scratch,
+                    threads,
+                );
+                black_box(&output);
+            }));
+        }
+        let best = times.iter().copied().fold(direct_s, f64::min);
+        println!(
+            "{:<12} {:>8.0}µs {:>8.0}µs {:>7.2}× {:>8.0}µs {:>7.2}× {:>9.1}",
+            format!("{channels}×{side}²"),
+            direct_s * 1e6,
+            times[0] * 1e6,
+            direct_s / times[0],
+            times[1] * 1e6,
+            direct_s / times[1],
+            geom.flops() as f64 / best / 1e9
+        );
+    }
+}
