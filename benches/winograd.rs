@@ -30,7 +30,20 @@ fn median_seconds(mut f: impl FnMut()) -> f64 {
     f();
     let mut times = Vec::new();
     let start = Instant::now();
+    let cold = std::env::var("ROOFLINE_BENCH_COLD").is_ok_and(|v| v == "1");
+    let mut evict = if cold {
+        vec![0u8; 64 << 20]
+    } else {
+        Vec::new()
+    };
     while times.len() < 20 || start.elapsed().as_secs_f64() < 0.3 {
+        if cold {
+            // Caches cold, as inside a model: every other op's data passed through them.
+            for b in evict.iter_mut().step_by(64) {
+                *b = b.wrapping_add(1);
+            }
+            black_box(&evict);
+        }
         let t = Instant::now();
         f();
         times.push(t.elapsed().as_secs_f64());
@@ -50,7 +63,14 @@ fn main() {
         "{:<12} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9}",
         "shape", "direct", "F(2×2)", "gain", "F(4×4)", "gain", "GFLOP/s"
     );
+    let only = std::env::var("ROOFLINE_BENCH_SHAPE").ok();
     for &(channels, side) in SHAPES {
+        if only
+            .as_ref()
+            .is_some_and(|o| *o != format!("{channels}x{side}"))
+        {
+            continue;
+        }
         let geom = Conv2d {
             batch: 1,
             in_channels: channels,

@@ -1,6 +1,7 @@
 //! Analysis: ONNX import, the graph IR, shape inference with constant folding, per-op cost and
 //! the roofline estimate. Pure and fast: no timing, no I/O beyond the model file it is handed.
 
+pub mod algorithm;
 pub mod classify;
 pub mod edit;
 pub mod error;
@@ -29,7 +30,7 @@ pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 
 pub use roofline::{estimate, Bound, Estimate, Roof};
 
-use crate::device::{DeviceProfile, MemoryLevel, Precision};
+use crate::device::{DeviceKind, DeviceProfile, MemoryLevel, Precision};
 use infer::NodeState;
 use model::{DeviceInfo, IoInfo, ModelInfo, OpTypeShare};
 use ops::{CostCtx, OpNode};
@@ -42,6 +43,8 @@ pub struct AnalyzeOptions {
     pub precision: Precision,
     /// Phase and per-class storage of an LLM analysis (see [`llm`]); inactive by default.
     pub llm: llm::LlmOptions,
+    /// Which convolution algorithms the CPU executor may run (see [`algorithm`]).
+    pub conv_algorithms: algorithm::AlgorithmPolicy,
 }
 
 impl Default for AnalyzeOptions {
@@ -50,6 +53,7 @@ impl Default for AnalyzeOptions {
             bindings: Bindings::default(),
             precision: Precision::Fp32,
             llm: llm::LlmOptions::default(),
+            conv_algorithms: algorithm::AlgorithmPolicy::Auto,
         }
     }
 }
@@ -178,6 +182,29 @@ pub fn analyze_graph(
 }
 
 /// Analyses a graph already prepared with `options.bindings` (the bindings are not re-applied).
+/// The 2-D convolution shape of a `Conv` / `FusedConv` node whose dims are all known.
+fn conv_shape(
+    node: &graph::Node,
+    inputs: &[Option<&TensorFact>],
+    outputs: &[&TensorFact],
+) -> Option<algorithm::ConvShape> {
+    let known = matches!(
+        (node.domain.as_str(), node.op_type.as_str()),
+        ("" | "ai.onnx", "Conv") | (ops::fused::DOMAIN, "FusedConv")
+    );
+    if !known {
+        return None;
+    }
+    let dims = |fact: &TensorFact| -> Option<Vec<u64>> {
+        (fact.dtype == DType::F32).then_some(())?;
+        fact.shape.as_ref()?.iter().map(|d| d.known()).collect()
+    };
+    let x = dims(inputs.first().copied().flatten()?)?;
+    let w = dims(inputs.get(1).copied().flatten()?)?;
+    let y = dims(outputs.first()?)?;
+    algorithm::ConvShape::of_node(&node.attrs, &x, &w, &y)
+}
+
 pub fn analyze_prepared(
     prepared: &Prepared,
     source: &str,
@@ -288,6 +315,8 @@ pub fn analyze_prepared(
             efficiency: None,
             measured_s: None,
             measured_efficiency: None,
+            algorithm: None,
+            executed_flops: None,
             features: None,
         };
         let costed = match (costed, &llm_costing) {
@@ -297,6 +326,33 @@ pub fn analyze_prepared(
                 Ok(cost)
             }
             (other, _) => other,
+        };
+        // On a CPU, the executor runs some 3×3 convolutions as Winograd: cost what it runs.
+        let mut model_arithmetic = None;
+        let costed = match costed {
+            Ok(direct)
+                if device.kind == DeviceKind::Cpu && options.precision == Precision::Fp32 =>
+            {
+                match conv_shape(node, &input_facts, &output_facts) {
+                    Some(shape) => {
+                        let choice = algorithm::choose(
+                            &shape,
+                            &direct,
+                            Some(&roof),
+                            options.conv_algorithms,
+                        );
+                        let cost = algorithm::algorithm_cost(&shape, choice.algorithm, &direct);
+                        if choice.algorithm != algorithm::ConvAlgorithm::Direct {
+                            record.executed_flops = Some(cost.flops);
+                            model_arithmetic = Some((direct.flops, direct.macs));
+                        }
+                        record.algorithm = Some(choice);
+                        Ok(cost)
+                    }
+                    None => Ok(direct),
+                }
+            }
+            other => other,
         };
         match costed {
             Ok(cost) => {
@@ -315,8 +371,9 @@ pub fn analyze_prepared(
                 } else {
                     NodeStatus::Costed
                 };
-                record.flops = cost.flops;
-                record.macs = cost.macs;
+                // A Winograd convolution reports the model's arithmetic (what FLOP counters
+                // count) and its executed work separately; the bound uses the executed work.
+                (record.flops, record.macs) = model_arithmetic.unwrap_or((cost.flops, cost.macs));
                 record.transcendental = cost.transcendental;
                 record.weights_bytes = cost.bytes.weights_read;
                 record.activation_bytes_read = cost.bytes.act_read;
@@ -339,12 +396,17 @@ pub fn analyze_prepared(
                         output_elements,
                     )
                     .at_levels(activation_level, weight_level);
-                    record.kernel_class = classify::kernel_class(
-                        &node.domain,
-                        &node.op_type,
-                        &node.attrs,
-                        &input_facts,
-                    );
+                    record.kernel_class = match &record.algorithm {
+                        Some(choice) if choice.algorithm != algorithm::ConvAlgorithm::Direct => {
+                            Some(crate::device::calibration::KernelClass::Winograd)
+                        }
+                        _ => classify::kernel_class(
+                            &node.domain,
+                            &node.op_type,
+                            &node.attrs,
+                            &input_facts,
+                        ),
+                    };
                     record.features = Some(features);
                     if let (Some(class), Some(calibration)) =
                         (record.kernel_class, &device.calibration)

@@ -74,6 +74,14 @@ pub struct NodeAnalysis {
     /// bound ÷ measured: the share of its roof the op reached in that runtime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_efficiency: Option<f64>,
+    /// For convolutions the CPU executor could run another way: the algorithm the roofline
+    /// chose and both bounds (see `analysis::algorithm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<super::algorithm::AlgorithmChoice>,
+    /// Work of the algorithm that runs when it differs from the op's arithmetic (`flops`):
+    /// a Winograd convolution's GEMMs and transforms. The bound is computed from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executed_flops: Option<u64>,
     /// The features the calibration lookup matched on (in memory only).
     #[serde(skip)]
     pub features: Option<ShapeFeatures>,

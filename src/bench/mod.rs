@@ -65,6 +65,9 @@ fn median(values: &mut [f64]) -> f64 {
 pub use crate::exec::random_inputs;
 
 /// Analyses, plans, runs and times `graph`.
+use crate::analysis::algorithm::AlgorithmPolicy;
+use crate::device::DeviceKind;
+
 pub fn bench_graph(
     graph: Graph,
     source: &str,
@@ -76,7 +79,16 @@ pub fn bench_graph(
     let device = &device.for_threads(options.threads.max(1) as u32);
     let prepared = analysis::Prepared::new(graph, &analyze.bindings)?;
     let analysis = analysis::analyze_prepared(&prepared, source, device, analyze)?;
-    let plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
+    let mut plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
+    // Run the algorithms the analysis costed, so the bound is the bound of what runs (a device
+    // that is not a CPU decides nothing: the plan then chooses on its own).
+    plan_options.conv_algorithms = match analyze.conv_algorithms {
+        AlgorithmPolicy::DirectOnly => exec::ConvAlgorithms::DirectOnly,
+        AlgorithmPolicy::Auto if device.kind == DeviceKind::Cpu => {
+            exec::ConvAlgorithms::from_analysis(&analysis)
+        }
+        AlgorithmPolicy::Auto => exec::ConvAlgorithms::Auto(None),
+    };
     let plan = build_plan(
         &prepared.graph,
         &prepared.order,

@@ -27,6 +27,7 @@ fn analyze(name: &str, device: &str, llm: LlmOptions, dims: &[(&str, u64)]) -> A
         bindings,
         precision: Precision::Fp16,
         llm,
+        ..AnalyzeOptions::default()
     };
     analyze_graph(graph, name, &device, &options).expect("analyses")
 }
@@ -345,6 +346,7 @@ fn fp64_keeps_its_width_and_masks_are_not_weights() {
         bindings,
         precision: Precision::Fp64,
         llm: decode(),
+        ..AnalyzeOptions::default()
     };
     let analysis = analyze_graph(graph, "llama-tiny", &device, &options).unwrap();
     let llm = analysis.llm.unwrap();

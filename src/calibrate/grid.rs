@@ -47,10 +47,15 @@ fn conv_out(size: i64, kernel: i64, stride: i64) -> i64 {
 }
 
 fn conv(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64, group: i64) -> GridModel {
+    // 3×3 stride-1 convolutions on planes of 12² and more are the shapes a CPU runs as
+    // Winograd where the roofline favours it (`analysis::algorithm`); each point is filed
+    // under the class its analysis gives it, this one only groups them for `--quick`.
     let class = if group > 1 {
         KernelClass::Depthwise
     } else if kernel == 1 {
         KernelClass::Pointwise
+    } else if kernel == 3 && stride == 1 && size >= 12 {
+        KernelClass::Winograd
     } else {
         KernelClass::Conv
     };

@@ -61,9 +61,11 @@ pub fn calibrate(
     let mut completed = 0;
     // Per (threads, grid model, op): the point as the first round's analysis gives it (bound,
     // features: the same in every round) and each round's measured time.
+    // The point's class is the one the analysis gave its node: a 3×3 grid convolution the
+    // roofline runs as Winograd calibrates the Winograd table.
     let mut points: std::collections::BTreeMap<
         (usize, usize, usize),
-        (CalibrationPoint, Vec<f64>),
+        (CalibrationPoint, KernelClass, Vec<f64>),
     > = Default::default();
     for _ in 0..rounds {
         for &threads in &options.thread_counts {
@@ -78,7 +80,7 @@ pub fn calibrate(
                     if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
                         continue;
                     }
-                    let (_, times) = points
+                    let (_, _, times) = points
                         .entry((threads, model_index, op.node_index))
                         .or_insert_with(|| {
                             let point = CalibrationPoint {
@@ -88,7 +90,7 @@ pub fn calibrate(
                                 measured_s: 0.0,
                                 op_type: node.op_type.clone(),
                             };
-                            (point, Vec::new())
+                            (point, node.kernel_class.unwrap_or(model.class), Vec::new())
                         });
                     times.push(op.measured_s);
                 }
@@ -102,10 +104,9 @@ pub fn calibrate(
             }
         }
     }
-    for ((threads, model_index, _), (mut point, mut times)) in points {
+    for ((threads, _, _), (mut point, class, mut times)) in points {
         times.sort_by(f64::total_cmp);
         point.measured_s = times[times.len() / 2];
-        let class = models[model_index].class;
         match tables
             .iter_mut()
             .find(|t| t.class == class && t.threads == threads as u32)

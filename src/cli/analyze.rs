@@ -158,6 +158,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
                     activations: args.activations,
                     kv: args.kv,
                 },
+                conv_algorithms: args.model.conv_algorithms(),
             };
             let mut analysis = match phase {
                 // A phase adds the batch sweep: what batching buys on each device.

@@ -101,6 +101,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     let analyze = AnalyzeOptions {
         bindings: model.bindings,
         precision: Precision::Fp32,
+        conv_algorithms: args.model.conv_algorithms(),
         ..Default::default()
     };
     let options = BenchOptions {

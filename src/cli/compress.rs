@@ -158,6 +158,7 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
     let analyze = AnalyzeOptions {
         bindings: model.bindings,
         precision: Precision::Fp32,
+        conv_algorithms: args.model.conv_algorithms(),
         ..Default::default()
     };
     let options = CompressOptions {

@@ -31,9 +31,22 @@ pub struct ModelArgs {
     /// --dim batch_size=1 --dim sequence_length=128 --dim past_sequence_length=2048.
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
+    /// Run and cost every convolution direct (im2col + GEMM): no Winograd, to measure what the
+    /// roofline's choice of algorithm buys.
+    #[arg(long)]
+    pub no_winograd: bool,
 }
 
 impl ModelArgs {
+    /// The convolution algorithms the analysis and the plan may choose.
+    pub fn conv_algorithms(&self) -> roofline::analysis::algorithm::AlgorithmPolicy {
+        if self.no_winograd {
+            roofline::analysis::algorithm::AlgorithmPolicy::DirectOnly
+        } else {
+            roofline::analysis::algorithm::AlgorithmPolicy::Auto
+        }
+    }
+
     /// Parses the bindings and loads the model (see [`load`]).
     pub fn load(&self, purpose: Purpose) -> Result<LoadedModel> {
         let mut loaded = load(&self.model, self.requested()?, purpose)?;

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 pub enum KernelClass {
     /// Dense convolution with a spatial window (im2col packed into the GEMM).
     Conv,
+    /// 3×3 convolution run as Winograd (input and output transforms around α² GEMMs).
+    Winograd,
     /// 1×1 convolution (a GEMM over the image, no im2col).
     Pointwise,
     /// Grouped convolution with one input channel per group.
@@ -43,8 +45,9 @@ pub enum KernelClass {
 }
 
 impl KernelClass {
-    pub const ALL: [KernelClass; 12] = [
+    pub const ALL: [KernelClass; 13] = [
         KernelClass::Conv,
+        KernelClass::Winograd,
         KernelClass::Pointwise,
         KernelClass::Depthwise,
         KernelClass::Gemm,
@@ -61,6 +64,7 @@ impl KernelClass {
     pub fn name(self) -> &'static str {
         match self {
             KernelClass::Conv => "conv",
+            KernelClass::Winograd => "winograd",
             KernelClass::Pointwise => "pointwise",
             KernelClass::Depthwise => "depthwise",
             KernelClass::Gemm => "gemm",

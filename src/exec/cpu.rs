@@ -8,6 +8,8 @@ use std::sync::Arc;
 use super::lower::{conv, elementwise, gemm, movement, norm, pool, reduce, shape, Kernel};
 use super::plan::Step;
 use super::{RtData, RtTensor};
+use crate::analysis::algorithm::ConvAlgorithm;
+use crate::kernels::conv::winograd::{self, WinogradWeights};
 use crate::kernels::conv::PackedConvWeights;
 use crate::kernels::gemm::GemmConfig;
 
@@ -25,6 +27,11 @@ pub(crate) enum Prepared {
         config: GemmConfig,
         packed: Option<Arc<PackedConvWeights>>,
     },
+    /// A 3×3 convolution run as Winograd: the filter transformed and packed once.
+    Winograd {
+        weights: Arc<WinogradWeights>,
+        scratch: usize,
+    },
 }
 
 impl Prepared {
@@ -35,15 +42,40 @@ impl Prepared {
                 packed: Some(packed),
                 ..
             } => packed.bytes(),
+            Prepared::Winograd { weights, .. } => weights.bytes(),
             _ => 0,
+        }
+    }
+
+    /// Scratch floats the prepared kernel needs beyond what the lowering planned.
+    pub fn scratch_len(&self) -> usize {
+        match self {
+            Prepared::Winograd { scratch, .. } => *scratch,
+            _ => 0,
+        }
+    }
+
+    /// The algorithm a convolution step runs (`None` for other steps).
+    pub fn conv_algorithm(&self) -> Option<ConvAlgorithm> {
+        match self {
+            Prepared::Conv { .. } => Some(ConvAlgorithm::Direct),
+            Prepared::Winograd { weights, .. } => Some(match weights.tile() {
+                winograd::WinogradTile::F2 => ConvAlgorithm::WinogradF2,
+                winograd::WinogradTile::F4 => ConvAlgorithm::WinogradF4,
+            }),
+            _ => None,
         }
     }
 }
 
-/// Plan-time preparation of a lowered kernel for the CPU.
-pub(crate) fn prepare(kernel: &Kernel, gemm_config: &mut GemmConfigFn) -> Prepared {
+/// Plan-time preparation of a lowered kernel for the CPU, running a convolution as `algorithm`.
+pub(crate) fn prepare(
+    kernel: &Kernel,
+    algorithm: ConvAlgorithm,
+    gemm_config: &mut GemmConfigFn,
+) -> Prepared {
     match kernel {
-        Kernel::Conv(k) => conv::prepare(k, gemm_config),
+        Kernel::Conv(k) => conv::prepare(k, algorithm, gemm_config),
         Kernel::MatMul(spec) => gemm::prepare(spec, gemm_config),
         _ => Prepared::None,
     }

@@ -47,7 +47,7 @@ use crate::analysis::tensor::TensorFact;
 
 /// The quantized ops (their f16/bf16 rounding helpers are used by the quantizer and export).
 pub use lower::quant;
-pub use plan::{build_plan, Plan, PlanOptions, StepInfo};
+pub use plan::{build_plan, ConvAlgorithms, Plan, PlanOptions, StepInfo};
 pub use run::{RunTimings, Workspace};
 pub use staged::run_staged;
 

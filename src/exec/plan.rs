@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::lower::{self, Cx, Kernel};
 use super::{cpu, dims, eval, memory, node_error, ExecError, RtTensor};
+use crate::analysis::algorithm::ConvAlgorithm;
 use crate::analysis::graph::{Graph, Node, NodeId, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::tensor::{DType, TensorData, TensorFact};
@@ -31,6 +32,32 @@ pub struct PlanOptions {
     /// Let producers write Concat inputs in place (`concat_placements`); off only to compare
     /// against the copying plan.
     pub concat_in_place: bool,
+    /// How each 3×3 convolution's algorithm is chosen (direct or Winograd).
+    pub conv_algorithms: ConvAlgorithms,
+}
+
+/// How the planner chooses each convolution's algorithm (`analysis::algorithm`).
+#[derive(Clone, Debug)]
+pub enum ConvAlgorithms {
+    /// The roofline rule of `analysis::algorithm::choose` on this roof (`None`: work only).
+    Auto(Option<crate::analysis::roofline::Roof>),
+    /// The decisions an analysis of the same graph recorded, by node index (what `bench` runs,
+    /// so the bound it reports is the bound of what ran); nodes it does not name run direct.
+    FromAnalysis(Arc<HashMap<usize, ConvAlgorithm>>),
+    /// Every convolution direct.
+    DirectOnly,
+}
+
+impl ConvAlgorithms {
+    /// The decisions of an analysis (its nodes' `algorithm`).
+    pub fn from_analysis(analysis: &crate::analysis::Analysis) -> ConvAlgorithms {
+        let decided = analysis
+            .nodes
+            .iter()
+            .filter_map(|n| n.algorithm.as_ref().map(|c| (n.index, c.algorithm)))
+            .collect();
+        ConvAlgorithms::FromAnalysis(Arc::new(decided))
+    }
 }
 
 impl Default for PlanOptions {
@@ -43,6 +70,7 @@ impl Default for PlanOptions {
             tuning: None,
             tune: false,
             concat_in_place: true,
+            conv_algorithms: ConvAlgorithms::Auto(None),
         }
     }
 }
@@ -56,6 +84,16 @@ pub struct StepInfo {
     pub op_type: String,
     /// FLOPs of the kernel call, for GFLOP/s reports.
     pub flops: u64,
+}
+
+impl Plan {
+    /// The algorithm each convolution step runs, by node index (direct ones included).
+    pub fn conv_algorithms(&self) -> Vec<(usize, ConvAlgorithm)> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.cpu.conv_algorithm().map(|a| (s.info.node_index, a)))
+            .collect()
+    }
 }
 
 /// Where a value lives at run time.
@@ -198,7 +236,9 @@ pub fn build_plan(
             slots: &slots,
             views: &views,
         })?;
-        let prepared = cpu::prepare(&lowered.kernel, &mut gemm_config);
+        let algorithm = lower::conv::algorithm(&lowered.kernel, index, &options.conv_algorithms);
+        let prepared = cpu::prepare(&lowered.kernel, algorithm, &mut gemm_config);
+        let scratch = lowered.scratch.max(prepared.scratch_len());
         // The packed copy lives next to the constant it was packed from.
         weights_bytes += prepared.packed_bytes() as u64;
         let step = Step {
@@ -213,7 +253,7 @@ pub fn build_plan(
             inputs: step_inputs,
             outputs: node.outputs.clone(),
             node: id,
-            scratch: lowered.scratch,
+            scratch,
         };
         if folded {
             // An opaque constant (e.g. a transposed weight): run its kernel once now.

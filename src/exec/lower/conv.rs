@@ -6,10 +6,14 @@
 use std::sync::Arc;
 
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
+use crate::analysis::algorithm::{self, AlgorithmPolicy, ConvAlgorithm, ConvShape};
 use crate::analysis::graph::Attributes;
 use crate::analysis::ops::spatial::{ConvConfig, ConvTransposeConfig, Window};
+use crate::analysis::ops::{OpCost, Traffic};
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
+use crate::exec::plan::ConvAlgorithms;
 use crate::exec::ExecError;
+use crate::kernels::conv::winograd::{self, WinogradTile, WinogradWeights};
 use crate::kernels::conv::{self, Conv2d, ConvEpilogue};
 use crate::kernels::gemm::{self, Activation};
 
@@ -143,9 +147,83 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
     })
 }
 
-/// The CPU blocking of a forward convolution's GEMM, and its weights packed for it.
-pub(crate) fn prepare(kernel: &ConvKernel, gemm_config: &mut GemmConfigFn) -> Prepared {
+/// The algorithm a forward convolution runs as under `policy` (`Direct` for every other kernel
+/// and for geometries Winograd cannot run). `index` is the node's position in the order.
+pub(crate) fn algorithm(kernel: &Kernel, index: usize, policy: &ConvAlgorithms) -> ConvAlgorithm {
+    let Kernel::Conv(ConvKernel::Forward {
+        geom,
+        bias,
+        residual,
+        ..
+    }) = kernel
+    else {
+        return ConvAlgorithm::Direct;
+    };
+    if !winograd::eligible(geom) {
+        return ConvAlgorithm::Direct;
+    }
+    match policy {
+        ConvAlgorithms::DirectOnly => ConvAlgorithm::Direct,
+        ConvAlgorithms::FromAnalysis(decided) => decided
+            .get(&index)
+            .copied()
+            .unwrap_or(ConvAlgorithm::Direct),
+        ConvAlgorithms::Auto(roof) => {
+            let shape = ConvShape {
+                batch: geom.batch,
+                in_channels: geom.in_channels,
+                out_channels: geom.out_channels,
+                out_h: geom.out_h,
+                out_w: geom.out_w,
+                kernel: (geom.kernel_h, geom.kernel_w),
+                strides: (geom.stride_h, geom.stride_w),
+                dilations: (geom.dilation_h, geom.dilation_w),
+                group: geom.group,
+            };
+            let input = (geom.batch * geom.in_channels * geom.in_h * geom.in_w * 4) as u64;
+            let output = (geom.batch * geom.out_channels * geom.out_h * geom.out_w * 4) as u64;
+            let weight = (geom.out_channels * geom.in_channels / geom.group * 9 * 4) as u64;
+            let bias_bytes = if bias.is_some() {
+                geom.out_channels as u64 * 4
+            } else {
+                0
+            };
+            let macs = geom.flops() / 2;
+            let direct = OpCost {
+                flops: geom.flops(),
+                macs,
+                bytes: Traffic {
+                    weights_read: weight + bias_bytes,
+                    act_read: input + if *residual { output } else { 0 },
+                    act_written: output,
+                },
+                ..OpCost::default()
+            };
+            algorithm::choose(&shape, &direct, roof.as_ref(), AlgorithmPolicy::Auto).algorithm
+        }
+    }
+}
+
+/// The CPU blocking of a forward convolution's GEMM, and its weights packed for it (or, run as
+/// Winograd, its filter transformed and packed).
+pub(crate) fn prepare(
+    kernel: &ConvKernel,
+    algorithm: ConvAlgorithm,
+    gemm_config: &mut GemmConfigFn,
+) -> Prepared {
     match kernel {
+        ConvKernel::Forward { geom, weights, .. } if algorithm != ConvAlgorithm::Direct => {
+            let tile = match algorithm {
+                ConvAlgorithm::WinogradF2 => WinogradTile::F2,
+                _ => WinogradTile::F4,
+            };
+            let tiles = geom.out_h.div_ceil(tile.output()) * geom.out_w.div_ceil(tile.output());
+            let config = gemm_config(geom.out_channels, tiles, geom.in_channels);
+            Prepared::Winograd {
+                weights: Arc::new(WinogradWeights::new(&config, geom, tile, weights)),
+                scratch: winograd::scratch_len(geom, tile),
+            }
+        }
         ConvKernel::Forward { geom, weights, .. } => {
             let (m, n, k) = geom.gemm_shape(gemm::GemmConfig::default().isa);
             let config = gemm_config(m, n, k);
@@ -165,14 +243,29 @@ pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<()
             activation,
             residual,
         } => {
-            let Prepared::Conv { config, packed } = cpu else {
-                return Err("internal: convolution not prepared".into());
-            };
             let residual = if *residual { Some(io.x(3)?) } else { None };
             let ep = ConvEpilogue {
                 bias: bias.as_deref().map(|b| b.as_slice()),
                 residual,
                 activation: *activation,
+            };
+            if let Prepared::Winograd { weights, scratch } = cpu {
+                if io.scratch.len() < *scratch {
+                    io.scratch.resize(*scratch, 0.0);
+                }
+                winograd::conv2d_winograd(
+                    geom,
+                    io.x(0)?,
+                    weights,
+                    &ep,
+                    io.outs[0],
+                    &mut io.scratch[..*scratch],
+                    io.threads,
+                );
+                return Ok(());
+            }
+            let Prepared::Conv { config, packed } = cpu else {
+                return Err("internal: convolution not prepared".into());
             };
             // The workspace scratch only ever grows: kernels sharing it never shrink it.
             if io.scratch.len() < geom.scratch_len() {

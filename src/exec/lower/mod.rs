@@ -4,7 +4,7 @@
 //! `lookup` asks the families in turn whether they have a kernel for an op: their answers are
 //! the only list of supported ops, and the ops none claims are the plan's missing kernels.
 
-pub(super) mod conv;
+pub(crate) mod conv;
 pub(super) mod elementwise;
 pub(super) mod gemm;
 pub(super) mod movement;

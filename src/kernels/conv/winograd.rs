@@ -213,6 +213,8 @@ trait Transform {
     fn input(d: &[Lanes; 6]) -> [Lanes; 6];
     /// `Aᵀ·m` of α values to m values.
     fn output(m: &[Lanes; 6]) -> [Lanes; 4];
+    /// `dst[p · phase_plane + q] = groups[q · m + p]` for every whole group of m.
+    fn deinterleave(groups: &[f32], dst: &mut [f32], phase_plane: usize);
 }
 
 #[inline(always)]
@@ -226,6 +228,16 @@ struct F4;
 impl Transform for F2 {
     const M: usize = 2;
     const ALPHA: usize = 4;
+
+    #[inline(always)]
+    fn deinterleave(groups: &[f32], dst: &mut [f32], phase_plane: usize) {
+        let n = groups.len() / 2;
+        let (p0, rest) = dst.split_at_mut(phase_plane);
+        for ((g, a), b) in groups.chunks_exact(2).zip(&mut p0[..n]).zip(&mut rest[..n]) {
+            *a = g[0];
+            *b = g[1];
+        }
+    }
 
     #[inline(always)]
     fn input(d: &[Lanes; 6]) -> [Lanes; 6] {
@@ -255,6 +267,25 @@ impl Transform for F2 {
 impl Transform for F4 {
     const M: usize = 4;
     const ALPHA: usize = 6;
+
+    #[inline(always)]
+    fn deinterleave(groups: &[f32], dst: &mut [f32], phase_plane: usize) {
+        let n = groups.len() / 4;
+        let (p0, rest) = dst.split_at_mut(phase_plane);
+        let (p1, rest) = rest.split_at_mut(phase_plane);
+        let (p2, p3) = rest.split_at_mut(phase_plane);
+        let phases = p0[..n]
+            .iter_mut()
+            .zip(&mut p1[..n])
+            .zip(&mut p2[..n])
+            .zip(&mut p3[..n]);
+        for (g, (((a, b), c), d)) in groups.chunks_exact(4).zip(phases) {
+            *a = g[0];
+            *b = g[1];
+            *c = g[2];
+            *d = g[3];
+        }
+    }
 
     #[inline(always)]
     fn input(d: &[Lanes; 6]) -> [Lanes; 6] {
@@ -351,7 +382,9 @@ impl Tiling {
 
 /// The padded input rows of tile rows `rows` of one plane, split into `m` phase planes
 /// (`phases[p][y][x'] = padded[y][x'·m + p]`), so that column `j` of 16 consecutive tiles'
-/// patches is one contiguous load (`phases[j % m][y][tx0 + j / m ..]`).
+/// patches is one contiguous load (`phases[j % m][y][tx0 + j / m ..]`). Only the positions the
+/// input covers are written: `phases` starts zeroed for the block, and every channel of the
+/// block has its padding in the same places.
 #[inline(always)]
 fn split_phases<T: Transform>(
     geom: &Conv2d,
@@ -362,23 +395,30 @@ fn split_phases<T: Transform>(
 ) {
     let m = T::M;
     let pw = tiling.phase_w;
-    let row_len = pw * m;
-    let mut row = vec![0.0f32; row_len];
     let phase_plane = (tiling.block_rows * m + 2) * pw;
-    // Padded rows of the block's patches, from the block's first tile row.
+    let (pad, in_w) = (geom.pad_left, geom.in_w);
+    // Padded columns X = x + pad; groups of m that lie wholly inside the input are copied
+    // as a deinterleave, the ragged ends element by element.
+    let first_group = pad.div_ceil(m);
+    let end_group = ((pad + in_w) / m).max(first_group);
     for y in 0..(rows.1 - rows.0) * m + 2 {
         let src_y = (rows.0 * m + y) as isize - geom.pad_top as isize;
-        row.fill(0.0);
-        if src_y >= 0 && (src_y as usize) < geom.in_h {
-            let src = &plane[src_y as usize * geom.in_w..(src_y as usize + 1) * geom.in_w];
-            let cols = geom.in_w.min(row_len - geom.pad_left);
-            row[geom.pad_left..geom.pad_left + cols].copy_from_slice(&src[..cols]);
+        if src_y < 0 || src_y as usize >= geom.in_h {
+            continue;
         }
-        // A fixed interleave factor, so the loop vectorises as a deinterleave.
-        for (xq, group) in row.chunks_exact(m).enumerate() {
-            for (p, value) in group.iter().enumerate() {
-                phases[p * phase_plane + y * pw + xq] = *value;
-            }
+        let src = &plane[src_y as usize * in_w..(src_y as usize + 1) * in_w];
+        let mut put = |column: usize, value: f32| {
+            phases[(column % m) * phase_plane + y * pw + column / m] = value;
+        };
+        for column in pad..(first_group * m).min(pad + in_w) {
+            put(column, src[column - pad]);
+        }
+        for column in (end_group * m).max(pad)..pad + in_w {
+            put(column, src[column - pad]);
+        }
+        if end_group > first_group {
+            let groups = &src[first_group * m - pad..end_group * m - pad];
+            T::deinterleave(groups, &mut phases[y * pw + first_group..], phase_plane);
         }
     }
 }
@@ -473,7 +513,15 @@ fn output_transform<T: Transform>(
                     }
                 }
                 let dst = &mut out[oy * geom.out_w + x0..oy * geom.out_w + x0 + width];
-                dst.copy_from_slice(&interleaved[..width]);
+                if width == LANES * m {
+                    // A whole block: a fixed-size copy the compiler keeps in vector moves.
+                    match m {
+                        2 => dst.copy_from_slice(&interleaved[..LANES * 2]),
+                        _ => dst.copy_from_slice(&interleaved[..LANES * 4]),
+                    }
+                } else {
+                    dst.copy_from_slice(&interleaved[..width]);
+                }
             }
         }
     }

@@ -1,0 +1,359 @@
+//! Which algorithm a convolution runs on the tool's CPU executor: direct (im2col + GEMM) or
+//! Winograd F(2×2,3×3) / F(4×4,3×3) (Lavin & Gray 2016), decided per layer from the roofline of
+//! each variant on the device. The analysis records the decision and costs the chosen variant;
+//! the executor's planner asks the same function, so the bound and the kernel that runs agree.
+//!
+//! Winograd cuts the GEMM multiplies (16 instead of 36 per 2×2 output tile, 36 instead of 144
+//! per 4×4 tile) but reads α²/9 times the weight bytes (the transformed filter), adds the input
+//! and output transforms, and writes and reads back the transformed input `V` and the GEMM
+//! outputs `M` (α² planes of C and K channels per tile). The rule:
+//!
+//! 1. Only 3×3, stride-1, undilated, ungrouped convolutions at fp32 are candidates.
+//! 2. A variant whose GEMMs get fewer than [`MIN_TILES`] columns (tiles per image) is not
+//!    considered: the CPU GEMM's microkernels are 16-32 columns wide, so at 16 tiles half of
+//!    each is padding. Measured on Zen 4, 1 thread: 256×14² F(4×4) (16 tiles) ran 1.1-1.3×
+//!    faster than direct where its multiply count promised 4×.
+//! 3. Each remaining variant's time is the roofline of its work and traffic ([`estimate`]); the
+//!    fastest wins if it beats direct by [`MARGIN`] (the transforms run well below the vector
+//!    peak the bound charges them at).
+
+use serde::{Deserialize, Serialize};
+
+use super::ops::{OpCost, Traffic};
+use super::roofline::{estimate, Roof};
+
+/// The algorithm a convolution runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvAlgorithm {
+    /// im2col + GEMM (or the direct depthwise kernel).
+    Direct,
+    /// Winograd F(2×2, 3×3).
+    WinogradF2,
+    /// Winograd F(4×4, 3×3).
+    WinogradF4,
+}
+
+impl ConvAlgorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgorithm::Direct => "direct",
+            ConvAlgorithm::WinogradF2 => "winograd F(2x2,3x3)",
+            ConvAlgorithm::WinogradF4 => "winograd F(4x4,3x3)",
+        }
+    }
+
+    /// Output tile side m (Winograd only).
+    fn output_tile(self) -> Option<usize> {
+        match self {
+            ConvAlgorithm::Direct => None,
+            ConvAlgorithm::WinogradF2 => Some(2),
+            ConvAlgorithm::WinogradF4 => Some(4),
+        }
+    }
+}
+
+/// Which algorithms a plan or an analysis may choose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmPolicy {
+    /// The roofline chooses per layer.
+    #[default]
+    Auto,
+    /// Direct only (to measure what the choice buys).
+    DirectOnly,
+}
+
+/// Fewest tiles per image for a Winograd variant to be considered (rule 2).
+pub const MIN_TILES: usize = 32;
+/// How much faster than direct a Winograd variant's bound must be (rule 3).
+pub const MARGIN: f64 = 1.15;
+
+/// Geometry of one 2-D convolution, as the decision sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvShape {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    pub kernel: (usize, usize),
+    pub strides: (usize, usize),
+    pub dilations: (usize, usize),
+    pub group: usize,
+}
+
+impl ConvShape {
+    fn winograd_candidate(&self) -> bool {
+        self.kernel == (3, 3)
+            && self.strides == (1, 1)
+            && self.dilations == (1, 1)
+            && self.group == 1
+            && self.out_h > 0
+            && self.out_w > 0
+    }
+
+    fn tiles(&self, m: usize) -> usize {
+        self.out_h.div_ceil(m) * self.out_w.div_ceil(m)
+    }
+
+    /// Multiply-adds of the direct algorithm.
+    fn direct_macs(&self) -> u64 {
+        (self.batch
+            * self.out_channels
+            * self.out_h
+            * self.out_w
+            * (self.in_channels / self.group.max(1))
+            * self.kernel.0
+            * self.kernel.1) as u64
+    }
+
+    /// f32 weight bytes of the direct algorithm.
+    fn direct_weight_bytes(&self) -> u64 {
+        4 * (self.out_channels
+            * (self.in_channels / self.group.max(1))
+            * self.kernel.0
+            * self.kernel.1) as u64
+    }
+}
+
+impl ConvShape {
+    /// The shape of a 2-D `Conv` (or the tool's `FusedConv`) from its attributes and known
+    /// input, weight and output dims; `None` for other ranks or unreadable attributes.
+    pub fn of_node(
+        attrs: &super::graph::Attributes,
+        x: &[u64],
+        w: &[u64],
+        y: &[u64],
+    ) -> Option<ConvShape> {
+        if x.len() != 4 || w.len() != 4 || y.len() != 4 {
+            return None;
+        }
+        let config = super::ops::spatial::ConvConfig::parse(attrs).ok()?;
+        let window = config.window(&x[2..], &w[2..]).ok()?.to_2d()?;
+        let size = |v: u64| usize::try_from(v).ok();
+        Some(ConvShape {
+            batch: size(x[0])?,
+            in_channels: size(x[1])?,
+            out_channels: size(y[1])?,
+            out_h: size(y[2])?,
+            out_w: size(y[3])?,
+            kernel: (window.kernel[0], window.kernel[1]),
+            strides: (window.strides[0], window.strides[1]),
+            dilations: (window.dilations[0], window.dilations[1]),
+            group: size(config.group)?,
+        })
+    }
+}
+
+/// The decision for one convolution: the chosen algorithm, its cost, and the bound of each
+/// side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlgorithmChoice {
+    pub algorithm: ConvAlgorithm,
+    /// Roofline bound of the direct algorithm.
+    pub direct_s: f64,
+    /// Roofline bound of the chosen algorithm (equal to `direct_s` when direct is chosen).
+    pub chosen_s: f64,
+    /// Why, in a phrase (shown in reports).
+    pub reason: String,
+}
+
+/// Cost of running `shape` as `algorithm`, from the op's direct cost (which carries its
+/// epilogue flops and the bytes of its bias and residual).
+pub fn algorithm_cost(shape: &ConvShape, algorithm: ConvAlgorithm, direct: &OpCost) -> OpCost {
+    let Some(m) = algorithm.output_tile() else {
+        return *direct;
+    };
+    let alpha = m + 2;
+    let a2 = (alpha * alpha) as u64;
+    let tiles = shape.tiles(m) as u64;
+    let (c, k, n) = (
+        shape.in_channels as u64,
+        shape.out_channels as u64,
+        shape.batch as u64,
+    );
+    let macs = a2 * k * c * tiles * n;
+    // About 2α adds per 1-D transform of α values: α columns then α rows of each input patch,
+    // α columns then m rows of each output tile.
+    let (alpha, m) = (alpha as u64, m as u64);
+    let transform_flops =
+        tiles * n * (c * 4 * alpha * alpha * alpha + k * 2 * alpha * (alpha * m + m * m));
+    // V and M, written once and read back once.
+    let scratch = 4 * a2 * (c + k) * tiles * n;
+    let epilogue_flops = direct.flops.saturating_sub(2 * direct.macs);
+    OpCost {
+        flops: 2 * macs + transform_flops + epilogue_flops,
+        macs,
+        transcendental: direct.transcendental,
+        bytes: Traffic {
+            weights_read: direct.bytes.weights_read
+                - shape.direct_weight_bytes().min(direct.bytes.weights_read)
+                + 4 * a2 * k * c,
+            act_read: direct.bytes.act_read + scratch,
+            act_written: direct.bytes.act_written + scratch,
+        },
+        is_view: false,
+        compute_precision: direct.compute_precision,
+        vector_flops: direct.vector_flops + transform_flops,
+    }
+}
+
+/// The algorithm `shape` runs as on a device with `roof` (`None`: compare work only, as on a
+/// machine whose bandwidth is not known), under `policy`. `direct` is the op's direct cost.
+pub fn choose(
+    shape: &ConvShape,
+    direct: &OpCost,
+    roof: Option<&Roof>,
+    policy: AlgorithmPolicy,
+) -> AlgorithmChoice {
+    let time = |cost: &OpCost| match roof {
+        Some(roof) => estimate(cost, roof).predicted_s,
+        None => (cost.flops + cost.transcendental) as f64 * 1e-12,
+    };
+    let direct_s = time(direct);
+    let direct_choice = |reason: String| AlgorithmChoice {
+        algorithm: ConvAlgorithm::Direct,
+        direct_s,
+        chosen_s: direct_s,
+        reason,
+    };
+    if !shape.winograd_candidate() {
+        return direct_choice("not a 3x3 stride-1 convolution".into());
+    }
+    if policy == AlgorithmPolicy::DirectOnly {
+        return direct_choice("Winograd turned off".into());
+    }
+    debug_assert_eq!(direct.macs, shape.direct_macs());
+    let mut best: Option<(ConvAlgorithm, f64)> = None;
+    for algorithm in [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4] {
+        let m = algorithm.output_tile().unwrap_or(1);
+        if shape.tiles(m) < MIN_TILES {
+            continue;
+        }
+        let seconds = time(&algorithm_cost(shape, algorithm, direct));
+        if best.is_none_or(|(_, s)| seconds < s) {
+            best = Some((algorithm, seconds));
+        }
+    }
+    match best {
+        None => direct_choice(format!(
+            "plane too small for Winograd (fewer than {MIN_TILES} tiles)"
+        )),
+        Some((algorithm, seconds)) if seconds * MARGIN <= direct_s => AlgorithmChoice {
+            algorithm,
+            direct_s,
+            chosen_s: seconds,
+            reason: format!("bound {:.2}x below direct", direct_s / seconds),
+        },
+        Some((algorithm, seconds)) => direct_choice(format!(
+            "{} bound only {:.2}x below direct",
+            algorithm.name(),
+            direct_s / seconds
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(channels: usize, side: usize) -> ConvShape {
+        ConvShape {
+            batch: 1,
+            in_channels: channels,
+            out_channels: channels,
+            out_h: side,
+            out_w: side,
+            kernel: (3, 3),
+            strides: (1, 1),
+            dilations: (1, 1),
+            group: 1,
+        }
+    }
+
+    fn direct(s: &ConvShape) -> OpCost {
+        let macs = s.direct_macs();
+        let act = 4 * (s.batch * s.in_channels * s.out_h * s.out_w) as u64;
+        OpCost {
+            flops: 2 * macs,
+            macs,
+            bytes: Traffic {
+                weights_read: s.direct_weight_bytes(),
+                act_read: act,
+                act_written: act,
+            },
+            ..OpCost::default()
+        }
+    }
+
+    /// A CPU core: 100 GFLOP/s, 20 GB/s.
+    fn roof() -> Roof {
+        Roof {
+            peak_flops: 100e9,
+            bandwidth_bytes_per_s: 20e9,
+            launch_overhead_s: 0.0,
+            vector_peak_flops: 100e9,
+            write_bandwidth_bytes_per_s: 0.0,
+            caches: [None; 3],
+            weights_level: None,
+        }
+    }
+
+    #[test]
+    fn f4_cost_by_hand() {
+        // 64 channels at 56²: 14² = 196 tiles of 4×4; GEMM MACs 36·64·64·196 = 28,901,376
+        // (direct: 9·56²·64·64 = 115,605,504, 4× more).
+        let s = shape(64, 56);
+        let d = direct(&s);
+        let w = algorithm_cost(&s, ConvAlgorithm::WinogradF4, &d);
+        assert_eq!(w.macs, 28_901_376);
+        assert_eq!(d.macs / w.macs, 4);
+        // Weights: 36·64·64·4 = 589,824 bytes (direct 9·64·64·4 = 147,456).
+        assert_eq!(w.bytes.weights_read, 589_824);
+        // V + M: 36·(64 + 64)·196·4 = 3,612,672 bytes, written and read.
+        assert_eq!(w.bytes.act_read - d.bytes.act_read, 3_612_672);
+        assert_eq!(w.bytes.act_written - d.bytes.act_written, 3_612_672);
+        // Transforms: 196·(64·4·216 + 64·2·6·(24 + 16)) = 196·(55,296 + 30,720).
+        assert_eq!(w.vector_flops, 196 * (55_296 + 30_720));
+        assert_eq!(w.flops, 2 * w.macs + w.vector_flops);
+    }
+
+    #[test]
+    fn large_planes_take_f4_small_ones_f2_or_direct() {
+        let r = roof();
+        let choice = |c, side| {
+            let s = shape(c, side);
+            choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto).algorithm
+        };
+        assert_eq!(choice(64, 56), ConvAlgorithm::WinogradF4);
+        assert_eq!(choice(128, 28), ConvAlgorithm::WinogradF4);
+        // 14²: F(4×4) has 16 tiles (rule 2), F(2×2) 49.
+        assert_eq!(choice(256, 14), ConvAlgorithm::WinogradF2);
+        // 7²: 16 and 4 tiles.
+        assert_eq!(choice(512, 7), ConvAlgorithm::Direct);
+    }
+
+    #[test]
+    fn other_geometries_and_policy_stay_direct() {
+        let r = roof();
+        let mut s = shape(64, 56);
+        s.strides = (2, 2);
+        let c = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        assert_eq!(c.chosen_s, c.direct_s);
+        let s = shape(64, 56);
+        let c = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::DirectOnly);
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+    }
+
+    #[test]
+    fn memory_bound_device_keeps_direct() {
+        // At 1 GB/s the transformed weights and V/M traffic cost more than the multiplies save.
+        let mut r = roof();
+        r.bandwidth_bytes_per_s = 1e9;
+        let s = shape(256, 14);
+        let c = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct, "{c:?}");
+    }
+}
