@@ -87,6 +87,27 @@ pub struct NodeAnalysis {
     pub features: Option<ShapeFeatures>,
 }
 
+impl NodeAnalysis {
+    /// The algorithm a convolution runs as, when it is not the direct one.
+    pub fn winograd(&self) -> Option<super::algorithm::ConvAlgorithm> {
+        self.algorithm
+            .as_ref()
+            .map(|c| c.algorithm)
+            .filter(|&a| a != super::algorithm::ConvAlgorithm::Direct)
+    }
+
+    /// The op as reports name it: its type, and the algorithm when it is not the direct one.
+    pub fn op_label(&self) -> String {
+        match self.winograd() {
+            Some(super::algorithm::ConvAlgorithm::WinogradF2) => {
+                format!("{} [Winograd F2]", self.op_type)
+            }
+            Some(_) => format!("{} [Winograd F4]", self.op_type),
+            None => self.op_type.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IoInfo {
     pub name: String,

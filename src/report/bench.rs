@@ -94,7 +94,7 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
             out,
             "{:<28} {:<18} {:>10} {:>10} {:>10} {:>9.1} {:>8.1} {:>7.0}% {:>+7.0}%",
             name,
-            safe(&op.op_type),
+            safe(&op_label(report, op)),
             fmt_seconds(op.measured_s),
             fmt_seconds(op.predicted_s),
             op.expected_s.map(fmt_seconds).unwrap_or_else(|| "-".into()),
@@ -152,7 +152,7 @@ pub fn render_bench_html(report: &BenchReport) -> Result<String, ReportError> {
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.0}%</td><td class=\"num\">{:+.0}%</td></tr>\n",
             escape(&op.name),
-            escape(&op.op_type),
+            escape(&op_label(report, op)),
             fmt_seconds(op.measured_s),
             fmt_seconds(op.predicted_s),
             op.expected_s.map(fmt_seconds).unwrap_or_else(|| "-".into()),
@@ -187,4 +187,14 @@ pub fn render_bench_html(report: &BenchReport) -> Result<String, ReportError> {
         ..HtmlOptions::default()
     };
     render_html_with(std::slice::from_ref(analysis), &options)
+}
+
+/// The op's type as the analysis labels it (with its convolution algorithm when not direct).
+fn op_label(report: &BenchReport, op: &super::model::OpMeasurement) -> String {
+    report
+        .analysis
+        .nodes
+        .get(op.node_index)
+        .filter(|n| n.index == op.node_index)
+        .map_or_else(|| op.op_type.clone(), |n| n.op_label())
 }

@@ -128,6 +128,20 @@ fn device_kind(kind: DeviceKind) -> &'static str {
     }
 }
 
+/// The reason cell: why the op was not costed, or how the roofline chose its algorithm.
+fn node_note(node: &NodeAnalysis) -> String {
+    match (&node.reason, &node.algorithm) {
+        (Some(reason), _) => reason.clone(),
+        (None, Some(choice)) => format!(
+            "{}: {} (direct bound {})",
+            choice.algorithm.name(),
+            choice.reason,
+            fmt_seconds(choice.direct_s)
+        ),
+        (None, None) => String::new(),
+    }
+}
+
 fn status_name(status: NodeStatus) -> &'static str {
     match status {
         NodeStatus::Costed => "costed",
@@ -669,7 +683,7 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
             out,
             "<td class=\"name\">{badge}{}</td><td><code>{}</code></td><td>{}</td><td data-v=\"{}\">{}</td>",
             escape(&node.name),
-            escape(&node.op_type),
+            escape(&node.op_label()),
             status_name(node.status),
             row_bound_key(node),
             bound_chip(node)
@@ -733,7 +747,7 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
             "<td class=\"shape\">{}</td><td class=\"shape\">{}</td><td class=\"reason\">{}</td></tr>",
             escape(&node.input_shapes.join(", ")),
             escape(&node.output_shapes.join(", ")),
-            escape(node.reason.as_deref().unwrap_or(""))
+            escape(&node_note(node))
         );
     }
     out.push_str("</tbody>\n</table></div>\n");

@@ -61,7 +61,7 @@ pub fn render_json(analyses: &[Analysis]) -> Result<String, serde_json::Error> {
     }
 }
 
-const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,kernel_class,expected_s,efficiency,measured_s,measured_efficiency,reason";
+const CSV_HEADER: &str = "device,precision,index,name,op_type,status,output_shapes,flops,macs,transcendental,bytes_read,bytes_written,weights_bytes,intensity,bound,attainable_flops,predicted_s,time_share,kernel_class,algorithm,executed_flops,expected_s,efficiency,measured_s,measured_efficiency,reason";
 
 /// A text cell of the CSV (names, op types, shapes, paths, messages), RFC 4180 style: quoted
 /// when it holds a comma, a quote, a newline or a carriage return, quotes doubled. A cell that
@@ -101,7 +101,7 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 csv_text(&analysis.device.id),
                 analysis.precision,
                 n.index,
@@ -121,6 +121,11 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 n.predicted_s,
                 n.time_share,
                 n.kernel_class.map(|c| c.name()).unwrap_or(""),
+                n.algorithm
+                    .as_ref()
+                    .map(|c| c.algorithm.name())
+                    .unwrap_or(""),
+                n.executed_flops.map(|f| f.to_string()).unwrap_or_default(),
                 n.expected_s.map(|e| e.to_string()).unwrap_or_default(),
                 n.efficiency.map(|e| format!("{e:.4}")).unwrap_or_default(),
                 n.measured_s.map(|m| m.to_string()).unwrap_or_default(),
@@ -218,7 +223,7 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
             "{:>4}  {:<name_width$}  {:<18}  {:<shape_width$}  {:>9}  {:>9}  {:>9}  {:>9}  {:>7}  {:<8}  {:>10}  {:>5.1}%",
             n.index,
             truncate(&safe(&n.name), name_width),
-            truncate(&safe(&n.op_type), 18),
+            truncate(&safe(&n.op_label()), 18),
             truncate(&safe(&n.output_shapes.join(",")), shape_width),
             fmt_count(n.flops as f64),
             fmt_bytes(n.bytes_read as f64),
@@ -258,6 +263,40 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     out.push_str(&render_summary(analysis));
     // Every model-provided field above is escaped; this pass is the net under a missed one.
     terminal_safe_lines(&out).into_owned()
+}
+
+/// The summary line on convolution algorithms: how many run as Winograd and what the roofline
+/// says that buys (empty when no convolution was a candidate).
+fn algorithm_summary(analysis: &Analysis) -> String {
+    let decided: Vec<_> = analysis
+        .nodes
+        .iter()
+        .filter_map(|n| n.algorithm.as_ref().map(|c| (n, c)))
+        .collect();
+    let winograd: Vec<_> = decided
+        .iter()
+        .filter(|(n, _)| n.winograd().is_some())
+        .collect();
+    if decided.is_empty() {
+        return String::new();
+    }
+    let direct_s: f64 = winograd.iter().map(|(_, c)| c.direct_s).sum();
+    let chosen_s: f64 = winograd.iter().map(|(_, c)| c.chosen_s).sum();
+    let mut line = format!(
+        "  algorithms       {} of {} convolutions as Winograd",
+        winograd.len(),
+        decided.len()
+    );
+    if !winograd.is_empty() {
+        let _ = write!(
+            line,
+            " (their bound {} direct → {})",
+            fmt_seconds(direct_s),
+            fmt_seconds(chosen_s)
+        );
+    }
+    line.push('\n');
+    line
 }
 
 /// The summary block (also printed alone with `--summary`), escaped for the terminal as the
@@ -306,6 +345,7 @@ pub fn render_summary(analysis: &Analysis) -> String {
             );
         }
     }
+    out.push_str(&algorithm_summary(analysis));
     out.push_str(&measured::summary_lines(analysis));
     out.push_str(&llm::summary_lines(analysis));
     let _ = writeln!(
