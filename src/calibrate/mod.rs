@@ -42,6 +42,9 @@ pub struct Progress<'a> {
     pub shape: &'a str,
 }
 
+/// A calibration point, the class its analysis gave it, and its measured time in each round.
+type TimedPoint = (CalibrationPoint, KernelClass, Vec<f64>);
+
 /// Runs the grid on this CPU against `device` (the probed profile whose ceilings give the
 /// bounds) and returns the tables with their leave-one-out errors.
 pub fn calibrate(
@@ -63,10 +66,8 @@ pub fn calibrate(
     // features: the same in every round) and each round's measured time.
     // The point's class is the one the analysis gave its node: a 3×3 grid convolution the
     // roofline runs as Winograd calibrates the Winograd table.
-    let mut points: std::collections::BTreeMap<
-        (usize, usize, usize),
-        (CalibrationPoint, KernelClass, Vec<f64>),
-    > = Default::default();
+    let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
+        Default::default();
     for _ in 0..rounds {
         for &threads in &options.thread_counts {
             for (model_index, model) in models.iter().enumerate() {

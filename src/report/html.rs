@@ -128,20 +128,6 @@ fn device_kind(kind: DeviceKind) -> &'static str {
     }
 }
 
-/// The reason cell: why the op was not costed, or how the roofline chose its algorithm.
-fn node_note(node: &NodeAnalysis) -> String {
-    match (&node.reason, &node.algorithm) {
-        (Some(reason), _) => reason.clone(),
-        (None, Some(choice)) => format!(
-            "{}: {} (direct bound {})",
-            choice.algorithm.name(),
-            choice.reason,
-            fmt_seconds(choice.direct_s)
-        ),
-        (None, None) => String::new(),
-    }
-}
-
 fn status_name(status: NodeStatus) -> &'static str {
     match status {
         NodeStatus::Costed => "costed",
@@ -747,7 +733,7 @@ fn op_table(out: &mut String, analysis: &Analysis, table_id: &str) {
             "<td class=\"shape\">{}</td><td class=\"shape\">{}</td><td class=\"reason\">{}</td></tr>",
             escape(&node.input_shapes.join(", ")),
             escape(&node.output_shapes.join(", ")),
-            escape(&node_note(node))
+            escape(&super::node_note(node))
         );
     }
     out.push_str("</tbody>\n</table></div>\n");

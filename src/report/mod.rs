@@ -265,6 +265,20 @@ pub fn render_table(analysis: &Analysis, options: TableOptions) -> String {
     terminal_safe_lines(&out).into_owned()
 }
 
+/// The reason cell: why the op was not costed, or how the roofline chose its algorithm.
+pub(crate) fn node_note(node: &crate::analysis::NodeAnalysis) -> String {
+    match (&node.reason, &node.algorithm) {
+        (Some(reason), _) => reason.clone(),
+        (None, Some(choice)) => format!(
+            "{}: {} (direct bound {})",
+            choice.algorithm.name(),
+            choice.reason,
+            fmt_seconds(choice.direct_s)
+        ),
+        (None, None) => String::new(),
+    }
+}
+
 /// The summary line on convolution algorithms: how many run as Winograd and what the roofline
 /// says that buys (empty when no convolution was a candidate).
 fn algorithm_summary(analysis: &Analysis) -> String {

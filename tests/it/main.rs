@@ -21,3 +21,4 @@ mod layers;
 mod llm;
 mod model_loader;
 mod quant;
+mod winograd;

@@ -423,21 +423,37 @@ fn split_phases<T: Transform>(
     }
 }
 
+/// Where one channel's tiles lie in `V` or `M`: at `offset` in the ξ = 0 plane, ξ planes
+/// `xi_stride` floats apart.
+#[derive(Clone, Copy)]
+struct ChannelAt {
+    offset: usize,
+    xi_stride: usize,
+}
+
+impl ChannelAt {
+    #[inline(always)]
+    fn at(self, xi: usize, tile: usize) -> usize {
+        xi * self.xi_stride + self.offset + tile
+    }
+}
+
 #[inline(always)]
 fn load(data: &[f32], at: usize) -> Lanes {
     data[at..at + LANES].try_into().expect("a whole lane block")
 }
 
-/// `V[ξ][c][·]` for the tiles of a block's `rows` tile rows of one input plane split into phases: channel `c` starts at
-/// `channel_offset` in each ξ plane, ξ planes are `xi_stride` floats apart.
+/// `V[ξ][c][·]` for the tiles of a block's `rows` tile rows of one input plane split into
+/// phases (`channel` says where channel c's tiles lie).
+// Row i of a patch gathers element i of every column: an index, not an iteration over `cols`.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn input_transform<T: Transform>(
     tiling: &Tiling,
     rows: usize,
     phases: &[f32],
     v: &mut [f32],
-    channel_offset: usize,
-    xi_stride: usize,
+    channel: ChannelAt,
 ) {
     let (m, alpha) = (T::M, T::ALPHA);
     let pw = tiling.phase_w;
@@ -462,7 +478,7 @@ fn input_transform<T: Transform>(
                 let row: [Lanes; 6] = std::array::from_fn(|j| cols[j][i]);
                 let out = T::input(&row);
                 for (j, values) in out.iter().enumerate().take(alpha) {
-                    let at = (i * alpha + j) * xi_stride + channel_offset + tile0;
+                    let at = channel.at(i * alpha + j, tile0);
                     v[at..at + LANES].copy_from_slice(values);
                 }
             }
@@ -470,16 +486,17 @@ fn input_transform<T: Transform>(
     }
 }
 
-/// Tile rows `rows` of the output plane of channel `k` from a block's `M[ξ][k][·]` (channel k at `channel_offset` in each ξ
-/// plane, ξ planes `xi_stride` apart), with the bias added.
+/// Tile rows `rows` of the output plane of channel `k` from a block's `M[ξ][k][·]` (`channel`
+/// says where its tiles lie), with the bias added.
+// Row i of a tile gathers element i of every column: an index, not an iteration over `cols`.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn output_transform<T: Transform>(
     geom: &Conv2d,
     tiling: &Tiling,
     rows: (usize, usize),
     mm: &[f32],
-    channel_offset: usize,
-    xi_stride: usize,
+    channel: ChannelAt,
     bias: f32,
     out: &mut [f32],
 ) {
@@ -493,7 +510,7 @@ fn output_transform<T: Transform>(
             for (j, col) in cols.iter_mut().enumerate().take(alpha) {
                 let mut d = [[0.0f32; LANES]; 6];
                 for (i, row) in d.iter_mut().enumerate().take(alpha) {
-                    *row = load(mm, (i * alpha + j) * xi_stride + channel_offset + tile0);
+                    *row = load(mm, channel.at(i * alpha + j, tile0));
                 }
                 *col = T::output(&d);
             }
@@ -528,28 +545,28 @@ fn output_transform<T: Transform>(
 }
 
 multiversion! {
-    fn input_transform_f2(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), plane: &[f32], phases: &mut [f32], v: &mut [f32], channel_offset: usize, xi_stride: usize) {
+    fn input_transform_f2(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), plane: &[f32], phases: &mut [f32], v: &mut [f32], channel: ChannelAt) {
         split_phases::<F2>(geom, tiling, rows, plane, phases);
-        input_transform::<F2>(tiling, rows.1 - rows.0, phases, v, channel_offset, xi_stride)
+        input_transform::<F2>(tiling, rows.1 - rows.0, phases, v, channel)
     }
 }
 
 multiversion! {
-    fn input_transform_f4(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), plane: &[f32], phases: &mut [f32], v: &mut [f32], channel_offset: usize, xi_stride: usize) {
+    fn input_transform_f4(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), plane: &[f32], phases: &mut [f32], v: &mut [f32], channel: ChannelAt) {
         split_phases::<F4>(geom, tiling, rows, plane, phases);
-        input_transform::<F4>(tiling, rows.1 - rows.0, phases, v, channel_offset, xi_stride)
+        input_transform::<F4>(tiling, rows.1 - rows.0, phases, v, channel)
     }
 }
 
 multiversion! {
-    fn output_transform_f2(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), mm: &[f32], channel_offset: usize, xi_stride: usize, bias: f32, out: &mut [f32]) {
-        output_transform::<F2>(geom, tiling, rows, mm, channel_offset, xi_stride, bias, out)
+    fn output_transform_f2(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), mm: &[f32], channel: ChannelAt, bias: f32, out: &mut [f32]) {
+        output_transform::<F2>(geom, tiling, rows, mm, channel, bias, out)
     }
 }
 
 multiversion! {
-    fn output_transform_f4(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), mm: &[f32], channel_offset: usize, xi_stride: usize, bias: f32, out: &mut [f32]) {
-        output_transform::<F4>(geom, tiling, rows, mm, channel_offset, xi_stride, bias, out)
+    fn output_transform_f4(geom: &Conv2d, tiling: &Tiling, rows: (usize, usize), mm: &[f32], channel: ChannelAt, bias: f32, out: &mut [f32]) {
+        output_transform::<F4>(geom, tiling, rows, mm, channel, bias, out)
     }
 }
 
@@ -629,13 +646,16 @@ fn run_block(
         let v = unsafe { std::slice::from_raw_parts_mut(v_ptr.get(), v_len) };
         for ic in task * per_task..((task + 1) * per_task).min(c) {
             let plane = &image[ic * in_plane..(ic + 1) * in_plane];
-            let (offset, xi_stride) = (ic * stride, c * stride);
+            let channel = ChannelAt {
+                offset: ic * stride,
+                xi_stride: c * stride,
+            };
             match tile {
                 WinogradTile::F2 => {
-                    input_transform_f2(geom, tiling, rows, plane, &mut phases, v, offset, xi_stride)
+                    input_transform_f2(geom, tiling, rows, plane, &mut phases, v, channel)
                 }
                 WinogradTile::F4 => {
-                    input_transform_f4(geom, tiling, rows, plane, &mut phases, v, offset, xi_stride)
+                    input_transform_f4(geom, tiling, rows, plane, &mut phases, v, channel)
                 }
             }
         }
@@ -673,13 +693,16 @@ fn run_block(
         };
         for (oc, plane) in (k0..k1).zip(planes.chunks_exact_mut(out_plane)) {
             let bias = epilogue.bias.map_or(0.0, |b| b[oc]);
-            let (offset, xi_stride) = (oc * stride, k * stride);
+            let channel = ChannelAt {
+                offset: oc * stride,
+                xi_stride: k * stride,
+            };
             match tile {
                 WinogradTile::F2 => {
-                    output_transform_f2(geom, tiling, rows, mm, offset, xi_stride, bias, plane)
+                    output_transform_f2(geom, tiling, rows, mm, channel, bias, plane)
                 }
                 WinogradTile::F4 => {
-                    output_transform_f4(geom, tiling, rows, mm, offset, xi_stride, bias, plane)
+                    output_transform_f4(geom, tiling, rows, mm, channel, bias, plane)
                 }
             }
             let block = &mut plane[y0 * geom.out_w..y1 * geom.out_w];
