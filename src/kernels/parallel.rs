@@ -1,5 +1,6 @@
 //! The one worker pool every threaded kernel runs on, and the helpers that split an output
-//! between its workers: `parallel_for` (tasks on a cached pool of exactly `threads` workers),
+//! between its workers: `parallel_for` (tasks on a cached pool of exactly `threads` workers,
+//! the caller being one; idle workers spin for a millisecond before they sleep, see `SPIN`),
 //! `SendPtr` (an output pointer handed to tasks that write disjoint parts of it), and the
 //! element-wise splitters `par_pieces` / `par_planes`.
 
@@ -193,7 +194,7 @@ fn pool(threads: usize) -> Option<&'static Pool> {
     if let Some((_, p)) = pools.iter().find(|(t, _)| *t == threads) {
         return Some(p);
     }
-    // Pools live for the process, as rayon's global pool does.
+    // Pools live for the process (their workers sleep when idle).
     let p: &'static Pool = Box::leak(Box::new(Pool::new(threads)?));
     pools.push((threads, p));
     Some(p)

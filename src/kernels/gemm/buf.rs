@@ -2,7 +2,7 @@
 //!
 //! Scratch lives in thread-locals so repeated GEMM calls neither allocate nor fault pages. A
 //! slot is *taken* for the duration of a use and put back after, so a nested use on the same
-//! thread (rayon may run another task while this one waits) gets a fresh buffer instead of a
+//! thread (a task that itself calls a kernel) gets a fresh buffer instead of a
 //! borrow conflict.
 
 use std::cell::Cell;

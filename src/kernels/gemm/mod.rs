@@ -15,7 +15,7 @@
 //! (dense layers at batch 1) take a streaming GEMV path that never packs. Weights used
 //! repeatedly can be packed once ([`PackedA`], [`PackedB`]).
 //!
-//! Threading: `threads` workers of a cached rayon pool (`threads == 1` runs on the caller and
+//! Threading: `threads` workers of the kernels' spinning pool (`kernels::parallel`; `threads == 1` runs on the caller and
 //! spawns nothing); see `driver.rs` for how the work is split.
 //!
 //! # Panics
