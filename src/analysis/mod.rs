@@ -181,7 +181,6 @@ pub fn analyze_graph(
     analyze_prepared(&prepared, source, device, options)
 }
 
-/// Analyses a graph already prepared with `options.bindings` (the bindings are not re-applied).
 /// The 2-D convolution shape of a `Conv` / `FusedConv` node whose dims are all known.
 fn conv_shape(
     node: &graph::Node,
@@ -205,6 +204,7 @@ fn conv_shape(
     algorithm::ConvShape::of_node(&node.attrs, &x, &w, &y)
 }
 
+/// Analyses a graph already prepared with `options.bindings` (the bindings are not re-applied).
 pub fn analyze_prepared(
     prepared: &Prepared,
     source: &str,

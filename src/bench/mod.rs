@@ -2,7 +2,9 @@
 //! joins the measurements onto the analysis's predictions (same node indices), so each op shows
 //! measured against predicted time and the fraction of its roofline bound it reaches.
 
+use crate::analysis::algorithm::AlgorithmPolicy;
 use crate::analysis::{self, AnalysisError, AnalyzeOptions, Graph, NodeStatus};
+use crate::device::DeviceKind;
 use crate::device::DeviceProfile;
 use crate::exec::{self, build_plan, ExecError};
 
@@ -65,9 +67,6 @@ fn median(values: &mut [f64]) -> f64 {
 pub use crate::exec::random_inputs;
 
 /// Analyses, plans, runs and times `graph`.
-use crate::analysis::algorithm::AlgorithmPolicy;
-use crate::device::DeviceKind;
-
 pub fn bench_graph(
     graph: Graph,
     source: &str,
