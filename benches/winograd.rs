@@ -3,7 +3,9 @@
 //! Prints per shape the direct time, each Winograd variant's time and its speed-up over
 //! direct, and the effective GFLOP/s (direct FLOPs ÷ time).
 //!
-//! `cargo bench --bench winograd` (`ROOFLINE_BENCH_THREADS=2` for two workers). Every shape runs
+//! `cargo bench --bench winograd` (`ROOFLINE_BENCH_THREADS=2` for two workers,
+//! `ROOFLINE_BENCH_COLD=1` to flush the caches before every call, `ROOFLINE_BENCH_SHAPE=64x56`
+//! for one shape; under `cargo test` it times one shape only). Every shape runs
 //! a warm-up, and the median of at least 20 calls is reported.
 
 use std::hint::black_box;
@@ -64,7 +66,14 @@ fn main() {
         "shape", "direct", "F(2×2)", "gain", "F(4×4)", "gain", "GFLOP/s"
     );
     let only = std::env::var("ROOFLINE_BENCH_SHAPE").ok();
-    for &(channels, side) in SHAPES {
+    // `cargo test --all-targets` runs this binary without `--bench`: one small shape as a smoke
+    // run, not the whole table.
+    let shapes = if std::env::args().any(|a| a == "--bench") {
+        SHAPES
+    } else {
+        &SHAPES[2..3]
+    };
+    for &(channels, side) in shapes {
         if only
             .as_ref()
             .is_some_and(|o| *o != format!("{channels}x{side}"))
