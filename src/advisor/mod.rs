@@ -179,6 +179,8 @@ pub fn select_passes(options: &AdviseOptions) -> Result<Vec<Box<dyn Pass>>, Advi
 struct Measurements {
     versions: Vec<MeasuredVersion>,
     live_bytes: u64,
+    /// The analysis' convolution policy, so `--no-winograd` measures direct convolutions too.
+    conv_algorithms: analysis::algorithm::AlgorithmPolicy,
 }
 
 /// Default of [`AdviseOptions::live_plan_budget_bytes`].
@@ -212,7 +214,11 @@ impl Measurements {
     /// Plans a graph version and runs it twice (warm-up; the outputs are kept for the
     /// accuracy check). Returns its index.
     fn add(&mut self, prepared: &Prepared, options: &AdviseOptions) -> Result<usize, AdvisorError> {
-        let plan_options = exec::tune::plan_options(options.threads.max(1), "local", options.tune);
+        let mut plan_options =
+            exec::tune::plan_options(options.threads.max(1), "local", options.tune);
+        if self.conv_algorithms == analysis::algorithm::AlgorithmPolicy::DirectOnly {
+            plan_options.conv_algorithms = exec::ConvAlgorithms::DirectOnly;
+        }
         let plan = exec::build_plan(
             &prepared.graph,
             &prepared.order,
@@ -437,6 +443,7 @@ pub fn advise(
     let mut measurements = Measurements {
         versions: Vec::new(),
         live_bytes: 0,
+        conv_algorithms: analyze.conv_algorithms,
     };
     // Index of the measured version the next pass starts from.
     let mut measured_prev = if verify {
