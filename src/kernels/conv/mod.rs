@@ -476,6 +476,13 @@ pub fn conv2d_prepacked(
         Some(PackedGroup::PixelMajor(_)) => GemmLayout::PixelMajor,
         None => gemm_layout(config.isa, geom),
     };
+    let group = GroupConv {
+        config,
+        geom,
+        weights,
+        packed,
+        epilogue,
+    };
     // Grouped channel-major convolutions run their (image, group) GEMMs side by side, one
     // thread each: split over threads, each group's GEMM is too small to pay for the split
     // (ShuffleNet's 4-group 1×1 convolutions on 7×7 planes ran slower on two threads than on
@@ -493,37 +500,7 @@ pub fn conv2d_prepacked(
             };
             let image = &input[n * in_image + g * group_in * geom.in_h * geom.in_w
                 ..n * in_image + (g + 1) * group_in * geom.in_h * geom.in_w];
-            let w = MatRef::row_major(
-                &weights[g * group_out * taps..(g + 1) * group_out * taps],
-                group_out,
-                taps,
-            );
-            let bias = epilogue
-                .bias
-                .map(|b| &b[g * group_out..(g + 1) * group_out]);
-            let residual = epilogue
-                .residual
-                .map(|r| &r[start..start + group_out * out_plane]);
-            let ep = Epilogue {
-                bias: bias.map_or(BiasKind::None, BiasKind::PerRow),
-                residual,
-                activation: epilogue.activation,
-            };
-            let owned;
-            let pw = match packed.map(|p| &p.groups[g]) {
-                Some(PackedGroup::ChannelMajor(pw)) => pw,
-                _ => {
-                    owned = gemm::PackedA::with_config(&w, config);
-                    &owned
-                }
-            };
-            if geom.is_pointwise() {
-                let x = MatRef::row_major(image, taps, out_plane);
-                gemm::sgemm_packed_a(pw, &x, out, out_plane, &ep, 1);
-            } else {
-                let cols = Im2colSource { geom, image };
-                gemm::sgemm_packed_a_source(pw, &cols, out, out_plane, &ep, 1);
-            }
+            group.channel_major(image, g, start, out, 1);
         });
         return;
     }
@@ -546,26 +523,7 @@ pub fn conv2d_prepacked(
             let out = &mut output[start..end];
             match layout {
                 GemmLayout::ChannelMajor => {
-                    let ep = Epilogue {
-                        bias: bias.map_or(BiasKind::None, BiasKind::PerRow),
-                        residual,
-                        activation: epilogue.activation,
-                    };
-                    let owned;
-                    let pw = match packed.map(|p| &p.groups[g]) {
-                        Some(PackedGroup::ChannelMajor(pw)) => pw,
-                        _ => {
-                            owned = gemm::PackedA::with_config(&w, config);
-                            &owned
-                        }
-                    };
-                    if geom.is_pointwise() {
-                        let x = MatRef::row_major(image, taps, out_plane);
-                        gemm::sgemm_packed_a(pw, &x, out, out_plane, &ep, threads);
-                    } else {
-                        let cols = Im2colSource { geom, image };
-                        gemm::sgemm_packed_a_source(pw, &cols, out, out_plane, &ep, threads);
-                    }
+                    group.channel_major(image, g, start, out, threads);
                 }
                 GemmLayout::PixelMajor => {
                     let b_data: &[f32] = if geom.is_pointwise() {
@@ -603,6 +561,65 @@ pub fn conv2d_prepacked(
                     );
                 }
             }
+        }
+    }
+}
+
+/// What every group of one convolution call shares.
+struct GroupConv<'a> {
+    config: &'a gemm::GemmConfig,
+    geom: &'a Conv2d,
+    weights: &'a [f32],
+    packed: Option<&'a PackedConvWeights>,
+    epilogue: &'a ConvEpilogue<'a>,
+}
+
+impl GroupConv<'_> {
+    /// Group `g` of one image as `Y = W·cols` straight into `out` (the group's output planes,
+    /// at `start` in the whole output), with the epilogue.
+    fn channel_major(
+        &self,
+        image: &[f32],
+        g: usize,
+        start: usize,
+        out: &mut [f32],
+        threads: usize,
+    ) {
+        let geom = self.geom;
+        let group_out = geom.out_channels / geom.group;
+        let taps = geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w;
+        let out_plane = geom.out_h * geom.out_w;
+        let bias = self
+            .epilogue
+            .bias
+            .map(|b| &b[g * group_out..(g + 1) * group_out]);
+        let ep = Epilogue {
+            bias: bias.map_or(BiasKind::None, BiasKind::PerRow),
+            residual: self
+                .epilogue
+                .residual
+                .map(|r| &r[start..start + group_out * out_plane]),
+            activation: self.epilogue.activation,
+        };
+        let owned;
+        let pw = match self.packed.map(|p| &p.groups[g]) {
+            Some(PackedGroup::ChannelMajor(pw)) => pw,
+            _ => {
+                let w = MatRef::row_major(
+                    &self.weights[g * group_out * taps..(g + 1) * group_out * taps],
+                    group_out,
+                    taps,
+                );
+                owned = gemm::PackedA::with_config(&w, self.config);
+                &owned
+            }
+        };
+        if geom.is_pointwise() {
+            let x = MatRef::row_major(image, taps, out_plane);
+            gemm::sgemm_packed_a(pw, &x, out, out_plane, &ep, threads);
+        } else {
+            let cols = Im2colSource { geom, image };
+            gemm::sgemm_packed_a_source(pw, &cols, out, out_plane, &ep, threads);
         }
     }
 }
