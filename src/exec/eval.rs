@@ -72,13 +72,17 @@ pub(super) fn run_once(
         .iter()
         .map(|&v| dims(&graph.values[v].fact).unwrap_or_default())
         .collect();
-    let out_types: Vec<DType> = step
-        .outputs
-        .iter()
-        .map(|&v| graph.values[v].fact.dtype)
-        .collect();
     let node = &graph.dag[step.node];
-    execute_owned(step, node, opset, &ins, &out_shapes, &out_types, threads)
+    let (in_types, out_types) = element_types(graph, node);
+    execute_owned(
+        step,
+        node,
+        opset,
+        &ins,
+        (&in_types, &out_types),
+        &out_shapes,
+        threads,
+    )
 }
 
 /// Executes a step on owned tensors (plan-time folding and the generic path).
@@ -87,12 +91,12 @@ fn execute_owned(
     node: &Node,
     opset: i64,
     ins: &[Option<RtTensor>],
+    (in_types, out_types): (&[Option<DType>], &[DType]),
     out_shapes: &[Vec<usize>],
-    out_types: &[DType],
     threads: usize,
 ) -> Result<Vec<RtTensor>, ExecError> {
     if matches!(step.kernel, Kernel::Generic) {
-        return generic_eval(node, opset, ins, out_types);
+        return generic_eval(node, opset, ins, in_types, out_types);
     }
     let mut outs: Vec<Vec<f32>> = out_shapes
         .iter()
@@ -134,17 +138,34 @@ fn execute_owned(
         .collect())
 }
 
+/// The element types of a node's inputs (`None` for an omitted one) and outputs: the run-time
+/// tensors only say float or integer, and some kernels (BitCast, wrapping casts) need more.
+pub(super) fn element_types(graph: &Graph, node: &Node) -> (Vec<Option<DType>>, Vec<DType>) {
+    (
+        node.inputs
+            .iter()
+            .map(|slot| slot.map(|v| graph.values[v].fact.dtype))
+            .collect(),
+        node.outputs
+            .iter()
+            .map(|&v| graph.values[v].fact.dtype)
+            .collect(),
+    )
+}
+
 /// Evaluates an op on owned tensors: through its reference kernel when it has one
 /// (`reference.rs`), else through the analysis layer's constant evaluator (small integer
-/// tensors). `out_types` are the element types of the node's outputs.
+/// tensors). `in_types` and `out_types` are the element types of the node's inputs and outputs.
 pub(super) fn generic_eval(
     node: &Node,
     opset: i64,
     ins: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
     out_types: &[DType],
 ) -> Result<Vec<RtTensor>, ExecError> {
     if super::reference::covers(&node.domain, &node.op_type) {
-        return super::reference::run(node, opset, ins, out_types).map_err(|e| node_error(node, e));
+        return super::reference::run(node, opset, ins, in_types, out_types)
+            .map_err(|e| node_error(node, e));
     }
     let op =
         ops::lookup(&node.domain, &node.op_type).ok_or_else(|| node_error(node, "unknown op"))?;

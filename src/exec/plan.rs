@@ -144,7 +144,8 @@ pub struct Plan {
     pub weights_bytes: u64,
     pub(super) graph_names: Vec<String>,
     /// Generic steps need the graph's node attributes and their outputs' element types.
-    pub(super) generic_nodes: HashMap<NodeId, (Node, Vec<DType>)>,
+    /// Nodes run by the generic path, with their input and output element types.
+    pub(super) generic_nodes: HashMap<NodeId, (Node, Vec<Option<DType>>, Vec<DType>)>,
     pub(super) opset: i64,
 }
 
@@ -351,12 +352,9 @@ pub fn build_plan(
         .iter()
         .filter(|s| matches!(s.kernel, Kernel::Generic))
         .map(|s| {
-            let types = s
-                .outputs
-                .iter()
-                .map(|&v| graph.values[v].fact.dtype)
-                .collect();
-            (s.node, (graph.dag[s.node].clone(), types))
+            let node = &graph.dag[s.node];
+            let (in_types, out_types) = eval::element_types(graph, node);
+            (s.node, (node.clone(), in_types, out_types))
         })
         .collect();
     Ok(Plan {

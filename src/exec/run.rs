@@ -196,11 +196,11 @@ impl Plan {
                 .iter()
                 .map(|s| s.and_then(|v| self.read_value(v, ws)))
                 .collect();
-            let (node, out_types) = self
+            let (node, in_types, out_types) = self
                 .generic_nodes
                 .get(&step.node)
                 .ok_or_else(|| node_err("internal: node missing".into()))?;
-            let outs = eval::generic_eval(node, self.opset, &ins, out_types)?;
+            let outs = eval::generic_eval(node, self.opset, &ins, in_types, out_types)?;
             for (&v, t) in step.outputs.iter().zip(outs) {
                 self.store(v, t, ws)?;
             }

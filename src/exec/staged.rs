@@ -96,12 +96,8 @@ pub fn run_staged(
             .iter()
             .map(|slot| slot.and_then(|v| inputs.get(&v).cloned()))
             .collect();
-        let out_types: Vec<_> = node
-            .outputs
-            .iter()
-            .map(|&v| graph.values[v].fact.dtype)
-            .collect();
-        let results = eval::generic_eval(&node, graph.opset, &ins, &out_types)?;
+        let (in_types, out_types) = eval::element_types(&graph, &node);
+        let results = eval::generic_eval(&node, graph.opset, &ins, &in_types, &out_types)?;
         // Its outputs become constants; the node leaves the graph.
         for ((&value, tensor), &dtype) in node.outputs.iter().zip(results).zip(&out_types) {
             graph.values[value].fact = TensorFact::constant(to_constant(&tensor, dtype));

@@ -25,6 +25,7 @@ mod elementwise;
 pub(crate) mod fold;
 pub mod fused;
 mod gemm;
+pub(crate) mod geometry;
 mod misc;
 mod movement;
 mod norm;
@@ -32,7 +33,9 @@ mod pool;
 mod quant;
 mod reduce;
 mod shape;
+pub(crate) mod signal;
 pub(crate) mod spatial;
+pub(crate) mod state;
 
 use serde::{Deserialize, Serialize};
 
@@ -272,6 +275,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| shape::lookup(op_type))
         .or_else(|| movement::lookup(op_type))
         .or_else(|| quant::lookup(op_type))
+        .or_else(|| state::lookup(op_type))
+        .or_else(|| signal::lookup(op_type))
+        .or_else(|| geometry::lookup(op_type))
         .or_else(|| misc::lookup(op_type))
 }
 

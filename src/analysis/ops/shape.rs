@@ -1,10 +1,10 @@
 //! Shape-computing and view ops: Shape (opset 15 start/end), Size, Constant, ConstantOfShape,
 //! Range, Reshape (allowzero), Flatten, Squeeze/Unsqueeze (axes as attribute before 13, input
-//! from 13), Identity, Dropout (inference), Cast/CastLike, NonZero.
+//! from 13), Identity, Dropout (inference), Cast/CastLike, BitCast (26), NonZero.
 //!
 //! These ops evaluate on constant inputs, which is how Shape → Gather → Concat → Reshape chains
 //! fold into known shapes. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) cost
-//! nothing: no data moves. Cast reads and writes every element (1 FLOP each for the convert);
+//! nothing: no data moves; BitCast, which reinterprets the same bytes, is a view too. Cast reads and writes every element (1 FLOP each for the convert);
 //! Range and ConstantOfShape write their output; NonZero reads its input once.
 
 use super::fold::{reshape, tensor_from_f64};
@@ -23,6 +23,7 @@ struct Squeeze;
 struct Unsqueeze;
 struct Passthrough;
 struct Cast;
+struct BitCast;
 struct NonZero;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
@@ -38,6 +39,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Unsqueeze" => &Unsqueeze,
         "Identity" | "Dropout" => &Passthrough,
         "Cast" | "CastLike" => &Cast,
+        "BitCast" => &BitCast,
         "NonZero" => &NonZero,
         _ => return None,
     })
@@ -420,6 +422,40 @@ impl OpDef for Passthrough {
             });
         }
         Ok(outputs)
+    }
+
+    fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost::view())
+    }
+}
+
+impl OpDef for BitCast {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let code = ctx.attrs().int("to").ok_or("missing `to`")?;
+        let to = i32::try_from(code)
+            .ok()
+            .and_then(DType::from_onnx)
+            .ok_or_else(|| super::invalid(format!("BitCast to unknown type {code}")))?;
+        if matches!(x.dtype, DType::String | DType::Other)
+            || matches!(to, DType::String | DType::Other)
+        {
+            return Err(format!(
+                "BitCast from {:?} to {to:?} is not modelled",
+                x.dtype
+            ));
+        }
+        if x.dtype.size_bytes() != to.size_bytes() {
+            return Err(super::invalid(format!(
+                "BitCast from {:?} to {to:?} changes the element width",
+                x.dtype
+            )));
+        }
+        Ok(vec![TensorFact {
+            dtype: to,
+            shape: x.shape.clone(),
+            konst: None,
+        }])
     }
 
     fn cost(&self, _ctx: &CostCtx) -> OpResult<OpCost> {

@@ -14,6 +14,7 @@ mod attention;
 mod contrib;
 mod dynamic;
 mod einsum;
+mod geometry;
 mod index;
 mod math;
 mod norm;
@@ -21,6 +22,7 @@ mod pool;
 mod quant;
 mod resize;
 mod rnn;
+mod state;
 
 use attention::{attention, rotary_embedding};
 use einsum::einsum;
@@ -112,22 +114,34 @@ fn covers_standard(op: &str) -> bool {
                 | "MatMulInteger"
                 | "NegativeLogLikelihoodLoss"
                 | "SoftmaxCrossEntropyLoss"
+                | "LinearAttention"
+                | "CausalConvWithState"
+                | "TensorScatter"
+                | "CenterCropPad"
+                | "Col2Im"
+                | "AffineGrid"
+                | "Det"
+                | "HannWindow"
+                | "HammingWindow"
+                | "BlackmanWindow"
+                | "BitCast"
         )
 }
 
 type Result<T> = std::result::Result<T, String>;
 
-/// Runs `node` on `inputs`; `out_types` are the element types of its outputs (integers wrap to
-/// their width, bools are 0/1). The kernels check what they index, and a case they missed
+/// Runs `node` on `inputs`; `in_types` and `out_types` are the element types of its inputs
+/// (`None` for an omitted one) and outputs (integers wrap to their width, bools are 0/1). The kernels check what they index, and a case they missed
 /// still ends as this node's error rather than a crash of the whole tool: a reference kernel
 /// is a transcription that runs what nothing faster covers, on inputs from any model.
 pub(crate) fn run(
     node: &Node,
     opset: i64,
     inputs: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
     out_types: &[DType],
 ) -> Result<Vec<RtTensor>> {
-    guarded(|| run_checked(node, opset, inputs, out_types))
+    guarded(|| run_checked(node, opset, inputs, in_types, out_types))
 }
 
 thread_local! {
@@ -166,6 +180,7 @@ fn run_checked(
     node: &Node,
     opset: i64,
     inputs: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
     out_types: &[DType],
 ) -> Result<Vec<RtTensor>> {
     let input = |i: usize| -> Result<&RtTensor> {
@@ -376,6 +391,28 @@ fn run_checked(
                 attrs.string("reduction").unwrap_or("mean"),
             )?;
             vec![loss, log_prob]
+        }
+        "LinearAttention" => state::linear_attention(node, inputs)?,
+        "CausalConvWithState" => state::causal_conv_with_state(node, inputs)?,
+        "TensorScatter" => vec![state::tensor_scatter(node, inputs)?],
+        "CenterCropPad" => vec![geometry::center_crop_pad(node, input(0)?, input(1)?)?],
+        "Col2Im" => vec![geometry::col2im(node, input(0)?, input(1)?, input(2)?)?],
+        "AffineGrid" => vec![geometry::affine_grid(node, input(0)?, input(1)?)?],
+        "Det" => vec![geometry::det(input(0)?)?],
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
+            vec![geometry::window_op(node, input(0)?)?]
+        }
+        "BitCast" => {
+            let from = in_types
+                .first()
+                .copied()
+                .flatten()
+                .ok_or("BitCast: the input's element type is not known")?;
+            let to = out_types
+                .first()
+                .copied()
+                .ok_or("BitCast: the output's element type is not known")?;
+            vec![geometry::bit_cast(input(0)?, from, to)?]
         }
         other => return Err(format!("no reference kernel for {other}")),
     };

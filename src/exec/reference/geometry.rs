@@ -1,0 +1,383 @@
+//! Image-geometry, window, bit-reinterpretation and determinant ops: CenterCropPad, Col2Im,
+//! AffineGrid, Det, HannWindow/HammingWindow/BlackmanWindow and BitCast (shapes and costs in
+//! `analysis/ops/geometry.rs`, `signal.rs` and `shape.rs`).
+
+use super::{floats, ints, Result};
+use crate::analysis::graph::Node;
+use crate::analysis::ops::geometry::{col2im_axes, crop_pad_axes};
+use crate::analysis::ops::signal::window;
+use crate::analysis::tensor::{f16_to_f32, DType};
+use crate::exec::{RtData, RtTensor};
+use crate::kernels::movement::strides;
+
+/// CenterCropPad: each listed axis cropped or zero-padded to its target length, centred.
+pub(super) fn center_crop_pad(node: &Node, x: &RtTensor, target: &RtTensor) -> Result<RtTensor> {
+    let rank = x.shape.len();
+    let axes = crop_pad_axes(&node.attrs, rank)?;
+    let lengths = ints(target);
+    if lengths.len() != axes.len() || lengths.iter().any(|&l| l < 0) {
+        return Err(format!("target {lengths:?} for axes {axes:?}"));
+    }
+    let mut out_shape = x.shape.clone();
+    // Per axis: the output index where the input starts (pad) or the input index where the
+    // output starts (crop), as a signed offset input = output + offset.
+    let mut offset = vec![0i64; rank];
+    for (&axis, &length) in axes.iter().zip(&lengths) {
+        let (input, output) = (x.shape[axis] as i64, length);
+        offset[axis] = if input >= output {
+            (input - output) / 2
+        } else {
+            -((output - input) / 2)
+        };
+        out_shape[axis] = length as usize;
+    }
+    let in_strides = strides(&x.shape);
+    let count: usize = out_shape.iter().product();
+    let out_strides = strides(&out_shape);
+    let sources: Vec<Option<usize>> = (0..count)
+        .map(|linear| {
+            let mut source = 0usize;
+            for d in 0..rank {
+                let coord = (linear / out_strides[d] % out_shape[d]) as i64 + offset[d];
+                if coord < 0 || coord >= x.shape[d] as i64 {
+                    return None;
+                }
+                source += coord as usize * in_strides[d];
+            }
+            Some(source)
+        })
+        .collect();
+    let data = match &x.data {
+        RtData::F32(v) => RtData::F32(sources.iter().map(|s| s.map_or(0.0, |i| v[i])).collect()),
+        RtData::I64(v) => RtData::I64(sources.iter().map(|s| s.map_or(0, |i| v[i])).collect()),
+    };
+    Ok(RtTensor {
+        shape: out_shape,
+        data,
+    })
+}
+
+/// Col2Im: every column of every block added back at its image position.
+pub(super) fn col2im(
+    node: &Node,
+    x: &RtTensor,
+    image: &RtTensor,
+    block: &RtTensor,
+) -> Result<RtTensor> {
+    let (image, block) = (ints(image), ints(block));
+    let axes = col2im_axes(&node.attrs, &image, &block)?;
+    let [batch, rows, columns] = x.shape[..] else {
+        return Err(format!("input {:?} is not 3-D", x.shape));
+    };
+    let block_size: usize = block.iter().product::<i64>() as usize;
+    let positions: usize = axes.iter().map(|a| a.positions as usize).product();
+    if rows % block_size != 0 || columns != positions {
+        return Err(format!(
+            "input {:?} for blocks {block:?} at {positions} positions",
+            x.shape
+        ));
+    }
+    let channels = rows / block_size;
+    let image_size: usize = image.iter().product::<i64>() as usize;
+    let block_dims: Vec<usize> = block.iter().map(|&b| b as usize).collect();
+    let position_dims: Vec<usize> = axes.iter().map(|a| a.positions as usize).collect();
+    let image_dims: Vec<usize> = image.iter().map(|&d| d as usize).collect();
+    let (block_strides, position_strides, image_strides) = (
+        strides(&block_dims),
+        strides(&position_dims),
+        strides(&image_dims),
+    );
+    let values = floats(x);
+    let mut out = vec![0f64; batch * channels * image_size];
+    for n in 0..batch {
+        for c in 0..channels {
+            for b in 0..block_size {
+                let row = (n * rows + c * block_size + b) * columns;
+                'column: for l in 0..columns {
+                    let mut target = 0usize;
+                    for (d, axis) in axes.iter().enumerate() {
+                        let within = (b / block_strides[d] % block_dims[d]) as i64;
+                        let at = (l / position_strides[d] % position_dims[d]) as i64;
+                        let coord = at * axis.stride + within * axis.dilation - axis.pad_before;
+                        if coord < 0 || coord >= axis.image {
+                            continue 'column;
+                        }
+                        target += coord as usize * image_strides[d];
+                    }
+                    out[(n * channels + c) * image_size + target] += values[row + l] as f64;
+                }
+            }
+        }
+    }
+    let mut shape = vec![batch, channels];
+    shape.extend(&image_dims);
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out.iter().map(|&v| v as f32).collect()),
+    })
+}
+
+/// The normalised positions of `count` pixels along one axis, from −1 to 1.
+fn positions(count: usize, align_corners: bool) -> Vec<f64> {
+    (0..count)
+        .map(|i| {
+            if align_corners {
+                if count == 1 {
+                    -1.0
+                } else {
+                    -1.0 + 2.0 * i as f64 / (count - 1) as f64
+                }
+            } else {
+                (2 * i + 1) as f64 / count as f64 - 1.0
+            }
+        })
+        .collect()
+}
+
+/// AffineGrid: theta applied to the homogeneous position (x, y[, z], 1) of every output pixel,
+/// x running along the last (width) axis.
+pub(super) fn affine_grid(node: &Node, theta: &RtTensor, size: &RtTensor) -> Result<RtTensor> {
+    let size: Vec<usize> = ints(size)
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("size value {d}")))
+        .collect::<Result<_>>()?;
+    let spatial = size.len().checked_sub(2).filter(|&s| s == 2 || s == 3);
+    let spatial = spatial.ok_or_else(|| format!("size {size:?} is not 4 or 5 values"))?;
+    if theta.shape != [size[0], spatial, spatial + 1] {
+        return Err(format!("theta {:?} for size {size:?}", theta.shape));
+    }
+    let align = node.attrs.int_or("align_corners", 0) != 0;
+    // Axes in output order (D, H, W); coordinates in (x, y, z) order = reversed.
+    let extents = &size[2..];
+    let grids: Vec<Vec<f64>> = extents.iter().map(|&e| positions(e, align)).collect();
+    let points: usize = extents.iter().product();
+    let theta = floats(theta);
+    let mut out = Vec::with_capacity(size[0] * points * spatial);
+    let point_strides = strides(extents);
+    for n in 0..size[0] {
+        let matrix = &theta[n * spatial * (spatial + 1)..][..spatial * (spatial + 1)];
+        for p in 0..points {
+            // Homogeneous position: x from the last axis, y the one before, ...
+            let mut position = vec![1.0f64; spatial + 1];
+            for (c, slot) in position.iter_mut().take(spatial).enumerate() {
+                let axis = spatial - 1 - c;
+                *slot = grids[axis][p / point_strides[axis] % extents[axis]];
+            }
+            for r in 0..spatial {
+                let row = &matrix[r * (spatial + 1)..][..spatial + 1];
+                let value: f64 = row.iter().zip(&position).map(|(&t, &x)| t as f64 * x).sum();
+                out.push(value as f32);
+            }
+        }
+    }
+    let mut shape = vec![size[0]];
+    shape.extend(extents);
+    shape.push(spatial);
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out),
+    })
+}
+
+/// Det: LU factorisation with partial pivoting, in f64, per matrix.
+pub(super) fn det(x: &RtTensor) -> Result<RtTensor> {
+    let rank = x.shape.len();
+    if rank < 2 || x.shape[rank - 1] != x.shape[rank - 2] {
+        return Err(format!("{:?} is not a batch of square matrices", x.shape));
+    }
+    let m = x.shape[rank - 1];
+    let values = floats(x);
+    let matrices: usize = x.shape[..rank - 2].iter().product();
+    let mut out = Vec::with_capacity(matrices);
+    for k in 0..matrices {
+        let mut a: Vec<f64> = values[k * m * m..(k + 1) * m * m]
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let mut determinant = 1.0f64;
+        for col in 0..m {
+            let pivot = (col..m)
+                .max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs()))
+                .unwrap_or(col);
+            if a[pivot * m + col] == 0.0 {
+                determinant = 0.0;
+                break;
+            }
+            if pivot != col {
+                for j in 0..m {
+                    a.swap(pivot * m + j, col * m + j);
+                }
+                determinant = -determinant;
+            }
+            let diagonal = a[col * m + col];
+            determinant *= diagonal;
+            for row in col + 1..m {
+                let factor = a[row * m + col] / diagonal;
+                for j in col..m {
+                    a[row * m + j] -= factor * a[col * m + j];
+                }
+            }
+        }
+        out.push(determinant as f32);
+    }
+    Ok(RtTensor {
+        shape: x.shape[..rank - 2].to_vec(),
+        data: RtData::F32(out),
+    })
+}
+
+/// A window op's points for a run-time size.
+pub(super) fn window_op(node: &Node, size: &RtTensor) -> Result<RtTensor> {
+    let size = *ints(size).first().ok_or("empty size")?;
+    let size = usize::try_from(size).map_err(|_| format!("a window of {size} points"))?;
+    let periodic = node.attrs.int_or("periodic", 1) != 0;
+    let values = window(&node.op_type, size, periodic).ok_or("not a window op")?;
+    Ok(RtTensor {
+        shape: vec![size],
+        data: RtData::F32(values.iter().map(|&v| v as f32).collect()),
+    })
+}
+
+/// The bit pattern of one element of `dtype`, as the tool holds it (floats as f32 values,
+/// integers as i64 values).
+fn bits_of(dtype: DType, float: f32, int: i64) -> Result<u64> {
+    Ok(match dtype {
+        DType::F32 => float.to_bits() as u64,
+        DType::F64 => (float as f64).to_bits(),
+        DType::F16 => crate::exec::lower::quant::f32_to_f16(float) as u64,
+        DType::Bf16 => (float.to_bits() >> 16) as u64,
+        DType::Bool | DType::U8 | DType::I8 => int as u8 as u64,
+        DType::U16 | DType::I16 => int as u16 as u64,
+        DType::U32 | DType::I32 => int as u32 as u64,
+        DType::U64 | DType::I64 => int as u64,
+        other => return Err(format!("BitCast from {other:?} is not supported")),
+    })
+}
+
+/// BitCast: the same bits read as `to` (little endian, same width).
+pub(super) fn bit_cast(x: &RtTensor, from: DType, to: DType) -> Result<RtTensor> {
+    if from.size_bytes() != to.size_bytes() {
+        return Err(format!("BitCast from {from:?} to {to:?} changes the width"));
+    }
+    let bits: Vec<u64> = match &x.data {
+        RtData::F32(v) => v
+            .iter()
+            .map(|&f| bits_of(from, f, f as i64))
+            .collect::<Result<_>>()?,
+        RtData::I64(v) => v
+            .iter()
+            .map(|&i| bits_of(from, i as f32, i))
+            .collect::<Result<_>>()?,
+    };
+    let data = match to {
+        DType::F32 => RtData::F32(bits.iter().map(|&b| f32::from_bits(b as u32)).collect()),
+        DType::F64 => RtData::F32(bits.iter().map(|&b| f64::from_bits(b) as f32).collect()),
+        DType::F16 => RtData::F32(bits.iter().map(|&b| f16_to_f32(b as u16)).collect()),
+        DType::Bf16 => RtData::F32(
+            bits.iter()
+                .map(|&b| f32::from_bits((b as u32) << 16))
+                .collect(),
+        ),
+        DType::Bool => RtData::I64(bits.iter().map(|&b| (b as u8 != 0) as i64).collect()),
+        DType::U8 => RtData::I64(bits.iter().map(|&b| b as u8 as i64).collect()),
+        DType::I8 => RtData::I64(bits.iter().map(|&b| b as u8 as i8 as i64).collect()),
+        DType::U16 => RtData::I64(bits.iter().map(|&b| b as u16 as i64).collect()),
+        DType::I16 => RtData::I64(bits.iter().map(|&b| b as u16 as i16 as i64).collect()),
+        DType::U32 => RtData::I64(bits.iter().map(|&b| b as u32 as i64).collect()),
+        DType::I32 => RtData::I64(bits.iter().map(|&b| b as u32 as i32 as i64).collect()),
+        DType::U64 | DType::I64 => RtData::I64(bits.iter().map(|&b| b as i64).collect()),
+        other => return Err(format!("BitCast to {other:?} is not supported")),
+    };
+    Ok(RtTensor {
+        shape: x.shape.clone(),
+        data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::graph::Attr;
+
+    fn node(op: &str, attrs: &[(&str, Attr)]) -> Node {
+        let mut node = Node {
+            name: "n".into(),
+            op_type: op.into(),
+            domain: String::new(),
+            attrs: Default::default(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        for (name, value) in attrs {
+            node.attrs.0.insert(name.to_string(), value.clone());
+        }
+        node
+    }
+
+    fn f(shape: &[usize], values: Vec<f32>) -> RtTensor {
+        RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::F32(values),
+        }
+    }
+
+    fn i(values: &[i64]) -> RtTensor {
+        RtTensor {
+            shape: vec![values.len()],
+            data: RtData::I64(values.to_vec()),
+        }
+    }
+
+    #[test]
+    fn center_crop_pad_crops_left_and_pads_right() {
+        let x = f(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Crop 5 → 2: start ⌊3/2⌋ = 1.
+        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[2])).unwrap();
+        assert_eq!(out.to_f32(), [2.0, 3.0]);
+        // Pad 5 → 8: 1 before, 2 after.
+        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[8])).unwrap();
+        assert_eq!(out.to_f32(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn col2im_sums_overlapping_blocks() {
+        // 1-channel 1×3 image from 1×2 blocks at stride 1: 2 positions; columns [a b], [c d]
+        // land at (0,1) and (1,2).
+        let x = f(&[1, 2, 2], vec![1.0, 10.0, 2.0, 20.0]);
+        let out = col2im(&node("Col2Im", &[]), &x, &i(&[1, 3]), &i(&[1, 2])).unwrap();
+        assert_eq!(out.shape, [1, 1, 1, 3]);
+        assert_eq!(out.to_f32(), [1.0, 12.0, 20.0]);
+    }
+
+    #[test]
+    fn affine_grid_identity_gives_the_base_grid() {
+        let theta = f(&[1, 2, 3], vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+        let out = affine_grid(&node("AffineGrid", &[]), &theta, &i(&[1, 1, 1, 2])).unwrap();
+        assert_eq!(out.shape, [1, 1, 2, 2]);
+        // Width 2 without aligned corners: x = −0.5, 0.5; height 1: y = 0.
+        assert_eq!(out.to_f32(), [-0.5, 0.0, 0.5, 0.0]);
+        let aligned = node("AffineGrid", &[("align_corners", Attr::Int(1))]);
+        let out = affine_grid(&aligned, &theta, &i(&[1, 1, 1, 2])).unwrap();
+        assert_eq!(out.to_f32(), [-1.0, -1.0, 1.0, -1.0]);
+    }
+
+    #[test]
+    fn det_of_known_matrices() {
+        let x = f(&[2, 2, 2], vec![1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(det(&x).unwrap().to_f32(), [-2.0, -1.0]);
+        let singular = f(&[2, 2], vec![1.0, 2.0, 2.0, 4.0]);
+        assert_eq!(det(&singular).unwrap().to_f32(), [0.0]);
+    }
+
+    #[test]
+    fn bit_cast_keeps_the_bits() {
+        let x = f(&[2], vec![1.0, -2.0]);
+        let out = bit_cast(&x, DType::F32, DType::I32).unwrap();
+        assert_eq!(ints(&out), [0x3f80_0000, 0xc000_0000u32 as i32 as i64]);
+        let back = bit_cast(&out, DType::I32, DType::F32).unwrap();
+        assert_eq!(back.to_f32(), [1.0, -2.0]);
+        let bytes = bit_cast(&i(&[-1, 5]), DType::I8, DType::U8).unwrap();
+        assert_eq!(ints(&bytes), [255, 5]);
+        assert!(bit_cast(&x, DType::F32, DType::I64).is_err());
+    }
+}
