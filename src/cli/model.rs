@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Result;
 use clap::Args;
 
+use roofline::analysis::tensor::TensorFact;
 use roofline::analysis::{import, Bindings, Graph};
 use roofline::builtin::{self, WeightFill};
 use roofline::exec::{self, npy, RtTensor};
@@ -195,6 +196,63 @@ fn specialise_if_needed(loaded: &mut LoadedModel, values: &HashMap<String, RtTen
             return;
         }
     }
+    observe_if_needed(loaded, values);
+}
+
+/// When shapes still depend on the data (NonZero, NonMaxSuppression, Unique, Compress and what
+/// reads them) and every input was given as a file: runs the data-dependent nodes on those
+/// values and takes the sizes they produce as the shapes of their outputs, so the rest of the
+/// model is sized and costed for that input (the nodes themselves stay run-time work).
+fn observe_if_needed(loaded: &mut LoadedModel, values: &HashMap<String, RtTensor>) {
+    let missing: Vec<&str> = loaded
+        .graph
+        .inputs
+        .iter()
+        .map(|&v| loaded.graph.values[v].name.as_str())
+        .filter(|name| !values.contains_key(*name))
+        .collect();
+    if !missing.is_empty() {
+        return;
+    }
+    let options = exec::PlanOptions::default();
+    let observed = match exec::observe_data_dependent_shapes(
+        &loaded.graph,
+        &loaded.bindings,
+        values,
+        &options,
+        0,
+    ) {
+        Ok(observed) if !observed.is_empty() => observed,
+        Ok(_) => return,
+        Err(e) => {
+            note!(
+                "the shapes that depend on the data could not be observed on the values given: {}",
+                super::safe(&e.to_string())
+            );
+            return;
+        }
+    };
+    let mut described = Vec::new();
+    for (name, dtype, shape) in &observed {
+        let Some(value) = loaded.graph.value_by_name(name) else {
+            continue;
+        };
+        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        loaded.graph.values[value].declared = Some(TensorFact::known(*dtype, &dims));
+        described.push(format!(
+            "{} {}",
+            super::safe(name),
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join("x")
+        ));
+    }
+    note!(
+        "sizes that depend on the data are taken from a run on the values given: {}",
+        described.join(", ")
+    );
 }
 
 /// Float inputs up to this many elements count as parameters when shapes depend on them.

@@ -49,7 +49,7 @@ use crate::analysis::tensor::TensorFact;
 pub use lower::quant;
 pub use plan::{build_plan, ConvAlgorithms, Plan, PlanOptions, StepInfo};
 pub use run::{RunTimings, Workspace};
-pub use staged::run_staged;
+pub use staged::{observe_data_dependent_shapes, run_staged, ObservedShape};
 
 /// A run-time tensor. Integer and boolean values are carried as i64.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,6 +4,10 @@
 //! evaluated, that node runs on its reference kernel, its outputs become constants, and the
 //! graph is planned again, until the whole graph plans. Each stage re-plans the model, so this is
 //! for `roofline run` (one answer, checked against another runtime), not for timing.
+//!
+//! The same stages give `analyze` the sizes it cannot infer: `observe_data_dependent_shapes`
+//! stops once every shape is known and returns the shapes the data-dependent nodes produced, so
+//! the analysis can cost the model for the values a user gave.
 
 use std::collections::HashMap;
 
@@ -13,7 +17,7 @@ use super::{
 };
 use crate::analysis::graph::{Graph, ValueId};
 use crate::analysis::infer::NodeState;
-use crate::analysis::tensor::{Tensor, TensorData, TensorFact};
+use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
 use crate::analysis::{prepare_graph, Bindings, Diagnostic};
 
 /// Data-dependent stages allowed before giving up (a detection model has a handful).
@@ -21,6 +25,9 @@ const MAX_STAGES: usize = 64;
 
 /// The outputs of a staged run, by output name, and the last stage's diagnostics.
 pub type StagedOutputs = (Vec<(String, RtTensor)>, Vec<Diagnostic>);
+
+/// One output of a data-dependent node as a run produced it: value name, element type, shape.
+pub type ObservedShape = (String, DType, Vec<usize>);
 
 /// The outputs of one run of `graph` on `given` (inputs not given get the seeded random values
 /// `roofline run` uses), by output name, and the diagnostics of the last stage's inference.
@@ -31,6 +38,39 @@ pub fn run_staged(
     options: &PlanOptions,
     seed: u64,
 ) -> Result<StagedOutputs, ExecError> {
+    let mut observed = Vec::new();
+    staged(graph, bindings, given, options, seed, &mut observed, true)
+        .map(|outputs| outputs.unwrap_or_default())
+}
+
+/// The shapes the data-dependent nodes of `graph` (those whose output sizes inference cannot
+/// know) produce on `given`, in the order they ran: evaluated stage by stage as `run_staged`
+/// does, stopping as soon as every remaining shape is known (the rest of the model does not
+/// run). Inputs not given get seeded random values.
+pub fn observe_data_dependent_shapes(
+    graph: &Graph,
+    bindings: &Bindings,
+    given: &HashMap<String, RtTensor>,
+    options: &PlanOptions,
+    seed: u64,
+) -> Result<Vec<ObservedShape>, ExecError> {
+    let mut observed = Vec::new();
+    staged(graph, bindings, given, options, seed, &mut observed, false)?;
+    Ok(observed)
+}
+
+/// The staged evaluation behind `run_staged` and `observe_data_dependent_shapes`: records every
+/// data-dependent node's output shapes in `observed`; runs the final plan (and returns its
+/// outputs) only when `run_final`.
+fn staged(
+    graph: &Graph,
+    bindings: &Bindings,
+    given: &HashMap<String, RtTensor>,
+    options: &PlanOptions,
+    seed: u64,
+    observed: &mut Vec<ObservedShape>,
+    run_final: bool,
+) -> Result<Option<StagedOutputs>, ExecError> {
     let analysis_error = |e: crate::analysis::AnalysisError| ExecError::Input {
         name: "model".into(),
         reason: e.to_string(),
@@ -76,9 +116,12 @@ pub fn run_staged(
                     .any(|&v| graph.values[v].fact.concrete_shape().is_none())
         });
         let Some(pending) = pending else {
+            if !run_final {
+                return Ok(None);
+            }
             let plan = build_plan(&graph, &order, &states, options)?;
             let outputs = plan.run(&mut plan.workspace(), &HashMap::new(), None)?;
-            return Ok((outputs, diagnostics));
+            return Ok(Some((outputs, diagnostics)));
         };
         let node = graph.dag[pending].clone();
         if !super::reference::covers(&node.domain, &node.op_type) {
@@ -100,6 +143,11 @@ pub fn run_staged(
         let results = eval::generic_eval(&node, graph.opset, &ins, &in_types, &out_types)?;
         // Its outputs become constants; the node leaves the graph.
         for ((&value, tensor), &dtype) in node.outputs.iter().zip(results).zip(&out_types) {
+            observed.push((
+                graph.values[value].name.clone(),
+                dtype,
+                tensor.shape.clone(),
+            ));
             graph.values[value].fact = TensorFact::constant(to_constant(&tensor, dtype));
         }
         let remaining: Vec<_> = graph
@@ -115,7 +163,7 @@ pub fn run_staged(
     })
 }
 
-fn to_constant(tensor: &RtTensor, dtype: crate::analysis::tensor::DType) -> Tensor {
+fn to_constant(tensor: &RtTensor, dtype: DType) -> Tensor {
     Tensor {
         dtype,
         shape: tensor.shape.iter().map(|&d| d as u64).collect(),

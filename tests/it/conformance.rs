@@ -2,18 +2,21 @@
 //! installed `onnx` package generates goes through `roofline analyze` (inferred output shapes)
 //! and `roofline run` (outputs within the case's tolerance). No case may panic either command,
 //! and the pass rates may not fall below their floors. The floors sit one point under the rates
-//! reached when they were last raised (88.0% and 92.3%), so that another CPU's rounding on a
-//! case at the edge of its tolerance does not fail the suite while a real loss of cases does; a
-//! change that gains cases raises them (the script prints the rates).
+//! reached when they were last raised (shapes 93.5% of all judged cases and 98.3% of those
+//! onnxruntime passes, run 96.3%), so that another CPU's rounding on a case at the edge of its
+//! tolerance does not fail the suite while a real loss of cases does; a change that gains
+//! cases raises them (the script prints the rates).
 
 use std::process::Command;
 
 use super::common::{repo_root, venv_python};
 
 /// Share of the judged cases whose every output shape and element type `analyze` infers.
-const SHAPES_FLOOR: f64 = 0.87;
+const SHAPES_FLOOR: f64 = 0.925;
+/// The same share over the cases onnxruntime passes (the acceptance figure).
+const SHAPES_OF_ORT_FLOOR: f64 = 0.973;
 /// Share of the cases onnxruntime passes whose outputs `run` reproduces.
-const RUN_FLOOR: f64 = 0.91;
+const RUN_FLOOR: f64 = 0.953;
 
 #[test]
 fn onnx_node_cases_hold_their_pass_rates_without_a_panic() {
@@ -53,7 +56,14 @@ fn onnx_node_cases_hold_their_pass_rates_without_a_panic() {
     let judged = summary["judged"].as_u64().unwrap_or(0);
     assert!(judged > 1500, "only {judged} cases judged");
     let shapes_rate = summary["shapes_rate"].as_f64().unwrap_or(0.0);
+    let shapes_of_ort_rate = summary["shapes_rate_of_ort"].as_f64().unwrap_or(0.0);
     let run_rate = summary["run_rate"].as_f64().unwrap_or(0.0);
+    assert!(
+        shapes_of_ort_rate >= SHAPES_OF_ORT_FLOOR,
+        "analyze infers the output shapes of {:.1}% of the cases onnxruntime passes, below the floor of {:.1}%",
+        100.0 * shapes_of_ort_rate,
+        100.0 * SHAPES_OF_ORT_FLOOR
+    );
     assert!(
         shapes_rate >= SHAPES_FLOOR,
         "analyze infers the output shapes of {:.1}% of the cases, below the floor of {:.1}%",

@@ -6,6 +6,9 @@
 //!   FLOPs = 2 · MACs + N · M · Ho · Wo if a bias B is given (one add per output element)
 //! ConvTranspose: X[N,C,H,W], W[C,M/g,kh,kw] -> Y[N,M,Ho,Wo]; every input element scatters
 //! through the kernel, so MACs = N · C · H · W · (M/g) · kh · kw; bias as above.
+//! DeformConv (19+): the Conv geometry, each tap read at a learned fractional offset: per
+//! output pixel, input channel and tap one bilinear sample (4 taps, 8 FLOPs) and, with a mask,
+//! one multiply; then the Conv MACs. The offset and mask are read once like any input.
 //! Bytes: input, weights and bias read once, output written once.
 
 use super::spatial::{ConvConfig, ConvTransposeConfig};
@@ -14,11 +17,13 @@ use crate::analysis::tensor::{Dim, TensorFact};
 
 struct Conv;
 struct ConvTranspose;
+struct DeformConv;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     match op_type {
         "Conv" => Some(&Conv),
         "ConvTranspose" => Some(&ConvTranspose),
+        "DeformConv" => Some(&DeformConv),
         _ => None,
     }
 }
@@ -112,6 +117,47 @@ impl OpDef for Conv {
     }
 }
 
+impl OpDef for DeformConv {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        // X, W and the bias (input #3 here, #2 for Conv) have Conv's geometry.
+        let as_conv = InferCtx {
+            node: super::OpNode { ..ctx.node },
+            inputs: vec![ctx.opt_input(0), ctx.opt_input(1), ctx.opt_input(3)],
+            output_count: 1,
+        };
+        let out = Conv.infer(&as_conv)?;
+        let offset = ctx.input_shape(2)?;
+        if offset.len() != ctx.input_shape(0)?.len() {
+            return Err(super::invalid(
+                "DeformConv: the offset has the input's rank",
+            ));
+        }
+        Ok(out)
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let w = ctx.input_dims(1)?;
+        let y = ctx.output_dims(0)?;
+        let taps: u64 = w[1..].iter().product();
+        let outputs: u64 = y.iter().product();
+        let macs = outputs.saturating_mul(taps);
+        // Samples: per output pixel (all output channels share them), input channel and tap.
+        let group = ctx.attrs().int_or("group", 1).max(1) as u64;
+        let pixels = outputs / y[1].max(1);
+        let samples = pixels * w[1] * group * w[2..].iter().product::<u64>();
+        let has_mask = ctx.inputs.get(4).copied().flatten().is_some();
+        let has_bias = ctx.inputs.get(3).copied().flatten().is_some();
+        Ok(OpCost {
+            flops: 2 * macs
+                + samples * if has_mask { 9 } else { 8 }
+                + if has_bias { outputs } else { 0 },
+            macs,
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
 impl OpDef for ConvTranspose {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let x = ctx.input_shape(0)?;
@@ -184,6 +230,24 @@ mod tests {
     use super::super::tests::kit::{dims, f32_dims, f32s, sym, traffic, w32, Op};
     use crate::analysis::tensor::Dim;
     use crate::device::Precision;
+
+    #[test]
+    fn deform_conv_adds_one_bilinear_sample_per_tap() {
+        // X [1,2,4,4], W [3,2,3,3], pads 1: Y [1,3,4,4]; offsets [1, 2·9, 4, 4].
+        let (x, w, offset) = (
+            f32s(&[1, 2, 4, 4]),
+            w32(&[3, 2, 3, 3]),
+            f32s(&[1, 18, 4, 4]),
+        );
+        let op = Op::new("DeformConv").ints("pads", &[1, 1, 1, 1]);
+        let (out, cost) = op.run(&[&x, &w, &offset]);
+        assert_eq!(dims(&out[0]), [1, 3, 4, 4]);
+        let macs = 48 * 18;
+        assert_eq!(cost.macs, macs);
+        // 16 pixels · 2 channels · 9 taps samples, 8 FLOPs each.
+        assert_eq!(cost.flops, 2 * macs + 16 * 2 * 9 * 8);
+        Op::new("DeformConv").fails(&[&x, &w, &f32s(&[1, 18])]);
+    }
 
     fn stem() -> Op {
         Op::new("Conv")

@@ -1,6 +1,6 @@
 //! Ops with their own structure: recurrent layers LSTM / GRU / RNN (opsets 7-22, both layouts),
-//! RoiAlign, and the ops the tool deliberately does not cost: control flow with subgraphs
-//! (If, Loop, Scan) and data-dependent detection post-processing (NonMaxSuppression).
+//! RoiAlign, NonMaxSuppression, and the ops the tool deliberately does not cost: control flow
+//! with subgraphs (If, Loop, Scan).
 //!
 //! LSTM/GRU/RNN with G gates (4, 3, 1), hidden size H, input size I, D directions:
 //!   MACs = seq · batch · D · G·H · (I + H)   (input and recurrent projections per step)
@@ -14,6 +14,12 @@
 //! and weighted (2 FLOPs), plus one add per element for a sum or mean reduction.
 //! SoftmaxCrossEntropyLoss (13+): a log-softmax over the class axis of the scores (4 FLOPs and
 //! 1 exp per score, 1 log per row), then the NLL loss above.
+//! NonMaxSuppression (10+): boxes [B, N, 4], scores [B, C, N], output [S, 3] with S the boxes
+//! kept, known only from the data (a symbol, unless a run on given values supplied it). Costed
+//! only when S is known: per (batch, class) a score test per box and a sort (N·⌈log2 N⌉
+//! comparisons), then every kept box tested against every candidate of its class (S·N
+//! intersection-over-union tests of 15 FLOPs each: an upper estimate, since candidates drop
+//! out as the loop goes).
 
 use super::{CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{DType, Dim, TensorFact};
@@ -21,6 +27,7 @@ use crate::analysis::tensor::{DType, Dim, TensorFact};
 struct Recurrent;
 struct RoiAlign;
 struct NotCosted;
+struct NonMaxSuppression;
 struct Loss;
 struct EyeLike;
 
@@ -30,7 +37,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "RoiAlign" => &RoiAlign,
         "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => &Loss,
         "EyeLike" => &EyeLike,
-        "If" | "Loop" | "Scan" | "NonMaxSuppression" => &NotCosted,
+        "If" | "Loop" | "Scan" => &NotCosted,
+        "NonMaxSuppression" => &NonMaxSuppression,
         _ => return None,
     })
 }
@@ -205,17 +213,38 @@ impl OpDef for Loss {
     }
 }
 
+impl OpDef for NonMaxSuppression {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        Ok(vec![TensorFact::new(
+            DType::I64,
+            vec![
+                Dim::Sym(format!("{}_selected", ctx.node.name)),
+                Dim::Known(3),
+            ],
+        )])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let kept = ctx
+            .output_dims(0)
+            .map_err(|_| "its work depends on the data (number of boxes kept)".to_string())?[0];
+        let scores = ctx.input_dims(1)?;
+        if scores.len() != 3 {
+            return Err("scores must be [batch, classes, boxes]".into());
+        }
+        let boxes = scores[2];
+        let lists = scores[0] * scores[1];
+        let sort = lists * boxes * (64 - boxes.max(1).leading_zeros() as u64);
+        Ok(OpCost {
+            flops: lists * boxes + sort + 15 * kept * boxes,
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
 impl OpDef for NotCosted {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
-        if ctx.node.op_type == "NonMaxSuppression" {
-            return Ok(vec![TensorFact::new(
-                DType::I64,
-                vec![
-                    Dim::Sym(format!("{}_selected", ctx.node.name)),
-                    Dim::Known(3),
-                ],
-            )]);
-        }
         Err(format!(
             "{} runs subgraphs; its output shapes come from the model's value_info if present",
             ctx.node.op_type
@@ -223,10 +252,10 @@ impl OpDef for NotCosted {
     }
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
-        Err(match ctx.node.op_type {
-            "NonMaxSuppression" => "its work depends on the data (number of boxes kept)".into(),
-            other => format!("{other} executes subgraphs, which the tool does not cost"),
-        })
+        Err(format!(
+            "{} executes subgraphs, which the tool does not cost",
+            ctx.node.op_type
+        ))
     }
 }
 
@@ -351,5 +380,13 @@ mod tests {
             .try_cost_opt(&[Some(&boxes), Some(&scores)], &out)
             .unwrap_err();
         assert!(err.contains("depends on the data"), "{err}");
+        // Once the kept count is known (a run on given values), the work is costed: 10 score
+        // tests, 10·4 sort comparisons, 3 kept × 10 candidates × 15 FLOPs.
+        let kept = [act(DType::I64, &[3, 3])];
+        let cost = Op::new("NonMaxSuppression")
+            .try_cost_opt(&[Some(&boxes), Some(&scores)], &kept)
+            .unwrap();
+        assert_eq!(cost.flops, 10 + 40 + 450);
+        assert_eq!(cost.bytes, traffic(0, 160 + 40, 72));
     }
 }

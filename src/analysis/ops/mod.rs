@@ -17,6 +17,7 @@
 //!   data: they cost nothing and say so (`OpCost::view`).
 
 mod attention;
+pub mod classic_ml;
 pub mod contrib;
 mod contrib_fused;
 mod conv;
@@ -261,6 +262,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
     if domain == contrib::DOMAIN {
         return contrib::lookup(op_type);
     }
+    if domain == classic_ml::DOMAIN {
+        return classic_ml::lookup_ml(op_type);
+    }
     if !(domain.is_empty() || domain == "ai.onnx") {
         return None;
     }
@@ -278,6 +282,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| state::lookup(op_type))
         .or_else(|| signal::lookup(op_type))
         .or_else(|| geometry::lookup(op_type))
+        .or_else(|| classic_ml::lookup(op_type))
         .or_else(|| misc::lookup(op_type))
 }
 

@@ -1,11 +1,16 @@
 //! Shape-computing and view ops: Shape (opset 15 start/end), Size, Constant, ConstantOfShape,
 //! Range, Reshape (allowzero), Flatten, Squeeze/Unsqueeze (axes as attribute before 13, input
-//! from 13), Identity, Dropout (inference), Cast/CastLike, BitCast (26), NonZero.
+//! from 13), Identity, Dropout (inference), Cast/CastLike, BitCast (26), and the ops whose
+//! output size depends on the data: NonZero, Compress, Unique.
 //!
 //! These ops evaluate on constant inputs, which is how Shape → Gather → Concat → Reshape chains
 //! fold into known shapes. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) cost
 //! nothing: no data moves; BitCast, which reinterprets the same bytes, is a view too. Cast reads and writes every element (1 FLOP each for the convert);
-//! Range and ConstantOfShape write their output; NonZero reads its input once.
+//! Range and ConstantOfShape write their output; NonZero reads its input once (one compare per
+//! element); Compress reads its input and condition and writes what it keeps; Unique reads its
+//! input and writes its outputs, with n·⌈log2 n⌉ comparisons for the sort. Their data-dependent
+//! dims are symbols unless the condition is a constant (Compress) or a run on given values
+//! supplied the shapes (`analyze -i NAME=FILE.npy`).
 
 use super::fold::{reshape, tensor_from_f64};
 use super::{normalize_axis, CostCtx, InferCtx, OpCost, OpDef, OpResult};
@@ -25,6 +30,8 @@ struct Passthrough;
 struct Cast;
 struct BitCast;
 struct NonZero;
+struct Compress;
+struct Unique;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     Some(match op_type {
@@ -41,6 +48,8 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "Cast" | "CastLike" => &Cast,
         "BitCast" => &BitCast,
         "NonZero" => &NonZero,
+        "Compress" => &Compress,
+        "Unique" => &Unique,
         _ => return None,
     })
 }
@@ -530,6 +539,76 @@ impl OpDef for NonZero {
     }
 }
 
+impl OpDef for Compress {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        let condition = ctx.input(1)?;
+        if condition.rank().is_some_and(|r| r != 1) {
+            return Err(super::invalid("Compress: the condition is 1-D"));
+        }
+        let kept = match condition.konst.as_ref().and_then(|t| t.to_i64_vec()) {
+            Some(flags) => Dim::Known(flags.iter().filter(|&&f| f != 0).count() as u64),
+            None => Dim::Sym(format!("{}_kept", ctx.node.name)),
+        };
+        let out = match ctx.attrs().int("axis") {
+            None => vec![kept],
+            Some(axis) => {
+                let axis = normalize_axis(axis, shape.len())?;
+                let mut out = shape.to_vec();
+                out[axis] = kept;
+                out
+            }
+        };
+        Ok(vec![TensorFact::new(x.dtype, out)])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        Ok(OpCost {
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
+impl OpDef for Unique {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        let unique = Dim::Sym(format!("{}_unique", ctx.node.name));
+        let (values, scanned) = match ctx.attrs().int("axis") {
+            None => {
+                let total = match shape.iter().map(Dim::known).collect::<Option<Vec<u64>>>() {
+                    Some(dims) => Dim::Known(dims.iter().product()),
+                    None => Dim::Sym(format!("{}_size", ctx.node.name)),
+                };
+                (vec![unique.clone()], total)
+            }
+            Some(axis) => {
+                let axis = normalize_axis(axis, shape.len())?;
+                let mut out = shape.to_vec();
+                out[axis] = unique.clone();
+                (out, shape[axis].clone())
+            }
+        };
+        Ok(vec![
+            TensorFact::new(x.dtype, values),
+            TensorFact::new(DType::I64, vec![unique.clone()]),
+            TensorFact::new(DType::I64, vec![scanned]),
+            TensorFact::new(DType::I64, vec![unique]),
+        ])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let n = ctx.input(0)?.element_count().unwrap_or(0);
+        Ok(OpCost {
+            flops: n * (64 - n.max(1).leading_zeros() as u64),
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::known_dims;
@@ -762,5 +841,37 @@ mod cost_tests {
         assert!(out[0].concrete_shape().is_none());
         assert_eq!(cost.bytes, traffic(0, 40, 0));
         assert_eq!(cost.flops, 10);
+    }
+
+    #[test]
+    fn compress_counts_a_constant_condition() {
+        let x = f32s(&[3, 2]);
+        let keep = TensorFact::constant(Tensor {
+            dtype: DType::Bool,
+            shape: vec![3],
+            data: TensorData::I64(vec![0, 1, 1]),
+        });
+        let (out, cost) = Op::new("Compress").int("axis", 0).run(&[&x, &keep]);
+        assert_eq!(dims(&out[0]), [2, 2]);
+        // Input read, condition read as a weight (3 bools), kept rows written.
+        assert_eq!(cost.bytes, traffic(3, 24, 16));
+        // Without an axis the input is flattened; a run-time condition gives a symbol.
+        let out = Op::new("Compress").infer(&[&x, &act(DType::Bool, &[6])]);
+        assert_eq!(out[0].rank(), Some(1));
+        assert!(out[0].concrete_shape().is_none());
+    }
+
+    #[test]
+    fn unique_has_four_outputs_sized_by_the_data() {
+        let x = f32s(&[2, 3]);
+        let out = Op::new("Unique").outputs(4).infer(&[&x]);
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[0].rank(), Some(1));
+        assert_eq!(out[1].dtype, DType::I64);
+        // The inverse indices cover every scanned element: 6 without an axis, 2 along axis 0.
+        assert_eq!(dims(&out[2]), [6]);
+        let out = Op::new("Unique").int("axis", 0).outputs(4).infer(&[&x]);
+        assert_eq!(out[0].shape.as_deref().unwrap()[1], Dim::Known(3));
+        assert_eq!(dims(&out[2]), [2]);
     }
 }

@@ -120,6 +120,14 @@ impl Op {
         }
     }
 
+    /// An op of the classical-ML domain (`ai.onnx.ml`).
+    pub fn ml(op_type: &str) -> Op {
+        Op {
+            domain: super::super::classic_ml::DOMAIN,
+            ..Op::new(op_type)
+        }
+    }
+
     /// An op of onnxruntime's contrib domain (`com.microsoft`).
     pub fn contrib(op_type: &str) -> Op {
         Op {
