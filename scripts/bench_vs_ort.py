@@ -38,6 +38,7 @@ MODELS = {
     "shufflenet": (str(CACHE / "light-random/light_shufflenet.onnx"), {}),
     "squeezenet": (str(CACHE / "light-random/light_squeezenet.onnx"), {}),
     "bert-base": ("builtin:bert-base", {"input_ids": [1, 128]}),
+    "yolov8n": ("builtin:yolov8n", {"images": [1, 3, 640, 640]}),
     "ppocr-det": (str(CACHE / "ppocr/ch_PP-OCRv4_det_infer.onnx"), {"x": [1, 3, 640, 640]}),
 }
 

@@ -69,6 +69,15 @@ pub fn attr_float(name: &str, value: f32) -> AttributeProto {
     }
 }
 
+pub fn attr_string(name: &str, value: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRING,
+        s: value.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
 fn value_info(name: &str, elem_type: i32, dims: &[SigDim]) -> ValueInfoProto {
     ValueInfoProto {
         name: name.into(),
@@ -153,6 +162,11 @@ impl GraphBuilder {
         format!("{prefix}_{}", self.counter)
     }
 
+    /// A new value name (for the outputs of a multi-output node).
+    pub fn fresh_name(&mut self, prefix: &str) -> String {
+        self.fresh(prefix)
+    }
+
     /// splitmix64: a tiny, well-distributed generator; reproducible across platforms.
     fn next_uniform(&mut self) -> f32 {
         self.rng_state = self.rng_state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -212,6 +226,14 @@ impl GraphBuilder {
             ),
         };
         self.float_tensor(&name, dims, bytes)
+    }
+
+    /// A float constant whose values always travel with it, whatever the fill (anchor tables,
+    /// Resize scales: values the model's shapes or outputs are defined by).
+    pub fn float_const(&mut self, prefix: &str, dims: &[i64], values: &[f32]) -> String {
+        let name = self.fresh(prefix);
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.float_tensor(&name, dims, Bytes::from(bytes))
     }
 
     /// A constant filled with one value (BN scale = 1, variance = 1...).

@@ -8,6 +8,9 @@
 //!   word and position embeddings, no attention mask, symbolic batch and sequence length.
 //! - `bert-tiny`: the same encoder at 2 layers, hidden 128, 2 heads, FFN 512, vocabulary 1000:
 //!   small enough to export and run in tests (and to put through onnxruntime's optimizer).
+//! - `yolov8n`: a YOLOv8n-class detector in its export form (folded BN, SiLU as x·σ(x), C2f
+//!   Split/Concat blocks, SPPF, Resize, the box decoding in the graph), 640², output [1, 84,
+//!   8400] (`yolo.rs`).
 //! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
 //! - Decoder LLMs with a KV cache, from their published configurations (`decoder.rs`):
 //!   `llama-2-7b`, `llama-2-13b`, `llama-2-70b`, `llama-3-8b`, `llama-3-70b`, `mistral-7b`,
@@ -18,6 +21,7 @@ pub mod builder;
 pub mod decoder;
 #[cfg(test)]
 mod llm_tests;
+mod yolo;
 
 pub use builder::{ConvSpec, GraphBuilder, SigDim, WeightFill, BUILTIN_OPSET};
 
@@ -235,6 +239,13 @@ pub const MODELS: &[BuiltinModel] = &[
         "Llama-style decoder small enough to run (2 layers, hidden 256, 2 KV heads)",
         decoder::LLAMA_TINY
     ),
+    BuiltinModel {
+        name: "yolov8n",
+        description: "YOLOv8n-class detector, 640x640, box decoding in the graph (export form)",
+        build: yolo::yolov8n,
+        default_bindings: Bindings::default,
+        decoder: None,
+    },
     BuiltinModel {
         name: "tinycnn",
         description: "Five-layer CNN on 1x3x32x32 for tests",

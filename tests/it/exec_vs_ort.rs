@@ -154,6 +154,7 @@ fn builtin_models_match_onnxruntime() {
         ("resnet50", vec!["input=1x3x224x224"]),
         ("vgg16", vec!["input=1x3x224x224"]),
         ("bert-base", vec!["input_ids=1x64"]),
+        ("yolov8n", vec!["images=1x3x640x640"]),
     ] {
         let model = export_builtin(name);
         let reference_dir = reference(&python, &model, &format!("builtin-{name}"), &shapes, &[]);

@@ -372,7 +372,14 @@ mod tests {
             assert!(lookup("", op).is_none(), "{op} has no kernel");
         }
         // Ops only the reference kernels cover are answered in the standard domain only.
-        for op in ["LSTM", "Einsum", "TopK", "Attention", "Col2Im", "LinearAttention"] {
+        for op in [
+            "LSTM",
+            "Einsum",
+            "TopK",
+            "Attention",
+            "Col2Im",
+            "LinearAttention",
+        ] {
             assert!(lookup("", op).is_some(), "{op}");
             assert!(lookup("com.microsoft", op).is_none(), "{op}");
         }
