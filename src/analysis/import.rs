@@ -113,11 +113,42 @@ pub fn import_model_with(
         .map(|o| o.version)
         .unwrap_or(1);
     let mut external = ExternalData::new(base_dir);
+    let mut graph = import_graph(graph_proto, opset, &mut external, symbolic_weights, None)?;
+    graph.ir_version = model.ir_version;
+    graph.producer = model.producer_name.clone();
+    super::validate::validate_graph(&graph)?;
+    graph.external_files = external.files();
+    Ok(graph)
+}
+
+/// Where a subgraph's free names (values of the enclosing graphs it reads) get their facts.
+pub type OuterScope<'a> = &'a dyn Fn(&str) -> Option<TensorFact>;
+
+/// A control-flow body (`If` branch, `Loop` or `Scan` body) as a graph of its own: its formal
+/// inputs are its inputs; a name it reads that neither it nor its inputs define is looked up in
+/// `outer` (the enclosing graph's value of that name) and enters as a value with that fact and
+/// no producer. Initializers stored in external files are not read (a body's are inline).
+pub fn import_subgraph(
+    proto: &GraphProto,
+    opset: i64,
+    outer: OuterScope,
+) -> Result<Graph, AnalysisError> {
+    let mut external = ExternalData::new(Path::new("."));
+    let graph = import_graph(proto, opset, &mut external, false, Some(outer))?;
+    super::validate::validate_graph(&graph)?;
+    Ok(graph)
+}
+
+fn import_graph(
+    graph_proto: &GraphProto,
+    opset: i64,
+    external: &mut ExternalData,
+    symbolic_weights: bool,
+    outer: Option<OuterScope>,
+) -> Result<Graph, AnalysisError> {
     let mut graph = Graph {
         name: graph_proto.name.clone(),
         opset,
-        ir_version: model.ir_version,
-        producer: model.producer_name.clone(),
         ..Graph::default()
     };
     let mut by_name: HashMap<String, usize> = HashMap::new();
@@ -126,7 +157,7 @@ pub fn import_model_with(
         let tensor = if symbolic_weights && carries_no_data(init) {
             symbolic_tensor(init)?
         } else {
-            tensor_from_proto(init, &mut external)?
+            tensor_from_proto(init, external)?
         };
         let id = graph.add_value(init.name.clone(), TensorFact::constant(tensor));
         by_name.insert(init.name.clone(), id);
@@ -160,7 +191,7 @@ pub fn import_model_with(
     // graph no node ever produces one of them.
     let mut forward_refs: HashMap<usize, (String, String, String)> = HashMap::new();
     for proto in &graph_proto.node {
-        let attrs = attributes_from_proto(proto, opset, &mut external)?;
+        let attrs = attributes_from_proto(proto, opset, external)?;
         let node_name = if proto.name.is_empty() {
             format!(
                 "{}_{}",
@@ -253,6 +284,21 @@ pub fn import_model_with(
             outputs,
         });
     }
+    // In a body, names no node writes are the enclosing graph's values.
+    if let Some(outer) = outer {
+        forward_refs.retain(|&id, _| {
+            if graph.values[id].producer.is_some() {
+                return true;
+            }
+            match outer(&graph.values[id].name) {
+                Some(fact) => {
+                    graph.values[id].fact = fact;
+                    false
+                }
+                None => true,
+            }
+        });
+    }
     if let Some((node, op_type, input)) = forward_refs.into_values().min() {
         return Err(AnalysisError::Node {
             node,
@@ -277,8 +323,6 @@ pub fn import_model_with(
             }
         }
     }
-    super::validate::validate_graph(&graph)?;
-    graph.external_files = external.files();
     Ok(graph)
 }
 

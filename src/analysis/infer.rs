@@ -430,6 +430,11 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
                 format!("unknown op `{}` of domain `{}`", node.op_type, node.domain)
             }),
             Some(op) => {
+                let outer = |name: &str| {
+                    graph
+                        .value_by_name(name)
+                        .map(|v| graph.values[v].fact.clone())
+                };
                 let ctx = InferCtx {
                     node: OpNode {
                         name: &node.name,
@@ -439,6 +444,7 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
                     },
                     inputs: refs.clone(),
                     output_count: node.outputs.len(),
+                    outer: Some(&outer),
                 };
                 op.infer(&ctx).and_then(|facts| {
                     if facts.len() < node.outputs.len() {

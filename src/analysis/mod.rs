@@ -272,6 +272,11 @@ pub fn analyze_prepared(
             NodeState::Inferred => match ops::lookup(&node.domain, &node.op_type) {
                 None => Err((NodeStatus::NotCosted, Some("unknown op".to_string()))),
                 Some(op) => {
+                    let outer = |name: &str| {
+                        graph
+                            .value_by_name(name)
+                            .map(|v| graph.values[v].fact.clone())
+                    };
                     let ctx = CostCtx {
                         node: OpNode {
                             name: &node.name,
@@ -282,6 +287,7 @@ pub fn analyze_prepared(
                         inputs: input_facts.clone(),
                         outputs: output_facts.clone(),
                         precision: options.precision,
+                        outer: Some(&outer),
                     };
                     op.cost(&ctx)
                         .map_err(|reason| (NodeStatus::NotCosted, Some(reason)))

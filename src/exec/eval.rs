@@ -192,6 +192,7 @@ pub(super) fn generic_eval(
         },
         inputs: refs,
         output_count: node.outputs.len(),
+        outer: None,
     };
     let outputs = op.infer(&ctx).map_err(|e| node_error(node, e))?;
     outputs

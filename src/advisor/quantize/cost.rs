@@ -187,6 +187,7 @@ fn cost_of(
         inputs: inputs.to_vec(),
         outputs,
         precision,
+        outer: None,
     };
     op.cost(&ctx)
 }

@@ -124,6 +124,7 @@ impl OpDef for DeformConv {
             node: super::OpNode { ..ctx.node },
             inputs: vec![ctx.opt_input(0), ctx.opt_input(1), ctx.opt_input(3)],
             output_count: 1,
+            outer: None,
         };
         let out = Conv.infer(&as_conv)?;
         let offset = ctx.input_shape(2)?;

@@ -56,6 +56,7 @@ fn inner_ctx<'a>(ctx: &'a InferCtx<'a>, op_type: &'a str, inputs: usize) -> Infe
         },
         inputs: ctx.inputs.iter().take(inputs).copied().collect(),
         output_count: 1,
+        outer: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn base_cost(ctx: &CostCtx, op_type: &str, inputs: usize) -> OpResult<OpCost> {
         inputs: ctx.inputs.iter().take(inputs).copied().collect(),
         outputs: ctx.outputs.clone(),
         precision: ctx.precision,
+        outer: None,
     };
     let op = super::lookup("", op_type).ok_or("internal: base op missing")?;
     op.cost(&inner)

@@ -1,6 +1,5 @@
 //! Ops with their own structure: recurrent layers LSTM / GRU / RNN (opsets 7-22, both layouts),
-//! RoiAlign, NonMaxSuppression, and the ops the tool deliberately does not cost: control flow
-//! with subgraphs (If, Loop, Scan).
+//! RoiAlign, NonMaxSuppression (control flow is in `control.rs`).
 //!
 //! LSTM/GRU/RNN with G gates (4, 3, 1), hidden size H, input size I, D directions:
 //!   MACs = seq · batch · D · G·H · (I + H)   (input and recurrent projections per step)
@@ -26,7 +25,6 @@ use crate::analysis::tensor::{DType, Dim, TensorFact};
 
 struct Recurrent;
 struct RoiAlign;
-struct NotCosted;
 struct NonMaxSuppression;
 struct Loss;
 struct EyeLike;
@@ -37,7 +35,6 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "RoiAlign" => &RoiAlign,
         "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => &Loss,
         "EyeLike" => &EyeLike,
-        "If" | "Loop" | "Scan" => &NotCosted,
         "NonMaxSuppression" => &NonMaxSuppression,
         _ => return None,
     })
@@ -243,22 +240,6 @@ impl OpDef for NonMaxSuppression {
     }
 }
 
-impl OpDef for NotCosted {
-    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
-        Err(format!(
-            "{} runs subgraphs; its output shapes come from the model's value_info if present",
-            ctx.node.op_type
-        ))
-    }
-
-    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
-        Err(format!(
-            "{} executes subgraphs, which the tool does not cost",
-            ctx.node.op_type
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! Hand-computed recurrent layers, RoiAlign, and the ops the tool does not cost.
@@ -363,15 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn control_flow_and_nms_are_not_costed() {
-        let x = f32s(&[4]);
-        for op in ["If", "Loop", "Scan"] {
-            let err = Op::new(op).error(&[&x]);
-            assert!(err.contains("subgraphs"), "{err}");
-            assert!(Op::new(op)
-                .try_cost_opt(&[Some(&x)], &[f32s(&[4])])
-                .is_err());
-        }
+    fn nms_is_costed_once_its_output_is_known() {
         let (boxes, scores) = (f32s(&[1, 10, 4]), f32s(&[1, 1, 10]));
         let out = Op::new("NonMaxSuppression").infer(&[&boxes, &scores]);
         assert_eq!(out[0].dtype, DType::I64);

@@ -20,6 +20,7 @@ mod attention;
 pub mod classic_ml;
 pub mod contrib;
 mod contrib_fused;
+mod control;
 mod conv;
 mod einsum;
 mod elementwise;
@@ -116,6 +117,9 @@ pub struct InferCtx<'a> {
     pub node: OpNode<'a>,
     pub inputs: Vec<Option<&'a TensorFact>>,
     pub output_count: usize,
+    /// The facts of the enclosing graph's values by name, for ops whose subgraphs read them
+    /// (If, Loop, Scan); `None` where no graph is at hand (constant evaluation, tests).
+    pub outer: Option<crate::analysis::import::OuterScope<'a>>,
 }
 
 /// Inputs to costing: the facts inference produced.
@@ -124,6 +128,8 @@ pub struct CostCtx<'a> {
     pub inputs: Vec<Option<&'a TensorFact>>,
     pub outputs: Vec<&'a TensorFact>,
     pub precision: Precision,
+    /// The enclosing graph's facts by name, as in `InferCtx::outer`.
+    pub outer: Option<crate::analysis::import::OuterScope<'a>>,
 }
 
 /// Why an op could not be inferred or costed; wrapped with the node's name by the caller.
@@ -283,6 +289,7 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| signal::lookup(op_type))
         .or_else(|| geometry::lookup(op_type))
         .or_else(|| classic_ml::lookup(op_type))
+        .or_else(|| control::lookup(op_type))
         .or_else(|| misc::lookup(op_type))
 }
 

@@ -114,6 +114,7 @@ impl OpDef for QLinear {
             },
             inputs: positions.iter().map(|&i| ctx.opt_input(i)).collect(),
             output_count: 1,
+            outer: None,
         };
         let op = super::lookup("", float_op).ok_or("internal: float op missing")?;
         let mut outputs = op.infer(&inner)?;
@@ -143,6 +144,7 @@ impl OpDef for QLinear {
                 .collect(),
             outputs: ctx.outputs.clone(),
             precision: ctx.precision,
+            outer: None,
         };
         let op = super::lookup("", float_op).ok_or("internal: float op missing")?;
         let mut cost = op.cost(&inner)?;

@@ -206,6 +206,7 @@ impl Op {
             node: self.node(),
             inputs: inputs.to_vec(),
             output_count: self.outputs,
+            outer: None,
         })
     }
 
@@ -232,6 +233,7 @@ impl Op {
             inputs: inputs.to_vec(),
             outputs: outputs.iter().take(self.outputs).collect(),
             precision: self.precision,
+            outer: None,
         })
     }
 
