@@ -88,7 +88,10 @@ fn inferred_body(
         NodeState::Failed(reason) => Some(reason.clone()),
         _ => None,
     }) {
-        return Err(format!("the body `{}` cannot be inferred: {reason}", proto.name));
+        return Err(format!(
+            "the body `{}` cannot be inferred: {reason}",
+            proto.name
+        ));
     }
     Ok((graph, inferred))
 }
@@ -121,7 +124,11 @@ fn body_cost(
             .iter()
             .map(|slot| slot.map(|v| &graph.values[v].fact))
             .collect();
-        let outputs: Vec<&TensorFact> = node.outputs.iter().map(|&v| &graph.values[v].fact).collect();
+        let outputs: Vec<&TensorFact> = node
+            .outputs
+            .iter()
+            .map(|&v| &graph.values[v].fact)
+            .collect();
         let cost = op
             .cost(&CostCtx {
                 node: OpNode {
@@ -229,7 +236,8 @@ impl OpDef for If {
         };
         let mut costliest: Option<OpCost> = None;
         for branch in branches {
-            let (graph, (order, states, _)) = inferred_body(branch, ctx.node.opset, ctx.outer, &[])?;
+            let (graph, (order, states, _)) =
+                inferred_body(branch, ctx.node.opset, ctx.outer, &[])?;
             let cost = body_cost(&graph, &states, &order, ctx.precision)?;
             let work = |c: &OpCost| c.flops + c.transcendental + c.bytes.total();
             if costliest.as_ref().is_none_or(|c| work(&cost) > work(c)) {
@@ -275,8 +283,14 @@ fn scan_geometry(
         return Err(invalid("Scan: one scan_input_axes entry per scan input"));
     }
     let unbatched = |fact: &TensorFact| -> OpResult<TensorFact> {
-        let shape = fact.shape.as_ref().ok_or("the rank of a Scan input is unknown")?;
-        Ok(TensorFact::new(fact.dtype, shape[usize::from(batched).min(shape.len())..].to_vec()))
+        let shape = fact
+            .shape
+            .as_ref()
+            .ok_or("the rank of a Scan input is unknown")?;
+        Ok(TensorFact::new(
+            fact.dtype,
+            shape[usize::from(batched).min(shape.len())..].to_vec(),
+        ))
     };
     let mut body_inputs: Vec<TensorFact> = inputs[..states]
         .iter()
@@ -285,7 +299,10 @@ fn scan_geometry(
     let mut length = None;
     let mut batch = None;
     for (fact, &axis) in inputs[states..].iter().zip(&input_axes) {
-        let shape = fact.shape.as_ref().ok_or("the rank of a scan input is unknown")?;
+        let shape = fact
+            .shape
+            .as_ref()
+            .ok_or("the rank of a scan input is unknown")?;
         let axis = super::normalize_axis(axis, shape.len())?;
         length.get_or_insert_with(|| shape[axis].clone());
         if batched {
@@ -302,7 +319,10 @@ fn scan_geometry(
         states,
         body_inputs,
         length: length.unwrap_or(Dim::Known(0)),
-        output_axes: attrs.ints("scan_output_axes").map(<[i64]>::to_vec).unwrap_or_default(),
+        output_axes: attrs
+            .ints("scan_output_axes")
+            .map(<[i64]>::to_vec)
+            .unwrap_or_default(),
         batch,
     })
 }
@@ -314,7 +334,9 @@ impl OpDef for Scan {
         let (graph, _) = inferred_body(proto, ctx.node.opset, ctx.outer, &geometry.body_inputs)?;
         let outs = output_facts(&graph);
         if outs.len() < geometry.states {
-            return Err(invalid("Scan: the body returns fewer values than the states"));
+            return Err(invalid(
+                "Scan: the body returns fewer values than the states",
+            ));
         }
         let mut result = Vec::new();
         for (i, fact) in outs.iter().enumerate() {
@@ -323,7 +345,10 @@ impl OpDef for Scan {
                 kept.shape.ok_or("the rank of a Scan state is unknown")?
             } else {
                 let k = i - geometry.states;
-                let mut shape = fact.shape.clone().ok_or("the rank of a scan output is unknown")?;
+                let mut shape = fact
+                    .shape
+                    .clone()
+                    .ok_or("the rank of a scan output is unknown")?;
                 let axis = match geometry.batch {
                     Some(_) => 0,
                     None => geometry.output_axes.get(k).copied().unwrap_or(0),
@@ -409,7 +434,9 @@ impl OpDef for Loop {
         let (graph, _) = inferred_body(proto, ctx.node.opset, ctx.outer, &body_inputs)?;
         let outs = output_facts(&graph);
         if outs.len() < 1 + carried {
-            return Err(invalid("Loop: the body returns fewer values than it carries"));
+            return Err(invalid(
+                "Loop: the body returns fewer values than it carries",
+            ));
         }
         let iterations = match trip_count(&ctx.inputs, &graph) {
             Some(n) => Dim::Known(n),
@@ -421,7 +448,10 @@ impl OpDef for Loop {
                 result.push(stable(ctx.node.name, i, &body_inputs[i + 1], fact));
                 continue;
             }
-            let shape = fact.shape.clone().ok_or("the rank of a scan output is unknown")?;
+            let shape = fact
+                .shape
+                .clone()
+                .ok_or("the rank of a scan output is unknown")?;
             let mut stacked = vec![iterations.clone()];
             stacked.extend(shape);
             result.push(TensorFact::new(fact.dtype, stacked));
@@ -434,8 +464,165 @@ impl OpDef for Loop {
         let body_inputs = loop_body_inputs(&ctx.inputs);
         let (graph, (order, states, _)) =
             inferred_body(proto, ctx.node.opset, ctx.outer, &body_inputs)?;
-        let count = trip_count(&ctx.inputs, &graph)
-            .ok_or("its trip count is not known before it runs")?;
-        Ok(times(body_cost(&graph, &states, &order, ctx.precision)?, count))
+        let count =
+            trip_count(&ctx.inputs, &graph).ok_or("its trip count is not known before it runs")?;
+        Ok(times(
+            body_cost(&graph, &states, &order, ctx.precision)?,
+            count,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::super::tests::kit::*;
+    use crate::analysis::graph::Attr;
+    use crate::analysis::tensor::{DType, Dim, TensorFact};
+    use crate::builtin::{GraphBuilder, SigDim, WeightFill};
+
+    const F32: i32 = 1;
+    const BOOL: i32 = 9;
+    const I64: i32 = 7;
+
+    fn fixed(dims: &[i64]) -> Vec<SigDim> {
+        dims.iter().map(|&d| SigDim::Fixed(d)).collect()
+    }
+
+    fn graph(build: impl FnOnce(&mut GraphBuilder)) -> Attr {
+        let mut b = GraphBuilder::new(WeightFill::Zeros);
+        build(&mut b);
+        Attr::Graph(Arc::new(b.finish("body").graph.unwrap_or_default()))
+    }
+
+    /// Scan body: state s [2] and slice x [2]; returns s + x as the new state and as the scan
+    /// output.
+    fn running_sum() -> Attr {
+        graph(|b| {
+            let s = b.input("s", F32, &fixed(&[2]));
+            let x = b.input("x", F32, &fixed(&[2]));
+            let sum = b.add(&s, &x);
+            let copy = b.node("Identity", &[&sum], vec![]);
+            b.output(&sum, F32, &fixed(&[2]));
+            b.output(&copy, F32, &fixed(&[2]));
+        })
+    }
+
+    #[test]
+    fn scan_stacks_its_outputs_and_multiplies_the_body_cost() {
+        let (state, sequence) = (f32s(&[2]), f32s(&[5, 2]));
+        let op = Op::new("Scan")
+            .opset(11)
+            .attr("body", running_sum())
+            .int("num_scan_inputs", 1)
+            .outputs(2);
+        let (out, cost) = op.run(&[&state, &sequence]);
+        assert_eq!(dims(&out[0]), [2]);
+        assert_eq!(dims(&out[1]), [5, 2]);
+        // Five steps of one 2-element Add (2 FLOPs; 16 bytes read, 8 written).
+        assert_eq!(cost.flops, 5 * 2);
+        assert_eq!(cost.bytes.total(), 5 * 24);
+        // A scan output axis of 1 stacks along it.
+        let op = Op::new("Scan")
+            .opset(11)
+            .attr("body", running_sum())
+            .int("num_scan_inputs", 1)
+            .ints("scan_output_axes", &[1])
+            .outputs(2);
+        assert_eq!(dims(&op.infer(&[&state, &sequence])[1]), [2, 5]);
+        // Opset 8: batched states and inputs, the sequence on axis 1.
+        let op = Op::new("Scan")
+            .opset(8)
+            .attr("body", running_sum())
+            .int("num_scan_inputs", 1)
+            .outputs(2);
+        let out = op
+            .try_infer_opt(&[None, Some(&f32s(&[3, 2])), Some(&f32s(&[3, 5, 2]))])
+            .unwrap();
+        assert_eq!(dims(&out[0]), [3, 2]);
+        assert_eq!(dims(&out[1]), [3, 5, 2]);
+    }
+
+    /// Loop body: (i, cond, v [3]) → (cond, v + 1, v).
+    fn counter() -> Attr {
+        graph(|b| {
+            b.input("i", I64, &[]);
+            let cond = b.input("cond", BOOL, &[]);
+            let v = b.input("v", F32, &fixed(&[3]));
+            let one = b.scalar_const("one", 1.0);
+            let next = b.add(&v, &one);
+            let keep = b.node("Identity", &[&cond], vec![]);
+            let seen = b.node("Identity", &[&v], vec![]);
+            b.output(&keep, BOOL, &[]);
+            b.output(&next, F32, &fixed(&[3]));
+            b.output(&seen, F32, &fixed(&[3]));
+        })
+    }
+
+    #[test]
+    fn loop_with_a_constant_trip_count_stacks_its_iterations() {
+        let trips = ints_shaped(&[], &[4]);
+        let yes = TensorFact::constant(crate::analysis::tensor::Tensor {
+            dtype: DType::Bool,
+            shape: vec![],
+            data: crate::analysis::tensor::TensorData::I64(vec![1]),
+        });
+        let v = f32s(&[3]);
+        let op = Op::new("Loop").opset(13).attr("body", counter()).outputs(2);
+        let (out, cost) = op.run(&[&trips, &yes, &v]);
+        assert_eq!(dims(&out[0]), [3]);
+        assert_eq!(dims(&out[1]), [4, 3]);
+        // Four iterations of a 3-element Add.
+        assert_eq!(cost.flops, 4 * 3);
+        // A trip count known only at run time: a symbolic iteration count, and no cost.
+        let runtime = act(DType::I64, &[]);
+        let out = op.infer(&[&runtime, &yes, &v]);
+        assert!(matches!(out[1].shape.as_deref().unwrap()[0], Dim::Sym(_)));
+        assert!(op
+            .try_cost_opt(&[Some(&runtime), Some(&yes), Some(&v)], &out)
+            .is_err());
+    }
+
+    fn constant_branch(values: &'static [i64]) -> Attr {
+        graph(move |b| {
+            let c = b.int64_const("c", values);
+            let out = b.node("Identity", &[&c], vec![]);
+            b.output(&out, I64, &fixed(&[values.len() as i64]));
+        })
+    }
+
+    #[test]
+    fn if_takes_a_constant_branch_and_merges_otherwise() {
+        let op = Op::new("If")
+            .attr("then_branch", constant_branch(&[1, 2, 3]))
+            .attr("else_branch", constant_branch(&[4, 5]));
+        let yes = ints_shaped(&[], &[1]);
+        let out = op.infer(&[&yes]);
+        assert_eq!(values(&out[0]), [1.0, 2.0, 3.0]);
+        let no = ints_shaped(&[], &[0]);
+        assert_eq!(dims(&op.infer(&[&no])[0]), [2]);
+        // Unknown condition: the branches disagree on the length, which becomes a symbol.
+        let out = op.infer(&[&act(DType::Bool, &[])]);
+        assert_eq!(out[0].rank(), Some(1));
+        assert!(out[0].concrete_shape().is_none());
+    }
+
+    #[test]
+    fn a_body_reads_the_enclosing_graphs_values() {
+        // The branch reads `outside`, which only the enclosing graph defines.
+        let branch = graph(|b| {
+            let doubled = b.node("Add", &["outside", "outside"], vec![]);
+            b.output(&doubled, F32, &[SigDim::Named("rows"), SigDim::Named("cols")]);
+        });
+        let outside = f32s(&[7, 2]);
+        let outer = |name: &str| (name == "outside").then(|| outside.clone());
+        let op = Op::new("If")
+            .attr("then_branch", branch.clone())
+            .attr("else_branch", branch);
+        let out = op.infer_with_outer(&[&act(DType::Bool, &[])], &outer);
+        assert_eq!(dims(&out[0]), [7, 2]);
+        // Without the enclosing graph the name is undefined: an error, not a guess.
+        assert!(op.try_infer(&[&act(DType::Bool, &[])]).is_err());
     }
 }

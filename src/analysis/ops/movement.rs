@@ -179,11 +179,9 @@ impl OpDef for Split {
         // Fold a constant split (shape vectors cut into their dims).
         let dims: Option<Vec<u64>> = shape.iter().map(Dim::known).collect();
         let parts: Option<Vec<u64>> = sizes.iter().map(Dim::known).collect();
-        if let (Some(dims), Some(parts), Some(values)) = (
-            dims,
-            parts,
-            x.konst.as_ref().and_then(|t| t.to_f64_vec()),
-        ) {
+        if let (Some(dims), Some(parts), Some(values)) =
+            (dims, parts, x.konst.as_ref().and_then(|t| t.to_f64_vec()))
+        {
             let outer: u64 = dims[..axis].iter().product();
             let inner: u64 = dims[axis + 1..].iter().product();
             let mut offset = 0u64;
@@ -196,7 +194,9 @@ impl OpDef for Split {
                 }
                 let mut part_dims = dims.clone();
                 part_dims[axis] = part;
-                folded.push(TensorFact::constant(tensor_from_f64(x.dtype, part_dims, out)));
+                folded.push(TensorFact::constant(tensor_from_f64(
+                    x.dtype, part_dims, out,
+                )));
                 offset += part;
             }
             return Ok(folded);

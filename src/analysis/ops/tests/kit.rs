@@ -210,6 +210,23 @@ impl Op {
         })
     }
 
+    /// `infer` with the enclosing graph's facts given by `outer` (control-flow bodies).
+    pub fn infer_with_outer(
+        &self,
+        inputs: &[&TensorFact],
+        outer: &dyn Fn(&str) -> Option<TensorFact>,
+    ) -> Vec<TensorFact> {
+        let op = lookup(self.domain, &self.op_type)
+            .unwrap_or_else(|| panic!("no op `{}` registered", self.op_type));
+        op.infer(&InferCtx {
+            node: self.node(),
+            inputs: inputs.iter().map(|&f| Some(f)).collect(),
+            output_count: self.outputs,
+            outer: Some(outer),
+        })
+        .unwrap_or_else(|e| panic!("{} infer failed: {e:?}", self.op_type))
+    }
+
     pub fn try_infer(&self, inputs: &[&TensorFact]) -> Result<Vec<TensorFact>, String> {
         let inputs: Vec<Option<&TensorFact>> = inputs.iter().map(|&f| Some(f)).collect();
         self.try_infer_opt(&inputs)
