@@ -284,8 +284,24 @@ fn import_graph(
             outputs,
         });
     }
-    // In a body, names no node writes are the enclosing graph's values.
+    // In a body, names no node writes are the enclosing graph's values; so are the names its
+    // own nested bodies read from further out (they must exist here to be passed on).
     if let Some(outer) = outer {
+        let nested: Vec<String> = graph
+            .dag
+            .node_indices()
+            .filter(|&id| graph.dag[id].attrs.has_subgraph())
+            .flat_map(|id| super::ops::control::free_names(&graph.dag[id].attrs))
+            .collect();
+        for name in nested {
+            if by_name.contains_key(&name) {
+                continue;
+            }
+            if let Some(fact) = outer(&name) {
+                let id = graph.add_value(name.clone(), fact);
+                by_name.insert(name, id);
+            }
+        }
         forward_refs.retain(|&id, _| {
             if graph.values[id].producer.is_some() {
                 return true;

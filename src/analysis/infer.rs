@@ -463,7 +463,16 @@ pub fn infer_graph(graph: &mut Graph) -> Result<Inferred, AnalysisError> {
         let (name, op_type) = (node.name.clone(), node.op_type.clone());
         match result {
             Ok(mut facts) => {
-                let all_inputs_constant = refs.iter().flatten().all(|f| f.is_constant());
+                // A control-flow node also reads what its subgraphs read from this graph.
+                let all_inputs_constant = refs.iter().flatten().all(|f| f.is_constant())
+                    && (!graph.dag[id].attrs.has_subgraph()
+                        || ops::control::free_names(&graph.dag[id].attrs)
+                            .iter()
+                            .all(|name| {
+                                graph
+                                    .value_by_name(name)
+                                    .is_some_and(|v| graph.values[v].fact.is_constant())
+                            }));
                 if all_inputs_constant && !ops::is_nondeterministic(&op_type) {
                     for fact in &mut facts {
                         if fact.konst.is_none() {

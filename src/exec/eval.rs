@@ -73,7 +73,7 @@ pub(super) fn run_once(
         .map(|&v| dims(&graph.values[v].fact).unwrap_or_default())
         .collect();
     let node = &graph.dag[step.node];
-    let (in_types, out_types) = element_types(graph, node);
+    let (in_types, out_types) = element_types(graph, &step.inputs, &node.outputs);
     execute_owned(
         step,
         node,
@@ -138,15 +138,19 @@ fn execute_owned(
         .collect())
 }
 
-/// The element types of a node's inputs (`None` for an omitted one) and outputs: the run-time
-/// tensors only say float or integer, and some kernels (BitCast, wrapping casts) need more.
-pub(super) fn element_types(graph: &Graph, node: &Node) -> (Vec<Option<DType>>, Vec<DType>) {
+/// The element types of a step's inputs (`None` for an omitted one) and outputs: the run-time
+/// tensors only say float or integer, and some kernels (BitCast, control flow) need more.
+pub(super) fn element_types(
+    graph: &Graph,
+    inputs: &[Option<crate::analysis::graph::ValueId>],
+    outputs: &[crate::analysis::graph::ValueId],
+) -> (Vec<Option<DType>>, Vec<DType>) {
     (
-        node.inputs
+        inputs
             .iter()
             .map(|slot| slot.map(|v| graph.values[v].fact.dtype))
             .collect(),
-        node.outputs
+        outputs
             .iter()
             .map(|&v| graph.values[v].fact.dtype)
             .collect(),

@@ -194,11 +194,14 @@ pub fn build_plan(
             ));
         }
         // A folded Transpose's reader takes its input, through its permutation.
-        let step_inputs: Vec<Option<ValueId>> = node
+        let mut step_inputs: Vec<Option<ValueId>> = node
             .inputs
             .iter()
             .map(|slot| slot.map(|v| folded_transposes.get(&v).map_or(v, |(source, _)| *source)))
             .collect();
+        // A control-flow node also reads what its subgraphs read from this graph: implicit
+        // inputs after its own, so that they are computed before it and kept alive for it.
+        step_inputs.extend(implicit_inputs(graph, node)?.into_iter().map(Some));
         let views: Vec<Option<Vec<usize>>> = node
             .inputs
             .iter()
@@ -218,7 +221,8 @@ pub fn build_plan(
         if folded && !opaque_outputs {
             continue;
         }
-        for slot in node.inputs.iter().flatten() {
+        let implicit = &step_inputs[node.inputs.len()..];
+        for slot in node.inputs.iter().chain(implicit).flatten() {
             if let Some(konst) = &graph.values[*slot].fact.konst {
                 if !const_cache.contains_key(slot) && !matches!(slots[*slot], Slot::Const(_)) {
                     if let Some(t) = eval::materialise(konst) {
@@ -353,7 +357,7 @@ pub fn build_plan(
         .filter(|s| matches!(s.kernel, Kernel::Generic))
         .map(|s| {
             let node = &graph.dag[s.node];
-            let (in_types, out_types) = eval::element_types(graph, node);
+            let (in_types, out_types) = eval::element_types(graph, &s.inputs, &node.outputs);
             (s.node, (node.clone(), in_types, out_types))
         })
         .collect();
@@ -689,4 +693,23 @@ mod tests {
         assert_eq!(got, run(&copying));
         assert_eq!(got.len(), 10 * 36);
     }
+}
+
+/// The values of `graph` that `node`'s subgraphs read (none for other nodes), in the order of
+/// `control::free_names`.
+pub(super) fn implicit_inputs(graph: &Graph, node: &Node) -> Result<Vec<ValueId>, ExecError> {
+    if !node.attrs.has_subgraph() {
+        return Ok(Vec::new());
+    }
+    crate::analysis::ops::control::free_names(&node.attrs)
+        .into_iter()
+        .map(|name| {
+            graph.value_by_name(&name).ok_or_else(|| {
+                node_error(
+                    node,
+                    format!("a subgraph reads `{name}`, which the graph does not define"),
+                )
+            })
+        })
+        .collect()
 }

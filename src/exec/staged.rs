@@ -131,15 +131,21 @@ fn staged(
             };
             return Err(node_error(&node, why));
         }
-        // Evaluate the node's inputs: a graph whose outputs they are, pruned to their ancestors.
-        let needed: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+        // Evaluate the node's inputs (its subgraphs' implicit ones after its own): a graph whose
+        // outputs they are, pruned to their ancestors.
+        let mut slots = node.inputs.clone();
+        slots.extend(
+            super::plan::implicit_inputs(&graph, &node)?
+                .into_iter()
+                .map(Some),
+        );
+        let needed: Vec<ValueId> = slots.iter().flatten().copied().collect();
         let inputs = evaluate(&graph, &needed, options)?;
-        let ins: Vec<Option<RtTensor>> = node
-            .inputs
+        let ins: Vec<Option<RtTensor>> = slots
             .iter()
             .map(|slot| slot.and_then(|v| inputs.get(&v).cloned()))
             .collect();
-        let (in_types, out_types) = eval::element_types(&graph, &node);
+        let (in_types, out_types) = eval::element_types(&graph, &slots, &node.outputs);
         let results = eval::generic_eval(&node, graph.opset, &ins, &in_types, &out_types)?;
         // Its outputs become constants; the node leaves the graph.
         for ((&value, tensor), &dtype) in node.outputs.iter().zip(results).zip(&out_types) {

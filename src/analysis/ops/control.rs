@@ -46,6 +46,65 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     })
 }
 
+/// The names a node's subgraphs read from the enclosing graph (their free names), sorted: a
+/// name read by a body (or a body nested in it) that the body neither takes as an input nor
+/// defines. The executor passes these values to the node as implicit inputs, after its own.
+pub fn free_names(attrs: &Attributes) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for attr in attrs.0.values() {
+        match attr {
+            Attr::Graph(graph) => names.extend(graph_free_names(graph)),
+            Attr::Graphs(graphs) => graphs
+                .iter()
+                .for_each(|g| names.extend(graph_free_names(g))),
+            _ => {}
+        }
+    }
+    names.into_iter().collect()
+}
+
+fn graph_free_names(graph: &GraphProto) -> std::collections::BTreeSet<String> {
+    let mut defined: std::collections::HashSet<&str> = graph
+        .input
+        .iter()
+        .map(|i| i.name.as_str())
+        .chain(graph.initializer.iter().map(|t| t.name.as_str()))
+        .chain(
+            graph
+                .sparse_initializer
+                .iter()
+                .filter_map(|t| t.values.as_ref().map(|v| v.name.as_str())),
+        )
+        .collect();
+    let mut free = std::collections::BTreeSet::new();
+    for node in &graph.node {
+        let mut read: Vec<String> = node
+            .input
+            .iter()
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect();
+        for attr in &node.attribute {
+            for nested in attr.g.iter().chain(&attr.graphs) {
+                read.extend(graph_free_names(nested));
+            }
+        }
+        for name in read {
+            if !defined.contains(name.as_str()) {
+                free.insert(name);
+            }
+        }
+        defined.extend(node.output.iter().map(String::as_str));
+    }
+    // Graph outputs may name an enclosing value directly.
+    for output in &graph.output {
+        if !defined.contains(output.name.as_str()) {
+            free.insert(output.name.clone());
+        }
+    }
+    free
+}
+
 fn body<'a>(attrs: &'a Attributes, name: &str) -> OpResult<&'a Arc<GraphProto>> {
     match attrs.get(name) {
         Some(Attr::Graph(graph)) => Ok(graph),
@@ -613,7 +672,11 @@ mod tests {
         // The branch reads `outside`, which only the enclosing graph defines.
         let branch = graph(|b| {
             let doubled = b.node("Add", &["outside", "outside"], vec![]);
-            b.output(&doubled, F32, &[SigDim::Named("rows"), SigDim::Named("cols")]);
+            b.output(
+                &doubled,
+                F32,
+                &[SigDim::Named("rows"), SigDim::Named("cols")],
+            );
         });
         let outside = f32s(&[7, 2]);
         let outer = |name: &str| (name == "outside").then(|| outside.clone());

@@ -20,7 +20,7 @@ mod attention;
 pub mod classic_ml;
 pub mod contrib;
 mod contrib_fused;
-mod control;
+pub(crate) mod control;
 mod conv;
 mod einsum;
 mod elementwise;

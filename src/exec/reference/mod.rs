@@ -12,6 +12,7 @@ use crate::analysis::tensor::DType;
 
 mod attention;
 mod contrib;
+mod control;
 mod dynamic;
 mod einsum;
 mod geometry;
@@ -125,6 +126,9 @@ fn covers_standard(op: &str) -> bool {
                 | "HammingWindow"
                 | "BlackmanWindow"
                 | "BitCast"
+                | "If"
+                | "Loop"
+                | "Scan"
         )
 }
 
@@ -392,6 +396,7 @@ fn run_checked(
             )?;
             vec![loss, log_prob]
         }
+        "If" | "Loop" | "Scan" => control::run(node, opset, inputs, in_types)?,
         "LinearAttention" => state::linear_attention(node, inputs)?,
         "CausalConvWithState" => state::causal_conv_with_state(node, inputs)?,
         "TensorScatter" => vec![state::tensor_scatter(node, inputs)?],

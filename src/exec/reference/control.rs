@@ -1,0 +1,452 @@
+//! Control flow: If, Loop and Scan run their subgraphs with the executor itself. A body is
+//! imported as a graph (`import::import_subgraph`) in which the enclosing values it reads
+//! (passed to the node as implicit inputs, after its own) are constants; its formal inputs
+//! stay run-time inputs; it is planned once per set of input shapes and run per iteration.
+//! Shapes and costs are in `analysis/ops/control.rs`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{ints, Result};
+use crate::analysis::graph::{Attr, Node};
+use crate::analysis::import::import_subgraph;
+use crate::analysis::onnx_proto::GraphProto;
+use crate::analysis::ops::control::free_names;
+use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+use crate::exec::{build_plan, Plan, PlanOptions, RtData, RtTensor};
+
+/// Iterations a Loop may run before it is taken for a runaway (the spec allows unbounded loops;
+/// an executor for checking models does not).
+const MAX_ITERATIONS: usize = 1 << 20;
+
+/// Plan cache key: the formal inputs' shapes, and the values of the integer ones when the body
+/// is planned for its values (a Slice by the iteration number: shapes that depend on them).
+type PlanKey = (Vec<Vec<usize>>, Vec<Option<Vec<i64>>>);
+
+/// One subgraph, planned per set of input shapes (and integer values, where needed).
+struct Body<'a> {
+    proto: &'a GraphProto,
+    opset: i64,
+    /// The enclosing values it reads, as constant facts.
+    outer: &'a HashMap<String, TensorFact>,
+    /// Whether integer inputs are bound as constants (set once planning without them failed).
+    by_value: bool,
+    /// Plans by key, with the names of the formal inputs they take at run time.
+    plans: HashMap<PlanKey, (Plan, Vec<String>)>,
+}
+
+impl<'a> Body<'a> {
+    fn new(proto: &'a GraphProto, opset: i64, outer: &'a HashMap<String, TensorFact>) -> Body<'a> {
+        Body {
+            proto,
+            opset,
+            outer,
+            by_value: false,
+            plans: HashMap::new(),
+        }
+    }
+
+    fn key(&self, inputs: &[RtTensor], types: &[DType]) -> PlanKey {
+        (
+            inputs.iter().map(|t| t.shape.clone()).collect(),
+            inputs
+                .iter()
+                .zip(types)
+                .map(|(t, d)| (self.by_value && !d.is_float()).then(|| ints(t)))
+                .collect(),
+        )
+    }
+
+    /// Imports, infers and plans the body for `key`.
+    fn plan(
+        &self,
+        key: &PlanKey,
+        inputs: &[RtTensor],
+        types: &[DType],
+    ) -> Result<(Plan, Vec<String>)> {
+        let lookup = |name: &str| self.outer.get(name).cloned();
+        let mut graph = import_subgraph(self.proto, self.opset, &lookup)
+            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
+        if graph.inputs.len() != inputs.len() {
+            return Err(format!(
+                "body `{}` takes {} inputs, given {}",
+                self.proto.name,
+                graph.inputs.len(),
+                inputs.len()
+            ));
+        }
+        let mut names = Vec::new();
+        let mut kept = Vec::new();
+        for (((&value, shape), &dtype), (tensor, bound)) in graph
+            .inputs
+            .clone()
+            .iter()
+            .zip(&key.0)
+            .zip(types)
+            .zip(inputs.iter().zip(&key.1))
+        {
+            if bound.is_some() {
+                graph.values[value].fact = constant_of(tensor, dtype);
+                continue;
+            }
+            let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+            graph.values[value].fact = TensorFact::known(dtype, &dims);
+            names.push(graph.values[value].name.clone());
+            kept.push(value);
+        }
+        graph.inputs = kept;
+        let (order, states, _) = crate::analysis::infer::infer_graph(&mut graph)
+            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
+        let plan = build_plan(&graph, &order, &states, &PlanOptions::default())
+            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
+        Ok((plan, names))
+    }
+
+    /// Runs the body on `inputs` (its formal inputs in order); returns its outputs in order.
+    fn run(&mut self, inputs: &[RtTensor], types: &[DType]) -> Result<Vec<RtTensor>> {
+        let mut key = self.key(inputs, types);
+        if !self.plans.contains_key(&key) {
+            let planned = match self.plan(&key, inputs, types) {
+                Ok(planned) => planned,
+                Err(_) if !self.by_value && types.iter().any(|d| !d.is_float()) => {
+                    // Shapes inside depend on an integer input's value: plan per value.
+                    self.by_value = true;
+                    key = self.key(inputs, types);
+                    self.plan(&key, inputs, types)?
+                }
+                Err(e) => return Err(e),
+            };
+            self.plans.insert(key.clone(), planned);
+        }
+        let (plan, names) = &self.plans[&key];
+        let feeds: HashMap<String, RtTensor> = names
+            .iter()
+            .cloned()
+            .zip(
+                inputs
+                    .iter()
+                    .zip(&key.1)
+                    .filter(|(_, bound)| bound.is_none())
+                    .map(|(t, _)| t.clone()),
+            )
+            .collect();
+        let outputs = plan
+            .run(&mut plan.workspace(), &feeds, None)
+            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
+        Ok(outputs.into_iter().map(|(_, t)| t).collect())
+    }
+}
+
+fn subgraph<'a>(node: &'a Node, name: &str) -> Result<&'a Arc<GraphProto>> {
+    match node.attrs.get(name) {
+        Some(Attr::Graph(g)) => Ok(g),
+        _ => Err(format!("missing subgraph `{name}`")),
+    }
+}
+
+fn constant_of(tensor: &RtTensor, dtype: DType) -> TensorFact {
+    TensorFact::constant(Tensor {
+        dtype,
+        shape: tensor.shape.iter().map(|&d| d as u64).collect(),
+        data: match &tensor.data {
+            RtData::F32(v) => TensorData::F32(v.clone()),
+            RtData::I64(v) => TensorData::I64(v.clone()),
+        },
+    })
+}
+
+/// Runs an If, Loop or Scan node; `inputs` holds its own inputs then its implicit ones (the
+/// values named by `free_names`, in that order), `in_types` their element types.
+pub(super) fn run(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
+) -> Result<Vec<RtTensor>> {
+    let names = free_names(&node.attrs);
+    let own = inputs
+        .len()
+        .checked_sub(names.len())
+        .ok_or("implicit inputs missing")?;
+    let mut outer = HashMap::new();
+    for ((name, value), dtype) in names.iter().zip(&inputs[own..]).zip(&in_types[own..]) {
+        let value = value
+            .as_ref()
+            .ok_or_else(|| format!("the enclosing value `{name}` is not available"))?;
+        outer.insert(
+            name.clone(),
+            constant_of(value, dtype.unwrap_or(DType::F32)),
+        );
+    }
+    let inputs = &inputs[..own];
+    let in_types = &in_types[..own];
+    match node.op_type.as_str() {
+        "If" => run_if(node, opset, inputs, &outer),
+        "Loop" => run_loop(node, opset, inputs, in_types, &outer),
+        "Scan" => run_scan(node, opset, inputs, in_types, &outer),
+        other => Err(format!("{other} is not a control-flow op")),
+    }
+}
+
+fn run_if(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    outer: &HashMap<String, TensorFact>,
+) -> Result<Vec<RtTensor>> {
+    let cond = inputs
+        .first()
+        .and_then(Option::as_ref)
+        .ok_or("cond is missing")?;
+    let truth = *ints(cond).first().ok_or("cond is empty")? != 0;
+    let branch = subgraph(node, if truth { "then_branch" } else { "else_branch" })?;
+    Body::new(branch, opset, outer).run(&[], &[])
+}
+
+/// Stacks per-iteration pieces along a new `axis` (all pieces one shape).
+fn stack(pieces: &[RtTensor], axis: usize) -> Result<RtTensor> {
+    let first = pieces.first().ok_or("nothing to stack")?;
+    let shape = &first.shape;
+    if pieces.iter().any(|p| &p.shape != shape) {
+        return Err("scan output pieces differ in shape between iterations".into());
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis..].iter().product();
+    let mut out_shape = shape.clone();
+    out_shape.insert(axis, pieces.len());
+    let data = match &first.data {
+        RtData::F32(_) => {
+            let mut out = Vec::with_capacity(outer * inner * pieces.len());
+            for o in 0..outer {
+                for piece in pieces {
+                    let RtData::F32(v) = &piece.data else {
+                        return Err("mixed element kinds".into());
+                    };
+                    out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
+                }
+            }
+            RtData::F32(out)
+        }
+        RtData::I64(_) => {
+            let mut out = Vec::with_capacity(outer * inner * pieces.len());
+            for o in 0..outer {
+                for piece in pieces {
+                    let RtData::I64(v) = &piece.data else {
+                        return Err("mixed element kinds".into());
+                    };
+                    out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
+                }
+            }
+            RtData::I64(out)
+        }
+    };
+    Ok(RtTensor {
+        shape: out_shape,
+        data,
+    })
+}
+
+/// Slice `index` of `t` along `axis`, with the axis removed.
+fn take(t: &RtTensor, axis: usize, index: usize) -> RtTensor {
+    let outer: usize = t.shape[..axis].iter().product();
+    let length = t.shape[axis];
+    let inner: usize = t.shape[axis + 1..].iter().product();
+    let mut shape = t.shape.clone();
+    shape.remove(axis);
+    fn pick<T: Copy>(v: &[T], outer: usize, length: usize, inner: usize, index: usize) -> Vec<T> {
+        (0..outer)
+            .flat_map(|o| {
+                v[(o * length + index) * inner..(o * length + index + 1) * inner].to_vec()
+            })
+            .collect()
+    }
+    let data = match &t.data {
+        RtData::F32(v) => RtData::F32(pick(v, outer, length, inner, index)),
+        RtData::I64(v) => RtData::I64(pick(v, outer, length, inner, index)),
+    };
+    RtTensor { shape, data }
+}
+
+fn scalar(value: i64) -> RtTensor {
+    RtTensor {
+        shape: Vec::new(),
+        data: RtData::I64(vec![value]),
+    }
+}
+
+fn run_loop(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
+    outer: &HashMap<String, TensorFact>,
+) -> Result<Vec<RtTensor>> {
+    let proto = subgraph(node, "body")?;
+    let trips = match inputs.first().and_then(Option::as_ref) {
+        Some(m) => Some(*ints(m).first().ok_or("M is empty")?),
+        None => None,
+    };
+    let mut cond = match inputs.get(1).and_then(Option::as_ref) {
+        Some(c) => *ints(c).first().ok_or("cond is empty")? != 0,
+        None => true,
+    };
+    let mut carried: Vec<RtTensor> = inputs
+        .iter()
+        .skip(2)
+        .map(|t| {
+            t.clone()
+                .ok_or_else(|| "a loop-carried input is missing".to_string())
+        })
+        .collect::<Result<_>>()?;
+    let mut types = vec![DType::I64, DType::Bool];
+    types.extend(in_types.iter().skip(2).map(|t| t.unwrap_or(DType::F32)));
+    let mut body = Body::new(proto, opset, outer);
+    let mut scans: Vec<Vec<RtTensor>> = Vec::new();
+    let mut iteration = 0i64;
+    while cond && trips.is_none_or(|m| iteration < m) {
+        if iteration as usize >= MAX_ITERATIONS {
+            return Err(format!("more than {MAX_ITERATIONS} iterations"));
+        }
+        let mut feeds = vec![scalar(iteration), scalar(cond as i64)];
+        feeds.extend(carried.iter().cloned());
+        let outs = body.run(&feeds, &types)?;
+        if outs.len() < 1 + carried.len() {
+            return Err("the body returns fewer values than it carries".into());
+        }
+        cond = *ints(&outs[0]).first().ok_or("the body's cond is empty")? != 0;
+        let scan_count = outs.len() - 1 - carried.len();
+        scans.resize_with(scan_count, Vec::new);
+        for (i, out) in outs.into_iter().enumerate().skip(1) {
+            if i <= carried.len() {
+                carried[i - 1] = out;
+            } else {
+                scans[i - 1 - carried.len()].push(out);
+            }
+        }
+        iteration += 1;
+    }
+    let mut results = carried;
+    for pieces in &scans {
+        results.push(stack(pieces, 0)?);
+    }
+    Ok(results)
+}
+
+fn run_scan(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<RtTensor>],
+    in_types: &[Option<DType>],
+    outer: &HashMap<String, TensorFact>,
+) -> Result<Vec<RtTensor>> {
+    let proto = subgraph(node, "body")?;
+    let attrs = &node.attrs;
+    let batched = opset < 9;
+    let skip = usize::from(batched);
+    if batched && inputs.first().is_some_and(Option::is_some) {
+        return Err("Scan-8 with sequence_lens is not supported".into());
+    }
+    let given: Vec<(&RtTensor, DType)> = inputs
+        .iter()
+        .zip(in_types)
+        .skip(skip)
+        .filter_map(|(t, d)| t.as_ref().map(|t| (t, d.unwrap_or(DType::F32))))
+        .collect();
+    let scans = attrs.int("num_scan_inputs").unwrap_or(0).max(0) as usize;
+    if scans == 0 || scans > given.len() {
+        return Err("num_scan_inputs out of range".into());
+    }
+    let states = given.len() - scans;
+    let types: Vec<DType> = given.iter().map(|(_, d)| *d).collect();
+    let input_axes: Vec<usize> = (0..scans)
+        .map(|j| {
+            let rank = given[states + j].0.shape.len() - skip;
+            let axis = if batched {
+                0
+            } else {
+                attrs
+                    .ints("scan_input_axes")
+                    .and_then(|a| a.get(j).copied())
+                    .unwrap_or(0)
+            };
+            super::axis_of(axis, rank)
+        })
+        .collect::<Result<_>>()?;
+    let reversed = |name: &str, j: usize| {
+        attrs
+            .ints(name)
+            .and_then(|d| d.get(j).copied())
+            .unwrap_or(0)
+            == 1
+    };
+    let batch = if batched { given[0].0.shape[0] } else { 1 };
+    let mut body = Body::new(proto, opset, outer);
+    // Per batch row (one row from opset 9): the states and scan pieces.
+    let mut final_states: Vec<Vec<RtTensor>> = Vec::new();
+    let mut stacked: Vec<Vec<RtTensor>> = Vec::new();
+    for b in 0..batch {
+        let row = |t: &RtTensor| if batched { take(t, 0, b) } else { t.clone() };
+        let mut state: Vec<RtTensor> = given[..states].iter().map(|(t, _)| row(t)).collect();
+        let sequences: Vec<RtTensor> = given[states..].iter().map(|(t, _)| row(t)).collect();
+        let length = sequences[0].shape[input_axes[0]];
+        let mut pieces: Vec<Vec<RtTensor>> = Vec::new();
+        for t in 0..length {
+            let mut feeds = state.clone();
+            for (j, seq) in sequences.iter().enumerate() {
+                let at = if reversed("scan_input_directions", j) {
+                    length - 1 - t
+                } else {
+                    t
+                };
+                feeds.push(take(seq, input_axes[j], at));
+            }
+            let outs = body.run(&feeds, &types)?;
+            if outs.len() < states {
+                return Err("the body returns fewer values than the states".into());
+            }
+            pieces.resize_with(outs.len() - states, Vec::new);
+            for (i, out) in outs.into_iter().enumerate() {
+                if i < states {
+                    state[i] = out;
+                } else {
+                    pieces[i - states].push(out);
+                }
+            }
+        }
+        let mut outputs = Vec::new();
+        for (k, mut list) in pieces.into_iter().enumerate() {
+            if reversed("scan_output_directions", k) {
+                list.reverse();
+            }
+            let rank = list.first().map_or(0, |p| p.shape.len());
+            let axis = if batched {
+                0
+            } else {
+                let axis = attrs
+                    .ints("scan_output_axes")
+                    .and_then(|a| a.get(k).copied())
+                    .unwrap_or(0);
+                super::axis_of(axis, rank + 1)?
+            };
+            outputs.push(stack(&list, axis)?);
+        }
+        final_states.push(state);
+        stacked.push(outputs);
+    }
+    if !batched {
+        let mut results = final_states.pop().unwrap_or_default();
+        results.extend(stacked.pop().unwrap_or_default());
+        return Ok(results);
+    }
+    // Opset 8: stack the rows back along the batch axis.
+    let mut results = Vec::new();
+    for i in 0..states {
+        let rows: Vec<RtTensor> = final_states.iter().map(|s| s[i].clone()).collect();
+        results.push(stack(&rows, 0)?);
+    }
+    for k in 0..stacked.first().map_or(0, Vec::len) {
+        let rows: Vec<RtTensor> = stacked.iter().map(|s| s[k].clone()).collect();
+        results.push(stack(&rows, 0)?);
+    }
+    Ok(results)
+}
