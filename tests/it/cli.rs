@@ -189,10 +189,50 @@ pub fn tempdir() -> std::path::PathBuf {
 }
 
 #[test]
-fn subgraph_ops_load_and_are_reported_not_costed() {
+fn subgraph_ops_are_analysed_and_run_through_their_branches() {
     use prost::Message;
-    let model = super::common::tinycnn_with_if();
     let dir = tempdir();
+    // Branches the tool knows: the If is inferred, costed and run through its branch, which
+    // reads `logits` from the enclosing graph.
+    let path = dir.join("if_known.onnx");
+    std::fs::write(
+        &path,
+        super::common::tinycnn_with_if("Identity").encode_to_vec(),
+    )
+    .unwrap();
+    let run = roofline(&[
+        "analyze",
+        path.to_str().unwrap(),
+        "--batch",
+        "1",
+        "--format",
+        "json",
+        "--strict",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&run)).unwrap();
+    assert_eq!(json["summary"]["not_costed"], 0);
+    let out_dir = dir.join("if_outputs");
+    let run = roofline(&[
+        "run",
+        path.to_str().unwrap(),
+        "--batch",
+        "1",
+        "-o",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let mut files: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort_by_key(|p| p.ends_with("branched.npy"));
+    assert_eq!(files.len(), 2, "{files:?}");
+    let logits = roofline::exec::npy::read_npy(&files[0]).unwrap();
+    let branched = roofline::exec::npy::read_npy(&files[1]).unwrap();
+    assert_eq!(logits, branched, "the branch returns the logits");
+    // A branch with an op no one knows: the If is loaded, reported not costed, a warning.
+    let model = super::common::tinycnn_with_if("Evil");
     let path = dir.join("if.onnx");
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let run = roofline(&[

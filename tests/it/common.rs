@@ -90,10 +90,11 @@ pub fn analyze_file(path: &Path, bindings: Bindings) -> Analysis {
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// tinycnn followed by `If(cond) { Identity(logits) } else { Identity(logits) }` on a constant
-/// condition, its output a second graph output: a subgraph op the analysis loads but does not
-/// cost (a warning).
-pub fn tinycnn_with_if() -> roofline::analysis::onnx_proto::ModelProto {
+/// tinycnn followed by `If(cond) { OP(logits) } else { OP(logits) }` on a constant condition,
+/// its output a second graph output; the branches read `logits` from the enclosing graph. With
+/// `Identity` the If is analysed, costed and run through its branch; with an op no one knows the
+/// branch cannot be inferred and the If is not costed (a warning).
+pub fn tinycnn_with_if(branch_op: &str) -> roofline::analysis::onnx_proto::ModelProto {
     use roofline::analysis::onnx_proto::{
         AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto,
     };
@@ -107,7 +108,7 @@ pub fn tinycnn_with_if() -> roofline::analysis::onnx_proto::ModelProto {
         node: vec![NodeProto {
             input: vec![logits.clone()],
             output: vec![format!("{name}_out")],
-            op_type: "Identity".into(),
+            op_type: branch_op.into(),
             ..Default::default()
         }],
         output: vec![ValueInfoProto {

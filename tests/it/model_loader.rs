@@ -115,10 +115,15 @@ fn with_unknown_op(dir: &Path) -> PathBuf {
     path
 }
 
-/// tinycnn followed by an `If` on a constant: analysed, but not costed (a warning).
+/// tinycnn followed by an `If` whose branches hold an unknown op: analysed, but not costed (a
+/// warning).
 fn with_if(dir: &Path) -> PathBuf {
     let path = dir.join("if.onnx");
-    std::fs::write(&path, super::common::tinycnn_with_if().encode_to_vec()).unwrap();
+    std::fs::write(
+        &path,
+        super::common::tinycnn_with_if("Evil").encode_to_vec(),
+    )
+    .unwrap();
     path
 }
 
