@@ -121,7 +121,15 @@ fn execute_owned(
     )
     .map_err(|e| node_error(node, e))?;
     if !dynamic_out.is_empty() {
-        return Ok(dynamic_out);
+        // The planned shapes, as the run loop stores them (a kernel may write a scalar as [1]).
+        return Ok(dynamic_out
+            .into_iter()
+            .zip(out_shapes)
+            .map(|(t, shape)| RtTensor {
+                shape: shape.clone(),
+                ..t
+            })
+            .collect());
     }
     Ok(outs
         .into_iter()

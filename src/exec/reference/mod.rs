@@ -11,6 +11,7 @@ use crate::analysis::graph::Node;
 use crate::analysis::tensor::DType;
 
 mod attention;
+mod classic_ml;
 mod contrib;
 mod control;
 mod dynamic;
@@ -38,6 +39,9 @@ pub(crate) fn covers(domain: &str, op: &str) -> bool {
     match domain {
         "" | "ai.onnx" => covers_standard(op),
         crate::analysis::ops::contrib::DOMAIN => contrib::covers(op),
+        crate::analysis::ops::classic_ml::DOMAIN => {
+            matches!(op, "Binarizer" | "ArrayFeatureExtractor")
+        }
         _ => false,
     }
 }
@@ -129,6 +133,8 @@ fn covers_standard(op: &str) -> bool {
                 | "If"
                 | "Loop"
                 | "Scan"
+                | "TfIdfVectorizer"
+                | "MaxUnpool"
         )
 }
 
@@ -194,6 +200,16 @@ fn run_checked(
             .ok_or_else(|| format!("input #{i} is missing"))
     };
     let attrs = &node.attrs;
+    if node.domain == crate::analysis::ops::classic_ml::DOMAIN {
+        return match node.op_type.as_str() {
+            "Binarizer" => Ok(vec![classic_ml::binarizer(node, input(0)?)]),
+            "ArrayFeatureExtractor" => Ok(vec![classic_ml::array_feature_extractor(
+                input(0)?,
+                input(1)?,
+            )?]),
+            other => Err(format!("no reference kernel for {other}")),
+        };
+    }
     if node.domain == crate::analysis::ops::contrib::DOMAIN
         || node.op_type == "SimplifiedLayerNormalization"
     {
@@ -397,6 +413,8 @@ fn run_checked(
             vec![loss, log_prob]
         }
         "If" | "Loop" | "Scan" => control::run(node, opset, inputs, in_types)?,
+        "TfIdfVectorizer" => vec![classic_ml::tfidf_vectorizer(node, input(0)?)?],
+        "MaxUnpool" => vec![classic_ml::max_unpool(node, inputs)?],
         "LinearAttention" => state::linear_attention(node, inputs)?,
         "CausalConvWithState" => state::causal_conv_with_state(node, inputs)?,
         "TensorScatter" => vec![state::tensor_scatter(node, inputs)?],
