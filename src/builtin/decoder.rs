@@ -218,6 +218,24 @@ pub const LLAMA_TINY: DecoderConfig = DecoderConfig {
     source: "a test size chosen here, Llama-2 layout",
 };
 
+/// A GPT-2-style decoder small enough to run (2 layers, hidden 128, 4 heads, learned
+/// positions, LayerNorm, GELU MLP, QKV bias, tied embeddings): the GPT-2-class export the tests
+/// check against onnxruntime with its `past_key_values` inputs.
+pub const GPT2_TINY: DecoderConfig = DecoderConfig {
+    family: Family::Gpt2,
+    hidden: 128,
+    layers: 2,
+    heads: 4,
+    kv_heads: 4,
+    intermediate: 512,
+    vocab: 1024,
+    max_positions: 256,
+    rope_theta: 0.0,
+    norm_eps: 1e-5,
+    qkv_bias: true,
+    source: "a test size chosen here, GPT-2 layout",
+};
+
 /// Names of the symbolic dims every decoder uses.
 pub const BATCH: &str = "batch";
 pub const SEQUENCE: &str = "sequence";

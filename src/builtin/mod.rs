@@ -14,7 +14,7 @@
 //! - `tinycnn`: a five-layer CNN for tests whose costs are easy to derive by hand.
 //! - Decoder LLMs with a KV cache, from their published configurations (`decoder.rs`):
 //!   `llama-2-7b`, `llama-2-13b`, `llama-2-70b`, `llama-3-8b`, `llama-3-70b`, `mistral-7b`,
-//!   `qwen2.5-7b`, `gpt2` and `llama-tiny` (small enough to run). Weights are symbolic when
+//!   `qwen2.5-7b`, `gpt2`, and `gpt2-tiny` and `llama-tiny` (small enough to run). Weights are symbolic when
 //!   analysed.
 
 pub mod builder;
@@ -233,6 +233,11 @@ pub const MODELS: &[BuiltinModel] = &[
         "gpt2",
         "GPT-2 small decoder with KV cache (12 layers, hidden 768, tied embeddings)",
         decoder::GPT2_SMALL
+    ),
+    decoder_preset!(
+        "gpt2-tiny",
+        "GPT-2-style decoder small enough to run (2 layers, hidden 128, 4 heads)",
+        decoder::GPT2_TINY
     ),
     decoder_preset!(
         "llama-tiny",

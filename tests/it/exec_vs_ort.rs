@@ -273,31 +273,40 @@ fn corpus_models_match_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The runnable decoder preset (grouped-query attention, rotary embedding, RMSNorm, SwiGLU, a
-/// KV cache) against onnxruntime, for a prompt step after a short cache and for a decode step.
+/// The runnable decoder presets against onnxruntime, with their `past_key_values` inputs, for a
+/// prompt step after a short cache and for a decode step: `llama-tiny` (grouped-query
+/// attention, rotary embedding, RMSNorm, SwiGLU) and `gpt2-tiny` (learned positions, LayerNorm,
+/// GELU, QKV bias, tied embeddings).
 #[test]
 fn decoder_preset_matches_onnxruntime() {
     let Some(python) = venv_python() else { return };
-    let model = export_builtin("llama-tiny");
     let mut failures = Vec::new();
-    for (key, new_tokens, past) in [("prefill", 8, 16), ("decode", 1, 40)] {
-        let mut shapes = vec![format!("input_ids=1x{new_tokens}")];
-        for layer in 0..2 {
-            for kind in ["key", "value"] {
-                shapes.push(format!("past_key_values.{layer}.{kind}=1x2x{past}x64"));
+    // (preset, KV heads, head size, vocabulary)
+    for (preset, kv_heads, head, vocab) in [("llama-tiny", 2, 64, 2048), ("gpt2-tiny", 4, 32, 1024)]
+    {
+        let model = export_builtin(preset);
+        for (key, new_tokens, past) in [("prefill", 8, 16), ("decode", 1, 40)] {
+            let mut shapes = vec![format!("input_ids=1x{new_tokens}")];
+            for layer in 0..2 {
+                for kind in ["key", "value"] {
+                    shapes.push(format!(
+                        "past_key_values.{layer}.{kind}=1x{kv_heads}x{past}x{head}"
+                    ));
+                }
             }
-        }
-        let shapes: Vec<&str> = shapes.iter().map(String::as_str).collect();
-        let reference_dir = reference(
-            &python,
-            &model,
-            &format!("builtin-llama-tiny-{key}"),
-            &shapes,
-            &["--int-range", "0,2048"],
-        );
-        match compare(&model, &reference_dir) {
-            Ok(summary) => eprintln!("llama-tiny {key}: {summary}"),
-            Err(e) => failures.push(format!("llama-tiny {key}: {e}")),
+            let shapes: Vec<&str> = shapes.iter().map(String::as_str).collect();
+            let range = format!("0,{vocab}");
+            let reference_dir = reference(
+                &python,
+                &model,
+                &format!("builtin-{preset}-{key}"),
+                &shapes,
+                &["--int-range", &range],
+            );
+            match compare(&model, &reference_dir) {
+                Ok(summary) => eprintln!("{preset} {key}: {summary}"),
+                Err(e) => failures.push(format!("{preset} {key}: {e}")),
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
