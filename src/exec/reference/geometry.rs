@@ -226,6 +226,118 @@ pub(super) fn det(x: &RtTensor) -> Result<RtTensor> {
     })
 }
 
+/// The value of `plane` ([height × width]) at a fractional position, bilinear between the
+/// four neighbours; neighbours outside the plane count as zero (and so does a position a full
+/// pixel or more outside it).
+fn bilinear(plane: &[f32], height: usize, width: usize, y: f64, x: f64) -> f64 {
+    if y <= -1.0 || y >= height as f64 || x <= -1.0 || x >= width as f64 {
+        return 0.0;
+    }
+    let (y0, x0) = (y.floor(), x.floor());
+    let (fy, fx) = (y - y0, x - x0);
+    let at = |r: f64, c: f64| -> f64 {
+        if r < 0.0 || c < 0.0 || r >= height as f64 || c >= width as f64 {
+            0.0
+        } else {
+            plane[r as usize * width + c as usize] as f64
+        }
+    };
+    (1.0 - fy) * (1.0 - fx) * at(y0, x0)
+        + (1.0 - fy) * fx * at(y0, x0 + 1.0)
+        + fy * (1.0 - fx) * at(y0 + 1.0, x0)
+        + fy * fx * at(y0 + 1.0, x0 + 1.0)
+}
+
+/// DeformConv (2-D): every tap of the convolution reads the input at its regular position plus
+/// a learned offset (bilinear), scaled by the mask when one is given; offsets [N, G·K·2, oH,
+/// oW] hold (dy, dx) per offset group G and tap K, the mask [N, G·K, oH, oW].
+pub(super) fn deform_conv(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = input(0).ok_or("X is missing")?;
+    let w = input(1).ok_or("W is missing")?;
+    let offset = input(2).ok_or("offset is missing")?;
+    let [n, c, h, wd] =
+        <[usize; 4]>::try_from(x.shape.as_slice()).map_err(|_| "only 2-D DeformConv runs")?;
+    let [oc, cg, kh, kw] =
+        <[usize; 4]>::try_from(w.shape.as_slice()).map_err(|_| "W is not 4-D")?;
+    let attrs = &node.attrs;
+    let pair = |name: &str, default: i64| -> [i64; 2] {
+        match attrs.ints(name) {
+            Some([a, b, ..]) => [*a, *b],
+            _ => [default, default],
+        }
+    };
+    let (stride, dilation) = (pair("strides", 1), pair("dilations", 1));
+    let pads = attrs.ints("pads").map_or(vec![0; 4], <[i64]>::to_vec);
+    let group = attrs.int_or("group", 1).max(1) as usize;
+    let offset_groups = attrs.int_or("offset_group", 1).max(1) as usize;
+    let [_, oc_offsets, oh, ow] =
+        <[usize; 4]>::try_from(offset.shape.as_slice()).map_err(|_| "offset is not 4-D")?;
+    let taps = kh * kw;
+    if cg * group != c
+        || oc % group != 0
+        || c % offset_groups != 0
+        || oc_offsets != offset_groups * taps * 2
+    {
+        return Err(format!(
+            "X {:?}, W {:?}, offset {:?} with {group} groups and {offset_groups} offset groups",
+            x.shape, w.shape, offset.shape
+        ));
+    }
+    let (xs, ws, offsets) = (floats(x), floats(w), floats(offset));
+    let mask = input(4).map(floats);
+    let bias = input(3).map(floats);
+    let plane = oh * ow;
+    let mut out = vec![0f32; n * oc * plane];
+    // Per image, input channel, tap and output pixel: the sampled value (the im2col of the
+    // deformed grid), then the usual weighted sum.
+    let mut columns = vec![0f64; c * taps * plane];
+    for b in 0..n {
+        for ch in 0..c {
+            let g = ch / (c / offset_groups);
+            let image = &xs[(b * c + ch) * h * wd..][..h * wd];
+            for t in 0..taps {
+                let (ky, kx) = ((t / kw) as i64, (t % kw) as i64);
+                let dy = &offsets[((b * oc_offsets) + g * taps * 2 + 2 * t) * plane..][..plane];
+                let dx = &offsets[((b * oc_offsets) + g * taps * 2 + 2 * t + 1) * plane..][..plane];
+                for p in 0..plane {
+                    let (py, px) = ((p / ow) as i64, (p % ow) as i64);
+                    let y = (py * stride[0] - pads[0] + ky * dilation[0]) as f64 + dy[p] as f64;
+                    let xq = (px * stride[1] - pads[1] + kx * dilation[1]) as f64 + dx[p] as f64;
+                    let mut value = bilinear(image, h, wd, y, xq);
+                    if let Some(m) = &mask {
+                        value *= m[((b * offset_groups + g) * taps + t) * plane + p] as f64;
+                    }
+                    columns[(ch * taps + t) * plane + p] = value;
+                }
+            }
+        }
+        let per_group = oc / group;
+        for o in 0..oc {
+            let g = o / per_group;
+            let out_plane = &mut out[(b * oc + o) * plane..][..plane];
+            let mut acc = vec![bias.as_ref().map_or(0.0, |v| v[o] as f64); plane];
+            for ci in 0..cg {
+                let ch = g * cg + ci;
+                for t in 0..taps {
+                    let weight = ws[(o * cg + ci) * taps + t] as f64;
+                    let column = &columns[(ch * taps + t) * plane..][..plane];
+                    for (a, &v) in acc.iter_mut().zip(column) {
+                        *a += weight * v;
+                    }
+                }
+            }
+            for (dst, a) in out_plane.iter_mut().zip(acc) {
+                *dst = a as f32;
+            }
+        }
+    }
+    Ok(RtTensor {
+        shape: vec![n, oc, oh, ow],
+        data: RtData::F32(out),
+    })
+}
+
 /// A window op's points for a run-time size.
 pub(super) fn window_op(node: &Node, size: &RtTensor) -> Result<RtTensor> {
     let size = *ints(size).first().ok_or("empty size")?;
@@ -379,5 +491,29 @@ mod tests {
         let bytes = bit_cast(&i(&[-1, 5]), DType::I8, DType::U8).unwrap();
         assert_eq!(ints(&bytes), [255, 5]);
         assert!(bit_cast(&x, DType::F32, DType::I64).is_err());
+    }
+
+    #[test]
+    fn deform_conv_with_zero_offsets_is_a_convolution() {
+        // 1×1×3×3 input, a 2×2 kernel of ones, no padding: each output sums a 2×2 window.
+        let x = f(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect());
+        let w = f(&[1, 1, 2, 2], vec![1.0; 4]);
+        let offset = f(&[1, 8, 2, 2], vec![0.0; 32]);
+        let n = node("DeformConv", &[]);
+        let out = deform_conv(&n, &[Some(x.clone()), Some(w.clone()), Some(offset)]).unwrap();
+        assert_eq!(out.to_f32(), [12.0, 16.0, 24.0, 28.0]);
+        // Every tap shifted by half a pixel right: the window's values interpolate.
+        let mut shifted = vec![0.0; 32];
+        for t in 0..4 {
+            for p in 0..4 {
+                shifted[(2 * t + 1) * 4 + p] = 0.5;
+            }
+        }
+        let out = deform_conv(&n, &[Some(x), Some(w), Some(f(&[1, 8, 2, 2], shifted))]).unwrap();
+        // The top-left window (1, 2, 4, 5) moves to (1.5, 2.5, 4.5, 5.5): 14.
+        assert!((out.to_f32()[0] - 14.0).abs() < 1e-6);
+        // The top-right one reads x = 1.5 and 2.5: (2.5, 1.5, 5.5, 3.0), half of column 2 and
+        // half of the zero beyond it: 12.5.
+        assert!((out.to_f32()[1] - 12.5).abs() < 1e-6);
     }
 }

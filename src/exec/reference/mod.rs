@@ -135,6 +135,7 @@ fn covers_standard(op: &str) -> bool {
                 | "Scan"
                 | "TfIdfVectorizer"
                 | "MaxUnpool"
+                | "DeformConv"
         )
 }
 
@@ -415,6 +416,7 @@ fn run_checked(
         "If" | "Loop" | "Scan" => control::run(node, opset, inputs, in_types)?,
         "TfIdfVectorizer" => vec![classic_ml::tfidf_vectorizer(node, input(0)?)?],
         "MaxUnpool" => vec![classic_ml::max_unpool(node, inputs)?],
+        "DeformConv" => vec![geometry::deform_conv(node, inputs)?],
         "LinearAttention" => state::linear_attention(node, inputs)?,
         "CausalConvWithState" => state::causal_conv_with_state(node, inputs)?,
         "TensorScatter" => vec![state::tensor_scatter(node, inputs)?],
