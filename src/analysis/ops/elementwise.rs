@@ -130,6 +130,8 @@ static BITSHIFT: ElementWise = ew!(1, 0);
 static BITWISE: ElementWise = ew!(1, 0);
 static SHRINK: ElementWise = ew!(2, 0);
 static SWISH: ElementWise = ew!(3, 1);
+// SwiGLU (28): Swish of the gate times the value, one element of each.
+static SWIGLU: ElementWise = ew!(4, 1);
 static WHERE: ElementWise = ew!(1, 0, |a, _| if a[0] != 0.0 { a[1] } else { a[2] });
 static EQUAL: ElementWise = cmp!(|a, _| b(a[0] == a[1]));
 static LESS: ElementWise = cmp!(|a, _| b(a[0] < a[1]));
@@ -215,6 +217,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => &BITWISE,
         "Shrink" => &SHRINK,
         "Swish" => &SWISH,
+        "SwiGLU" => &SWIGLU,
         "Where" => &WHERE,
         "Equal" => &EQUAL,
         "Less" => &LESS,

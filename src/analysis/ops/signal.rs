@@ -10,16 +10,161 @@
 //!
 //! Cost when not folded: the output written; per point one cosine per non-constant term and
 //! two FLOPs per term (scale, accumulate).
+//!
+//! DFT (17-20) and STFT (17): shapes as the spec gives them (a trailing dim of 2 for complex
+//! values, 1 for the real output of an inverse one-sided DFT; `dft_length` and the axis as
+//! constant inputs, or the axis as an attribute before opset 20; STFT frames
+//! ⌊(length − frame)/step⌋ + 1 of frame/2 + 1 bins when one-sided). Cost as a runtime computes
+//! them, by FFT: 5·n·⌈log2 n⌉ FLOPs per transform of n points (the classic radix-2 count), plus
+//! the window's multiply per sample for STFT; the input read and the output written once.
 
 use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{DType, Dim, Tensor, TensorData, TensorFact};
 
 struct Window;
+struct Dft;
+struct Stft;
 
 pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     match op_type {
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => Some(&Window),
+        "DFT" => Some(&Dft),
+        "STFT" => Some(&Stft),
         _ => None,
+    }
+}
+
+/// FLOPs of one FFT of `n` points (5·n·⌈log2 n⌉).
+fn fft_flops(n: u64) -> u64 {
+    5 * n * (64 - n.saturating_sub(1).leading_zeros() as u64).max(1)
+}
+
+/// A constant scalar input, if given.
+fn scalar_input(ctx: &InferCtx, index: usize) -> OpResult<Option<i64>> {
+    match ctx.opt_input(index) {
+        Some(fact) if fact.element_count() == Some(0) => Ok(None),
+        Some(_) => Ok(ctx.const_ints(index)?.and_then(|v| v.first().copied())),
+        None => Ok(None),
+    }
+}
+
+/// DFT's axis, transform length and output length along the axis.
+fn dft_geometry(ctx: &InferCtx) -> OpResult<(usize, Dim, Dim, bool)> {
+    let shape = ctx.input_shape(0)?;
+    let rank = shape.len();
+    if rank < 2 {
+        return Err(invalid("DFT: the input is [signal dims..., 1 or 2]"));
+    }
+    let axis = if ctx.node.opset >= 20 {
+        scalar_input(ctx, 2)?.unwrap_or(-2)
+    } else {
+        ctx.attrs().int_or("axis", 1)
+    };
+    let axis = super::normalize_axis(axis, rank)?;
+    if axis == rank - 1 {
+        return Err(invalid(
+            "DFT: the last dim holds the complex parts, not a signal axis",
+        ));
+    }
+    let inverse = ctx.attrs().int_or("inverse", 0) != 0;
+    let onesided = ctx.attrs().int_or("onesided", 0) != 0;
+    let given = scalar_input(ctx, 1)?;
+    let length = match (given, &shape[axis]) {
+        (Some(n), _) if n > 0 => Dim::Known(n as u64),
+        (Some(n), _) => return Err(invalid(format!("DFT: a length of {n}"))),
+        // An inverse one-sided transform restores the full length: 2·(bins − 1).
+        (None, Dim::Known(d)) if inverse && onesided => Dim::Known(2 * d.saturating_sub(1)),
+        (None, d) => d.clone(),
+    };
+    let out = match (&length, onesided && !inverse) {
+        (Dim::Known(n), true) => Dim::Known(n / 2 + 1),
+        (Dim::Sym(s), true) => Dim::Sym(format!("{s}/2+1")),
+        (d, false) => d.clone(),
+    };
+    Ok((axis, length, out, inverse && onesided))
+}
+
+impl OpDef for Dft {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let (axis, _, along, real_out) = dft_geometry(ctx)?;
+        let mut out = ctx.input_shape(0)?.to_vec();
+        out[axis] = along;
+        let last = out.len() - 1;
+        out[last] = Dim::Known(if real_out { 1 } else { 2 });
+        Ok(vec![TensorFact::new(x.dtype, out)])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let shape = ctx.input_dims(0)?;
+        let out = ctx.output_dims(0)?;
+        // The transform axis is the one whose length changed, else the one of the largest
+        // transform count; the length is the longer of input and output along it.
+        let axis = (0..shape.len() - 1)
+            .find(|&a| shape[a] != out[a])
+            .unwrap_or(if shape.len() > 2 { shape.len() - 2 } else { 0 });
+        let n = shape[axis].max(out[axis]).max(1);
+        let transforms: u64 = shape[..shape.len() - 1].iter().product::<u64>() / shape[axis].max(1);
+        Ok(OpCost {
+            flops: transforms * fft_flops(n),
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
+    }
+}
+
+impl OpDef for Stft {
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
+        let x = ctx.input(0)?;
+        let shape = ctx.input_shape(0)?;
+        if shape.len() != 3 {
+            return Err(invalid("STFT: the signal is [batch, length, 1 or 2]"));
+        }
+        let step = scalar_input(ctx, 1)?.ok_or("STFT: the frame step is computed at run time")?;
+        let window = ctx
+            .opt_input(2)
+            .and_then(|w| w.shape.as_ref())
+            .and_then(|s| s.first())
+            .and_then(Dim::known);
+        let frame = match scalar_input(ctx, 3)? {
+            Some(f) => Some(f.max(0) as u64),
+            None => window.or(shape[1].known()),
+        };
+        let onesided = ctx.attrs().int_or("onesided", 1) != 0;
+        let (frames, bins) = match (frame, shape[1].known()) {
+            (Some(frame), Some(length)) if step > 0 && frame > 0 && frame <= length => (
+                Dim::Known((length - frame) / step as u64 + 1),
+                Dim::Known(if onesided { frame / 2 + 1 } else { frame }),
+            ),
+            (Some(_), Some(_)) => {
+                return Err(invalid("STFT: the frame and step do not fit the signal"))
+            }
+            _ => (
+                Dim::Sym(format!("{}_frames", ctx.node.name)),
+                Dim::Sym(format!("{}_bins", ctx.node.name)),
+            ),
+        };
+        Ok(vec![TensorFact::new(
+            x.dtype,
+            vec![shape[0].clone(), frames, bins, Dim::Known(2)],
+        )])
+    }
+
+    fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
+        let out = ctx.output_dims(0)?;
+        let (batch, frames, bins) = (out[0], out[1], out[2]);
+        let onesided = ctx.attrs().int_or("onesided", 1) != 0;
+        let frame = if onesided {
+            2 * bins.saturating_sub(1)
+        } else {
+            bins
+        }
+        .max(1);
+        Ok(OpCost {
+            flops: batch * frames * (fft_flops(frame) + frame),
+            bytes: ctx.default_traffic()?,
+            ..OpCost::default()
+        })
     }
 }
 
@@ -160,5 +305,27 @@ mod tests {
         let out = Op::new("HammingWindow").infer(&[&act(DType::I64, &[])]);
         assert!(out[0].concrete_shape().is_none());
         Op::new("HannWindow").invalid(&[&ints_shaped(&[], &[-1])]);
+    }
+
+    #[test]
+    fn dft_and_stft_shapes_and_fft_counts() {
+        // Real signal [1, 16, 1], one-sided forward DFT along axis 1: 9 bins, complex.
+        let x = f32s(&[1, 16, 1]);
+        let op = Op::new("DFT").opset(17).int("onesided", 1);
+        let (out, cost) = op.run(&[&x]);
+        assert_eq!(dims(&out[0]), [1, 9, 2]);
+        assert_eq!(cost.flops, 5 * 16 * 4);
+        // A given length (opset 20, axis as input): zero-padded to 32, full spectrum.
+        let op = Op::new("DFT").opset(20);
+        let out = op.infer(&[
+            &f32s(&[2, 16, 2]),
+            &ints_shaped(&[], &[32]),
+            &ints_shaped(&[], &[1]),
+        ]);
+        assert_eq!(dims(&out[0]), [2, 32, 2]);
+        // STFT: 128 samples, frames of 16 every 8: 15 frames of 9 bins.
+        let op = Op::new("STFT");
+        let out = op.infer(&[&f32s(&[1, 128, 1]), &ints_shaped(&[], &[8]), &f32s(&[16])]);
+        assert_eq!(dims(&out[0]), [1, 15, 9, 2]);
     }
 }

@@ -136,6 +136,7 @@ fn covers_standard(op: &str) -> bool {
                 | "TfIdfVectorizer"
                 | "MaxUnpool"
                 | "DeformConv"
+                | "SwiGLU"
         )
 }
 
@@ -417,6 +418,25 @@ fn run_checked(
         "TfIdfVectorizer" => vec![classic_ml::tfidf_vectorizer(node, input(0)?)?],
         "MaxUnpool" => vec![classic_ml::max_unpool(node, inputs)?],
         "DeformConv" => vec![geometry::deform_conv(node, inputs)?],
+        "SwiGLU" => {
+            let (gate, value) = (input(0)?, input(1)?);
+            if gate.shape != value.shape {
+                return Err(format!(
+                    "SwiGLU: gate {:?} and value {:?} differ",
+                    gate.shape, value.shape
+                ));
+            }
+            let alpha = attrs.float_or("alpha", 1.0);
+            let out = floats(gate)
+                .iter()
+                .zip(floats(value))
+                .map(|(&a, b)| a / (1.0 + (-alpha * a).exp()) * b)
+                .collect();
+            vec![RtTensor {
+                shape: gate.shape.clone(),
+                data: RtData::F32(out),
+            }]
+        }
         "LinearAttention" => state::linear_attention(node, inputs)?,
         "CausalConvWithState" => state::causal_conv_with_state(node, inputs)?,
         "TensorScatter" => vec![state::tensor_scatter(node, inputs)?],
