@@ -150,8 +150,9 @@ pub(super) fn yolov8n(fill: WeightFill) -> ModelProto {
     // Head: per level a box branch (4·reg_max) and a class branch, flattened and joined. Their
     // widths come from the first level's channels (64): max(16, 64/4, 4·reg_max) and
     // max(64, min(classes, 100)).
-    let box_width = 16.max(64 / 4).max(4 * REG_MAX);
-    let class_hidden = 64.max(CLASSES.min(100));
+    let first_level = 64;
+    let box_width = (first_level / 4).max(16).max(4 * REG_MAX);
+    let class_hidden = CLASSES.min(100).max(first_level);
     let mut levels = Vec::new();
     for (feature, channels) in [(&out3, 64), (&out4, 128), (&out5, 256)] {
         let boxes = conv_silu(&mut b, feature, channels, box_width, 3, 1);

@@ -96,6 +96,10 @@ impl Plan {
     }
 }
 
+/// A node the generic path runs: the node, its inputs' element types (implicit inputs
+/// included) and its outputs'.
+pub(super) type GenericNode = (Node, Vec<Option<DType>>, Vec<DType>);
+
 /// Where a value lives at run time.
 #[derive(Clone, Debug)]
 pub(crate) enum Slot {
@@ -145,7 +149,7 @@ pub struct Plan {
     pub(super) graph_names: Vec<String>,
     /// Generic steps need the graph's node attributes and their outputs' element types.
     /// Nodes run by the generic path, with their input and output element types.
-    pub(super) generic_nodes: HashMap<NodeId, (Node, Vec<Option<DType>>, Vec<DType>)>,
+    pub(super) generic_nodes: HashMap<NodeId, GenericNode>,
     pub(super) opset: i64,
 }
 
@@ -544,6 +548,25 @@ fn concat_placements(
     (placements, in_place)
 }
 
+/// The values of `graph` that `node`'s subgraphs read (none for other nodes), in the order of
+/// `control::free_names`.
+pub(super) fn implicit_inputs(graph: &Graph, node: &Node) -> Result<Vec<ValueId>, ExecError> {
+    if !node.attrs.has_subgraph() {
+        return Ok(Vec::new());
+    }
+    crate::analysis::ops::control::free_names(&node.attrs)
+        .into_iter()
+        .map(|name| {
+            graph.value_by_name(&name).ok_or_else(|| {
+                node_error(
+                    node,
+                    format!("a subgraph reads `{name}`, which the graph does not define"),
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -693,23 +716,4 @@ mod tests {
         assert_eq!(got, run(&copying));
         assert_eq!(got.len(), 10 * 36);
     }
-}
-
-/// The values of `graph` that `node`'s subgraphs read (none for other nodes), in the order of
-/// `control::free_names`.
-pub(super) fn implicit_inputs(graph: &Graph, node: &Node) -> Result<Vec<ValueId>, ExecError> {
-    if !node.attrs.has_subgraph() {
-        return Ok(Vec::new());
-    }
-    crate::analysis::ops::control::free_names(&node.attrs)
-        .into_iter()
-        .map(|name| {
-            graph.value_by_name(&name).ok_or_else(|| {
-                node_error(
-                    node,
-                    format!("a subgraph reads `{name}`, which the graph does not define"),
-                )
-            })
-        })
-        .collect()
 }
