@@ -23,9 +23,9 @@ inputs and outputs, each with its rtol/atol). Every case is written once into th
 
 A panic is an exit status of 101 or "panicked" on stderr. Excluded cases (training-only ops,
 random generators) are listed with their reason in EXCLUDED below. Two shape rates are printed:
-over every judged case, and over the judged cases onnxruntime passes (the issue's acceptance
-allows leaving out the cases onnxruntime fails too: string, sequence and optional types, ops
-onnxruntime 1.2x does not implement; they are counted, not hidden). Prints pass rates per op and
+over every judged case, and over the judged cases onnxruntime passes (the cases onnxruntime
+fails too are mostly string, sequence and optional types and ops its CPU build does not
+implement; they are counted in the first rate, not hidden). Prints pass rates per op and
 overall; `--json` writes them with every failure's first line, for the Rust test that holds
 the rates to their floors (tests/it/conformance.rs).
 """

@@ -172,7 +172,7 @@ fn node_error(node: &Node, reason: impl Into<String>) -> ExecError {
 }
 
 /// The concrete shape of a fact as `usize`s (`None` while any dim is symbolic).
-fn dims(fact: &TensorFact) -> Option<Vec<usize>> {
+pub(crate) fn dims(fact: &TensorFact) -> Option<Vec<usize>> {
     fact.concrete_shape()
         .map(|d| d.iter().map(|&v| v as usize).collect())
 }

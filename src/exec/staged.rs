@@ -213,6 +213,8 @@ fn evaluate(
     for node in nodes.into_iter().rev() {
         if node.outputs.iter().any(|o| needed.contains(o)) {
             needed.extend(node.inputs.iter().flatten().copied());
+            // What its subgraphs read is needed too.
+            needed.extend(super::plan::implicit_inputs(graph, &node)?);
             kept.push(node);
         }
     }

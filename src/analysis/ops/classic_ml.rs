@@ -9,7 +9,7 @@
 //!   are read and written).
 //! - TreeEnsemble: one comparison per interior node per sample (every split node of every tree
 //!   visited: an upper estimate, as a sample walks one root-to-leaf path per tree), plus one add
-//!   per leaf reached per target.
+//!   per tree per sample for the leaf it reaches.
 //! - TfIdfVectorizer: per input row, every start position tries each n-gram length for each
 //!   skip: C · (max_skip_count + 1) · max_gram_length lookups counted as one operation each.
 //! - MelWeightMatrix: the output written (a filter bank computed from five scalars).
@@ -192,6 +192,39 @@ impl OpDef for MelWeightMatrix {
     }
 }
 
+/// MaxUnpool's spatial output dims without `output_shape`: (in − 1)·stride − pads + kernel per
+/// axis (`None` for an axis whose input dim is not known).
+pub(crate) fn max_unpool_dims(
+    attrs: &crate::analysis::graph::Attributes,
+    spatial_in: &[Option<u64>],
+) -> OpResult<Vec<Option<u64>>> {
+    let spatial = spatial_in.len();
+    let kernel = attrs
+        .ints("kernel_shape")
+        .filter(|k| k.len() == spatial)
+        .ok_or_else(|| invalid("MaxUnpool needs a `kernel_shape` per spatial axis"))?;
+    let strides = attrs.ints("strides");
+    let pads = attrs.ints("pads");
+    spatial_in
+        .iter()
+        .enumerate()
+        .map(|(axis, dim)| {
+            let Some(d) = dim else { return Ok(None) };
+            let stride = strides.and_then(|s| s.get(axis).copied()).unwrap_or(1);
+            let pad = pads.map_or(0, |p| {
+                p.get(axis).copied().unwrap_or(0) + p.get(axis + spatial).copied().unwrap_or(0)
+            });
+            let size = (*d as i64 - 1)
+                .checked_mul(stride)
+                .and_then(|s| s.checked_sub(pad))
+                .and_then(|s| s.checked_add(kernel[axis]))
+                .filter(|&s| s >= 0)
+                .ok_or_else(|| invalid("MaxUnpool: the output size is negative or overflows"))?;
+            Ok(Some(size as u64))
+        })
+        .collect()
+}
+
 impl OpDef for MaxUnpool {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let x = ctx.input(0)?;
@@ -208,31 +241,14 @@ impl OpDef for MaxUnpool {
                 &target.iter().map(|&d| d as u64).collect::<Vec<_>>(),
             )]);
         }
-        let spatial = shape.len() - 2;
-        let kernel = ctx
-            .attrs()
-            .ints("kernel_shape")
-            .filter(|k| k.len() == spatial)
-            .ok_or_else(|| invalid("MaxUnpool needs a `kernel_shape` per spatial axis"))?;
-        let strides = ctx.attrs().ints("strides").map(<[i64]>::to_vec);
-        let pads = ctx.attrs().ints("pads").map(<[i64]>::to_vec);
+        let known: Vec<Option<u64>> = shape[2..].iter().map(Dim::known).collect();
         let mut out = shape[..2].to_vec();
-        for (axis, dim) in shape[2..].iter().enumerate() {
-            let stride = strides
-                .as_ref()
-                .and_then(|s| s.get(axis).copied())
-                .unwrap_or(1);
-            let pad = pads.as_ref().map_or(0, |p| {
-                p.get(axis).copied().unwrap_or(0) + p.get(axis + spatial).copied().unwrap_or(0)
-            });
-            out.push(match dim.known() {
-                Some(d) => {
-                    let size = (d as i64 - 1) * stride - pad + kernel[axis];
-                    if size < 0 {
-                        return Err(invalid(format!("MaxUnpool: an output of {size}")));
-                    }
-                    Dim::Known(size as u64)
-                }
+        for (axis, size) in max_unpool_dims(ctx.attrs(), &known)?
+            .into_iter()
+            .enumerate()
+        {
+            out.push(match size {
+                Some(size) => Dim::Known(size),
                 None => Dim::Sym(format!("{}_unpooled{axis}", ctx.node.name)),
             });
         }

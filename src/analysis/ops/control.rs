@@ -188,6 +188,12 @@ fn body_cost(
             .iter()
             .map(|&v| &graph.values[v].fact)
             .collect();
+        // A body nested in this one reads this body's values (and what it took from outside).
+        let outer = |name: &str| {
+            graph
+                .value_by_name(name)
+                .map(|v| graph.values[v].fact.clone())
+        };
         let cost = op
             .cost(&CostCtx {
                 node: OpNode {
@@ -199,7 +205,7 @@ fn body_cost(
                 inputs,
                 outputs,
                 precision,
-                outer: None,
+                outer: Some(&outer),
             })
             .map_err(|reason| format!("its body's `{}` is not costed: {reason}", node.name))?;
         total.flops += cost.flops;
@@ -213,14 +219,14 @@ fn body_cost(
 
 fn times(cost: OpCost, count: u64) -> OpCost {
     OpCost {
-        flops: cost.flops * count,
-        macs: cost.macs * count,
-        transcendental: cost.transcendental * count,
-        vector_flops: cost.vector_flops * count,
+        flops: cost.flops.saturating_mul(count),
+        macs: cost.macs.saturating_mul(count),
+        transcendental: cost.transcendental.saturating_mul(count),
+        vector_flops: cost.vector_flops.saturating_mul(count),
         bytes: super::Traffic {
-            weights_read: cost.bytes.weights_read * count,
-            act_read: cost.bytes.act_read * count,
-            act_written: cost.bytes.act_written * count,
+            weights_read: cost.bytes.weights_read.saturating_mul(count),
+            act_read: cost.bytes.act_read.saturating_mul(count),
+            act_written: cost.bytes.act_written.saturating_mul(count),
         },
         ..OpCost::default()
     }

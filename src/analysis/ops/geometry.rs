@@ -109,11 +109,21 @@ pub(crate) fn col2im_axes(
     let pads = or_ones("pads", 2 * d)?;
     (0..d)
         .map(|i| {
-            let span = dilations[i] * (block[i] - 1) + 1;
-            let padded = image[i] + pads[i] + pads[i + d];
             if image[i] <= 0 || block[i] <= 0 || strides[i] <= 0 || dilations[i] <= 0 {
                 return Err(invalid("Col2Im: sizes, strides and dilations are positive"));
             }
+            if pads[i] < 0 || pads[i + d] < 0 {
+                return Err(invalid("Col2Im: negative pads"));
+            }
+            let too_large = || invalid("Col2Im: the geometry overflows");
+            let span = dilations[i]
+                .checked_mul(block[i] - 1)
+                .and_then(|s| s.checked_add(1))
+                .ok_or_else(too_large)?;
+            let padded = image[i]
+                .checked_add(pads[i])
+                .and_then(|p| p.checked_add(pads[i + d]))
+                .ok_or_else(too_large)?;
             if padded < span {
                 return Err(invalid(format!(
                     "Col2Im: a block spanning {span} does not fit an axis of {padded}"

@@ -13,6 +13,9 @@ use super::fold::{broadcast_map, gather, tensor_from_f64};
 use super::{broadcast_shapes, normalize_axis, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::tensor::{Dim, Tensor, TensorData, TensorFact};
 
+/// Largest constant Split folds into its parts.
+const MAX_FOLDED_SPLIT: u64 = 1 << 16;
+
 struct Concat;
 struct Split;
 struct Slice;
@@ -176,8 +179,13 @@ impl OpDef for Split {
                 )));
             }
         }
-        // Fold a constant split (shape vectors cut into their dims).
-        let dims: Option<Vec<u64>> = shape.iter().map(Dim::known).collect();
+        // Fold a constant split (a shape vector cut into its dims); large constants (weights)
+        // stay unfolded: their values are never needed for shapes.
+        let dims: Option<Vec<u64>> = shape
+            .iter()
+            .map(Dim::known)
+            .collect::<Option<Vec<u64>>>()
+            .filter(|d| d.iter().product::<u64>() <= MAX_FOLDED_SPLIT);
         let parts: Option<Vec<u64>> = sizes.iter().map(Dim::known).collect();
         if let (Some(dims), Some(parts), Some(values)) =
             (dims, parts, x.konst.as_ref().and_then(|t| t.to_f64_vec()))

@@ -98,11 +98,21 @@ impl OpDef for Dft {
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let shape = ctx.input_dims(0)?;
         let out = ctx.output_dims(0)?;
-        // The transform axis is the one whose length changed, else the one of the largest
-        // transform count; the length is the longer of input and output along it.
-        let axis = (0..shape.len() - 1)
-            .find(|&a| shape[a] != out[a])
-            .unwrap_or(if shape.len() > 2 { shape.len() - 2 } else { 0 });
+        // The transform axis as inference found it: the attribute before opset 20, the
+        // constant input from 20 (default −2); the length is the longer of input and output.
+        let axis = if ctx.node.opset >= 20 {
+            ctx.inputs
+                .get(2)
+                .copied()
+                .flatten()
+                .and_then(|f| f.konst.as_ref())
+                .and_then(|t| t.to_i64_vec())
+                .and_then(|v| v.first().copied())
+                .unwrap_or(-2)
+        } else {
+            ctx.attrs().int_or("axis", 1)
+        };
+        let axis = super::normalize_axis(axis, shape.len())?;
         let n = shape[axis].max(out[axis]).max(1);
         let transforms: u64 = shape[..shape.len() - 1].iter().product::<u64>() / shape[axis].max(1);
         Ok(OpCost {

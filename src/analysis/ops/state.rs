@@ -16,7 +16,7 @@
 //!   β·(v − Sᵀk) (2·dv FLOPs); the readout q·S is dk·dv MACs per query head and dv multiplies
 //!   for the scale.
 //! - CausalConvWithState: k MACs per output element, one add for the bias, and SiLU as one exp
-//!   and 3 FLOPs (negate, add, divide... counted as sigmoid's 3 plus the product).
+//!   and 4 FLOPs (negate, add, divide for the sigmoid, then the product).
 //! - TensorScatter: the functional form copies the whole cache: every input read once, the
 //!   output written once (a runtime that updates in place moves only the update).
 //!

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use super::{floats, ints, Result};
 use crate::analysis::graph::Node;
+use crate::analysis::ops::classic_ml::max_unpool_dims;
 use crate::exec::{RtData, RtTensor};
 
 /// Binarizer: 1 where the value exceeds `threshold`, else 0.
@@ -142,22 +143,13 @@ pub(super) fn max_unpool(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtT
     let shape: Vec<usize> = match inputs.get(2).and_then(Option::as_ref) {
         Some(target) => ints(target).iter().map(|&d| d.max(0) as usize).collect(),
         None => {
-            let spatial = x.shape.len().saturating_sub(2);
-            let kernel = node
-                .attrs
-                .ints("kernel_shape")
-                .ok_or("missing kernel_shape")?;
-            let strides = node.attrs.ints("strides");
-            let pads = node.attrs.ints("pads");
+            if x.shape.len() < 3 {
+                return Err(format!("X {:?} is not [N, C, spatial...]", x.shape));
+            }
+            let spatial: Vec<Option<u64>> = x.shape[2..].iter().map(|&d| Some(d as u64)).collect();
             let mut shape = x.shape[..2].to_vec();
-            for axis in 0..spatial {
-                let stride = strides.and_then(|s| s.get(axis).copied()).unwrap_or(1);
-                let pad = pads.map_or(0, |p| {
-                    p.get(axis).copied().unwrap_or(0) + p.get(axis + spatial).copied().unwrap_or(0)
-                });
-                let size = (x.shape[axis + 2] as i64 - 1) * stride - pad
-                    + kernel.get(axis).copied().ok_or("kernel_shape too short")?;
-                shape.push(size.max(0) as usize);
+            for size in max_unpool_dims(&node.attrs, &spatial)? {
+                shape.push(size.unwrap_or(0) as usize);
             }
             shape
         }
@@ -181,50 +173,42 @@ pub(super) fn max_unpool(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtT
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
-
-    fn node(attrs: &[(&str, Attr)]) -> Node {
-        let mut node = Node {
-            name: "n".into(),
-            op_type: "TfIdfVectorizer".into(),
-            domain: String::new(),
-            attrs: Default::default(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        };
-        for (name, value) in attrs {
-            node.attrs.0.insert(name.to_string(), value.clone());
-        }
-        node
-    }
+    use crate::exec::reference::test_node as node;
 
     #[test]
     fn tfidf_counts_bigrams_with_skips() {
         // Pool: unigram 1; bigrams (1, 2) and (2, 3). Tokens 1 2 3 1 3.
-        let n = node(&[
-            ("pool_int64s", Attr::Ints(vec![1, 1, 2, 2, 3])),
-            ("ngram_counts", Attr::Ints(vec![0, 1])),
-            ("ngram_indexes", Attr::Ints(vec![0, 1, 2])),
-            ("min_gram_length", Attr::Int(1)),
-            ("max_gram_length", Attr::Int(2)),
-            ("max_skip_count", Attr::Int(1)),
-            ("mode", Attr::String("TF".into())),
-        ]);
+        let n = node(
+            "TfIdfVectorizer",
+            &[
+                ("pool_int64s", Attr::Ints(vec![1, 1, 2, 2, 3])),
+                ("ngram_counts", Attr::Ints(vec![0, 1])),
+                ("ngram_indexes", Attr::Ints(vec![0, 1, 2])),
+                ("min_gram_length", Attr::Int(1)),
+                ("max_gram_length", Attr::Int(2)),
+                ("max_skip_count", Attr::Int(1)),
+                ("mode", Attr::String("TF".into())),
+            ],
+        );
         let x = RtTensor {
             shape: vec![5],
             data: RtData::I64(vec![1, 2, 3, 1, 3]),
         };
         let out = tfidf_vectorizer(&n, &x).unwrap();
-        // Unigram 1: twice. (1,2): skip 0 once; skip 1 would be (1,3),(2,1),(3,3): none.
-        // (2,3): skip 0 once; skip 1: (2,1)... no, (1,3) at 0,2 no; 0 more.
+        // Unigram 1: twice. Skip 0 pairs (1,2) (2,3) (3,1) (1,3): (1,2) and (2,3) once each;
+        // skip 1 pairs (1,3) (2,1) (3,3): none in the pool.
         assert_eq!(out.to_f32(), [2.0, 1.0, 1.0]);
     }
 
     #[test]
     fn max_unpool_scatters_to_the_indices() {
-        let n = node(&[
-            ("kernel_shape", Attr::Ints(vec![2, 2])),
-            ("strides", Attr::Ints(vec![2, 2])),
-        ]);
+        let n = node(
+            "MaxUnpool",
+            &[
+                ("kernel_shape", Attr::Ints(vec![2, 2])),
+                ("strides", Attr::Ints(vec![2, 2])),
+            ],
+        );
         let x = RtTensor {
             shape: vec![1, 1, 1, 1],
             data: RtData::F32(vec![5.0]),

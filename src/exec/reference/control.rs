@@ -64,6 +64,23 @@ impl<'a> Body<'a> {
         inputs: &[RtTensor],
         types: &[DType],
     ) -> Result<(Plan, Vec<String>)> {
+        let (graph, (order, states, _), names) = self.inferred(key, inputs, types)?;
+        let plan = build_plan(&graph, &order, &states, &PlanOptions::default())
+            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
+        Ok((plan, names))
+    }
+
+    /// The body imported and inferred for `key`, with the names of its run-time inputs.
+    fn inferred(
+        &self,
+        key: &PlanKey,
+        inputs: &[RtTensor],
+        types: &[DType],
+    ) -> Result<(
+        crate::analysis::Graph,
+        crate::analysis::infer::Inferred,
+        Vec<String>,
+    )> {
         let lookup = |name: &str| self.outer.get(name).cloned();
         let mut graph = import_subgraph(self.proto, self.opset, &lookup)
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
@@ -95,11 +112,32 @@ impl<'a> Body<'a> {
             kept.push(value);
         }
         graph.inputs = kept;
-        let (order, states, _) = crate::analysis::infer::infer_graph(&mut graph)
+        let inferred = crate::analysis::infer::infer_graph(&mut graph)
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
-        let plan = build_plan(&graph, &order, &states, &PlanOptions::default())
-            .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
-        Ok((plan, names))
+        Ok((graph, inferred, names))
+    }
+
+    /// The shapes of the body's outputs for `inputs`, and whether each is float, without
+    /// running it (what a loop that runs zero times stacks zero of).
+    fn output_shapes(
+        &self,
+        inputs: &[RtTensor],
+        types: &[DType],
+    ) -> Result<Vec<(Vec<usize>, bool)>> {
+        let key = self.key(inputs, types);
+        let (graph, _, _) = self.inferred(&key, inputs, types)?;
+        graph
+            .outputs
+            .iter()
+            .map(|&v| {
+                let fact = &graph.values[v].fact;
+                crate::exec::dims(fact)
+                    .map(|shape| (shape, fact.dtype.is_float()))
+                    .ok_or_else(|| {
+                        format!("body `{}`: an output shape is unknown", self.proto.name)
+                    })
+            })
+            .collect()
     }
 
     /// Runs the body on `inputs` (its formal inputs in order); returns its outputs in order.
@@ -116,6 +154,10 @@ impl<'a> Body<'a> {
                 }
                 Err(e) => return Err(e),
             };
+            if self.by_value {
+                // Planned per value (an iteration number): keep only the latest plan.
+                self.plans.clear();
+            }
             self.plans.insert(key.clone(), planned);
         }
         let (plan, names) = &self.plans[&key];
@@ -203,9 +245,29 @@ fn run_if(
     Body::new(branch, opset, outer).run(&[], &[])
 }
 
-/// Stacks per-iteration pieces along a new `axis` (all pieces one shape).
-fn stack(pieces: &[RtTensor], axis: usize) -> Result<RtTensor> {
-    let first = pieces.first().ok_or("nothing to stack")?;
+/// Stacks per-iteration pieces along a new `axis` (all pieces one shape); with no pieces, an
+/// empty tensor of `empty` (the piece shape and whether it is float).
+fn stack(pieces: &[RtTensor], axis: usize, empty: Option<&(Vec<usize>, bool)>) -> Result<RtTensor> {
+    fn interleave<T: Copy>(parts: &[&[T]], outer: usize, inner: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(outer * inner * parts.len());
+        for o in 0..outer {
+            for part in parts {
+                out.extend_from_slice(&part[o * inner..(o + 1) * inner]);
+            }
+        }
+        out
+    }
+    let Some(first) = pieces.first() else {
+        let (shape, float) = empty.ok_or("nothing to stack")?;
+        let mut shape = shape.clone();
+        shape.insert(axis.min(shape.len()), 0);
+        let data = if *float {
+            RtData::F32(Vec::new())
+        } else {
+            RtData::I64(Vec::new())
+        };
+        return Ok(RtTensor { shape, data });
+    };
     let shape = &first.shape;
     if pieces.iter().any(|p| &p.shape != shape) {
         return Err("scan output pieces differ in shape between iterations".into());
@@ -216,28 +278,21 @@ fn stack(pieces: &[RtTensor], axis: usize) -> Result<RtTensor> {
     out_shape.insert(axis, pieces.len());
     let data = match &first.data {
         RtData::F32(_) => {
-            let mut out = Vec::with_capacity(outer * inner * pieces.len());
-            for o in 0..outer {
-                for piece in pieces {
-                    let RtData::F32(v) = &piece.data else {
-                        return Err("mixed element kinds".into());
-                    };
-                    out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
-                }
-            }
-            RtData::F32(out)
+            let parts: Vec<&[f32]> = pieces
+                .iter()
+                .map(|p| p.as_f32().ok_or("mixed element kinds"))
+                .collect::<std::result::Result<_, _>>()?;
+            RtData::F32(interleave(&parts, outer, inner))
         }
         RtData::I64(_) => {
-            let mut out = Vec::with_capacity(outer * inner * pieces.len());
-            for o in 0..outer {
-                for piece in pieces {
-                    let RtData::I64(v) = &piece.data else {
-                        return Err("mixed element kinds".into());
-                    };
-                    out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
-                }
-            }
-            RtData::I64(out)
+            let parts: Vec<&[i64]> = pieces
+                .iter()
+                .map(|p| match &p.data {
+                    RtData::I64(v) => Ok(v.as_slice()),
+                    RtData::F32(_) => Err("mixed element kinds"),
+                })
+                .collect::<std::result::Result<_, _>>()?;
+            RtData::I64(interleave(&parts, outer, inner))
         }
     };
     Ok(RtTensor {
@@ -325,9 +380,20 @@ fn run_loop(
         }
         iteration += 1;
     }
+    // A loop that never ran still has its scan outputs, with no rows.
+    let shapes = if iteration == 0 {
+        let mut feeds = vec![scalar(0), scalar(cond as i64)];
+        feeds.extend(carried.iter().cloned());
+        let shapes = body.output_shapes(&feeds, &types)?;
+        scans.resize_with(shapes.len().saturating_sub(1 + carried.len()), Vec::new);
+        shapes
+    } else {
+        Vec::new()
+    };
+    let carried_count = carried.len();
     let mut results = carried;
-    for pieces in &scans {
-        results.push(stack(pieces, 0)?);
+    for (k, pieces) in scans.iter().enumerate() {
+        results.push(stack(pieces, 0, shapes.get(1 + carried_count + k))?);
     }
     Ok(results)
 }
@@ -360,7 +426,13 @@ fn run_scan(
     let types: Vec<DType> = given.iter().map(|(_, d)| *d).collect();
     let input_axes: Vec<usize> = (0..scans)
         .map(|j| {
-            let rank = given[states + j].0.shape.len() - skip;
+            let rank = given[states + j]
+                .0
+                .shape
+                .len()
+                .checked_sub(skip + 1)
+                .ok_or("a scan input has no scan axis")?
+                + 1;
             let axis = if batched {
                 0
             } else {
@@ -372,6 +444,12 @@ fn run_scan(
             super::axis_of(axis, rank)
         })
         .collect::<Result<_>>()?;
+    // Opset 8 calls the input directions `directions`.
+    let input_directions = if batched {
+        "directions"
+    } else {
+        "scan_input_directions"
+    };
     let reversed = |name: &str, j: usize| {
         attrs
             .ints(name)
@@ -380,6 +458,18 @@ fn run_scan(
             == 1
     };
     let batch = if batched { given[0].0.shape[0] } else { 1 };
+    if batched && given.iter().any(|(t, _)| t.shape.first() != Some(&batch)) {
+        return Err("Scan-8: the states and scan inputs differ in batch".into());
+    }
+    // Every scan input runs the same number of steps.
+    let lengths: Vec<usize> = given[states..]
+        .iter()
+        .zip(&input_axes)
+        .map(|((t, _), &axis)| t.shape[axis + skip])
+        .collect();
+    if lengths.windows(2).any(|w| w[0] != w[1]) {
+        return Err(format!("scan inputs of different lengths {lengths:?}"));
+    }
     let mut body = Body::new(proto, opset, outer);
     // Per batch row (one row from opset 9): the states and scan pieces.
     let mut final_states: Vec<Vec<RtTensor>> = Vec::new();
@@ -388,12 +478,33 @@ fn run_scan(
         let row = |t: &RtTensor| if batched { take(t, 0, b) } else { t.clone() };
         let mut state: Vec<RtTensor> = given[..states].iter().map(|(t, _)| row(t)).collect();
         let sequences: Vec<RtTensor> = given[states..].iter().map(|(t, _)| row(t)).collect();
-        let length = sequences[0].shape[input_axes[0]];
+        let length = lengths[0];
         let mut pieces: Vec<Vec<RtTensor>> = Vec::new();
+        // A scan of no steps still has its scan outputs, with no rows.
+        let empty_shapes = if length == 0 {
+            let mut feeds = state.clone();
+            for (seq, &axis) in sequences.iter().zip(&input_axes) {
+                let mut shape = seq.shape.clone();
+                shape.remove(axis);
+                let count: usize = shape.iter().product();
+                feeds.push(RtTensor {
+                    data: match seq.data {
+                        RtData::F32(_) => RtData::F32(vec![0.0; count]),
+                        RtData::I64(_) => RtData::I64(vec![0; count]),
+                    },
+                    shape,
+                });
+            }
+            let shapes = body.output_shapes(&feeds, &types)?;
+            pieces.resize_with(shapes.len().saturating_sub(states), Vec::new);
+            shapes
+        } else {
+            Vec::new()
+        };
         for t in 0..length {
             let mut feeds = state.clone();
             for (j, seq) in sequences.iter().enumerate() {
-                let at = if reversed("scan_input_directions", j) {
+                let at = if reversed(input_directions, j) {
                     length - 1 - t
                 } else {
                     t
@@ -428,7 +539,7 @@ fn run_scan(
                     .unwrap_or(0);
                 super::axis_of(axis, rank + 1)?
             };
-            outputs.push(stack(&list, axis)?);
+            outputs.push(stack(&list, axis, empty_shapes.get(states + k))?);
         }
         final_states.push(state);
         stacked.push(outputs);
@@ -442,11 +553,62 @@ fn run_scan(
     let mut results = Vec::new();
     for i in 0..states {
         let rows: Vec<RtTensor> = final_states.iter().map(|s| s[i].clone()).collect();
-        results.push(stack(&rows, 0)?);
+        results.push(stack(&rows, 0, None)?);
     }
     for k in 0..stacked.first().map_or(0, Vec::len) {
         let rows: Vec<RtTensor> = stacked.iter().map(|s| s[k].clone()).collect();
-        results.push(stack(&rows, 0)?);
+        results.push(stack(&rows, 0, None)?);
     }
     Ok(results)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::builtin::{GraphBuilder, SigDim, WeightFill};
+    use crate::exec::reference::test_node;
+
+    /// Loop body: (i, cond, v [3]) → (cond, v + 1, v).
+    fn counter() -> Attr {
+        let mut b = GraphBuilder::new(WeightFill::Zeros);
+        b.input("i", 7, &[]);
+        let cond = b.input("cond", 9, &[]);
+        let v = b.input("v", 1, &[SigDim::Fixed(3)]);
+        let one = b.scalar_const("one", 1.0);
+        let next = b.add(&v, &one);
+        let keep = b.node("Identity", &[&cond], vec![]);
+        let seen = b.node("Identity", &[&v], vec![]);
+        b.output(&keep, 9, &[]);
+        b.output(&next, 1, &[SigDim::Fixed(3)]);
+        b.output(&seen, 1, &[SigDim::Fixed(3)]);
+        Attr::Graph(Arc::new(b.finish("body").graph.unwrap_or_default()))
+    }
+
+    fn loop_inputs(trips: i64) -> Vec<Option<RtTensor>> {
+        vec![
+            Some(scalar(trips)),
+            Some(scalar(1)),
+            Some(RtTensor {
+                shape: vec![3],
+                data: RtData::F32(vec![0.0, 10.0, 20.0]),
+            }),
+        ]
+    }
+
+    #[test]
+    fn loop_carries_and_stacks() {
+        let node = test_node("Loop", &[("body", counter())]);
+        let types = [Some(DType::I64), Some(DType::Bool), Some(DType::F32)];
+        let out = run(&node, 13, &loop_inputs(3), &types).unwrap();
+        assert_eq!(out[0].to_f32(), [3.0, 13.0, 23.0]);
+        assert_eq!(out[1].shape, [3, 3]);
+        assert_eq!(out[1].to_f32()[3..6], [1.0, 11.0, 21.0]);
+        // No iteration: the initial value, and a scan output with no rows.
+        let out = run(&node, 13, &loop_inputs(0), &types).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].to_f32(), [0.0, 10.0, 20.0]);
+        assert_eq!(out[1].shape, [0, 3]);
+    }
 }

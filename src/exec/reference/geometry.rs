@@ -410,21 +410,7 @@ pub(super) fn bit_cast(x: &RtTensor, from: DType, to: DType) -> Result<RtTensor>
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
-
-    fn node(op: &str, attrs: &[(&str, Attr)]) -> Node {
-        let mut node = Node {
-            name: "n".into(),
-            op_type: op.into(),
-            domain: String::new(),
-            attrs: Default::default(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        };
-        for (name, value) in attrs {
-            node.attrs.0.insert(name.to_string(), value.clone());
-        }
-        node
-    }
+    use crate::exec::reference::test_node as node;
 
     fn f(shape: &[usize], values: Vec<f32>) -> RtTensor {
         RtTensor {

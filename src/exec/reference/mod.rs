@@ -173,9 +173,10 @@ fn guarded<T>(kernel: impl FnOnce() -> Result<T>) -> Result<T> {
             }
         }));
     });
-    IN_REFERENCE.with(|flag| flag.set(true));
+    // Control-flow bodies run reference kernels inside a reference kernel: restore, not clear.
+    let outer = IN_REFERENCE.with(|flag| flag.replace(true));
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel));
-    IN_REFERENCE.with(|flag| flag.set(false));
+    IN_REFERENCE.with(|flag| flag.set(outer));
     outcome.unwrap_or_else(|payload| {
         let what = payload
             .downcast_ref::<String>()
@@ -652,6 +653,23 @@ fn cast(x: &RtTensor, dtype: DType) -> RtTensor {
         shape: x.shape.clone(),
         data,
     }
+}
+
+/// A node of `op` with `attrs`, for the reference kernels' tests.
+#[cfg(test)]
+pub(crate) fn test_node(op: &str, attrs: &[(&str, crate::analysis::graph::Attr)]) -> Node {
+    let mut node = Node {
+        name: "n".into(),
+        op_type: op.into(),
+        domain: String::new(),
+        attrs: Default::default(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+    };
+    for (name, value) in attrs {
+        node.attrs.0.insert(name.to_string(), value.clone());
+    }
+    node
 }
 
 #[cfg(test)]

@@ -36,6 +36,11 @@ pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Resu
     let (batch, tokens, q_width) = dims3(query, "query")?;
     let (_, _, k_width) = dims3(key, "key")?;
     let (_, _, v_width) = dims3(value, "value")?;
+    if q_width % q_heads != 0 || v_width % kv_heads != 0 {
+        return Err(format!(
+            "query width {q_width} or value width {v_width} does not split into {q_heads}/{kv_heads} heads"
+        ));
+    }
     let dk = q_width / q_heads;
     let dv = v_width / kv_heads;
     if k_width != kv_heads * dk
@@ -55,7 +60,9 @@ pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Resu
     let (q, k, v) = (floats(query), floats(key), floats(value));
     let state_len = batch * kv_heads * dk * dv;
     let mut state: Vec<f64> = match input(3) {
-        Some(past) if past.len() == state_len => floats(past).iter().map(|&x| x as f64).collect(),
+        Some(past) if past.shape == [batch, kv_heads, dk, dv] => {
+            floats(past).iter().map(|&x| x as f64).collect()
+        }
         Some(past) => {
             return Err(format!(
                 "past_state {:?}, expected [{batch}, {kv_heads}, {dk}, {dv}]",
@@ -65,9 +72,14 @@ pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Resu
         None => vec![0.0; state_len],
     };
     // Decay: per key dim [B, T, Hkv·dk] or per head [B, T, Hkv]; beta: [B, T, Hkv] or [B, T, 1].
+    // Decay and beta share the query's batch and token dims.
+    let rows_match = |t: &RtTensor| t.shape.len() == 3 && t.shape[..2] == query.shape[..2];
     let decay = match input(4) {
         Some(d) => {
             let (_, _, width) = dims3(d, "decay")?;
+            if !rows_match(d) {
+                return Err(format!("decay {:?} for query {:?}", d.shape, query.shape));
+            }
             let per_key = if width == kv_heads * dk {
                 true
             } else if width == kv_heads {
@@ -86,6 +98,9 @@ pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Resu
     let beta = match input(5) {
         Some(b) => {
             let (_, _, width) = dims3(b, "beta")?;
+            if !rows_match(b) {
+                return Err(format!("beta {:?} for query {:?}", b.shape, query.shape));
+            }
             if width != kv_heads && width != 1 {
                 return Err(format!("beta width {width}: expected {kv_heads} or 1"));
             }
@@ -274,6 +289,9 @@ pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<RtTensor>]) -> Result
         None => vec![0; batch],
     };
     let (capacity, length) = (cache.shape[axis], update.shape[axis]);
+    if capacity == 0 && length > 0 {
+        return Err("an update into a cache of no entries".into());
+    }
     let inner: usize = cache.shape[axis + 1..].iter().product();
     let prefixes: usize = cache.shape[..axis].iter().product();
     let per_batch = prefixes / batch.max(1);
@@ -281,7 +299,7 @@ pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<RtTensor>]) -> Result
     for prefix in 0..prefixes {
         let start = writes[prefix / per_batch.max(1)];
         for s in 0..length {
-            let mut position = start + s as i64;
+            let mut position = start.saturating_add(s as i64);
             if circular {
                 position = position.rem_euclid(capacity as i64);
             }
@@ -321,21 +339,7 @@ pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<RtTensor>]) -> Result
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
-
-    fn node(op: &str, attrs: &[(&str, Attr)]) -> Node {
-        let mut node = Node {
-            name: "n".into(),
-            op_type: op.into(),
-            domain: String::new(),
-            attrs: Default::default(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        };
-        for (name, value) in attrs {
-            node.attrs.0.insert(name.to_string(), value.clone());
-        }
-        node
-    }
+    use crate::exec::reference::test_node as node;
 
     fn f(shape: &[usize], values: Vec<f32>) -> Option<RtTensor> {
         Some(f32_tensor(shape.to_vec(), values))
