@@ -33,7 +33,6 @@ pub use roofline::{estimate, Bound, Estimate, Roof};
 use crate::device::{DeviceKind, DeviceProfile, MemoryLevel, Precision};
 use infer::NodeState;
 use model::{DeviceInfo, IoInfo, ModelInfo, OpTypeShare};
-use ops::{CostCtx, OpNode};
 use tensor::{DType, TensorFact};
 
 /// Options of one analysis run.
@@ -269,29 +268,9 @@ pub fn analyze_prepared(
             {
                 Ok(ops::OpCost::view())
             }
-            NodeState::Inferred => match ops::lookup(&node.domain, &node.op_type) {
+            NodeState::Inferred => match ops::cost_node(graph, node, options.precision) {
                 None => Err((NodeStatus::NotCosted, Some("unknown op".to_string()))),
-                Some(op) => {
-                    let outer = |name: &str| {
-                        graph
-                            .value_by_name(name)
-                            .map(|v| graph.values[v].fact.clone())
-                    };
-                    let ctx = CostCtx {
-                        node: OpNode {
-                            name: &node.name,
-                            op_type: &node.op_type,
-                            attrs: &node.attrs,
-                            opset: graph.opset,
-                        },
-                        inputs: input_facts.clone(),
-                        outputs: output_facts.clone(),
-                        precision: options.precision,
-                        outer: Some(&outer),
-                    };
-                    op.cost(&ctx)
-                        .map_err(|reason| (NodeStatus::NotCosted, Some(reason)))
-                }
+                Some(cost) => cost.map_err(|reason| (NodeStatus::NotCosted, Some(reason))),
             },
         };
         let mut record = NodeAnalysis {

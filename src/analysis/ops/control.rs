@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpNode, OpResult};
+use super::{invalid, CostCtx, InferCtx, OpCost, OpDef, OpResult};
 use crate::analysis::graph::{Attr, Attributes, Graph};
 use crate::analysis::import::{import_subgraph, OuterScope};
 use crate::analysis::infer::{infer_graph, NodeState};
@@ -176,37 +176,8 @@ fn body_cost(
             continue;
         }
         let node = &graph.dag[id];
-        let op = super::lookup(&node.domain, &node.op_type)
-            .ok_or_else(|| format!("its body's op `{}` is unknown", node.op_type))?;
-        let inputs: Vec<Option<&TensorFact>> = node
-            .inputs
-            .iter()
-            .map(|slot| slot.map(|v| &graph.values[v].fact))
-            .collect();
-        let outputs: Vec<&TensorFact> = node
-            .outputs
-            .iter()
-            .map(|&v| &graph.values[v].fact)
-            .collect();
-        // A body nested in this one reads this body's values (and what it took from outside).
-        let outer = |name: &str| {
-            graph
-                .value_by_name(name)
-                .map(|v| graph.values[v].fact.clone())
-        };
-        let cost = op
-            .cost(&CostCtx {
-                node: OpNode {
-                    name: &node.name,
-                    op_type: &node.op_type,
-                    attrs: &node.attrs,
-                    opset: graph.opset,
-                },
-                inputs,
-                outputs,
-                precision,
-                outer: Some(&outer),
-            })
+        let cost = super::cost_node(graph, node, precision)
+            .ok_or_else(|| format!("its body's op `{}` is unknown", node.op_type))?
             .map_err(|reason| format!("its body's `{}` is not costed: {reason}", node.name))?;
         total.flops += cost.flops;
         total.macs += cost.macs;

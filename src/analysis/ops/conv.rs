@@ -49,6 +49,14 @@ fn spatial_input(x: &[Dim]) -> OpResult<Vec<u64>> {
         .collect()
 }
 
+/// Output elements and MACs of a convolution: one MAC per weight tap (W[1..]) per output.
+fn conv_macs(ctx: &CostCtx) -> OpResult<(u64, u64)> {
+    let w = ctx.input_dims(1)?;
+    let outputs: u64 = ctx.output_dims(0)?.iter().product();
+    let taps: u64 = w[1..].iter().product();
+    Ok((outputs, outputs.saturating_mul(taps)))
+}
+
 impl OpDef for Conv {
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorFact>> {
         let x = ctx.input_shape(0)?;
@@ -99,11 +107,7 @@ impl OpDef for Conv {
     }
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
-        let w = ctx.input_dims(1)?;
-        let y = ctx.output_dims(0)?;
-        let taps: u64 = w[1..].iter().product();
-        let outputs: u64 = y.iter().product();
-        let macs = outputs.saturating_mul(taps);
+        let (outputs, macs) = conv_macs(ctx)?;
         let has_bias = ctx.inputs.get(2).copied().flatten().is_some();
         Ok(OpCost {
             flops: 2 * macs + if has_bias { outputs } else { 0 },
@@ -139,9 +143,7 @@ impl OpDef for DeformConv {
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let w = ctx.input_dims(1)?;
         let y = ctx.output_dims(0)?;
-        let taps: u64 = w[1..].iter().product();
-        let outputs: u64 = y.iter().product();
-        let macs = outputs.saturating_mul(taps);
+        let (outputs, macs) = conv_macs(ctx)?;
         // Samples: per output pixel (all output channels share them), input channel and tap.
         let group = ctx.attrs().int_or("group", 1).max(1) as u64;
         let pixels = outputs / y[1].max(1);

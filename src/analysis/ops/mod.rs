@@ -293,6 +293,44 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<&'static dyn OpDef> {
         .or_else(|| misc::lookup(op_type))
 }
 
+/// The cost of one node of `graph` from the facts inference left on its values: the op's
+/// `cost`, with the graph's values by name as the outer scope of its subgraphs. `None` for an
+/// op the tool does not know.
+pub fn cost_node(
+    graph: &super::graph::Graph,
+    node: &super::graph::Node,
+    precision: Precision,
+) -> Option<OpResult<OpCost>> {
+    let op = lookup(&node.domain, &node.op_type)?;
+    let outer = |name: &str| {
+        graph
+            .value_by_name(name)
+            .map(|v| graph.values[v].fact.clone())
+    };
+    Some(
+        op.cost(&CostCtx {
+            node: OpNode {
+                name: &node.name,
+                op_type: &node.op_type,
+                attrs: &node.attrs,
+                opset: graph.opset,
+            },
+            inputs: node
+                .inputs
+                .iter()
+                .map(|slot| slot.map(|v| &graph.values[v].fact))
+                .collect(),
+            outputs: node
+                .outputs
+                .iter()
+                .map(|&v| &graph.values[v].fact)
+                .collect(),
+            precision,
+            outer: Some(&outer),
+        }),
+    )
+}
+
 /// Marks an `infer` error that means the model itself is inconsistent (a conv bias of the wrong
 /// length, split sizes that do not add up), as opposed to a shape the tool cannot derive. The
 /// driver turns such an error into bad input instead of a warning, so no kernel is ever handed
