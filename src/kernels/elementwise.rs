@@ -313,7 +313,7 @@ multiversion! {
 }
 
 multiversion! {
-    fn binary_scalar_rhs(op: Binary, a: &[f32], b: f32, out: &mut [f32]) {
+    pub fn binary_scalar_rhs(op: Binary, a: &[f32], b: f32, out: &mut [f32]) {
         per_binary!(op, |f| {
             for (o, &x) in out.iter_mut().zip(a) {
                 *o = f(x, b);
@@ -323,7 +323,7 @@ multiversion! {
 }
 
 multiversion! {
-    fn binary_scalar_lhs(op: Binary, a: f32, b: &[f32], out: &mut [f32]) {
+    pub fn binary_scalar_lhs(op: Binary, a: f32, b: &[f32], out: &mut [f32]) {
         per_binary!(op, |f| {
             for (o, &y) in out.iter_mut().zip(b) {
                 *o = f(a, y);
@@ -371,48 +371,187 @@ pub fn binary(
     if a.len() == 1 && b.len() == out.len() {
         return binary_scalar_lhs(op, a[0], b, out);
     }
-    // General case: walk the outer dims, run the innermost contiguous row with a fast loop.
-    let rank = out_shape.len();
-    let a_strides = broadcast_strides(a_shape, out_shape);
-    let b_strides = broadcast_strides(b_shape, out_shape);
-    let inner = out_shape.last().copied().unwrap_or(1);
-    let rows = out.len() / inner.max(1);
-    let mut index = vec![0usize; rank.saturating_sub(1)];
-    for row in 0..rows {
-        let (mut a_off, mut b_off) = (0, 0);
-        for (axis, &i) in index.iter().enumerate() {
-            a_off += i * a_strides[axis];
-            b_off += i * b_strides[axis];
+    let layout = BroadcastLayout::new(a_shape, b_shape, out_shape);
+    binary_rows(op, a, b, out, &layout, 0);
+}
+
+/// The iteration space of a broadcasting binary op, with adjacent axes merged wherever both
+/// operands walk them the same way (both contiguous across them, or both broadcast), and size-1
+/// axes dropped. A per-channel scale over NCHW becomes C rows of H·W against one scalar each,
+/// instead of C·H rows of W elements: rows as short as a 7×7 plane's 7 floats cost more in
+/// index arithmetic than in work.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BroadcastLayout {
+    /// Sizes of the outer (row) axes, outermost first.
+    outer: Vec<usize>,
+    /// Element strides of each operand along the outer axes (0 where it is broadcast).
+    a_outer: Vec<usize>,
+    b_outer: Vec<usize>,
+    /// Elements per row (the merged innermost axis).
+    inner: usize,
+    /// Whether each operand advances along the row (stride 1) or repeats one element (0).
+    a_inner_contiguous: bool,
+    b_inner_contiguous: bool,
+}
+
+impl BroadcastLayout {
+    pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> BroadcastLayout {
+        let a_strides = broadcast_strides(a_shape, out_shape);
+        let b_strides = broadcast_strides(b_shape, out_shape);
+        // (size, a stride, b stride) from the innermost axis out, merged as we go.
+        let mut merged: Vec<(usize, usize, usize)> = Vec::with_capacity(out_shape.len());
+        for axis in (0..out_shape.len()).rev() {
+            let (size, a_stride, b_stride) = (out_shape[axis], a_strides[axis], b_strides[axis]);
+            if size == 1 {
+                continue;
+            }
+            match merged.last_mut() {
+                Some(last) if a_stride == last.1 * last.0 && b_stride == last.2 * last.0 => {
+                    last.0 *= size;
+                }
+                _ => merged.push((size, a_stride, b_stride)),
+            }
         }
-        let out_row = &mut out[row * inner..(row + 1) * inner];
-        let (a_in, b_in) = if rank > 0 {
-            (a_strides[rank - 1], b_strides[rank - 1])
+        let (inner, a_inner, b_inner) = if merged.is_empty() {
+            (1, 0, 0)
         } else {
-            (0, 0)
+            merged.remove(0)
         };
-        match (a_in, b_in) {
-            (1, 1) => binary_same(
-                op,
-                &a[a_off..a_off + inner],
-                &b[b_off..b_off + inner],
-                out_row,
-            ),
-            (1, 0) => binary_scalar_rhs(op, &a[a_off..a_off + inner], b[b_off], out_row),
-            (0, 1) => binary_scalar_lhs(op, a[a_off], &b[b_off..b_off + inner], out_row),
-            _ => {
-                let value = apply_binary(op, a[a_off], b[b_off]);
-                out_row.fill(value);
-            }
-        }
-        // Increment the multi-index over the outer dims.
-        for axis in (0..index.len()).rev() {
-            index[axis] += 1;
-            if index[axis] < out_shape[axis] {
-                break;
-            }
-            index[axis] = 0;
+        merged.reverse();
+        BroadcastLayout {
+            outer: merged.iter().map(|axis| axis.0).collect(),
+            a_outer: merged.iter().map(|axis| axis.1).collect(),
+            b_outer: merged.iter().map(|axis| axis.2).collect(),
+            inner,
+            a_inner_contiguous: a_inner != 0,
+            b_inner_contiguous: b_inner != 0,
         }
     }
+
+    /// Elements per row: a share of the output given to a thread starts and ends on a row.
+    pub fn row_len(&self) -> usize {
+        self.inner
+    }
+
+    /// Calls `f(row, a_offset, b_offset)` for `rows` rows from `first_row` on, each operand's
+    /// offset moving with the multi-index (no division per row).
+    #[inline(always)]
+    fn visit_rows(&self, first_row: usize, rows: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let (mut index, mut a_off, mut b_off) = self.offsets(first_row);
+        for row in 0..rows {
+            f(row, a_off, b_off);
+            for axis in (0..index.len()).rev() {
+                index[axis] += 1;
+                a_off += self.a_outer[axis];
+                b_off += self.b_outer[axis];
+                if index[axis] < self.outer[axis] {
+                    break;
+                }
+                index[axis] = 0;
+                a_off -= self.a_outer[axis] * self.outer[axis];
+                b_off -= self.b_outer[axis] * self.outer[axis];
+            }
+        }
+    }
+
+    /// Each operand's offset at the start of row `row`.
+    fn offsets(&self, row: usize) -> (Vec<usize>, usize, usize) {
+        let mut index = vec![0; self.outer.len()];
+        let (mut a_off, mut b_off, mut rest) = (0, 0, row);
+        for axis in (0..self.outer.len()).rev() {
+            index[axis] = rest % self.outer[axis];
+            rest /= self.outer[axis];
+            a_off += index[axis] * self.a_outer[axis];
+            b_off += index[axis] * self.b_outer[axis];
+        }
+        (index, a_off, b_off)
+    }
+}
+
+multiversion! {
+    /// `out` holds whole rows of the layout, starting at row `first_row`. One ISA choice per
+    /// call; each row's loop is inlined into it.
+    pub fn binary_rows(
+        op: Binary,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        layout: &BroadcastLayout,
+        first_row: usize,
+    ) {
+        let inner = layout.inner.max(1);
+        let rows = out.len() / inner;
+        per_binary!(op, |f| {
+            layout.visit_rows(first_row, rows, |row, a_off, b_off| {
+                let row = &mut out[row * inner..(row + 1) * inner];
+                match (layout.a_inner_contiguous, layout.b_inner_contiguous) {
+                    (true, true) => {
+                        let (xs, ys) = (&a[a_off..a_off + inner], &b[b_off..b_off + inner]);
+                        for ((o, &x), &y) in row.iter_mut().zip(xs).zip(ys) {
+                            *o = f(x, y);
+                        }
+                    }
+                    (true, false) => {
+                        let y = b[b_off];
+                        for (o, &x) in row.iter_mut().zip(&a[a_off..a_off + inner]) {
+                            *o = f(x, y);
+                        }
+                    }
+                    (false, true) => {
+                        let x = a[a_off];
+                        for (o, &y) in row.iter_mut().zip(&b[b_off..b_off + inner]) {
+                            *o = f(x, y);
+                        }
+                    }
+                    (false, false) => row.fill(f(a[a_off], b[b_off])),
+                }
+            })
+        })
+    }
+}
+
+/// An ONNX comparison (Equal, Less, Greater, LessOrEqual, GreaterOrEqual).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Comparison {
+    Equal,
+    Less,
+    Greater,
+    LessOrEqual,
+    GreaterOrEqual,
+}
+
+impl Comparison {
+    #[inline(always)]
+    pub fn holds<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            Comparison::Equal => a == b,
+            Comparison::Less => a < b,
+            Comparison::Greater => a > b,
+            Comparison::LessOrEqual => a <= b,
+            Comparison::GreaterOrEqual => a >= b,
+        }
+    }
+}
+
+/// out = (a ⋈ b) as 0/1 with numpy broadcasting, over floats or integers (a one-hot's
+/// `Equal(ids[.., 1], range[1, n])`).
+pub fn compare<T: Copy + PartialOrd>(
+    op: Comparison,
+    (a, a_shape): (&[T], &[usize]),
+    (b, b_shape): (&[T], &[usize]),
+    out_shape: &[usize],
+    out: &mut [i64],
+) {
+    let layout = BroadcastLayout::new(a_shape, b_shape, out_shape);
+    let inner = layout.inner.max(1);
+    layout.visit_rows(0, out.len() / inner, |row, a_off, b_off| {
+        let row = &mut out[row * inner..(row + 1) * inner];
+        for (k, o) in row.iter_mut().enumerate() {
+            let x = a[a_off + if layout.a_inner_contiguous { k } else { 0 }];
+            let y = b[b_off + if layout.b_inner_contiguous { k } else { 0 }];
+            *o = i64::from(op.holds(x, y));
+        }
+    });
 }
 
 /// One step of a fused element-wise chain: x ← x op operand, or x ← f(x).
@@ -545,6 +684,89 @@ mod tests {
         let mut out = vec![0.0; 12];
         binary(Binary::Mul, &a, &[3, 1], &b, &[1, 4], &mut out, &[3, 4]);
         assert_eq!(out[4..8], [2.0, 20.0, 200.0, 2000.0]);
+    }
+
+    /// out[i] = op(a[i'], b[i'']) by the definition: each output index mapped into each
+    /// operand through its own shape.
+    fn naive_broadcast(
+        op: Binary,
+        a: &[f32],
+        a_shape: &[usize],
+        b: &[f32],
+        b_shape: &[usize],
+        out_shape: &[usize],
+    ) -> Vec<f32> {
+        let count: usize = out_shape.iter().product();
+        let source = |flat: usize, shape: &[usize]| {
+            let offset = out_shape.len() - shape.len();
+            let (mut rest, mut index, mut stride) = (flat, 0, 1);
+            for axis in (0..out_shape.len()).rev() {
+                let coordinate = rest % out_shape[axis];
+                rest /= out_shape[axis];
+                if axis >= offset {
+                    let size = shape[axis - offset];
+                    index += if size == 1 { 0 } else { coordinate * stride };
+                    stride *= size;
+                }
+            }
+            index
+        };
+        (0..count)
+            .map(|i| apply_binary(op, a[source(i, a_shape)], b[source(i, b_shape)]))
+            .collect()
+    }
+
+    #[test]
+    fn broadcast_layouts_merge_axes_both_operands_walk_alike() {
+        // Per-channel scale over NCHW: C rows of H·W, one scalar of b per row.
+        let layout = BroadcastLayout::new(&[1, 64, 7, 7], &[64, 1, 1], &[1, 64, 7, 7]);
+        assert_eq!(layout.outer, vec![64]);
+        assert_eq!((layout.a_outer[0], layout.b_outer[0]), (49, 1));
+        assert_eq!(layout.inner, 49);
+        assert!(layout.a_inner_contiguous && !layout.b_inner_contiguous);
+        // A bias row over [M, N]: M rows of N, both contiguous along the row.
+        let layout = BroadcastLayout::new(&[8, 3, 16], &[16], &[8, 3, 16]);
+        assert_eq!((layout.outer.clone(), layout.inner), (vec![24], 16));
+        assert_eq!((layout.a_outer[0], layout.b_outer[0]), (16, 0));
+        assert!(layout.a_inner_contiguous && layout.b_inner_contiguous);
+    }
+
+    #[test]
+    fn broadcast_rows_match_the_definition_from_any_first_row() {
+        let cases: [(&[usize], &[usize], &[usize]); 7] = [
+            (&[1, 5, 3, 3], &[5, 1, 1], &[1, 5, 3, 3]),
+            (&[2, 5, 3, 4], &[1, 5, 1, 1], &[2, 5, 3, 4]),
+            (&[4, 1, 6], &[1, 3, 1], &[4, 3, 6]),
+            (&[3, 1], &[1, 4], &[3, 4]),
+            (&[2, 3, 4], &[4], &[2, 3, 4]),
+            (&[1, 3, 1, 5], &[2, 1, 4, 1], &[2, 3, 4, 5]),
+            (&[7], &[2, 1, 7], &[2, 3, 7]),
+        ];
+        for (a_shape, b_shape, out_shape) in cases {
+            let a: Vec<f32> = (0..a_shape.iter().product::<usize>())
+                .map(|i| i as f32 * 0.5 - 3.0)
+                .collect();
+            let b: Vec<f32> = (0..b_shape.iter().product::<usize>())
+                .map(|i| i as f32 + 1.0)
+                .collect();
+            for op in [Binary::Sub, Binary::Div, Binary::Max] {
+                let expected = naive_broadcast(op, &a, a_shape, &b, b_shape, out_shape);
+                let mut out = vec![0.0; expected.len()];
+                binary(op, &a, a_shape, &b, b_shape, &mut out, out_shape);
+                assert_eq!(out, expected, "{a_shape:?} {op:?} {b_shape:?}");
+                // A thread's share: rows from the middle on.
+                let layout = BroadcastLayout::new(a_shape, b_shape, out_shape);
+                let rows = expected.len() / layout.row_len();
+                let first = rows / 2;
+                let mut tail = vec![0.0; (rows - first) * layout.row_len()];
+                binary_rows(op, &a, &b, &mut tail, &layout, first);
+                assert_eq!(
+                    tail,
+                    expected[first * layout.row_len()..],
+                    "{a_shape:?} tail"
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,11 +19,30 @@ fn for_each_row(
     src_strides: &[usize],
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
-    let rank = out_shape.len();
-    if rank == 0 {
-        f(0, 0, 0, 1);
+    // Size-1 axes dropped and adjacent axes merged where the source walks them as one, so a
+    // copy of [1, 512, 508, 1] moves one row of 260k elements, not 260k rows of one.
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(out_shape.len());
+    for (&size, &stride) in out_shape.iter().zip(src_strides).rev() {
+        if size == 1 {
+            continue;
+        }
+        match merged.last_mut() {
+            Some(last) if stride == last.1 * last.0 => last.0 *= size,
+            _ => merged.push((size, stride)),
+        }
+    }
+    if merged.is_empty() {
+        // Every axis has size 1 (or there are none): one element.
+        if out_shape.iter().all(|&size| size == 1) {
+            f(0, 0, 1, 1);
+        }
         return;
     }
+    merged.reverse();
+    let out_shape: Vec<usize> = merged.iter().map(|axis| axis.0).collect();
+    let src_strides: Vec<usize> = merged.iter().map(|axis| axis.1).collect();
+    let (out_shape, src_strides) = (&out_shape[..], &src_strides[..]);
+    let rank = out_shape.len();
     let inner = out_shape[rank - 1];
     let rows: usize = out_shape[..rank - 1].iter().product();
     let mut index = vec![0usize; rank - 1];
@@ -541,6 +560,25 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
             // per element, 60× under the memory roof on a row-wise ReduceMean).
             let max = maxima.get(offset).copied().unwrap_or(0.0);
             out[offset] = fold_row(kind, row, out[offset], max);
+        } else if stride == 1 {
+            // The row runs along a kept axis (a sum over channels of [C, H·W]): fold it into a
+            // contiguous output row, one vectorised pass per kind.
+            let acc = &mut out[offset..offset + len];
+            let pairs = acc.iter_mut().zip(row);
+            match kind {
+                Reduction::Sum | Reduction::Mean => pairs.for_each(|(o, &v)| *o += v),
+                Reduction::Max => pairs.for_each(|(o, &v)| *o = o.max(v)),
+                Reduction::Min => pairs.for_each(|(o, &v)| *o = o.min(v)),
+                Reduction::Prod => pairs.for_each(|(o, &v)| *o *= v),
+                Reduction::SumSquare | Reduction::L2 => pairs.for_each(|(o, &v)| *o += v * v),
+                Reduction::L1 => pairs.for_each(|(o, &v)| *o += v.abs()),
+                Reduction::LogSumExp => {
+                    let maxima = &maxima[offset..offset + len];
+                    for ((o, &v), &max) in pairs.zip(maxima) {
+                        *o += (v - max).exp();
+                    }
+                }
+            }
         } else {
             for (k, &v) in row.iter().enumerate() {
                 let at = offset + k * stride;

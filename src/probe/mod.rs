@@ -190,6 +190,9 @@ impl Settings {
 /// for (a miscounted instruction, a wrong unit count or width) put a figure 1.5-2× above.
 const ABOVE_THEORY_TOLERANCE: f64 = 1.10;
 
+/// Extra rounds for a compute team whose threads did not run together (see the loop).
+const MAX_TEAM_RETRIES: u64 = 4;
+
 struct Tracker<'a> {
     callback: &'a mut dyn FnMut(ProgressEvent),
     completed: u64,
@@ -337,6 +340,7 @@ pub fn run_probe(
     for kernel in &compute_kernels {
         let mut queue: std::collections::VecDeque<usize> = thread_counts.iter().copied().collect();
         let mut retried_single = false;
+        let mut team_retries = 0;
         while let Some(threads) = queue.pop_front() {
             let count = threads == 1 && counters_usable.is_ok() && !retried_single;
             let (timing, clocks, check) = measure_compute(
@@ -417,19 +421,37 @@ pub fn run_probe(
             tracker.step(format!("{} on {threads} thread(s)", kernel.id));
             // One thread alone must reach what each thread reached inside the team; if it did
             // not, its samples were disturbed (another process on its core): measure it again.
+            let rerun_allowed = settings
+                .compute
+                .rerun_until
+                .is_none_or(|deadline| Instant::now() < deadline);
             if threads > 1 && !retried_single {
                 let best_in_team = timing.per_thread_best.iter().copied().fold(0.0, f64::max);
                 let single = compute_results.iter().find(|m| {
                     m.precision == kernel.precision && m.mix == kernel.mix && m.threads == 1
                 });
-                let rerun_allowed = settings
-                    .compute
-                    .rerun_until
-                    .is_none_or(|deadline| Instant::now() < deadline);
                 if single.is_some_and(|m| m.flops_per_s < 0.97 * best_in_team) && rerun_allowed {
                     queue.push_back(1);
                     retried_single = true;
                 }
+            }
+            // A team whose threads seldom ran together (a vCPU taken by the host for the whole
+            // round) measured the host, not the cores: a compute kernel shares nothing between
+            // cores, so the team's figure should be close to the sum of its threads' own. Try
+            // again after a pause long enough for the host to give the vCPU back.
+            let team_best = compute_results
+                .iter()
+                .find(|m| same(m))
+                .map_or(0.0, |m| m.flops_per_s);
+            let separately: f64 = timing.per_thread_best.iter().sum();
+            if threads > 1
+                && team_best < 0.9 * separately
+                && team_retries < MAX_TEAM_RETRIES
+                && rerun_allowed
+            {
+                team_retries += 1;
+                std::thread::sleep(Duration::from_millis(20 * team_retries));
+                queue.push_back(threads);
             }
         }
     }

@@ -69,21 +69,30 @@ pub fn broadcast_map(
                 .collect()
         })
         .collect();
-    let out_strides = strides(&out_shape);
+    // Walk the output in order, moving each input's offset along with the multi-index (a
+    // division per axis and input per element made a 0.5 M-element comparison take 17 ms).
     let mut out = Vec::with_capacity(count as usize);
     let mut args = vec![0.0; inputs.len()];
-    for linear in 0..count {
-        for (slot, (vals, st)) in args.iter_mut().zip(values.iter().zip(&in_strides)) {
-            let mut index = 0u64;
-            let mut rest = linear;
-            for axis in 0..rank {
-                let coord = rest / out_strides[axis];
-                rest %= out_strides[axis];
-                index += coord * st[axis];
-            }
-            *slot = vals[index as usize];
+    let mut index = vec![0u64; rank];
+    let mut offsets = vec![0u64; inputs.len()];
+    for _ in 0..count {
+        for (slot, (vals, &offset)) in args.iter_mut().zip(values.iter().zip(&offsets)) {
+            *slot = vals[offset as usize];
         }
         out.push(f(&args));
+        for axis in (0..rank).rev() {
+            index[axis] += 1;
+            for (offset, st) in offsets.iter_mut().zip(&in_strides) {
+                *offset += st[axis];
+            }
+            if index[axis] < out_shape[axis] {
+                break;
+            }
+            index[axis] = 0;
+            for (offset, st) in offsets.iter_mut().zip(&in_strides) {
+                *offset -= st[axis] * out_shape[axis];
+            }
+        }
     }
     Some(tensor_from_f64(out_dtype, out_shape, out))
 }

@@ -7,9 +7,10 @@ use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::graph::Attributes;
 use crate::analysis::ops::fused::chain::{BinaryOp, MathOp, UnaryStep};
 use crate::analysis::ops::fused::{Activation, ChainStep};
+use crate::analysis::tensor::DType;
 use crate::exec::cpu::{InRef, Io};
-use crate::exec::ExecError;
-use crate::kernels::elementwise::{self, Binary, Unary};
+use crate::exec::{ExecError, RtData, RtTensor};
+use crate::kernels::elementwise::{self, Binary, Comparison, Unary};
 use crate::kernels::movement;
 use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
 
@@ -38,6 +39,12 @@ pub(crate) enum ElementwiseKernel {
         shapes: [Vec<usize>; 3],
         out_shape: Vec<usize>,
     },
+    /// A comparison of two floats or two integers, written as booleans.
+    Compare {
+        op: Comparison,
+        shapes: [Vec<usize>; 2],
+        out_shape: Vec<usize>,
+    },
 }
 
 pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
@@ -48,11 +55,10 @@ pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
         (Domain::Onnx, _) if unary_of(op, &Attributes::default(), &[]).is_some() => {
             Lowering::floats(lower_unary)
         }
-        (
-            Domain::Onnx,
-            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Not"
-            | "Xor",
-        ) => Lowering::floats(|_| Ok(Lowered::generic())),
+        (Domain::Onnx, _) if comparison_of(op).is_some() => Lowering::integers(lower_compare),
+        (Domain::Onnx, "And" | "Or" | "Not" | "Xor") => {
+            Lowering::floats(|_| Ok(Lowered::generic()))
+        }
         _ => None,
     }
 }
@@ -192,6 +198,40 @@ fn lower_where(cx: &Cx) -> Result<Lowered, ExecError> {
     )))
 }
 
+fn comparison_of(op_type: &str) -> Option<Comparison> {
+    Some(match op_type {
+        "Equal" => Comparison::Equal,
+        "Less" => Comparison::Less,
+        "Greater" => Comparison::Greater,
+        "LessOrEqual" => Comparison::LessOrEqual,
+        "GreaterOrEqual" => Comparison::GreaterOrEqual,
+        _ => return None,
+    })
+}
+
+fn lower_compare(cx: &Cx) -> Result<Lowered, ExecError> {
+    let op = comparison_of(cx.op()).ok_or_else(|| cx.error("not a comparison"))?;
+    // Strings compare through the reference evaluator.
+    if cx
+        .facts
+        .iter()
+        .flatten()
+        .any(|fact| fact.dtype == DType::String)
+    {
+        return Ok(Lowered::generic());
+    }
+    let (a_shape, b_shape, out_shape) = (cx.shape_of(0)?, cx.shape_of(1)?, cx.out_shape(0)?);
+    let flops = out_shape.iter().product::<usize>() as u64;
+    Ok(
+        Lowered::new(Kernel::Elementwise(ElementwiseKernel::Compare {
+            op,
+            shapes: [a_shape, b_shape],
+            out_shape,
+        }))
+        .with_flops(flops),
+    )
+}
+
 fn lower_chain(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.out_shape(0)?;
     let steps = ChainStep::from_attrs(cx.attrs(), cx.node.inputs.len()).map_err(|e| cx.error(e))?;
@@ -304,8 +344,21 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
                     let (a, b) = (&a[off..off + n], &b[off..off + n]);
                     elementwise::binary(*op, a, &piece, b, &piece, y, &piece);
                 });
+            } else if b.len() == 1 && a.len() == io.outs[0].len() {
+                par_pieces(io.outs[0], VECTOR_ALIGN, threads, |off, y| {
+                    elementwise::binary_scalar_rhs(*op, &a[off..off + y.len()], b[0], y)
+                });
+            } else if a.len() == 1 && b.len() == io.outs[0].len() {
+                par_pieces(io.outs[0], VECTOR_ALIGN, threads, |off, y| {
+                    elementwise::binary_scalar_lhs(*op, a[0], &b[off..off + y.len()], y)
+                });
             } else {
-                elementwise::binary(*op, a, a_shape, b, b_shape, io.outs[0], out_shape);
+                // Broadcast (a per-channel scale, a bias row): threads take whole rows.
+                let layout = elementwise::BroadcastLayout::new(a_shape, b_shape, out_shape);
+                let row = layout.row_len().max(1);
+                par_pieces(io.outs[0], row, threads, |off, y| {
+                    elementwise::binary_rows(*op, a, b, y, &layout, off / row)
+                });
             }
         }
         ElementwiseKernel::Variadic {
@@ -341,6 +394,26 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
             for (((o, &cv), &av), &bv) in io.outs[0].iter_mut().zip(&c).zip(&a).zip(&b) {
                 *o = if cv != 0.0 { av } else { bv };
             }
+        }
+        ElementwiseKernel::Compare {
+            op,
+            shapes: [a_shape, b_shape],
+            out_shape,
+        } => {
+            let mut result = vec![0i64; out_shape.iter().product()];
+            match (io.input(0)?, io.input(1)?) {
+                (InRef::I64(a), InRef::I64(b)) => {
+                    elementwise::compare(*op, (a, a_shape), (b, b_shape), out_shape, &mut result)
+                }
+                (InRef::F32(a), InRef::F32(b)) => {
+                    elementwise::compare(*op, (a, a_shape), (b, b_shape), out_shape, &mut result)
+                }
+                _ => return Err("comparison of a float with an integer tensor".into()),
+            }
+            io.dynamic_out.push(RtTensor {
+                shape: out_shape.clone(),
+                data: RtData::I64(result),
+            });
         }
     }
     Ok(())
