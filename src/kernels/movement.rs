@@ -478,10 +478,33 @@ pub fn resize_2d(
         .collect();
     // Nearest source column of every output column, computed once.
     let nearest_x: Vec<usize> = xs.iter().map(|&sx| pick(sx, in_w)).collect();
+    let nearest_y: Vec<usize> = ys.iter().map(|&sy| pick(sy, in_h)).collect();
+    // An integer upsampling factor (every source column repeated `factor` times in order, the
+    // FPN and U-Net ×2/×4): rows are written as runs instead of one gather per element.
+    let factor = out_w / in_w.max(1);
+    let repeats_columns = factor >= 2
+        && out_w == factor * in_w
+        && nearest_x
+            .iter()
+            .enumerate()
+            .all(|(x, &source)| source == x / factor);
     for p in 0..planes {
         let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
         let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
         for (y, &sy) in ys.iter().enumerate() {
+            if !linear && y > 0 && nearest_y[y] == nearest_y[y - 1] {
+                // The same source row as the output row above: copy that row.
+                dst.copy_within((y - 1) * out_w..y * out_w, y * out_w);
+                continue;
+            }
+            if !linear && repeats_columns {
+                let row = &src[nearest_y[y] * in_w..][..in_w];
+                let out_row = &mut dst[y * out_w..(y + 1) * out_w];
+                for (run, &value) in out_row.chunks_exact_mut(factor).zip(row) {
+                    run.fill(value);
+                }
+                continue;
+            }
             if linear {
                 let sy = sy.clamp(0.0, (in_h - 1) as f32);
                 let y0 = sy.floor() as usize;
@@ -497,7 +520,7 @@ pub fn resize_2d(
                     dst[y * out_w + x] = top * (1.0 - fy) + bottom * fy;
                 }
             } else {
-                let row = &src[pick(sy, in_h) * in_w..][..in_w];
+                let row = &src[nearest_y[y] * in_w..][..in_w];
                 for (d, &ix) in dst[y * out_w..(y + 1) * out_w].iter_mut().zip(&nearest_x) {
                     *d = row[ix];
                 }
@@ -638,6 +661,54 @@ pub(crate) fn fold_row(kind: Reduction, row: &[f32], init: f32, max: f32) -> f32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nearest_resize_runs_and_row_copies_match_a_gather_per_element() {
+        let (planes, in_h, in_w) = (3, 5, 7);
+        let input: Vec<f32> = (0..planes * in_h * in_w).map(|v| v as f32).collect();
+        // ×2 and ×4 (runs and copied rows), ×1.5 (copied rows only), 0.5 (neither).
+        for (out_h, out_w) in [(10, 14), (20, 28), (7, 10), (3, 4)] {
+            for (coord, nearest) in [
+                (CoordMode::Asymmetric, NearestMode::Floor),
+                (CoordMode::HalfPixel, NearestMode::RoundPreferFloor),
+            ] {
+                let scales = (out_h as f32 / in_h as f32, out_w as f32 / in_w as f32);
+                let mut out = vec![0.0; planes * out_h * out_w];
+                resize_2d(
+                    &input,
+                    planes,
+                    (in_h, in_w),
+                    (out_h, out_w),
+                    scales,
+                    false,
+                    coord,
+                    nearest,
+                    &mut out,
+                );
+                let pick = |v: f32, len: usize| {
+                    let r = match nearest {
+                        NearestMode::Floor => v.floor(),
+                        _ if v.fract() == 0.5 => v.floor(),
+                        _ => v.round(),
+                    };
+                    (r.max(0.0) as usize).min(len - 1)
+                };
+                for p in 0..planes {
+                    for y in 0..out_h {
+                        for x in 0..out_w {
+                            let sy = pick(source_coord(coord, y, scales.0, in_h, out_h), in_h);
+                            let sx = pick(source_coord(coord, x, scales.1, in_w, out_w), in_w);
+                            assert_eq!(
+                                out[(p * out_h + y) * out_w + x],
+                                input[(p * in_h + sy) * in_w + sx],
+                                "{out_h}x{out_w} {coord:?} at {p},{y},{x}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// Every permutation of ranks 1-5 with extents that exercise merging, size-1 axes and
     /// partial tiles, against the definition out[i] = in[perm⁻¹(i)].

@@ -7,6 +7,7 @@ use crate::analysis::ops;
 use crate::exec::cpu::{InRef, Io};
 use crate::exec::ExecError;
 use crate::kernels::movement::{self, CoordMode, NearestMode, PadMode};
+use crate::kernels::parallel::par_pieces;
 
 #[derive(Clone, Debug)]
 pub(crate) enum MovementKernel {
@@ -44,8 +45,8 @@ pub(crate) enum MovementKernel {
         mode: PadMode,
         value: f32,
     },
+    /// Over every plane of the output (threads take whole planes).
     Resize {
-        planes: usize,
         input: (usize, usize),
         output: (usize, usize),
         scales: (f32, f32),
@@ -290,7 +291,6 @@ fn lower_resize(cx: &Cx) -> Result<Lowered, ExecError> {
         ),
     };
     movement(MovementKernel::Resize {
-        planes: x[..r - 2].iter().product(),
         input: (x[r - 2], x[r - 1]),
         output: (y[r - 2], y[r - 1]),
         scales,
@@ -368,7 +368,6 @@ pub(crate) fn run(kernel: &MovementKernel, io: &mut Io) -> Result<(), String> {
             value,
         } => movement::pad(io.x(0)?, shape, begin, out_shape, *mode, *value, io.outs[0]),
         MovementKernel::Resize {
-            planes,
             input,
             output,
             scales,
@@ -376,17 +375,24 @@ pub(crate) fn run(kernel: &MovementKernel, io: &mut Io) -> Result<(), String> {
             coord,
             nearest,
         } => {
-            movement::resize_2d(
-                io.x(0)?,
-                *planes,
-                *input,
-                *output,
-                *scales,
-                *linear,
-                *coord,
-                *nearest,
-                io.outs[0],
-            );
+            // Threads take whole planes.
+            let x = io.x(0)?;
+            let (in_plane, out_plane) = (input.0 * input.1, (output.0 * output.1).max(1));
+            par_pieces(io.outs[0], out_plane, io.threads, |off, y| {
+                let first = off / out_plane;
+                let count = y.len() / out_plane;
+                movement::resize_2d(
+                    &x[first * in_plane..(first + count) * in_plane],
+                    count,
+                    *input,
+                    *output,
+                    *scales,
+                    *linear,
+                    *coord,
+                    *nearest,
+                    y,
+                );
+            });
         }
     }
     Ok(())

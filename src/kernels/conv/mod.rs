@@ -17,7 +17,7 @@ pub use geometry::{Conv2d, ConvEpilogue};
 pub(crate) use reference::reference_conv;
 
 use super::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
-use super::parallel::{parallel_for, SendPtr};
+use super::parallel::{par_pieces, parallel_for, SendPtr};
 use super::simd::multiversion;
 use geometry::{gemm_layout, GemmLayout};
 
@@ -673,29 +673,85 @@ pub fn conv_transpose2d(
             gemm::sgemm(&a, &b, scratch, in_plane, &ep, threads);
             let out_start = (n * geom.out_channels + g * group_out) * out_plane;
             let out = &mut output[out_start..out_start + group_out * out_plane];
-            for (m, plane) in out.chunks_mut(out_plane).enumerate() {
-                plane.fill(bias.map_or(0.0, |b| b[g * group_out + m]));
+            let cols: &[f32] = scratch;
+            // Threads take whole output planes: each plane gathers only its own rows of `cols`.
+            par_pieces(out, out_plane, threads, |offset, planes| {
+                let first = offset / out_plane.max(1);
+                for (k, plane) in planes.chunks_mut(out_plane.max(1)).enumerate() {
+                    let m = first + k;
+                    plane.fill(bias.map_or(0.0, |b| b[g * group_out + m]));
+                    col2im_plane(geom, m, cols, plane);
+                }
+            });
+        }
+    }
+}
+
+/// The taps `start..end` along one axis whose output position `i·stride + k·dilation − pad`
+/// lands inside `0..out_len`, for kernel offset `k`.
+fn valid_taps(
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    in_len: usize,
+    out_len: usize,
+) -> (usize, usize) {
+    let shift = k * dilation;
+    // i·stride ≥ pad − shift and i·stride < out_len + pad − shift.
+    let start = pad.saturating_sub(shift).div_ceil(stride);
+    let end = (out_len + pad)
+        .saturating_sub(shift)
+        .div_ceil(stride)
+        .min(in_len);
+    (start.min(end), end)
+}
+
+/// Scatter-adds output channel `m`'s rows of `cols` ([M/g·kh·kw, H·W]) into its output plane.
+/// The in-range taps of each kernel offset are found once, so the inner loop is a plain
+/// (strided) add without a bounds test per element.
+fn col2im_plane(geom: &Conv2d, m: usize, cols: &[f32], plane: &mut [f32]) {
+    let in_plane = geom.in_h * geom.in_w;
+    for ky in 0..geom.kernel_h {
+        let (iy_start, iy_end) = valid_taps(
+            ky,
+            geom.stride_h,
+            geom.dilation_h,
+            geom.pad_top,
+            geom.in_h,
+            geom.out_h,
+        );
+        for kx in 0..geom.kernel_w {
+            let (ix_start, ix_end) = valid_taps(
+                kx,
+                geom.stride_w,
+                geom.dilation_w,
+                geom.pad_left,
+                geom.in_w,
+                geom.out_w,
+            );
+            if ix_start >= ix_end {
+                continue;
             }
-            for m in 0..group_out {
-                for ky in 0..geom.kernel_h {
-                    for kx in 0..geom.kernel_w {
-                        let row = (m * geom.kernel_h + ky) * geom.kernel_w + kx;
-                        let cols = &scratch[row * in_plane..(row + 1) * in_plane];
-                        for iy in 0..geom.in_h {
-                            let oy = (iy * geom.stride_h + ky * geom.dilation_h) as isize
-                                - geom.pad_top as isize;
-                            if oy < 0 || oy >= geom.out_h as isize {
-                                continue;
-                            }
-                            for ix in 0..geom.in_w {
-                                let ox = (ix * geom.stride_w + kx * geom.dilation_w) as isize
-                                    - geom.pad_left as isize;
-                                if ox >= 0 && ox < geom.out_w as isize {
-                                    out[m * out_plane + oy as usize * geom.out_w + ox as usize] +=
-                                        cols[iy * geom.in_w + ix];
-                                }
-                            }
-                        }
+            let row = (m * geom.kernel_h + ky) * geom.kernel_w + kx;
+            let taps = &cols[row * in_plane..(row + 1) * in_plane];
+            let ox_start = ix_start * geom.stride_w + kx * geom.dilation_w - geom.pad_left;
+            for iy in iy_start..iy_end {
+                let oy = iy * geom.stride_h + ky * geom.dilation_h - geom.pad_top;
+                let out_row = &mut plane[oy * geom.out_w..(oy + 1) * geom.out_w];
+                let sources = &taps[iy * geom.in_w + ix_start..iy * geom.in_w + ix_end];
+                if geom.stride_w == 1 {
+                    let targets = &mut out_row[ox_start..ox_start + sources.len()];
+                    for (o, &v) in targets.iter_mut().zip(sources) {
+                        *o += v;
+                    }
+                } else {
+                    for (o, &v) in out_row[ox_start..]
+                        .iter_mut()
+                        .step_by(geom.stride_w)
+                        .zip(sources)
+                    {
+                        *o += v;
                     }
                 }
             }
