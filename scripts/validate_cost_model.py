@@ -8,7 +8,7 @@ The calibration grid (src/calibrate/grid.rs) is fixed one-op shapes, so none of 
 in it. Usage:
 
     roofline probe -o P.json && roofline calibrate --device P.json
-    python3 scripts/validate_cost_model.py --profile P.json [--threads 1 2] [--runs 10]
+    python3 scripts/validate_cost_model.py --profile P.json [--threads 1 2] [--runs 10] [--rounds 3]
 """
 
 import argparse
@@ -55,6 +55,8 @@ def main():
     parser.add_argument("--profile", required=True, help="calibrated device profile")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="passes over the model list; each figure is the median of its rounds")
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "roofline"))
     parser.add_argument("--models", nargs="*", help="default: built-ins and the corpus")
     parser.add_argument("--json", help="write the per-model figures to this file")
@@ -64,27 +66,47 @@ def main():
     rows = []
     per_op_errors = {t: [] for t in args.threads}
     per_op_bound_violations = []
+    # Rounds over the whole list, each model's figure the median of its rounds: a slow spell of
+    # a shared host then lands on different models in each round instead of on one.
+    reports = {}
+    failures = {}
+    for _ in range(args.rounds):
+        for model in models:
+            for threads in args.threads:
+                report, error = bench(args.binary, model, args.profile, threads, args.runs)
+                if report is None:
+                    failures[(model, threads)] = error
+                    continue
+                reports.setdefault((model, threads), []).append(report)
     print(f"{'model':<40} {'thr':>3} {'measured':>10} {'bound':>10} {'expected':>10} "
           f"{'exp err':>8} {'covered':>8}")
     for model in models:
         for threads in args.threads:
-            report, error = bench(args.binary, model, args.profile, threads, args.runs)
             name = os.path.basename(model)
-            if report is None:
+            runs = reports.get((model, threads))
+            if not runs:
+                error = failures.get((model, threads), ["no output"])
                 print(f"{name:<40} {threads:>3} failed: {error[0]}")
                 continue
-            measured = report["latency_ms"]["median"]
+            report = runs[0]
+            measured = statistics.median(r["latency_ms"]["median"] for r in runs)
             bound = report["predicted_latency_ms"]
             expected = report.get("expected_latency_ms")
             coverage = report["analysis"]["summary"].get("expected_coverage")
             error_e2e = None if expected is None else (expected - measured) / measured
             rows.append({"model": name, "threads": threads, "measured_ms": measured,
                          "bound_ms": bound, "expected_ms": expected, "error": error_e2e,
-                         "coverage": coverage})
-            total_op_time = sum(op["measured_s"] for op in report["ops"])
-            for op in report["ops"]:
+                         "coverage": coverage, "rounds": len(runs)})
+            ops = []
+            for index, op in enumerate(report["ops"]):
+                op = dict(op)
+                op["measured_s"] = statistics.median(r["ops"][index]["measured_s"] for r in runs)
+                ops.append(op)
+            total_op_time = sum(op["measured_s"] for op in ops)
+            for op in ops:
                 if op["measured_s"] >= 0.01 * total_op_time and op.get("expected_s"):
-                    per_op_errors[threads].append(abs(op["expected_error"]))
+                    per_op_errors[threads].append(
+                        abs(op["expected_s"] - op["measured_s"]) / op["measured_s"])
                 # A kernel that beats its bound by more than noise is a cost-model bug.
                 if op["measured_s"] < 0.9 * op["predicted_s"] and op["predicted_s"] > 5e-6:
                     per_op_bound_violations.append(
