@@ -185,6 +185,7 @@ fn cost_of(
             opset: ed.graph.opset,
         },
         inputs: inputs.to_vec(),
+        input_values: Vec::new(),
         outputs,
         precision,
         outer: None,

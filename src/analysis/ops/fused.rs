@@ -70,6 +70,7 @@ fn base_cost(ctx: &CostCtx, op_type: &str, inputs: usize) -> OpResult<OpCost> {
             opset: ctx.node.opset,
         },
         inputs: ctx.inputs.iter().take(inputs).copied().collect(),
+        input_values: ctx.input_values.iter().take(inputs).copied().collect(),
         outputs: ctx.outputs.clone(),
         precision: ctx.precision,
         outer: None,

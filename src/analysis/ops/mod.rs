@@ -126,6 +126,9 @@ pub struct InferCtx<'a> {
 pub struct CostCtx<'a> {
     pub node: OpNode<'a>,
     pub inputs: Vec<Option<&'a TensorFact>>,
+    /// The graph value behind each input, where known (empty when not): a value fed to
+    /// several inputs is read once.
+    pub input_values: Vec<Option<crate::analysis::graph::ValueId>>,
     pub outputs: Vec<&'a TensorFact>,
     pub precision: Precision,
     /// The enclosing graph's facts by name, as in `InferCtx::outer`.
@@ -203,10 +206,15 @@ impl CostCtx<'_> {
         }
     }
 
-    /// Every input read once (constants as weights), every output written once.
+    /// Every input read once (constants as weights), every output written once. A value fed to
+    /// several inputs (`Mul(x, x)`) is read once: the kernel streams one buffer.
     pub fn default_traffic(&self) -> OpResult<Traffic> {
         let mut traffic = Traffic::default();
-        for fact in self.inputs.iter().flatten() {
+        for (index, fact) in self.inputs.iter().enumerate() {
+            let Some(fact) = fact else { continue };
+            if self.repeats_an_earlier_input(index) {
+                continue;
+            }
             let bytes = self.bytes_of(fact)?;
             if fact.is_constant() {
                 traffic.weights_read += bytes;
@@ -218,6 +226,14 @@ impl CostCtx<'_> {
             traffic.act_written += self.bytes_of(fact)?;
         }
         Ok(traffic)
+    }
+
+    /// Input `index` is the same graph value as an earlier input.
+    pub fn repeats_an_earlier_input(&self, index: usize) -> bool {
+        match self.input_values.get(index).copied().flatten() {
+            Some(value) => self.input_values[..index].contains(&Some(value)),
+            None => false,
+        }
     }
 
     pub fn input(&self, index: usize) -> OpResult<&TensorFact> {
@@ -320,6 +336,7 @@ pub fn cost_node(
                 .iter()
                 .map(|slot| slot.map(|v| &graph.values[v].fact))
                 .collect(),
+            input_values: node.inputs.clone(),
             outputs: node
                 .outputs
                 .iter()

@@ -142,6 +142,10 @@ impl OpDef for QLinear {
                 .iter()
                 .map(|&i| ctx.inputs.get(i).copied().flatten())
                 .collect(),
+            input_values: positions
+                .iter()
+                .map(|&i| ctx.input_values.get(i).copied().flatten())
+                .collect(),
             outputs: ctx.outputs.clone(),
             precision: ctx.precision,
             outer: None,

@@ -97,6 +97,8 @@ pub struct Op {
     opset: i64,
     outputs: usize,
     precision: Precision,
+    /// The graph value behind each input (`values`); empty: every input its own value.
+    input_values: Vec<Option<usize>>,
 }
 
 impl Op {
@@ -109,6 +111,7 @@ impl Op {
             opset: 17,
             outputs: 1,
             precision: Precision::Fp32,
+            input_values: Vec::new(),
         }
     }
 
@@ -189,6 +192,12 @@ impl Op {
         self
     }
 
+    /// Which graph value each input is (equal numbers: one value fed twice).
+    pub fn values(mut self, values: &[usize]) -> Op {
+        self.input_values = values.iter().map(|&v| Some(v)).collect();
+        self
+    }
+
     fn node(&self) -> OpNode<'_> {
         OpNode {
             name: "n",
@@ -248,6 +257,7 @@ impl Op {
         op.cost(&CostCtx {
             node: self.node(),
             inputs: inputs.to_vec(),
+            input_values: self.input_values.clone(),
             outputs: outputs.iter().take(self.outputs).collect(),
             precision: self.precision,
             outer: None,

@@ -75,4 +75,15 @@ mod common {
         let (_, int) = Op::new("Add").precision(Precision::Int8).run(&[&i, &i]);
         assert_eq!(int.bytes, traffic(0, 128, 64));
     }
+
+    #[test]
+    fn a_value_fed_to_two_inputs_is_read_once() {
+        // x·x (a LayerNorm's square) streams one buffer of 32 bytes, not two.
+        let x = f32s(&[8]);
+        let square = Op::new("Mul").values(&[0, 0]).run(&[&x, &x]).1;
+        assert_eq!(square.bytes, traffic(0, 32, 32));
+        // Two values of the same shape are two reads.
+        let product = Op::new("Mul").values(&[0, 1]).run(&[&x, &x]).1;
+        assert_eq!(product.bytes, traffic(0, 64, 32));
+    }
 }
