@@ -537,19 +537,21 @@ impl Comparison {
 /// `Equal(ids[.., 1], range[1, n])`).
 pub fn compare<T: Copy + PartialOrd>(
     op: Comparison,
-    (a, a_shape): (&[T], &[usize]),
-    (b, b_shape): (&[T], &[usize]),
-    out_shape: &[usize],
+    a: &[T],
+    b: &[T],
+    layout: &BroadcastLayout,
     out: &mut [i64],
 ) {
-    let layout = BroadcastLayout::new(a_shape, b_shape, out_shape);
     let inner = layout.inner.max(1);
+    // Each operand advances one element per output along the row, or repeats its first.
+    let (a_step, b_step) = (
+        usize::from(layout.a_inner_contiguous),
+        usize::from(layout.b_inner_contiguous),
+    );
     layout.visit_rows(0, out.len() / inner, |row, a_off, b_off| {
         let row = &mut out[row * inner..(row + 1) * inner];
         for (k, o) in row.iter_mut().enumerate() {
-            let x = a[a_off + if layout.a_inner_contiguous { k } else { 0 }];
-            let y = b[b_off + if layout.b_inner_contiguous { k } else { 0 }];
-            *o = i64::from(op.holds(x, y));
+            *o = i64::from(op.holds(a[a_off + k * a_step], b[b_off + k * b_step]));
         }
     });
 }

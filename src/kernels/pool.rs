@@ -152,9 +152,8 @@ fn grid_pool(
             let Some(iy) = row.checked_sub(p.pad_top).filter(|&iy| iy < ih) else {
                 continue;
             };
-            // Rows of 7-28 floats: a fixed-width copy loop, not a `memcpy` call per row.
             let interior = &mut padded[row * width + left..row * width + left + copied];
-            combine_into(interior, &src[iy * iw..iy * iw + copied], |_, v| v);
+            copy_short(interior, &src[iy * iw..iy * iw + copied]);
         }
         grid.copy_from_slice(&padded[..grid_len]);
         for ky in 0..p.kernel_h {
@@ -167,7 +166,7 @@ fn grid_pool(
         }
         let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
         for (y, out_row) in dst.chunks_mut(ow).enumerate() {
-            combine_into(out_row, &grid[y * width..y * width + ow], |_, v| v);
+            copy_short(out_row, &grid[y * width..y * width + ow]);
             finish(y, out_row);
         }
     }
@@ -189,6 +188,13 @@ fn combine_into(out: &mut [f32], src: &[f32], combine: impl Fn(f32, f32) -> f32)
     for (o, &s) in outs.into_remainder().iter_mut().zip(srcs.remainder()) {
         *o = combine(*o, s);
     }
+}
+
+/// `out = src` for rows of 7-28 floats: the fixed-width body of `combine_into` rather than a
+/// `memcpy` call per row.
+#[inline(always)]
+fn copy_short(out: &mut [f32], src: &[f32]) {
+    combine_into(out, src, |_, v| v);
 }
 
 /// Per output position along one axis, how many of its `kernel` taps (spaced `dilation`) fall

@@ -10,7 +10,7 @@ use crate::analysis::ops::fused::{Activation, ChainStep};
 use crate::analysis::tensor::DType;
 use crate::exec::cpu::{InRef, Io};
 use crate::exec::{ExecError, RtData, RtTensor};
-use crate::kernels::elementwise::{self, Binary, Comparison, Unary};
+use crate::kernels::elementwise::{self, Binary, BroadcastLayout, Comparison, Unary};
 use crate::kernels::movement;
 use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
 
@@ -28,6 +28,8 @@ pub(crate) enum ElementwiseKernel {
         a_shape: Vec<usize>,
         b_shape: Vec<usize>,
         out_shape: Vec<usize>,
+        /// The broadcast's row layout, derived once when the plan is built.
+        layout: BroadcastLayout,
     },
     Variadic {
         op: Binary,
@@ -42,7 +44,7 @@ pub(crate) enum ElementwiseKernel {
     /// A comparison of two floats or two integers, written as booleans.
     Compare {
         op: Comparison,
-        shapes: [Vec<usize>; 2],
+        layout: BroadcastLayout,
         out_shape: Vec<usize>,
     },
 }
@@ -181,6 +183,7 @@ fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
     } else {
         ElementwiseKernel::Binary {
             op: b,
+            layout: BroadcastLayout::new(&a_shape, &b_shape, &o),
             a_shape,
             b_shape,
             out_shape: o,
@@ -225,7 +228,7 @@ fn lower_compare(cx: &Cx) -> Result<Lowered, ExecError> {
     Ok(
         Lowered::new(Kernel::Elementwise(ElementwiseKernel::Compare {
             op,
-            shapes: [a_shape, b_shape],
+            layout: BroadcastLayout::new(&a_shape, &b_shape, &out_shape),
             out_shape,
         }))
         .with_flops(flops),
@@ -334,6 +337,7 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
             a_shape,
             b_shape,
             out_shape,
+            layout,
         } => {
             let (a, b) = (io.x(0)?, io.x(1)?);
             if a_shape == out_shape && b_shape == out_shape {
@@ -354,10 +358,9 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
                 });
             } else {
                 // Broadcast (a per-channel scale, a bias row): threads take whole rows.
-                let layout = elementwise::BroadcastLayout::new(a_shape, b_shape, out_shape);
                 let row = layout.row_len().max(1);
                 par_pieces(io.outs[0], row, threads, |off, y| {
-                    elementwise::binary_rows(*op, a, b, y, &layout, off / row)
+                    elementwise::binary_rows(*op, a, b, y, layout, off / row)
                 });
             }
         }
@@ -397,16 +400,16 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
         }
         ElementwiseKernel::Compare {
             op,
-            shapes: [a_shape, b_shape],
+            layout,
             out_shape,
         } => {
             let mut result = vec![0i64; out_shape.iter().product()];
             match (io.input(0)?, io.input(1)?) {
                 (InRef::I64(a), InRef::I64(b)) => {
-                    elementwise::compare(*op, (a, a_shape), (b, b_shape), out_shape, &mut result)
+                    elementwise::compare(*op, a, b, layout, &mut result)
                 }
                 (InRef::F32(a), InRef::F32(b)) => {
-                    elementwise::compare(*op, (a, a_shape), (b, b_shape), out_shape, &mut result)
+                    elementwise::compare(*op, a, b, layout, &mut result)
                 }
                 _ => return Err("comparison of a float with an integer tensor".into()),
             }
