@@ -38,8 +38,8 @@ pub(crate) enum ElementwiseKernel {
         out_shape: Vec<usize>,
     },
     Where {
-        shapes: [Vec<usize>; 3],
-        out_shape: Vec<usize>,
+        /// The operands' strides along the output, derived once when the plan is built.
+        layout: elementwise::SelectLayout,
     },
     /// A comparison of two floats or two integers, written as booleans.
     Compare {
@@ -195,8 +195,10 @@ fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
 fn lower_where(cx: &Cx) -> Result<Lowered, ExecError> {
     Ok(Lowered::new(Kernel::Elementwise(
         ElementwiseKernel::Where {
-            shapes: [cx.shape_of(0)?, cx.shape_of(1)?, cx.shape_of(2)?],
-            out_shape: cx.out_shape(0)?,
+            layout: elementwise::SelectLayout::new(
+                [&cx.shape_of(0)?, &cx.shape_of(1)?, &cx.shape_of(2)?],
+                &cx.out_shape(0)?,
+            ),
         },
     )))
 }
@@ -382,20 +384,16 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
                 io.outs[0].iter_mut().for_each(|v| *v /= count as f32);
             }
         }
-        ElementwiseKernel::Where { shapes, out_shape } => {
-            let n: usize = out_shape.iter().product();
-            let cond: Vec<f32> = match io.input(0)? {
-                InRef::I64(v) => v.iter().map(|&b| b as f32).collect(),
-                InRef::F32(v) => v.to_vec(),
-            };
-            let mut c = vec![0.0; n];
-            let mut a = vec![0.0; n];
-            let mut b = vec![0.0; n];
-            movement::broadcast(&cond, &shapes[0], out_shape, &mut c);
-            movement::broadcast(io.x(1)?, &shapes[1], out_shape, &mut a);
-            movement::broadcast(io.x(2)?, &shapes[2], out_shape, &mut b);
-            for (((o, &cv), &av), &bv) in io.outs[0].iter_mut().zip(&c).zip(&a).zip(&b) {
-                *o = if cv != 0.0 { av } else { bv };
+        ElementwiseKernel::Where { layout } => {
+            let (a, b) = (io.x(1)?, io.x(2)?);
+            let row = layout.row_len().max(1);
+            match io.input(0)? {
+                InRef::I64(cond) => par_pieces(io.outs[0], row, threads, |off, y| {
+                    elementwise::select(cond, a, b, layout, y, off / row)
+                }),
+                InRef::F32(cond) => par_pieces(io.outs[0], row, threads, |off, y| {
+                    elementwise::select(cond, a, b, layout, y, off / row)
+                }),
             }
         }
         ElementwiseKernel::Compare {

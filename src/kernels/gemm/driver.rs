@@ -582,14 +582,13 @@ fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
     }
 }
 
-/// Up to this many rows of A run as one GEMV each instead of the blocked path: attention against a KV
-/// cache multiplies 1-4 query rows (a decode step, grouped queries) by a B that changes every
-/// call, where packing B for the blocked path costs more than streaming it once per row (a
-/// 64×1024 B stays in L2 between rows).
+/// Up to this many rows of A run on the GEMV kernels instead of the blocked path: attention
+/// against a KV cache multiplies 1-4 query rows (a decode step, grouped queries) by a B that
+/// changes every call, where packing B for the blocked path costs more than streaming it.
 const FEW_ROWS: usize = 4;
 
-/// Rows `0..m` of a small-`m` job as `m` GEMVs over an unpacked B. Returns false (nothing
-/// done) when B is packed or in a layout the GEMV does not stream.
+/// Rows `0..m` (2-4) of a small-`m` job over an unpacked B, in one pass over B. Returns false
+/// (nothing done) when B is packed or has no unit stride for the GEMV kernels to stream.
 fn gemv_rows(job: &Job, threads: usize) -> bool {
     let (Opnd::Raw(a), Opnd::Raw(b)) = (job.a, job.b) else {
         return false;
@@ -597,43 +596,94 @@ fn gemv_rows(job: &Job, threads: usize) -> bool {
     if b.ks != 1 && b.ws != 1 {
         return false;
     }
-    for row in 0..job.m {
-        let bias = match job.epi.bias {
-            BiasKind::PerRow(values) => BiasKind::PerRow(&values[row..row + 1]),
-            other => other,
-        };
-        let residual = job.epi.residual.map(|r| &r[row * job.ldc..]);
-        let epi = Epilogue {
-            bias,
-            residual,
-            activation: job.epi.activation,
-        };
-        let row_job = Job {
-            kern: job.kern,
-            m: 1,
-            n: job.n,
-            k: job.k,
-            a: Opnd::Raw(Src {
-                ptr: a.ptr.wrapping_add(row * a.ws),
-                len: a.len.saturating_sub(row),
-                ..a
-            }),
-            b: job.b,
-            c: job.c.wrapping_add(row * job.ldc),
-            ldc: job.ldc,
-            epi: &epi,
-            mc: job.mc,
-            kc: job.kc,
-            nc: job.nc,
-            nc_short: job.nc_short,
-        };
-        // The layout was checked above, so the GEMV takes every row (or none, on row 0).
-        if !gemv(&row_job, threads) {
-            debug_assert_eq!(row, 0, "the GEMV refused a later row of the same layout");
-            return false;
-        }
-    }
+    few_rows(job, a, b, threads);
     true
+}
+
+/// Outputs per chunk of the multi-row forms: four rows of y (8 KiB) stay in L1.
+const AXPY_ROWS_CHUNK: usize = 512;
+/// Floats between rows of y in the multi-row forms: a chunk plus 64 bytes, so that y's rows do
+/// not sit a multiple of 4 KiB from one another (or from the matrix rows they are read with).
+const AXPY_ROWS_STRIDE: usize = AXPY_ROWS_CHUNK + 16;
+
+/// Rows `0..m` (2-4) of a job whose B has a unit stride along n (axpy form) or along k (dot
+/// form), all rows at once: each element of B is loaded once for every row of A (see
+/// [`super::gemv::gemv_axpy_rows`] and [`super::gemv::gemv_dot_rows`]).
+fn few_rows(job: &Job, a: Src, b: Src, threads: usize) {
+    let (m, n, k) = (job.m, job.n, job.k);
+    debug_assert!((2..=FEW_ROWS).contains(&m) && (b.ws == 1 || b.ks == 1));
+    // The axpy form where B's rows are contiguous, else the dot form over B's columns.
+    let (kernel, stride) = if b.ws == 1 {
+        (job.kern.gemv_axpy_rows, b.ks)
+    } else {
+        (job.kern.gemv_dot_rows, b.ws)
+    };
+    // The rows of A as contiguous k-vectors (copied when A is strided along k).
+    let mut copied = Vec::new();
+    let (x, xs) = if a.ks == 1 {
+        (a.ptr, a.ws)
+    } else {
+        copied.reserve(m * k);
+        for row in 0..m {
+            // SAFETY: validated: rows 0..m and k columns of A are in the slice.
+            copied.extend((0..k).map(|kk| unsafe { *a.at(row, kk) }));
+        }
+        (copied.as_ptr(), k)
+    };
+    let chunk = n
+        .div_ceil(threads.max(1))
+        .clamp(GEMV_CHUNK, AXPY_ROWS_CHUNK)
+        .div_ceil(16)
+        * 16;
+    let chunks = n.div_ceil(chunk);
+    let t = threads
+        .min(m * n * k / min_gemv_elems_per_thread())
+        .min(chunks)
+        .max(1);
+    let kern = job.kern;
+    let (c, xp, bp) = (SendPtr(job.c), SyncPtr(x), SyncPtr(b.ptr));
+    let res = SyncPtr(job.epi.residual.map_or(std::ptr::null(), |r| r.as_ptr()));
+    parallel_for(t, chunks, |ci| {
+        let o0 = ci * chunk;
+        let len = (n - o0).min(chunk);
+        let mut y = [0.0f32; FEW_ROWS * AXPY_ROWS_STRIDE];
+        // SAFETY: the job was validated; chunk `ci` covers columns `o0..o0 + len` of every row.
+        unsafe {
+            kernel(
+                bp.get().add(o0 * b.ws),
+                stride,
+                len,
+                k,
+                xp.get(),
+                xs,
+                m,
+                y.as_mut_ptr(),
+                AXPY_ROWS_STRIDE,
+            );
+            for row in 0..m {
+                let (bias_s, bias_v) = match job.epi.bias {
+                    BiasKind::None => (0.0, std::ptr::null()),
+                    BiasKind::PerRow(values) => (values[row], std::ptr::null()),
+                    BiasKind::PerCol(values) => (0.0, values.as_ptr().add(o0)),
+                };
+                let at = row * job.ldc + o0;
+                (kern.epilogue_vec)(
+                    y.as_ptr().add(row * AXPY_ROWS_STRIDE),
+                    len,
+                    c.get().add(at),
+                    1,
+                    bias_s,
+                    bias_v,
+                    if res.get().is_null() {
+                        res.get()
+                    } else {
+                        res.get().add(at)
+                    },
+                    &job.epi.activation,
+                );
+            }
+        }
+    });
 }
 
 /// The `m == 1` / `n == 1` path. Returns false (nothing done) for layouts it does not stream

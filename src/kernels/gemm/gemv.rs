@@ -155,6 +155,166 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     }
 }
 
+/// Axpy form for `R` rows of x at once (`R` ≤ 4): `y_r += x_r[kk]·M[:, kk]` for each row `r`,
+/// with `x_r` at `x + r·xs` and `y_r` at `y + r·ys` (`len` outputs each). Each matrix row is
+/// loaded once for all `R` outputs rows, where `R` separate GEMVs would stream it `R` times:
+/// attention in a decode step multiplies 2-4 grouped query rows by a key or value cache that
+/// changes every call, so it cannot be packed ahead and is read from L2 at best.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize>(
+    m: *const f32,
+    cs: usize,
+    len: usize,
+    k: usize,
+    x: *const f32,
+    xs: usize,
+    y: *mut f32,
+    ys: usize,
+) {
+    let l = V::LANES;
+    if len <= 4 * l {
+        // Rows short enough for registers (a value cache's head dimension): y never leaves
+        // them, where the loop below would store and reload it once per matrix row.
+        let vectors = len.div_ceil(l);
+        let width = |v: usize| (len - v * l).min(l);
+        let mut acc = [[V::zero(); 4]; R];
+        for kk in 0..k {
+            let row = m.add(kk * cs);
+            let xv: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk)));
+            for v in 0..vectors {
+                let w = width(v);
+                let mv = if w == l {
+                    V::load(row.add(v * l))
+                } else {
+                    V::load_n(row.add(v * l), w)
+                };
+                for r in 0..R {
+                    acc[r][v] = V::fma(mv, xv[r], acc[r][v]);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (v, a) in row.iter().enumerate().take(vectors) {
+                V::store_n(y.add(r * ys + v * l), *a, width(v));
+            }
+        }
+        return;
+    }
+    let full = len / l * l;
+    let tail = len - full;
+    for r in 0..R {
+        let yr = y.add(r * ys);
+        let mut o = 0;
+        while o < full {
+            V::store(yr.add(o), V::zero());
+            o += l;
+        }
+        if tail > 0 {
+            V::store_n(yr.add(full), V::zero(), tail);
+        }
+    }
+    // Two matrix rows per pass halve the loads and stores of y.
+    let mut kk = 0;
+    while kk + 2 <= k {
+        let x0: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk)));
+        let x1: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk + 1)));
+        let (m0, m1) = (m.add(kk * cs), m.add((kk + 1) * cs));
+        let mut o = 0;
+        while o < full {
+            let (v0, v1) = (V::load(m0.add(o)), V::load(m1.add(o)));
+            for r in 0..R {
+                let p = y.add(r * ys + o);
+                V::store(p, V::fma(v1, x1[r], V::fma(v0, x0[r], V::load(p))));
+            }
+            o += l;
+        }
+        if tail > 0 {
+            let (v0, v1) = (V::load_n(m0.add(full), tail), V::load_n(m1.add(full), tail));
+            for r in 0..R {
+                let p = y.add(r * ys + full);
+                let acc = V::fma(v1, x1[r], V::fma(v0, x0[r], V::load_n(p, tail)));
+                V::store_n(p, acc, tail);
+            }
+        }
+        kk += 2;
+    }
+    if kk < k {
+        let x0: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk)));
+        let m0 = m.add(kk * cs);
+        let mut o = 0;
+        while o < full {
+            let v0 = V::load(m0.add(o));
+            for r in 0..R {
+                let p = y.add(r * ys + o);
+                V::store(p, V::fma(v0, x0[r], V::load(p)));
+            }
+            o += l;
+        }
+        if tail > 0 {
+            let v0 = V::load_n(m0.add(full), tail);
+            for r in 0..R {
+                let p = y.add(r * ys + full);
+                V::store_n(p, V::fma(v0, x0[r], V::load_n(p, tail)), tail);
+            }
+        }
+    }
+}
+
+/// Dot form for `R` rows of x at once (`R` ≤ 4): `y_r[o] = Σ_kk M[o, kk]·x_r[kk]` with
+/// `M[o, kk]` at `m[o·rs + kk]`, `x_r` at `x + r·xs`, `y_r` at `y + r·ys`. Each matrix row is
+/// loaded once for all `R` rows of x: a decode step's grouped queries against a key cache read
+/// through a transposed view (`q·Kᵀ`, rows of K contiguous along the head dimension).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemv_dot_rows<V: Vf32, const R: usize>(
+    m: *const f32,
+    rs: usize,
+    len: usize,
+    k: usize,
+    x: *const f32,
+    xs: usize,
+    y: *mut f32,
+    ys: usize,
+) {
+    let l = V::LANES;
+    let mut o = 0;
+    while o < len {
+        // Four matrix rows at a time (fewer at the end).
+        let rows = (len - o).min(4);
+        let p: [*const f32; 4] = std::array::from_fn(|q| m.add((o + q.min(rows - 1)) * rs));
+        let mut acc = [[V::zero(); R]; 4];
+        let mut kk = 0;
+        while kk < k {
+            let w = (k - kk).min(l);
+            let xv: [V; R] = std::array::from_fn(|r| {
+                if w == l {
+                    V::load(x.add(r * xs + kk))
+                } else {
+                    V::load_n(x.add(r * xs + kk), w)
+                }
+            });
+            for q in 0..4 {
+                let mv = if w == l {
+                    V::load(p[q].add(kk))
+                } else {
+                    V::load_n(p[q].add(kk), w)
+                };
+                for r in 0..R {
+                    acc[q][r] = V::fma(mv, xv[r], acc[q][r]);
+                }
+            }
+            kk += l;
+        }
+        for (q, row) in acc.iter().enumerate().take(rows) {
+            for (r, a) in row.iter().enumerate() {
+                *y.add(r * ys + o + q) = V::hsum(*a);
+            }
+        }
+        o += rows;
+    }
+}
+
 /// How far ahead the streaming GEMV forms prefetch (floats): 2 KiB, a few hundred cycles of
 /// streaming, past what the in-flight loads cover.
 const PREFETCH_FLOATS: usize = 512;

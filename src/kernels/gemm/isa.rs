@@ -19,6 +19,10 @@ pub(crate) type MicroFn =
 pub(crate) type PackFn = unsafe fn(*const f32, usize, usize, usize, usize, *mut f32);
 /// `(m, stride, rows, k, x, y)`.
 pub(crate) type GemvFn = unsafe fn(*const f32, usize, usize, usize, *const f32, *mut f32);
+/// `(m, stride, len, k, x, xs, rows, y, ys)`, see [`super::gemv::gemv_axpy_rows`] and
+/// [`super::gemv::gemv_dot_rows`]; `rows` 2-4.
+pub(crate) type GemvRowsFn =
+    unsafe fn(*const f32, usize, usize, usize, *const f32, usize, usize, *mut f32, usize);
 pub(crate) type PanelGemvFn = unsafe fn(&PackedView, usize, usize, *const f32, *mut f32);
 pub(crate) type EpiVecFn =
     unsafe fn(*const f32, usize, *mut f32, usize, f32, *const f32, *const f32, &Activation);
@@ -38,6 +42,8 @@ pub(crate) struct Kernel {
     pub pack_b: PackFn,
     pub gemv_dot: GemvFn,
     pub gemv_axpy: GemvFn,
+    pub gemv_axpy_rows: GemvRowsFn,
+    pub gemv_dot_rows: GemvRowsFn,
     pub panel_gemv_a: PanelGemvFn,
     pub panel_gemv_b: PanelGemvFn,
     pub epilogue_vec: EpiVecFn,
@@ -188,6 +194,46 @@ macro_rules! isa_kernels {
             }
 
             $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn gemv_axpy_rows(
+                m: *const f32,
+                cs: usize,
+                len: usize,
+                k: usize,
+                x: *const f32,
+                xs: usize,
+                rows: usize,
+                y: *mut f32,
+                ys: usize,
+            ) {
+                match rows {
+                    2 => gemv::gemv_axpy_rows::<$V, 2>(m, cs, len, k, x, xs, y, ys),
+                    3 => gemv::gemv_axpy_rows::<$V, 3>(m, cs, len, k, x, xs, y, ys),
+                    _ => gemv::gemv_axpy_rows::<$V, 4>(m, cs, len, k, x, xs, y, ys),
+                }
+            }
+
+            $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn gemv_dot_rows(
+                m: *const f32,
+                rs: usize,
+                len: usize,
+                k: usize,
+                x: *const f32,
+                xs: usize,
+                rows: usize,
+                y: *mut f32,
+                ys: usize,
+            ) {
+                match rows {
+                    2 => gemv::gemv_dot_rows::<$V, 2>(m, rs, len, k, x, xs, y, ys),
+                    3 => gemv::gemv_dot_rows::<$V, 3>(m, rs, len, k, x, xs, y, ys),
+                    _ => gemv::gemv_dot_rows::<$V, 4>(m, rs, len, k, x, xs, y, ys),
+                }
+            }
+
+            $(#[$attr])*
             pub unsafe fn panel_gemv_a(
                 view: &PackedView,
                 p0: usize,
@@ -256,6 +302,8 @@ macro_rules! kernel_table {
             pack_b: $m::pack_b,
             gemv_dot: $m::gemv_dot,
             gemv_axpy: $m::gemv_axpy,
+            gemv_axpy_rows: $m::gemv_axpy_rows,
+            gemv_dot_rows: $m::gemv_dot_rows,
             panel_gemv_a: $m::panel_gemv_a,
             panel_gemv_b: $m::panel_gemv_b,
             epilogue_vec: $m::epilogue_vec,

@@ -518,10 +518,14 @@ pub(super) fn gemv_paths(isa: Isa) {
                     (1, 1, 1025),
                     // Several row-streamed axpy chunks of 2048 outputs, and a short last one.
                     (1, 4500, 9),
-                    // A few rows, one GEMV each (attention of a decode step).
+                    // A few rows (attention of a decode step): all rows at once where B
+                    // streams along n, one GEMV each otherwise; several chunks of 512
+                    // outputs and an odd k.
                     (2, 300, 77),
                     (3, 1025, 64),
                     (4, 64, 1024),
+                    (2, 1300, 5),
+                    (3, 40, 129),
                 ] {
                     for (bias_kind, residual, act) in [
                         (0, false, Activation::None),
