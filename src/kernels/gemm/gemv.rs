@@ -161,7 +161,8 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
 /// attention in a decode step multiplies 2-4 grouped query rows by a key or value cache that
 /// changes every call, so it cannot be packed ahead and is read from L2 at best.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
+// Register arrays indexed in step with one another read clearest as index loops.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize>(
     m: *const f32,
     cs: usize,
