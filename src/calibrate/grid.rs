@@ -482,7 +482,18 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(batched_matmul(batch, rows, inner, cols));
     }
-    for &elements in &[1 << 12, 1 << 15, 1 << 17, 1 << 18, 1 << 20, 1 << 22] {
+    // From a decoder step's hidden vector (256 floats, where the fixed cost per op is most of
+    // the time) to tensors past the caches.
+    for &elements in &[
+        1 << 8,
+        1 << 11,
+        1 << 12,
+        1 << 15,
+        1 << 17,
+        1 << 18,
+        1 << 20,
+        1 << 22,
+    ] {
         models.push(elementwise("Relu", elements, false));
         models.push(elementwise("Add", elements, true));
         models.push(elementwise("Sigmoid", elements, false));
@@ -535,13 +546,20 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (384, 64),
         (256, 256),
         (12, 3000),
+        (4, 1024),
     ] {
         models.push(softmax(rows, cols));
     }
-    for &(rows, cols) in &[(128, 768), (2048, 49), (197, 768), (1, 100_000)] {
+    for &(rows, cols) in &[(128, 768), (2048, 49), (197, 768), (1, 100_000), (1, 256)] {
         models.push(reduce_mean(rows, cols));
     }
-    for &(seq, heads, width) in &[(128, 12, 64), (197, 12, 64), (128, 6, 64), (1024, 4, 32)] {
+    for &(seq, heads, width) in &[
+        (128, 12, 64),
+        (197, 12, 64),
+        (128, 6, 64),
+        (1024, 4, 32),
+        (1, 4, 64),
+    ] {
         models.push(transpose(seq, heads, width));
     }
     for &(channels, size) in &[(64, 56), (128, 28), (32, 112), (256, 14)] {
