@@ -27,7 +27,7 @@ multiversion! {
     pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
         // `vmaxps` semantics (one instruction; `f32::max` adds a NaN fix-up to every vector,
         // tripling the work of the taps), as onnxruntime's pooling has.
-        separable_pool(p, input, output, f32::NEG_INFINITY, |a, b| if a > b { a } else { b }, |_, _| {});
+        separable_pool(p, input, output, f32::NEG_INFINITY, |a, b| if a > b { a } else { b }, Stride2::Max, |_, _| {});
     }
 }
 
@@ -45,6 +45,7 @@ fn separable_pool(
     output: &mut [f32],
     identity: f32,
     combine: impl Fn(f32, f32) -> f32 + Copy,
+    stride2: Stride2,
     mut finish: impl FnMut(usize, &mut [f32]),
 ) {
     let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
@@ -60,10 +61,16 @@ fn separable_pool(
     let (sw, dw) = (p.stride_w, p.dilation_w);
     let width = (ow - 1) * sw + (p.kernel_w - 1) * dw + 1;
     let phase_len = width.div_ceil(sw);
-    let mut padded = vec![identity; phase_len * sw];
+    // The common 2×2 and 3×3 stride-2 windows take their columns straight from the row with
+    // in-register de-interleaves where the CPU has them, instead of phasing the row first.
+    let deinterleave = (sw == 2 && dw == 1 && (2..=3).contains(&p.kernel_w))
+        .then(stride2_rows)
+        .flatten();
+    let mut padded = vec![identity; phase_len * sw + STRIDE2_SLACK];
     let mut phases = vec![identity; phase_len * sw];
-    let pad_left = p.pad_left.min(padded.len());
-    let copied = iw.min(padded.len() - pad_left);
+    let row_len = phase_len * sw;
+    let pad_left = p.pad_left.min(row_len);
+    let copied = iw.min(row_len - pad_left);
     for plane in 0..p.planes {
         let src = &input[plane * ih * iw..(plane + 1) * ih * iw];
         let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
@@ -87,18 +94,29 @@ fn separable_pool(
             if rows == 0 {
                 interior.fill(identity);
             }
+            if let Some(rows) = deinterleave {
+                // SAFETY: the kernel was returned for this CPU; `padded` holds the row's
+                // `width` columns plus `STRIDE2_SLACK` floats of identity past them.
+                let done = unsafe { rows(&padded, out_row, p.kernel_w, stride2) };
+                for (x, out) in out_row.iter_mut().enumerate().skip(done) {
+                    let taps = &padded[2 * x..2 * x + p.kernel_w];
+                    *out = taps[1..].iter().fold(taps[0], |acc, &v| combine(acc, v));
+                }
+                finish(y, out_row);
+                continue;
+            }
             let phased: &[f32] = match sw {
                 1 => &padded,
                 2 => {
                     let (even, odd) = phases.split_at_mut(phase_len);
-                    for ((pair, e), o) in padded.chunks_exact(2).zip(even).zip(odd) {
+                    for ((pair, e), o) in padded[..row_len].chunks_exact(2).zip(even).zip(odd) {
                         *e = pair[0];
                         *o = pair[1];
                     }
                     &phases
                 }
                 _ => {
-                    for (j, &v) in padded.iter().enumerate() {
+                    for (j, &v) in padded[..row_len].iter().enumerate() {
                         phases[(j % sw) * phase_len + j / sw] = v;
                     }
                     &phases
@@ -116,6 +134,89 @@ fn separable_pool(
             finish(y, out_row);
         }
     }
+}
+
+/// The combine of a stride-2 pool's fast horizontal pass (the generic path takes a closure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stride2 {
+    Max,
+    Add,
+}
+
+/// Identity floats kept past a row's `width` columns, so the fast stride-2 pass may load a whole
+/// vector block beyond the last output it writes.
+const STRIDE2_SLACK: usize = 32;
+
+/// `(row, out, kernel_w, op) -> outputs written`: `out[x] = op(row[2x], …, row[2x + kernel_w −
+/// 1])` for `x` in `0..written`; the caller finishes the rest.
+type Stride2Rows = unsafe fn(&[f32], &mut [f32], usize, Stride2) -> usize;
+
+#[cfg(test)]
+thread_local! {
+    /// Set by tests to run the generic phasing path on a CPU that has the fast one.
+    static GENERIC_STRIDE2: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The stride-2 row kernel for this CPU, if it has one.
+fn stride2_rows() -> Option<Stride2Rows> {
+    #[cfg(test)]
+    if GENERIC_STRIDE2.with(|flag| flag.get()) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return Some(stride2_rows_avx512);
+    }
+    None
+}
+
+/// 16 outputs per step: the even and odd columns of 32 loaded floats are gathered with two
+/// two-source permutes, and the third tap's even columns (offset 2) with a third.
+///
+/// # Safety
+/// AVX-512F must be available; `row` must hold `2·out.len() + kernel_w − 1` floats (the loop
+/// stops short where it holds fewer than 34 past a block's start).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stride2_rows_avx512(row: &[f32], out: &mut [f32], kernel_w: usize, op: Stride2) -> usize {
+    use std::arch::x86_64::*;
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let combine = |a: __m512, b: __m512| match op {
+        // `a > b ? a : b`, the scalar path's order.
+        Stride2::Max => _mm512_max_ps(a, b),
+        Stride2::Add => _mm512_add_ps(a, b),
+    };
+    let src = row.as_ptr();
+    let mut x = 0;
+    // Loads reach float 2x + 34 at most (the offset-2 pair), inside the caller's slack even for
+    // the last, partial block, whose outputs are stored under a mask: the 27- and 55-wide rows
+    // of SqueezeNet's pools would otherwise leave a third of their outputs to a scalar tail.
+    while x < out.len() && 2 * x + 34 <= row.len() {
+        let (lo, hi) = (
+            _mm512_loadu_ps(src.add(2 * x)),
+            _mm512_loadu_ps(src.add(2 * x + 16)),
+        );
+        let mut acc = combine(
+            _mm512_permutex2var_ps(lo, even, hi),
+            _mm512_permutex2var_ps(lo, odd, hi),
+        );
+        if kernel_w == 3 {
+            let (lo2, hi2) = (
+                _mm512_loadu_ps(src.add(2 * x + 2)),
+                _mm512_loadu_ps(src.add(2 * x + 18)),
+            );
+            acc = combine(acc, _mm512_permutex2var_ps(lo2, even, hi2));
+        }
+        let left = out.len() - x;
+        if left >= 16 {
+            _mm512_storeu_ps(out.as_mut_ptr().add(x), acc);
+        } else {
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add(x), (1u16 << left) - 1, acc);
+        }
+        x += left.min(16);
+    }
+    x
 }
 
 /// Stride-1 pooling a plane at a time: the plane is copied once into an `identity`-padded
@@ -240,7 +341,7 @@ multiversion! {
             .map(|divisor| if divisor > 0 { 1.0 / divisor as f32 } else { 0.0 })
             .collect();
         let ow = p.out_w;
-        separable_pool(p, input, output, 0.0, |a, b| a + b, |y, out_row| {
+        separable_pool(p, input, output, 0.0, |a, b| a + b, Stride2::Add, |y, out_row| {
             combine_into(out_row, &inverse[y * ow..(y + 1) * ow], |a, b| a * b);
         });
     }
@@ -352,6 +453,9 @@ mod tests {
             (3, 1, 1, 1, 1, 14),
             (3, 2, 0, 1, 1, 8),
             (2, 2, 0, 0, 1, 9),
+            // Wide enough for the vector stride-2 pass (16 outputs a step), ceil mode too.
+            (2, 2, 0, 0, 1, 40),
+            (3, 2, 0, 1, 1, 47),
             (3, 3, 1, 1, 1, 11),
             (5, 2, 2, 2, 1, 13),
             (3, 1, 2, 2, 2, 10),
@@ -383,7 +487,8 @@ mod tests {
             let input: Vec<f32> = (0..2 * in_h * in_w)
                 .map(|i| ((i * 7919) % 101) as f32 - 50.0)
                 .collect();
-            for include_pad in [false, true] {
+            for (include_pad, generic) in [(false, false), (true, false), (true, true)] {
+                GENERIC_STRIDE2.with(|flag| flag.set(generic));
                 let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);
                 for level in crate::kernels::simd::available_levels() {
                     let mut got = vec![0.0; want.len()];
@@ -391,7 +496,7 @@ mod tests {
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
                             (g - w).abs() <= 1e-4 * w.abs().max(1.0),
-                            "{p:?} pad {include_pad} at {level:?}: {g} vs {w}"
+                            "{p:?} pad {include_pad} generic {generic} at {level:?}: {g} vs {w}"
                         );
                     }
                 }
@@ -404,6 +509,8 @@ mod tests {
         for (k, s, pad, d, hw) in [
             (3, 2, 1, 1, 112),
             (2, 2, 0, 1, 9),
+            (2, 2, 0, 1, 40),
+            (3, 2, 0, 1, 111),
             (3, 1, 1, 2, 10),
             (3, 2, 0, 1, 7),
             (3, 3, 1, 1, 11),
@@ -433,10 +540,13 @@ mod tests {
                 .map(|i| ((i * 7919) % 101) as f32 - 50.0)
                 .collect();
             let want = naive_max(&p, &input);
-            for level in crate::kernels::simd::available_levels() {
-                let mut got = vec![0.0; want.len()];
-                max_pool::at(level, &p, &input, &mut got);
-                assert_eq!(got, want, "{p:?} at {level:?}");
+            for generic in [false, true] {
+                GENERIC_STRIDE2.with(|flag| flag.set(generic));
+                for level in crate::kernels::simd::available_levels() {
+                    let mut got = vec![0.0; want.len()];
+                    max_pool::at(level, &p, &input, &mut got);
+                    assert_eq!(got, want, "{p:?} generic {generic} at {level:?}");
+                }
             }
         }
     }
