@@ -111,6 +111,9 @@ pub(crate) struct Io<'r, 'i, 'o> {
     pub outs: &'r mut [&'o mut [f32]],
     pub dynamic_out: &'r mut Vec<RtTensor>,
     pub scratch: &'r mut Vec<f32>,
+    /// The previous run's integer outputs of this step, whose allocations a kernel may reuse
+    /// ([`Io::integers`]).
+    pub spare_integers: &'r mut Vec<Vec<i64>>,
     pub threads: usize,
 }
 
@@ -123,6 +126,16 @@ pub(crate) fn input<'i>(ins: &[Option<InRef<'i>>], i: usize) -> Result<InRef<'i>
 }
 
 impl<'i> Io<'_, 'i, '_> {
+    /// `len` integers to write a dynamic output into: the previous run's buffer of that length
+    /// when there is one (contents stale), else a fresh one. A 2048×257 comparison (4.2 MB of
+    /// i64 booleans) spent most of its millisecond faulting in a fresh allocation every run.
+    pub fn integers(&mut self, len: usize) -> Vec<i64> {
+        match self.spare_integers.iter().position(|v| v.len() == len) {
+            Some(at) => self.spare_integers.swap_remove(at),
+            None => vec![0; len],
+        }
+    }
+
     /// Input `i`, which must be present.
     pub fn input(&self, i: usize) -> Result<InRef<'i>, String> {
         input(self.ins, i)

@@ -116,6 +116,7 @@ fn execute_owned(
             outs: &mut out_refs,
             dynamic_out: &mut dynamic_out,
             scratch: &mut scratch,
+            spare_integers: &mut Vec::new(),
             threads,
         },
     )

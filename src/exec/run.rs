@@ -230,6 +230,19 @@ impl Plan {
             }
             return Ok(());
         }
+        // The previous run's integer outputs of this step, for the kernel to write into again.
+        let mut spare_integers: Vec<Vec<i64>> = Vec::new();
+        for &v in &step.outputs {
+            if matches!(self.slots[v], Slot::Dynamic { .. }) {
+                if let Some(RtTensor {
+                    data: RtData::I64(values),
+                    ..
+                }) = ws.dynamic.remove(&v)
+                {
+                    spare_integers.push(values);
+                }
+            }
+        }
         // Take the output buffers out so inputs can be borrowed from the rest.
         let mut taken: Vec<(usize, Vec<f32>)> = Vec::new();
         for &v in &step.outputs {
@@ -294,6 +307,7 @@ impl Plan {
                     outs: &mut outs,
                     dynamic_out: &mut dynamic_out,
                     scratch: &mut ws.scratch,
+                    spare_integers: &mut spare_integers,
                     threads: self.threads,
                 },
             );

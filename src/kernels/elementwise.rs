@@ -542,16 +542,49 @@ pub fn compare<T: Copy + PartialOrd>(
     layout: &BroadcastLayout,
     out: &mut [i64],
 ) {
+    // One monomorphic loop per comparison: a `match` per element kept the loop scalar.
+    match op {
+        Comparison::Equal => compare_with(a, b, layout, out, |x, y| x == y),
+        Comparison::Less => compare_with(a, b, layout, out, |x, y| x < y),
+        Comparison::Greater => compare_with(a, b, layout, out, |x, y| x > y),
+        Comparison::LessOrEqual => compare_with(a, b, layout, out, |x, y| x <= y),
+        Comparison::GreaterOrEqual => compare_with(a, b, layout, out, |x, y| x >= y),
+    }
+}
+
+#[inline(always)]
+fn compare_with<T: Copy>(
+    a: &[T],
+    b: &[T],
+    layout: &BroadcastLayout,
+    out: &mut [i64],
+    holds: impl Fn(T, T) -> bool,
+) {
     let inner = layout.inner.max(1);
-    // Each operand advances one element per output along the row, or repeats its first.
-    let (a_step, b_step) = (
-        usize::from(layout.a_inner_contiguous),
-        usize::from(layout.b_inner_contiguous),
-    );
     layout.visit_rows(0, out.len() / inner, |row, a_off, b_off| {
         let row = &mut out[row * inner..(row + 1) * inner];
-        for (k, o) in row.iter_mut().enumerate() {
-            *o = i64::from(op.holds(a[a_off + k * a_step], b[b_off + k * b_step]));
+        // Each operand advances one element per output along the row, or repeats its first:
+        // four loops, so the common ones (a scalar against a row) are plain slices.
+        match (layout.a_inner_contiguous, layout.b_inner_contiguous) {
+            (true, true) => {
+                let (a, b) = (&a[a_off..a_off + inner], &b[b_off..b_off + inner]);
+                for ((o, &x), &y) in row.iter_mut().zip(a).zip(b) {
+                    *o = i64::from(holds(x, y));
+                }
+            }
+            (false, true) => {
+                let (x, b) = (a[a_off], &b[b_off..b_off + inner]);
+                for (o, &y) in row.iter_mut().zip(b) {
+                    *o = i64::from(holds(x, y));
+                }
+            }
+            (true, false) => {
+                let (a, y) = (&a[a_off..a_off + inner], b[b_off]);
+                for (o, &x) in row.iter_mut().zip(a) {
+                    *o = i64::from(holds(x, y));
+                }
+            }
+            (false, false) => row.fill(i64::from(holds(a[a_off], b[b_off]))),
         }
     });
 }

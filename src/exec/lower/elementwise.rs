@@ -401,7 +401,7 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
             layout,
             out_shape,
         } => {
-            let mut result = vec![0i64; out_shape.iter().product()];
+            let mut result = io.integers(out_shape.iter().product());
             match (io.input(0)?, io.input(1)?) {
                 (InRef::I64(a), InRef::I64(b)) => {
                     elementwise::compare(*op, a, b, layout, &mut result)
