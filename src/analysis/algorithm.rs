@@ -297,6 +297,8 @@ mod tests {
             write_bandwidth_bytes_per_s: 0.0,
             caches: [None; 3],
             weights_level: None,
+            weights_bytes: 0,
+            curves: None,
         }
     }
 

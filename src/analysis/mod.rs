@@ -345,6 +345,7 @@ pub fn analyze_prepared(
                     Some(p) if p != options.precision => Roof::of(device, p)
                         .map(|other| Roof {
                             weights_level: roof.weights_level,
+                            weights_bytes: roof.weights_bytes,
                             ..other
                         })
                         .unwrap_or(roof),

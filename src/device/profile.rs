@@ -236,6 +236,20 @@ impl DeviceProfile {
                 out.memory.push(m.clone());
             }
         }
+        // One thread runs its ops back to back with no fork-join: the fixed cost per op is the
+        // probe's call figure, not the pool's fork-join (a 256-float Add ran in 0.12-0.2 µs
+        // against a 0.38 µs 2-thread fork-join charged as its bound).
+        if let Some(record) = &self.probe {
+            let call_s = record.dispatch.call_s;
+            if threads <= 1 && record.dispatch.threads > 1 && call_s > 0.0 && call_s.is_finite() {
+                out.launch_overhead_s = call_s;
+                out.launch_overhead_source = format!(
+                    "one indirect call to an empty op on one thread ({:.1} ns): a one-thread run \
+                     has no fork-join between ops",
+                    call_s * 1e9
+                );
+            }
+        }
         // A probed profile is named after the threads its roofs were measured on: once the
         // one-thread roofs are chosen, "(2 threads)" would misname them. Only the name the
         // probe gave is rewritten; a name edited by hand is the user's.
@@ -492,6 +506,15 @@ mod tests {
             ..profile
         };
         assert_eq!(renamed.for_threads(1).name, "build box");
+        // One thread pays a call per op, more threads the pool's fork-join.
+        let mut forked = renamed.clone();
+        forked.launch_overhead_s = 4e-7;
+        if let Some(record) = forked.probe.as_mut() {
+            record.dispatch.threads = 2;
+            record.dispatch.call_s = 2e-9;
+        }
+        assert_eq!(forked.for_threads(1).launch_overhead_s, 2e-9);
+        assert_eq!(forked.for_threads(2).launch_overhead_s, 4e-7);
     }
 
     #[test]
