@@ -40,7 +40,7 @@ pub struct PlanOptions {
 #[derive(Clone, Debug)]
 pub enum ConvAlgorithms {
     /// The roofline rule of `analysis::algorithm::choose` on this roof (`None`: work only).
-    Auto(Option<crate::analysis::roofline::Roof>),
+    Auto(Option<Box<crate::analysis::roofline::Roof>>),
     /// The decisions an analysis of the same graph recorded, by node index (what `bench` runs,
     /// so the bound it reports is the bound of what ran); nodes it does not name run direct.
     FromAnalysis(Arc<HashMap<usize, ConvAlgorithm>>),

@@ -199,7 +199,7 @@ pub(crate) fn algorithm(kernel: &Kernel, index: usize, policy: &ConvAlgorithms) 
                 },
                 ..OpCost::default()
             };
-            algorithm::choose(&shape, &direct, roof.as_ref(), AlgorithmPolicy::Auto).algorithm
+            algorithm::choose(&shape, &direct, roof.as_deref(), AlgorithmPolicy::Auto).algorithm
         }
     }
 }
