@@ -5,6 +5,7 @@
 pub mod conv;
 /// The direct depthwise kernel, a child of `conv` (`kernels/conv/depthwise.rs`), at its old path.
 pub use conv::depthwise;
+pub mod compare;
 pub mod elementwise;
 pub mod gemm;
 pub mod hugepage;

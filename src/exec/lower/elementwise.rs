@@ -10,7 +10,8 @@ use crate::analysis::ops::fused::{Activation, ChainStep};
 use crate::analysis::tensor::DType;
 use crate::exec::cpu::{InRef, Io};
 use crate::exec::{ExecError, RtData, RtTensor};
-use crate::kernels::elementwise::{self, Binary, BroadcastLayout, Comparison, Unary};
+use crate::kernels::compare::{self, Comparison, SelectLayout};
+use crate::kernels::elementwise::{self, Binary, BroadcastLayout, Unary};
 use crate::kernels::movement;
 use crate::kernels::parallel::{par_pieces, VECTOR_ALIGN};
 
@@ -39,7 +40,7 @@ pub(crate) enum ElementwiseKernel {
     },
     Where {
         /// The operands' strides along the output, derived once when the plan is built.
-        layout: elementwise::SelectLayout,
+        layout: SelectLayout,
     },
     /// A comparison of two floats or two integers, written as booleans.
     Compare {
@@ -195,7 +196,7 @@ fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
 fn lower_where(cx: &Cx) -> Result<Lowered, ExecError> {
     Ok(Lowered::new(Kernel::Elementwise(
         ElementwiseKernel::Where {
-            layout: elementwise::SelectLayout::new(
+            layout: SelectLayout::new(
                 [&cx.shape_of(0)?, &cx.shape_of(1)?, &cx.shape_of(2)?],
                 &cx.out_shape(0)?,
             ),
@@ -389,10 +390,10 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
             let row = layout.row_len().max(1);
             match io.input(0)? {
                 InRef::I64(cond) => par_pieces(io.outs[0], row, threads, |off, y| {
-                    elementwise::select(cond, a, b, layout, y, off / row)
+                    compare::select(cond, a, b, layout, y, off / row)
                 }),
                 InRef::F32(cond) => par_pieces(io.outs[0], row, threads, |off, y| {
-                    elementwise::select(cond, a, b, layout, y, off / row)
+                    compare::select(cond, a, b, layout, y, off / row)
                 }),
             }
         }
@@ -403,12 +404,8 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
         } => {
             let mut result = io.integers(out_shape.iter().product());
             match (io.input(0)?, io.input(1)?) {
-                (InRef::I64(a), InRef::I64(b)) => {
-                    elementwise::compare(*op, a, b, layout, &mut result)
-                }
-                (InRef::F32(a), InRef::F32(b)) => {
-                    elementwise::compare(*op, a, b, layout, &mut result)
-                }
+                (InRef::I64(a), InRef::I64(b)) => compare::compare(*op, a, b, layout, &mut result),
+                (InRef::F32(a), InRef::F32(b)) => compare::compare(*op, a, b, layout, &mut result),
                 _ => return Err("comparison of a float with an integer tensor".into()),
             }
             io.dynamic_out.push(RtTensor {
