@@ -76,6 +76,21 @@ pub(crate) unsafe fn gemv_dot<V: Vf32>(
     }
 }
 
+/// `y[0..len] = 0`, whole vectors and one masked tail.
+#[inline(always)]
+unsafe fn zero<V: Vf32>(y: *mut f32, len: usize) {
+    let l = V::LANES;
+    let full = len / l * l;
+    let mut o = 0;
+    while o < full {
+        V::store(y.add(o), V::zero());
+        o += l;
+    }
+    if len > full {
+        V::store_n(y.add(full), V::zero(), len - full);
+    }
+}
+
 /// Axpy form: `M[r, kk]` at `m[r + kk·cs]`; writes `y[0..rows]`.
 ///
 /// The matrix is streamed row by row (four rows at a time), each row's `rows` outputs one
@@ -95,14 +110,7 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     let l = V::LANES;
     let full = rows / l * l;
     let tail = rows - full;
-    let mut r = 0;
-    while r < full {
-        V::store(y.add(r), V::zero());
-        r += l;
-    }
-    if tail > 0 {
-        V::store_n(y.add(full), V::zero(), tail);
-    }
+    zero::<V>(y, rows);
     let mut kk = 0;
     while kk + 4 <= k {
         let xs = [
@@ -205,15 +213,7 @@ pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize>(
     let full = len / l * l;
     let tail = len - full;
     for r in 0..R {
-        let yr = y.add(r * ys);
-        let mut o = 0;
-        while o < full {
-            V::store(yr.add(o), V::zero());
-            o += l;
-        }
-        if tail > 0 {
-            V::store_n(yr.add(full), V::zero(), tail);
-        }
+        zero::<V>(y.add(r * ys), len);
     }
     // Two matrix rows per pass halve the loads and stores of y.
     let mut kk = 0;
