@@ -342,13 +342,9 @@ pub fn analyze_prepared(
         match costed {
             Ok(cost) => {
                 let op_roof = match cost.compute_precision {
-                    Some(p) if p != options.precision => Roof::of(device, p)
-                        .map(|other| Roof {
-                            weights_level: roof.weights_level,
-                            weights_bytes: roof.weights_bytes,
-                            ..other
-                        })
-                        .unwrap_or(roof),
+                    Some(p) if p != options.precision => {
+                        roof.at_precision(device, p).unwrap_or(roof)
+                    }
                     _ => roof,
                 };
                 let est = estimate(&cost, &op_roof);

@@ -218,20 +218,7 @@ fn is_zero(value: &f64) -> bool {
 impl Roof {
     /// Resolves the roof of `device` at `precision`.
     pub fn of(device: &DeviceProfile, precision: Precision) -> Result<Roof, String> {
-        let peak_flops = device.peak_flops(precision).ok_or_else(|| {
-            let available: Vec<String> = device
-                .compute
-                .iter()
-                .map(|c| c.precision.to_string())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            format!(
-                "device `{}` has no {precision} compute ceiling (available: {})",
-                device.id,
-                available.join(", ")
-            )
-        })?;
+        let peak_flops = peak_of(device, precision)?;
         let bandwidth_bytes_per_s = device
             .dram_bandwidth()
             .ok_or_else(|| format!("device `{}` has no DRAM bandwidth", device.id))?;
@@ -245,6 +232,22 @@ impl Roof {
             weights_level: None,
             weights_bytes: 0,
             curves: sweep_curves(device),
+        })
+    }
+
+    /// This roof at another compute precision of the same `device` (an int8 or bf16 op in an
+    /// fp32 analysis): only the peaks change; memory levels, curves and the weights' placement
+    /// are the same device's, so they are kept rather than derived again per op.
+    pub fn at_precision(
+        &self,
+        device: &DeviceProfile,
+        precision: Precision,
+    ) -> Result<Roof, String> {
+        let peak_flops = peak_of(device, precision)?;
+        Ok(Roof {
+            peak_flops,
+            vector_peak_flops: device.peak_flops(Precision::Fp32).unwrap_or(peak_flops),
+            ..*self
         })
     }
 
@@ -387,6 +390,24 @@ impl Roof {
         };
         (seconds, effective)
     }
+}
+
+/// The peak of `device` at `precision`, or an error naming the precisions it has.
+fn peak_of(device: &DeviceProfile, precision: Precision) -> Result<f64, String> {
+    device.peak_flops(precision).ok_or_else(|| {
+        let available: Vec<String> = device
+            .compute
+            .iter()
+            .map(|c| c.precision.to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        format!(
+            "device `{}` has no {precision} compute ceiling (available: {})",
+            device.id,
+            available.join(", ")
+        )
+    })
 }
 
 /// The cache levels of `device` with a capacity and a measured read rate: per-core levels

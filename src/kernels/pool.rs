@@ -2,7 +2,7 @@
 //! `count_include_pad` for average) and global pools.
 
 use super::movement::{fold_row, Reduction};
-use super::simd::multiversion;
+use super::simd::{isa_level, multiversion, IsaLevel};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2d {
@@ -22,12 +22,24 @@ pub struct Pool2d {
     pub out_w: usize,
 }
 
+/// Separable max pooling (see `separable_pool`) on the best variant `ROOFLINE_ISA` allows.
+pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
+    max_pool_at(isa_level(), p, input, output)
+}
+
+/// [`max_pool`] on the variant of `level` (capped by the CPU), with that level's stride-2 row
+/// kernel where it has one.
+pub fn max_pool_at(level: IsaLevel, p: &Pool2d, input: &[f32], output: &mut [f32]) {
+    max_pool_with::at(level, p, input, output, stride2_rows(level))
+}
+
 multiversion! {
-    /// Separable max pooling (see `separable_pool`).
-    pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
+    // Called through `::at` only, with the level's stride-2 row kernel.
+    #[allow(dead_code)]
+    fn max_pool_with(p: &Pool2d, input: &[f32], output: &mut [f32], rows: Option<Stride2Rows>) {
         // `vmaxps` semantics (one instruction; `f32::max` adds a NaN fix-up to every vector,
         // tripling the work of the taps), as onnxruntime's pooling has.
-        separable_pool(p, input, output, f32::NEG_INFINITY, |a, b| if a > b { a } else { b }, Stride2::Max, |_, _| {});
+        separable_pool(p, input, output, f32::NEG_INFINITY, |a, b| if a > b { a } else { b }, (rows, Stride2::Max), |_, _| {});
     }
 }
 
@@ -45,7 +57,7 @@ fn separable_pool(
     output: &mut [f32],
     identity: f32,
     combine: impl Fn(f32, f32) -> f32 + Copy,
-    stride2: Stride2,
+    (stride2_kernel, stride2): (Option<Stride2Rows>, Stride2),
     mut finish: impl FnMut(usize, &mut [f32]),
 ) {
     let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
@@ -62,12 +74,15 @@ fn separable_pool(
     let width = (ow - 1) * sw + (p.kernel_w - 1) * dw + 1;
     let phase_len = width.div_ceil(sw);
     // The common 2×2 and 3×3 stride-2 windows take their columns straight from the row with
-    // in-register de-interleaves where the CPU has them, instead of phasing the row first.
-    let deinterleave = (sw == 2 && dw == 1 && (2..=3).contains(&p.kernel_w))
-        .then(stride2_rows)
-        .flatten();
+    // in-register de-interleaves where the level has them, instead of phasing the row first.
+    let deinterleave =
+        stride2_kernel.filter(|_| sw == 2 && dw == 1 && (2..=3).contains(&p.kernel_w));
     let mut padded = vec![identity; phase_len * sw + STRIDE2_SLACK];
-    let mut phases = vec![identity; phase_len * sw];
+    let mut phases = if deinterleave.is_some() {
+        Vec::new()
+    } else {
+        vec![identity; phase_len * sw]
+    };
     let row_len = phase_len * sw;
     let pad_left = p.pad_left.min(row_len);
     let copied = iw.min(row_len - pad_left);
@@ -151,22 +166,13 @@ const STRIDE2_SLACK: usize = 32;
 /// 1])` for `x` in `0..written`; the caller finishes the rest.
 type Stride2Rows = unsafe fn(&[f32], &mut [f32], usize, Stride2) -> usize;
 
-#[cfg(test)]
-thread_local! {
-    /// Set by tests to run the generic phasing path on a CPU that has the fast one.
-    static GENERIC_STRIDE2: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// The stride-2 row kernel for this CPU, if it has one.
-fn stride2_rows() -> Option<Stride2Rows> {
-    #[cfg(test)]
-    if GENERIC_STRIDE2.with(|flag| flag.get()) {
-        return None;
-    }
+/// The stride-2 row kernel of `level` (capped by the CPU), if it has one.
+fn stride2_rows(level: IsaLevel) -> Option<Stride2Rows> {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if level.min(isa_level()) == IsaLevel::Avx512 {
         return Some(stride2_rows_avx512);
     }
+    let _ = level;
     None
 }
 
@@ -321,11 +327,57 @@ fn taps_inside(
         .collect()
 }
 
+/// Separable average pooling (see `separable_pool`): sums, then each output divided by its tap
+/// count, the taps inside the input or, with `count_include_pad`, inside the padded extent
+/// (ONNX's definition), a product of one count per row and one per column. On the best variant
+/// `ROOFLINE_ISA` allows.
+pub fn avg_pool(
+    p: &Pool2d,
+    count_include_pad: bool,
+    pad_bottom: usize,
+    pad_right: usize,
+    input: &[f32],
+    output: &mut [f32],
+) {
+    avg_pool_at(
+        isa_level(),
+        p,
+        count_include_pad,
+        pad_bottom,
+        pad_right,
+        input,
+        output,
+    )
+}
+
+/// [`avg_pool`] on the variant of `level` (capped by the CPU), with that level's stride-2 row
+/// kernel where it has one.
+pub fn avg_pool_at(
+    level: IsaLevel,
+    p: &Pool2d,
+    count_include_pad: bool,
+    pad_bottom: usize,
+    pad_right: usize,
+    input: &[f32],
+    output: &mut [f32],
+) {
+    let rows = stride2_rows(level);
+    avg_pool_with::at(
+        level,
+        p,
+        count_include_pad,
+        pad_bottom,
+        pad_right,
+        input,
+        output,
+        rows,
+    )
+}
+
 multiversion! {
-    /// Separable average pooling (see `separable_pool`): sums, then each output divided by its
-    /// tap count, the taps inside the input or, with `count_include_pad`, inside the padded
-    /// extent (ONNX's definition), a product of one count per row and one per column.
-    pub fn avg_pool(p: &Pool2d, count_include_pad: bool, pad_bottom: usize, pad_right: usize, input: &[f32], output: &mut [f32]) {
+    // Called through `::at` only, with the level's stride-2 row kernel.
+    #[allow(dead_code)]
+    fn avg_pool_with(p: &Pool2d, count_include_pad: bool, pad_bottom: usize, pad_right: usize, input: &[f32], output: &mut [f32], rows: Option<Stride2Rows>) {
         let (ih, iw) = (p.in_h, p.in_w);
         let (rows_lo, rows_hi, cols_lo, cols_hi) = if count_include_pad {
             (-(p.pad_top as isize), (ih + pad_bottom) as isize, -(p.pad_left as isize), (iw + pad_right) as isize)
@@ -341,7 +393,7 @@ multiversion! {
             .map(|divisor| if divisor > 0 { 1.0 / divisor as f32 } else { 0.0 })
             .collect();
         let ow = p.out_w;
-        separable_pool(p, input, output, 0.0, |a, b| a + b, Stride2::Add, |y, out_row| {
+        separable_pool(p, input, output, 0.0, |a, b| a + b, (rows, Stride2::Add), |y, out_row| {
             combine_into(out_row, &inverse[y * ow..(y + 1) * ow], |a, b| a * b);
         });
     }
@@ -487,16 +539,17 @@ mod tests {
             let input: Vec<f32> = (0..2 * in_h * in_w)
                 .map(|i| ((i * 7919) % 101) as f32 - 50.0)
                 .collect();
-            for (include_pad, generic) in [(false, false), (true, false), (true, true)] {
-                GENERIC_STRIDE2.with(|flag| flag.set(generic));
+            // Each level runs its own stride-2 path: AVX-512 the de-interleaving row kernel,
+            // the others the generic phasing.
+            for include_pad in [false, true] {
                 let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);
                 for level in crate::kernels::simd::available_levels() {
                     let mut got = vec![0.0; want.len()];
-                    avg_pool::at(level, &p, include_pad, pad_end, pad_end, &input, &mut got);
+                    avg_pool_at(level, &p, include_pad, pad_end, pad_end, &input, &mut got);
                     for (g, w) in got.iter().zip(&want) {
                         assert!(
                             (g - w).abs() <= 1e-4 * w.abs().max(1.0),
-                            "{p:?} pad {include_pad} generic {generic} at {level:?}: {g} vs {w}"
+                            "{p:?} pad {include_pad} at {level:?}: {g} vs {w}"
                         );
                     }
                 }
@@ -540,13 +593,10 @@ mod tests {
                 .map(|i| ((i * 7919) % 101) as f32 - 50.0)
                 .collect();
             let want = naive_max(&p, &input);
-            for generic in [false, true] {
-                GENERIC_STRIDE2.with(|flag| flag.set(generic));
-                for level in crate::kernels::simd::available_levels() {
-                    let mut got = vec![0.0; want.len()];
-                    max_pool::at(level, &p, &input, &mut got);
-                    assert_eq!(got, want, "{p:?} generic {generic} at {level:?}");
-                }
+            for level in crate::kernels::simd::available_levels() {
+                let mut got = vec![0.0; want.len()];
+                max_pool_at(level, &p, &input, &mut got);
+                assert_eq!(got, want, "{p:?} at {level:?}");
             }
         }
     }

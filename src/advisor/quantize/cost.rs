@@ -200,7 +200,7 @@ pub(super) fn roofs(
     p: Precision,
 ) -> Result<(Roof, Roof, bool), AdvisorError> {
     let base = Roof::of(device, analyze.precision).map_err(qerr)?;
-    match Roof::of(device, p) {
+    match base.at_precision(device, p) {
         Ok(r) => Ok((base, r, true)),
         Err(_) => Ok((base, base, false)),
     }

@@ -16,7 +16,7 @@
 
 use super::buf::{with_scratch, AlignedBuf, SCRATCH_A, SCRATCH_B, SCRATCH_WHOLE};
 use super::isa::Kernel;
-use super::micro::TileEpi;
+use super::micro::{offset, TileEpi};
 use super::pack::PackedView;
 use super::{BiasKind, Epilogue, MatRef};
 use crate::kernels::parallel::{parallel_for, SendPtr};
@@ -674,11 +674,7 @@ fn few_rows(job: &Job, a: Src, b: Src, threads: usize) {
                     1,
                     bias_s,
                     bias_v,
-                    if res.get().is_null() {
-                        res.get()
-                    } else {
-                        res.get().add(at)
-                    },
+                    offset(res.get(), at),
                     &job.epi.activation,
                 );
             }
@@ -782,16 +778,8 @@ fn gemv(job: &Job, threads: usize) -> bool {
                 c.get().add(o0 * os),
                 os,
                 bias_s,
-                if bias_v.get().is_null() {
-                    bias_v.get()
-                } else {
-                    bias_v.get().add(o0)
-                },
-                if res.get().is_null() {
-                    res.get()
-                } else {
-                    res.get().add(o0 * os)
-                },
+                offset(bias_v.get(), o0),
+                offset(res.get(), o0 * os),
                 &job.epi.activation,
             );
         }

@@ -147,7 +147,7 @@ pub(crate) unsafe fn micro<
 
 /// `p + n`, or null when `p` is null (an absent bias or residual stays absent).
 #[inline(always)]
-unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
+pub(crate) unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
     if p.is_null() {
         p
     } else {
