@@ -17,8 +17,8 @@
 //! - **KV append in place.** `present = Concat(past, new)` is charged as writing the new
 //!   entries only (reading nothing of the past): serving runtimes preallocate the cache and
 //!   append to it (onnxruntime's shared past/present buffer, vLLM's paged cache, llama.cpp).
-//! - Keys read transposed: a Transpose read only by MatMuls is a view in every analysis
-//!   (`analysis::foldable_transposes`), the cache's included.
+//! - Keys read transposed and scaled: a Transpose or a scalar `Mul` read only by MatMuls is a
+//!   view in every analysis (`analysis::matmul_operand_views`), the cache's included.
 //! - **Masks made in the kernel.** A boolean constant (the causal mask, folded from positions)
 //!   is read from nowhere: attention kernels compute it from indices.
 //! - Other movements of the cache are charged as they are: an exporter's `Expand` that repeats
@@ -277,6 +277,7 @@ impl LlmCosting {
     pub(crate) fn new(
         graph: &Graph,
         order: &[NodeId],
+        operand_views: &HashMap<ValueId, super::OperandView>,
         options: LlmOptions,
         precision: Precision,
     ) -> LlmCosting {
@@ -303,8 +304,14 @@ impl LlmCosting {
         let mut kv: HashSet<ValueId> = past_inputs.union(&present_outputs).copied().collect();
         for &id in order {
             let node = &graph.dag[id];
-            // A movement op of the cache yields the cache (a transposed or reshaped view of it).
-            if is_movement(&node.op_type) && node.inputs.iter().flatten().any(|v| kv.contains(v)) {
+            // A movement op of the cache yields the cache (a transposed or reshaped view of it),
+            // and so does a scaling a MatMul reads through.
+            let view = is_movement(&node.op_type)
+                || node
+                    .outputs
+                    .first()
+                    .is_some_and(|v| operand_views.contains_key(v));
+            if view && node.inputs.iter().flatten().any(|v| kv.contains(v)) {
                 kv.extend(node.outputs.iter().copied());
             }
         }

@@ -40,6 +40,9 @@ pub struct GraphBuilder {
     fill: WeightFill,
     rng_state: u64,
     counter: usize,
+    /// Prefix of the names of the nodes added now (a decoder layer's `h.3/`), so that reports
+    /// can sum by block as they do for exporters' scoped names.
+    scope: String,
 }
 
 pub fn attr_int(name: &str, value: i64) -> AttributeProto {
@@ -145,7 +148,17 @@ impl GraphBuilder {
             fill,
             rng_state: seed ^ 0x9E37_79B9_7F4A_7C15,
             counter: 0,
+            scope: String::new(),
         }
+    }
+
+    /// Names the nodes added from now on `{scope}/{op}_{n}` (empty: `{op}_{n}`).
+    pub fn set_scope(&mut self, scope: &str) {
+        self.scope = if scope.is_empty() {
+            String::new()
+        } else {
+            format!("{scope}/")
+        };
     }
 
     pub fn input(&mut self, name: &str, elem_type: i32, dims: &[SigDim]) -> String {
@@ -306,7 +319,7 @@ impl GraphBuilder {
         attribute: Vec<AttributeProto>,
         outputs: &[&str],
     ) {
-        let name = format!("{}_{}", op_type, self.nodes.len());
+        let name = format!("{}{}_{}", self.scope, op_type, self.nodes.len());
         self.nodes.push(NodeProto {
             input: inputs.iter().map(|s| s.to_string()).collect(),
             output: outputs.iter().map(|s| s.to_string()).collect(),

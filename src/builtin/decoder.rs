@@ -354,8 +354,14 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
         hidden_keys: hidden_keys.clone(),
         masked: masked.clone(),
         scale,
+        ids_shape: ids_shape.clone(),
     };
     for (layer, (past_key, past_value)) in past.iter().enumerate() {
+        // Hugging Face's module names: `model.layers.N` (Llama), `transformer.h.N` (GPT-2).
+        b.set_scope(&match config.family {
+            Family::Llama => format!("layers.{layer}"),
+            Family::Gpt2 => format!("h.{layer}"),
+        });
         x = match config.family {
             Family::Llama => llama_layer(
                 &mut b,
@@ -377,6 +383,7 @@ pub fn build(name: &str, config: &DecoderConfig, fill: WeightFill) -> ModelProto
             ),
         };
     }
+    b.set_scope("");
     let logits = match config.family {
         Family::Llama => {
             let h = rms_norm(&mut b, &x, config);
@@ -414,6 +421,8 @@ struct LayerTensors {
     hidden_keys: String,
     masked: String,
     scale: String,
+    /// [batch, sequence]: the leading dims a flattened projection's output is shaped back to.
+    ids_shape: String,
 }
 
 fn rms_norm(b: &mut GraphBuilder, x: &str, config: &DecoderConfig) -> String {
@@ -492,10 +501,11 @@ fn attention(
     b.output(&present_key, FLOAT, &cache_dims);
     b.output(&present_value, FLOAT, &cache_dims);
     // [batch, kv_heads, group·sequence, head_dim] · [batch, kv_heads, head_dim, total].
+    // The 1/√d scale on the queries, as exporters write it: the GEMM takes it as alpha.
     let grouped_q = b.reshape(q, &[0, 0, -1, head_dim]);
+    let grouped_q = b.node("Mul", &[&grouped_q, &shared.scale], vec![]);
     let keys_t = b.transpose(&present_key, &[0, 1, 3, 2]);
     let scores = b.node("MatMul", &[&grouped_q, &keys_t], vec![]);
-    let scores = b.node("Mul", &[&scores, &shared.scale], vec![]);
     let masked = b.node(
         "Where",
         &[&shared.hidden_keys, &shared.masked, &scores],
@@ -516,6 +526,28 @@ fn projection(b: &mut GraphBuilder, x: &str, inputs: i64, outputs: i64, bias: bo
         let w = b.weight("proj_w", &[inputs, outputs], inputs);
         b.node("MatMul", &[x, &w], vec![])
     }
+}
+
+/// GPT-2's `Conv1D` as Hugging Face exports it: the activations flattened to rows, one Gemm with
+/// the bias (`addmm`), the result shaped back to [batch, sequence, outputs].
+fn conv1d(
+    b: &mut GraphBuilder,
+    shared: &LayerTensors,
+    x: &str,
+    inputs: i64,
+    outputs: i64,
+) -> String {
+    let rows = b.reshape(x, &[-1, inputs]);
+    let w = b.weight("conv1d_w", &[inputs, outputs], inputs);
+    let bias = b.jitter("conv1d_b", &[outputs], 0.0, 0.02);
+    let y = b.node("Gemm", &[&rows, &w, &bias], vec![]);
+    let width = b.int64_const("conv1d_outputs", &[outputs]);
+    let shape = b.node(
+        "Concat",
+        &[&shared.ids_shape, &width],
+        vec![attr_int("axis", 0)],
+    );
+    b.node("Reshape", &[&y, &shape], vec![])
 }
 
 fn llama_layer(
@@ -570,7 +602,7 @@ fn gpt2_layer(
     let hidden = config.hidden;
     let head_dim = config.head_dim();
     let h = b.layer_norm_eps(x, hidden, config.norm_eps);
-    let qkv = b.linear(&h, hidden, 3 * hidden);
+    let qkv = conv1d(b, shared, &h, hidden, 3 * hidden);
     let sizes = b.int64_const("qkv_split", &[hidden, hidden, hidden]);
     let names: Vec<String> = (0..3).map(|i| format!("qkv_{layer}_{i}")).collect();
     b.node_multi(
@@ -588,10 +620,10 @@ fn gpt2_layer(
     let k = heads(b, &names[1]);
     let v = heads(b, &names[2]);
     let context = attention(b, config, shared, &q, &k, &v, layer, past_key, past_value);
-    let out = b.linear(&context, hidden, hidden);
+    let out = conv1d(b, shared, &context, hidden, hidden);
     let x = b.add(x, &out);
     let h = b.layer_norm_eps(&x, hidden, config.norm_eps);
-    let up = b.linear(&h, hidden, config.intermediate);
+    let up = conv1d(b, shared, &h, hidden, config.intermediate);
     // GELU, tanh form (GPT-2's gelu_new): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
     let three = b.scalar_const("three", 3.0);
     let cube = b.node("Pow", &[&up, &three], vec![]);
@@ -606,6 +638,6 @@ fn gpt2_layer(
     let gated = b.node("Mul", &[&up, &shifted], vec![]);
     let half = b.scalar_const("half", 0.5);
     let gelu = b.node("Mul", &[&gated, &half], vec![]);
-    let down = b.linear(&gelu, config.intermediate, hidden);
+    let down = conv1d(b, shared, &gelu, config.intermediate, hidden);
     b.add(&x, &down)
 }

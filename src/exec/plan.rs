@@ -179,13 +179,13 @@ pub fn build_plan(
     let mut const_cache: HashMap<ValueId, Arc<RtTensor>> = HashMap::new();
     // Constants (initializers, folded values) are materialised lazily when a step reads them.
     let mut steps = Vec::new();
-    let folded_transposes = crate::analysis::foldable_transposes(graph, order, states);
+    let operand_views = crate::analysis::matmul_operand_views(graph, order, states);
     for (index, &id) in order.iter().enumerate() {
         let node = &graph.dag[id];
         if node
             .outputs
             .first()
-            .is_some_and(|out| folded_transposes.contains_key(out))
+            .is_some_and(|out| operand_views.contains_key(out))
         {
             // Read in place by the MatMuls that consume it: no step, no buffer.
             continue;
@@ -197,19 +197,19 @@ pub fn build_plan(
                 format!("shape inference failed: {reason}"),
             ));
         }
-        // A folded Transpose's reader takes its input, through its permutation.
+        // A folded Transpose's or scaling's reader takes what it reads, through its view.
         let mut step_inputs: Vec<Option<ValueId>> = node
             .inputs
             .iter()
-            .map(|slot| slot.map(|v| folded_transposes.get(&v).map_or(v, |(source, _)| *source)))
+            .map(|slot| slot.map(|v| operand_views.get(&v).map_or(v, |view| view.source)))
             .collect();
         // A control-flow node also reads what its subgraphs read from this graph: implicit
         // inputs after its own, so that they are computed before it and kept alive for it.
         step_inputs.extend(implicit_inputs(graph, node)?.into_iter().map(Some));
-        let views: Vec<Option<Vec<usize>>> = node
+        let views: Vec<Option<&crate::analysis::OperandView>> = node
             .inputs
             .iter()
-            .map(|slot| slot.and_then(|v| folded_transposes.get(&v).map(|(_, perm)| perm.clone())))
+            .map(|slot| slot.and_then(|v| operand_views.get(&v)))
             .collect();
         let input_facts: Vec<Option<&TensorFact>> = step_inputs
             .iter()
@@ -715,5 +715,91 @@ mod tests {
         let got = run(&plan);
         assert_eq!(got, run(&copying));
         assert_eq!(got.len(), 10 * 36);
+    }
+
+    /// Scaled attention as exporters write it, `MatMul(s·Q, Transpose(K)·t)`: the Transpose
+    /// and both scalar Muls fold into the MatMul's read (strides and alpha), so only the MatMul
+    /// runs, and its output is the definition's. A second reader that is not a MatMul keeps
+    /// the K branch's steps.
+    #[test]
+    fn scaled_transposed_operands_fold_into_the_matmul() {
+        for other_reader in [false, true] {
+            let mut b = GraphBuilder::new(WeightFill::Random(5));
+            let dims = |d: &[u64]| {
+                d.iter()
+                    .map(|&n| SigDim::Fixed(n as i64))
+                    .collect::<Vec<_>>()
+            };
+            let q = b.input("q", 1, &dims(&[1, 2, 3, 4]));
+            let k = b.input("k", 1, &dims(&[1, 2, 5, 4]));
+            let q_scale = b.scalar_const("q_scale", 0.25);
+            let k_scale = b.scalar_const("k_scale", 0.5);
+            let qs = b.node("Mul", &[&q_scale, &q], vec![]);
+            let kt = b.transpose(&k, &[0, 1, 3, 2]);
+            let kts = b.node("Mul", &[&kt, &k_scale], vec![]);
+            let scores = b.node("MatMul", &[&qs, &kts], vec![]);
+            b.output(&scores, 1, &dims(&[1, 2, 3, 5]));
+            if other_reader {
+                let relu = b.relu(&kts);
+                b.output(&relu, 1, &dims(&[1, 2, 4, 5]));
+            }
+            let proto = b.finish("attention");
+            let graph = crate::analysis::import::import_model(
+                &proto,
+                std::path::Path::new("."),
+                std::path::Path::new("attention.onnx"),
+            )
+            .unwrap();
+            let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
+            let plan = build_plan(
+                &prepared.graph,
+                &prepared.order,
+                &prepared.states,
+                &PlanOptions::default(),
+            )
+            .unwrap();
+            let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();
+            if other_reader {
+                assert_eq!(ops, ["Transpose", "Mul", "MatMul", "Relu"]);
+            } else {
+                assert_eq!(ops, ["MatMul"]);
+            }
+            let values = |n: usize, seed: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| ((i * 7 + seed) % 11) as f32 / 4.0 - 1.2)
+                    .collect()
+            };
+            let (q_data, k_data) = (values(24, 1), values(40, 3));
+            let inputs: HashMap<String, RtTensor> = [
+                ("q", vec![1, 2, 3, 4], q_data.clone()),
+                ("k", vec![1, 2, 5, 4], k_data.clone()),
+            ]
+            .into_iter()
+            .map(|(name, shape, data)| {
+                let data = super::super::RtData::F32(data);
+                (name.to_string(), RtTensor { shape, data })
+            })
+            .collect();
+            let mut ws = plan.workspace();
+            let got = plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32();
+            for head in 0..2 {
+                for row in 0..3 {
+                    for col in 0..5 {
+                        let dot: f32 = (0..4)
+                            .map(|d| {
+                                q_data[head * 12 + row * 4 + d] * k_data[head * 20 + col * 4 + d]
+                            })
+                            .sum();
+                        let at = head * 15 + row * 5 + col;
+                        assert!(
+                            (got[at] - 0.125 * dot).abs() < 1e-5,
+                            "{at}: {} vs {}",
+                            got[at],
+                            0.125 * dot
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -199,7 +199,8 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
         a_col_stride: a_str[a_str.len() - 1],
         b_row_stride: b_str[b_str.len() - 2],
         b_col_stride: b_str[b_str.len() - 1],
-        alpha: 1.0,
+        // Scalar multiplications folded into the reads (scaled attention's √scale on Q and K).
+        alpha: cx.scale(0) * cx.scale(1),
         c: if cx.op() == "FusedMatMul" && cx.input(2).is_some() {
             GemmC::PerCol
         } else {

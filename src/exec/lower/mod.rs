@@ -23,6 +23,7 @@ use crate::analysis::graph::{Attributes, Graph, Node, NodeId, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::ops::fused;
 use crate::analysis::tensor::TensorFact;
+use crate::analysis::OperandView;
 use crate::kernels::gemm::Activation;
 
 /// What a step computes: the kernel and everything it needs from the graph (geometry, layout,
@@ -182,9 +183,10 @@ pub(crate) struct Cx<'a> {
     pub node: &'a Node,
     pub facts: &'a [Option<&'a TensorFact>],
     pub slots: &'a [Slot],
-    /// Per input, the permutation through which it is read when the plan folded a Transpose
-    /// into this node (`facts[i]` is then the Transpose's input); see `plan::foldable_transposes`.
-    pub views: &'a [Option<Vec<usize>>],
+    /// Per input, the view through which it is read when the plan folded a Transpose or a
+    /// scalar multiplication into this node (`facts[i]` is then what the view reads); see
+    /// `analysis::matmul_operand_views`.
+    pub views: &'a [Option<&'a OperandView>],
 }
 
 impl<'a> Cx<'a> {
@@ -221,7 +223,17 @@ impl<'a> Cx<'a> {
 
     /// The permutation input `i` is read through, when a Transpose was folded into the read.
     pub fn view(&self, i: usize) -> Option<&'a [usize]> {
-        self.views.get(i).and_then(|v| v.as_deref())
+        self.views.get(i).copied().flatten()?.perm.as_deref()
+    }
+
+    /// The factor input `i` is scaled by, when a scalar multiplication was folded into the read
+    /// (1 otherwise).
+    pub fn scale(&self, i: usize) -> f32 {
+        self.views
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(1.0, |view| view.scale)
     }
 
     /// The value at input `i`, when given.
