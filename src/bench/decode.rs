@@ -5,17 +5,22 @@
 
 use std::collections::HashMap;
 
+use crate::exec::plan::Workspace;
 use crate::exec::{Plan, RtData, RtTensor};
 
 /// How a decoder's outputs map back onto its inputs.
 #[derive(Clone, Debug)]
 pub struct DecodeLoop {
-    /// (present output, past input) pairs.
-    caches: Vec<(String, String)>,
+    /// (present output, past input, the past input's shape) triples.
+    caches: Vec<(String, String, Vec<usize>)>,
     logits: String,
     ids: String,
     /// Sequences per step (the ids input's first dim).
     pub batch: usize,
+    /// Whether every cache can slide straight into its `past` slot: no `past` slot shares
+    /// memory with a `present` output not yet read when it is written. Otherwise the caches go
+    /// through copies staged with the next run.
+    in_place: bool,
 }
 
 /// The present output a past input pairs with: `past_key_values.0.key` → `present.0.key`,
@@ -49,7 +54,7 @@ impl DecodeLoop {
                     "cache input `{name}` has shape {shape:?}; [batch, heads, length >= 1, head_dim >= 1] is needed"
                 ));
             }
-            caches.push((present, name.clone()));
+            caches.push((present, name.clone(), shape.clone()));
         }
         if caches.is_empty() {
             return Err("the model has no `past*` inputs: no KV cache to feed back".into());
@@ -73,7 +78,13 @@ impl DecodeLoop {
             .or_else(|| outputs.iter().find(|name| !name.contains("present")))
             .cloned()
             .ok_or("the model has no logits output")?;
+        let in_place = caches.iter().enumerate().all(|(i, (_, past, _))| {
+            caches[i + 1..]
+                .iter()
+                .all(|(present, ..)| !plan.input_overlaps_output(past, present))
+        });
         Ok(DecodeLoop {
+            in_place,
             caches,
             logits,
             batch: ids.1[0],
@@ -89,13 +100,18 @@ impl DecodeLoop {
             .unwrap_or(0)
     }
 
-    /// Writes the next step's inputs from this step's outputs.
+    /// Writes the next step's inputs from this step's outputs, left in `workspace`: the token
+    /// into `inputs` (staged with the next run), each cache slid straight from its `present`
+    /// slot into its `past` slot, which is then taken out of `inputs` (already in place).
     pub fn feed(
         &self,
-        outputs: &HashMap<String, RtTensor>,
+        plan: &Plan,
+        workspace: &mut Workspace,
         inputs: &mut HashMap<String, RtTensor>,
     ) -> Result<(), String> {
-        let logits = outputs.get(&self.logits).ok_or("no logits were produced")?;
+        let logits = plan
+            .read_output(workspace, &self.logits)
+            .ok_or("no logits were produced")?;
         let RtData::F32(scores) = &logits.data else {
             return Err("the logits are not float".into());
         };
@@ -131,30 +147,94 @@ impl DecodeLoop {
                 data: RtData::I64(tokens),
             },
         );
-        for (present, past) in &self.caches {
-            let cache = outputs
-                .get(present)
-                .ok_or_else(|| format!("output `{present}` was not produced"))?;
-            let RtData::F32(values) = &cache.data else {
-                return Err(format!("`{present}` is not float"));
+        for (present, past, past_shape) in &self.caches {
+            let [b, h, kept, d] = past_shape[..] else {
+                return Err(format!("`{past}` has shape {past_shape:?}"));
             };
-            let [b, h, total, d] = cache.shape[..] else {
-                return Err(format!("`{present}` has shape {:?}", cache.shape));
-            };
-            // The oldest entry of every (sequence, head) drops out.
-            let kept = total - 1;
-            let mut next = Vec::with_capacity(b * h * kept * d);
-            for row in values.chunks_exact(total * d) {
-                next.extend_from_slice(&row[d..]);
+            let total = kept + 1;
+            if !self.in_place {
+                let cache = plan
+                    .read_output(workspace, present)
+                    .ok_or_else(|| format!("output `{present}` was not produced"))?;
+                let RtData::F32(values) = &cache.data else {
+                    return Err(format!("`{present}` is not float"));
+                };
+                let mut next = Vec::with_capacity(b * h * kept * d);
+                for row in values.chunks_exact(total * d) {
+                    next.extend_from_slice(&row[d..]);
+                }
+                let data = RtData::F32(next);
+                let shape = past_shape.clone();
+                inputs.insert(past.clone(), RtTensor { shape, data });
+                continue;
             }
-            inputs.insert(
-                past.clone(),
-                RtTensor {
-                    shape: vec![b, h, kept, d],
-                    data: RtData::F32(next),
-                },
-            );
+            let mut fitted = true;
+            plan.output_into_input(workspace, present, past, |cache, next| {
+                // The oldest entry of every (sequence, head) drops out.
+                fitted = cache.len() == b * h * total * d && next.len() == b * h * kept * d;
+                if fitted {
+                    for (row, out) in cache.chunks_exact(total * d).zip(next.chunks_exact_mut(kept * d)) {
+                        out.copy_from_slice(&row[d..]);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+            if !fitted {
+                return Err(format!(
+                    "`{present}` does not hold one more entry than `{past}` {past_shape:?}"
+                ));
+            }
+            inputs.remove(past);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::Prepared;
+    use crate::builtin::{self, WeightFill};
+    use crate::exec::{build_plan, PlanOptions};
+
+    /// Sliding the caches inside the workspace gives the steps, token for token and logit for
+    /// logit, that copying them out and staging them back gives.
+    #[test]
+    fn caches_slide_in_place_as_copies_would() {
+        let model = builtin::find("llama-tiny").unwrap();
+        let graph = model.graph(WeightFill::Random(7)).unwrap();
+        let mut bindings = builtin::decoder_defaults(model.decoder.unwrap());
+        bindings.dims.retain(|(name, _)| name != builtin::decoder::PAST_SEQUENCE);
+        bindings
+            .dims
+            .push((builtin::decoder::PAST_SEQUENCE.to_string(), 12));
+        let prepared = Prepared::new(graph, &bindings).unwrap();
+        let plan = build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &PlanOptions {
+                keep_inputs: true,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
+        let steps = |in_place: bool| {
+            let mut decode = DecodeLoop::new(&plan).unwrap();
+            assert!(decode.in_place, "llama-tiny's caches slide in place");
+            decode.in_place = in_place;
+            let mut inputs = crate::exec::random_inputs(&plan, 3);
+            let mut workspace = plan.workspace();
+            let mut logits = Vec::new();
+            for _ in 0..4 {
+                plan.stage_given_inputs(&mut workspace, &inputs).unwrap();
+                plan.run_staged(&mut workspace, None).unwrap();
+                logits.push(plan.read_output(&workspace, &decode.logits).unwrap().to_f32());
+                decode.feed(&plan, &mut workspace, &mut inputs).unwrap();
+                assert_eq!(inputs.len(), if in_place { 1 } else { 1 + decode.caches.len() });
+            }
+            logits
+        };
+        assert_eq!(steps(true), steps(false));
     }
 }

@@ -81,6 +81,8 @@ pub fn bench_graph(
     let mut plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
     // Run the algorithms the analysis costed, so the bound is the bound of what runs (a device
     // that is not a CPU decides nothing: the plan then chooses on its own).
+    // A decode loop slides each step's caches into the next step's inputs in place.
+    plan_options.keep_inputs = options.decode;
     plan_options.conv_algorithms = match analyze.conv_algorithms {
         AlgorithmPolicy::DirectOnly => exec::ConvAlgorithms::DirectOnly,
         AlgorithmPolicy::Auto if device.kind == DeviceKind::Cpu => {
@@ -105,41 +107,46 @@ pub fn bench_graph(
         .map_err(BenchError::Decode)?;
     let cache_length = decode.as_ref().map(|d| d.cache_length(&inputs));
     let mut workspace = plan.workspace();
-    // A decode step's outputs become the next step's inputs (outside the timed region: a
-    // runtime with an in-place cache makes no such copy).
-    let feed = |workspace: &exec::plan::Workspace,
+    // A decode step's outputs become the next step's inputs, outside the timed region and
+    // inside the workspace, as a runtime with an in-place cache keeps them: the caches slide
+    // from their `present` slots into their `past` slots (then staged), only the token is
+    // staged with each run.
+    let feed = |workspace: &mut exec::plan::Workspace,
                 inputs: &mut std::collections::HashMap<String, exec::RtTensor>|
      -> Result<(), BenchError> {
         if let Some(decode) = &decode {
-            let outputs = plan.read_outputs(workspace)?.into_iter().collect();
-            decode.feed(&outputs, inputs).map_err(BenchError::Decode)?;
+            decode
+                .feed(&plan, workspace, inputs)
+                .map_err(BenchError::Decode)?;
         }
         Ok(())
     };
     for _ in 0..options.warmup.max(1) {
-        plan.execute(&mut workspace, &inputs, None)?;
-        feed(&workspace, &mut inputs)?;
+        plan.stage_given_inputs(&mut workspace, &inputs)?;
+        plan.run_staged(&mut workspace, None)?;
+        feed(&mut workspace, &mut inputs)?;
     }
     // End-to-end latency with per-op timing off, then a second series with it on.
     let runs = options.runs.max(1);
     let mut latencies = Vec::with_capacity(runs);
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..runs {
-        plan.stage_inputs(&mut workspace, &inputs)?;
+        plan.stage_given_inputs(&mut workspace, &inputs)?;
         let start = std::time::Instant::now();
         plan.run_staged(&mut workspace, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
-        feed(&workspace, &mut inputs)?;
+        feed(&mut workspace, &mut inputs)?;
     }
     let steps = plan.steps();
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
     let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
-        plan.execute(&mut workspace, &inputs, Some(&mut timings))?;
+        plan.stage_given_inputs(&mut workspace, &inputs)?;
+        plan.run_staged(&mut workspace, Some(&mut timings))?;
         for (i, &t) in timings.step_seconds.iter().enumerate() {
             per_step[i].push(t);
         }
-        feed(&workspace, &mut inputs)?;
+        feed(&mut workspace, &mut inputs)?;
     }
     let mut ops = Vec::with_capacity(steps.len());
     for (step, mut samples) in steps.into_iter().zip(per_step) {

@@ -34,6 +34,10 @@ pub struct PlanOptions {
     pub concat_in_place: bool,
     /// How each 3×3 convolution's algorithm is chosen (direct or Winograd).
     pub conv_algorithms: ConvAlgorithms,
+    /// Float graph inputs keep their buffers for the whole run (no value reuses them), so a
+    /// caller can write the next run's inputs from this run's outputs in place: a decode loop
+    /// sliding `present` into `past` (`Plan::output_into_input`).
+    pub keep_inputs: bool,
 }
 
 /// How the planner chooses each convolution's algorithm (`analysis::algorithm`).
@@ -71,6 +75,7 @@ impl Default for PlanOptions {
             tune: false,
             concat_in_place: true,
             conv_algorithms: ConvAlgorithms::Auto(None),
+            keep_inputs: false,
         }
     }
 }
@@ -345,7 +350,14 @@ pub fn build_plan(
     for &step in &in_place {
         steps[step].kernel = Kernel::InPlace;
     }
-    let buffers = plan_buffers(&steps, &mut slots, &inputs, &outputs, &placements);
+    let buffers = plan_buffers(
+        &steps,
+        &mut slots,
+        &inputs,
+        &outputs,
+        &placements,
+        options.keep_inputs,
+    );
     let peak_activation_bytes = buffers.sizes.iter().map(|&s| s as u64 * 4).sum::<u64>();
     let scratch_len = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
     let total = peak_activation_bytes + weights_bytes + scratch_len as u64 * 4;
@@ -389,6 +401,7 @@ fn plan_buffers(
     inputs: &[(ValueId, String, Vec<usize>, bool)],
     outputs: &[(ValueId, String)],
     placements: &[memory::Placement],
+    keep_inputs: bool,
 ) -> memory::BufferPlan {
     let uses: Vec<memory::StepUse> = steps
         .iter()
@@ -410,7 +423,11 @@ fn plan_buffers(
         .filter(|(_, _, _, integer)| !integer)
         .map(|(v, _, shape, _)| (*v, shape.iter().product()))
         .collect();
-    let graph_outputs: Vec<ValueId> = outputs.iter().map(|(v, _)| *v).collect();
+    let mut graph_outputs: Vec<ValueId> = outputs.iter().map(|(v, _)| *v).collect();
+    if keep_inputs {
+        // Held to the end like outputs: never handed to another value.
+        graph_outputs.extend(graph_inputs.iter().map(|(v, _)| *v));
+    }
     let plan = memory::assign_buffers(
         &uses,
         &buffer_len,

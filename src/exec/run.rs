@@ -111,11 +111,35 @@ impl Plan {
         workspace: &mut Workspace,
         inputs: &HashMap<String, RtTensor>,
     ) -> Result<(), ExecError> {
+        self.stage(workspace, inputs, true)
+    }
+
+    /// [`Plan::stage_inputs`] for the inputs `inputs` holds only: the others must already be in
+    /// their slots ([`Plan::output_into_input`] put them there).
+    pub fn stage_given_inputs(
+        &self,
+        workspace: &mut Workspace,
+        inputs: &HashMap<String, RtTensor>,
+    ) -> Result<(), ExecError> {
+        self.stage(workspace, inputs, false)
+    }
+
+    fn stage(
+        &self,
+        workspace: &mut Workspace,
+        inputs: &HashMap<String, RtTensor>,
+        require_all: bool,
+    ) -> Result<(), ExecError> {
         for (v, name, shape, integer) in &self.inputs {
-            let tensor = inputs.get(name).ok_or_else(|| ExecError::Input {
-                name: name.clone(),
-                reason: "no value given".into(),
-            })?;
+            let Some(tensor) = inputs.get(name) else {
+                if !require_all {
+                    continue;
+                }
+                return Err(ExecError::Input {
+                    name: name.clone(),
+                    reason: "no value given".into(),
+                });
+            };
             if &tensor.shape != shape {
                 return Err(ExecError::Input {
                     name: name.clone(),
@@ -170,6 +194,98 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// One graph output of the last run, copied out of the workspace.
+    pub fn read_output(&self, workspace: &Workspace, name: &str) -> Option<RtTensor> {
+        let (value, _) = self.outputs.iter().find(|(_, n)| n == name)?;
+        self.read_value(*value, workspace)
+    }
+
+    /// Lets `fill` write float input `input`'s slot from float output `output` of the last run,
+    /// inside the workspace: a decoder's `present` cache becomes the next step's `past` with no
+    /// copy out and back in (fresh pages every step would also push the weights out of the
+    /// caches between steps, which an in-place serving cache does not). The input is then
+    /// staged: leave it out of what [`Plan::stage_given_inputs`] copies.
+    pub fn output_into_input(
+        &self,
+        workspace: &mut Workspace,
+        output: &str,
+        input: &str,
+        fill: impl FnOnce(&[f32], &mut [f32]),
+    ) -> Result<(), ExecError> {
+        let missing = |name: &str, reason: &str| ExecError::Input {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        };
+        let (out_value, _) = self
+            .outputs
+            .iter()
+            .find(|(_, n)| n == output)
+            .ok_or_else(|| missing(output, "no such output"))?;
+        let (in_value, ..) = self
+            .inputs
+            .iter()
+            .find(|(_, n, ..)| n == input)
+            .ok_or_else(|| missing(input, "no such input"))?;
+        let (src_buffer, src_offset, src_len) =
+            self.buffer_slot(*out_value).ok_or_else(|| missing(output, "not a float buffer"))?;
+        let (dst_buffer, dst_offset, dst_len) =
+            self.buffer_slot(*in_value).ok_or_else(|| missing(input, "not a float buffer"))?;
+        let src_range = src_offset..src_offset + src_len;
+        let dst_range = dst_offset..dst_offset + dst_len;
+        if src_buffer != dst_buffer {
+            let (src, dst) = if src_buffer < dst_buffer {
+                let (low, high) = workspace.buffers.split_at_mut(dst_buffer);
+                (&low[src_buffer][src_range], &mut high[0][dst_range])
+            } else {
+                let (low, high) = workspace.buffers.split_at_mut(src_buffer);
+                (&high[0][src_range], &mut low[dst_buffer][dst_range])
+            };
+            fill(src, dst);
+        } else if src_range.end <= dst_range.start || dst_range.end <= src_range.start {
+            let buffer = &mut workspace.buffers[src_buffer];
+            if src_range.end <= dst_range.start {
+                let (low, high) = buffer.split_at_mut(dst_range.start);
+                fill(&low[src_range], &mut high[..dst_len]);
+            } else {
+                let (low, high) = buffer.split_at_mut(src_range.start);
+                fill(&high[..src_len], &mut low[dst_range]);
+            }
+        } else {
+            // The slots overlap (the input's slot reused for the output): through a copy.
+            let source = workspace.buffers[src_buffer][src_range].to_vec();
+            fill(&source, &mut workspace.buffers[dst_buffer][dst_range]);
+        }
+        Ok(())
+    }
+
+    /// (buffer, offset, length) of a value held in a planned float buffer.
+    fn buffer_slot(&self, value: ValueId) -> Option<(usize, usize, usize)> {
+        match &self.slots[value] {
+            Slot::Buffer {
+                buffer,
+                offset,
+                shape,
+            } => Some((*buffer, *offset, shape.iter().product::<usize>())),
+            _ => None,
+        }
+    }
+
+    /// Whether writing input `input`'s slot after a run can overwrite output `output` (the
+    /// planner may give an output the buffer an input no longer needs); unknown names: true.
+    pub fn input_overlaps_output(&self, input: &str, output: &str) -> bool {
+        let input = self.inputs.iter().find(|(_, n, ..)| n == input);
+        let output = self.outputs.iter().find(|(_, n)| n == output);
+        let (Some((in_value, ..)), Some((out_value, _))) = (input, output) else {
+            return true;
+        };
+        match (self.buffer_slot(*in_value), self.buffer_slot(*out_value)) {
+            (Some((a, a_start, a_len)), Some((b, b_start, b_len))) => {
+                a == b && a_start < b_start + b_len && b_start < a_start + a_len
+            }
+            _ => true,
+        }
     }
 
     fn read_value(&self, v: ValueId, ws: &Workspace) -> Option<RtTensor> {
