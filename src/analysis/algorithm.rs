@@ -192,6 +192,7 @@ pub fn algorithm_cost(shape: &ConvShape, algorithm: ConvAlgorithm, direct: &OpCo
                 + 4 * a2 * k * c,
             act_read: direct.bytes.act_read + scratch,
             act_written: direct.bytes.act_written + scratch,
+            input_read: 0,
         },
         is_view: false,
         compute_precision: direct.compute_precision,
@@ -282,6 +283,7 @@ mod tests {
                 weights_read: s.direct_weight_bytes(),
                 act_read: act,
                 act_written: act,
+                input_read: 0,
             },
             ..OpCost::default()
         }

@@ -454,6 +454,7 @@ impl LlmCosting {
                 weights_read: scale(cost.bytes.weights_read, weights),
                 act_read: scale(cost.bytes.act_read, reads),
                 act_written: scale(cost.bytes.act_written, writes),
+                input_read: 0,
             };
             // KV traffic in proportion to what the op's charged reads and writes hold.
             let share = |bytes: u64, part: u128, [_, stored]: [u128; 2]| -> u64 {

@@ -219,7 +219,9 @@ pub fn analyze_prepared(
         diagnostics,
     } = prepared;
     let mut diagnostics = diagnostics.clone();
-    roof.place_weights(model_weight_bytes(graph, order, states));
+    roof.place_weights(
+        model_weight_bytes(graph, order, states).saturating_add(graph_io_bytes(graph)),
+    );
     // The calibration tables of the thread count whose ceilings this analysis uses.
     let calibration_threads = device
         .ceiling(options.precision)
@@ -339,7 +341,8 @@ pub fn analyze_prepared(
             other => other,
         };
         match costed {
-            Ok(cost) => {
+            Ok(mut cost) => {
+                cost.bytes.input_read = input_share(graph, node, &cost.bytes);
                 let op_roof = match cost.compute_precision {
                     Some(p) if p != options.precision => {
                         roof.at_precision(device, p).unwrap_or(roof)
@@ -766,6 +769,45 @@ pub fn matmul_operand_views(
         views.insert(output, view);
     }
     views
+}
+
+/// Bytes of the graph's inputs and outputs (at their stored widths): with the weights, what
+/// every run cycles through the caches.
+fn graph_io_bytes(graph: &Graph) -> u64 {
+    graph
+        .inputs
+        .iter()
+        .chain(&graph.outputs)
+        .map(|&v| {
+            let fact = &graph.values[v].fact;
+            fact.element_count()
+                .map_or(0, |n| n.saturating_mul(fact.dtype.size_bytes()))
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The part of an op's activation reads that are graph inputs: its `act_read` split in
+/// proportion to the stored bytes of the non-constant tensors it reads (the op's cost does
+/// not say which input each byte came from; most ops read each input once).
+fn input_share(graph: &Graph, node: &graph::Node, traffic: &ops::Traffic) -> u64 {
+    let (mut from_inputs, mut all) = (0u64, 0u64);
+    for &value in node.inputs.iter().flatten() {
+        let fact = &graph.values[value].fact;
+        if fact.is_constant() {
+            continue;
+        }
+        let bytes = fact
+            .element_count()
+            .map_or(0, |n| n.saturating_mul(fact.dtype.size_bytes()));
+        all = all.saturating_add(bytes);
+        if graph.inputs.contains(&value) {
+            from_inputs = from_inputs.saturating_add(bytes);
+        }
+    }
+    if from_inputs == 0 || all == 0 {
+        return 0;
+    }
+    (traffic.act_read as u128 * from_inputs as u128 / all as u128) as u64
 }
 
 /// Bytes of the float constants the model's running ops read: the weights every inference

@@ -25,11 +25,15 @@
 //! profiles), each tensor's traffic is charged at the level it can live in between the ops of
 //! repeated inference:
 //! - an op's activations (the tensors it reads that another op wrote, and those it writes) at
-//!   the smallest level whose capacity holds all of them at once (`act_read + act_written`);
-//!   per-core levels (L1, L2) hold `capacity × threads`, the shared L3 its capacity;
-//! - weights at the smallest level that holds the whole model's weights (every run streams all
-//!   of them through the caches, so a level smaller than the set keeps none for the next run),
-//!   else DRAM;
+//!   the smallest level whose capacity holds all of them at once (`act_read + act_written`,
+//!   less the graph inputs it reads); per-core levels (L1, L2) hold `capacity × threads`, the
+//!   shared L3 its capacity;
+//! - weights, and the graph inputs an op reads (`Traffic::input_read`: written before the run,
+//!   like a decoder's KV cache by the step before), at the smallest level that holds what a
+//!   run cycles through: the model's weights plus its inputs and outputs (every run streams
+//!   all of them through the caches, so a level smaller than the set keeps none of it for the
+//!   next run), else DRAM. A decoder's cache counts: at a 1023-entry cache llama-tiny's 8 MB
+//!   of weights share the caches with 4 MB of past and present;
 //! - activations larger than every level: the share the largest level holds (its capacity ÷
 //!   their bytes: the most recently written part) at that level's rates, the rest at DRAM;
 //!   weights larger than every level at DRAM (a run sweeps them cyclically, and a cyclic sweep
@@ -42,7 +46,7 @@
 //!
 //! # Past L2: the measured curve
 //! A probed profile keeps the probe's working-set sweeps. Where it does, traffic that no
-//! per-core level holds (activations past L2, the model's weights between runs) is charged at
+//! per-core level holds (activations past L2, the weights and inputs between runs) is charged at
 //! the rate the sweep measured for a working set of that size ([`RateCurve`]), reads on the read
 //! sweep and writes on the write sweep, rather than at a step from the L3 plateau to DRAM at the
 //! nominal L3 capacity. On the 2-vCPU Zen 4 guest the read sweep holds its L3 plateau (99 GB/s)
@@ -115,7 +119,8 @@ pub struct Roof {
     /// [`Roof::place_weights`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_level: Option<MemoryLevel>,
-    /// The model's weight bytes, the working set their rate is read at on the curves.
+    /// The bytes a run cycles through the caches (the model's weights, its inputs and its
+    /// outputs): the working set the weights' and the inputs' rate is read at on the curves.
     #[serde(skip)]
     pub weights_bytes: u64,
     /// The probe's read and write sweeps at this roof's thread count (probed profiles only).
@@ -251,11 +256,11 @@ impl Roof {
         })
     }
 
-    /// Places the model's weights (`weight_bytes` in all) at the smallest cache level that
-    /// holds them, or DRAM.
-    pub fn place_weights(&mut self, weight_bytes: u64) {
-        self.weights_level = self.level_holding(weight_bytes).map(|c| c.level);
-        self.weights_bytes = weight_bytes;
+    /// Places the model's weights at the smallest cache level that holds what a run cycles
+    /// through (`footprint_bytes`: the weights, the graph's inputs and outputs), or DRAM.
+    pub fn place_weights(&mut self, footprint_bytes: u64) {
+        self.weights_level = self.level_holding(footprint_bytes).map(|c| c.level);
+        self.weights_bytes = footprint_bytes;
     }
 
     /// True when `level` (`None`: DRAM) lies past the per-core levels, where the measured
@@ -269,7 +274,7 @@ impl Roof {
 
     /// The cache levels an op's activations and weights are charged at (`None`: DRAM).
     fn placement(&self, traffic: &Traffic) -> (Option<&CacheRoof>, Option<&CacheRoof>) {
-        let activations = self.level_holding(traffic.act_read + traffic.act_written);
+        let activations = self.level_holding(Self::activation_bytes(traffic));
         let weights = self
             .weights_level
             .and_then(|level| self.caches.iter().flatten().find(|c| c.level == level));
@@ -297,6 +302,12 @@ impl Roof {
             0
         };
         (number(activations), weights)
+    }
+
+    /// The bytes an op moves that the op before it left behind: its activations less the graph
+    /// inputs it reads (charged with the weights).
+    fn activation_bytes(traffic: &Traffic) -> u64 {
+        traffic.act_read.saturating_sub(traffic.input_read) + traffic.act_written
     }
 
     /// The smallest cache level that holds `bytes`.
@@ -354,15 +365,16 @@ impl Roof {
             cache.map_or(dram, |c| (c.read_bytes_per_s, c.write_bytes_per_s))
         };
         let (act_cache, weights_cache) = self.placement(traffic);
+        let act_read = traffic.act_read.saturating_sub(traffic.input_read);
         let activation_time = |cache: Option<&CacheRoof>| {
             let (read_bw, write_bw) = rates(cache);
-            traffic.act_read as f64 / read_bw + traffic.act_written as f64 / write_bw
+            act_read as f64 / read_bw + traffic.act_written as f64 / write_bw
         };
-        let activations = traffic.act_read + traffic.act_written;
+        let activations = Self::activation_bytes(traffic);
         let largest = self.caches.iter().flatten().last();
         let act_s = match (act_cache, largest, &self.curves) {
             (cache, _, Some((read, write))) if Self::past_l2(cache) && activations > 0 => {
-                traffic.act_read as f64 / read.at(activations)
+                act_read as f64 / read.at(activations)
                     + traffic.act_written as f64 / write.at(activations)
             }
             (Some(cache), _, _) => activation_time(Some(cache)),
@@ -380,7 +392,8 @@ impl Roof {
             }
             _ => rates(weights_cache).0,
         };
-        let seconds = act_s + traffic.weights_read as f64 / weights_bw;
+        let cycled = traffic.weights_read + traffic.input_read.min(traffic.act_read);
+        let seconds = act_s + cycled as f64 / weights_bw;
         let (act_read_bw, _) = rates(act_cache);
         let bytes = traffic.total() as f64;
         let effective = if seconds > 0.0 {
@@ -709,6 +722,7 @@ mod cache_tests {
             act_read,
             act_written,
             weights_read,
+            input_read: 0,
         }
     }
 
@@ -795,6 +809,29 @@ mod cache_tests {
         assert_eq!(roof.weights_level, None);
         let (seconds, _) = roof.memory_time(&traffic(100_000, 100_000, 1_000_000));
         close(seconds, 103e-6);
+    }
+
+    /// Graph inputs an op reads (a decoder's past cache) are charged with the weights, at the
+    /// level the run's footprint fits, not at the level of the op's own working set.
+    #[test]
+    fn graph_inputs_are_charged_with_the_weights() {
+        let mut roof = cached_roof();
+        // 0.1 MB read from the op before, 0.4 MB of graph input, 0.1 MB written: the op's own
+        // activations (0.2 MB) stay in L2 (100/50 GB/s: 1 + 2 µs).
+        let mut cache_read = traffic(500_000, 100_000, 0);
+        cache_read.input_read = 400_000;
+        // A 5 MB run: the input comes from L3 at 40 GB/s (10 µs).
+        roof.place_weights(5_000_000);
+        let (seconds, _) = roof.memory_time(&cache_read);
+        close(seconds, 13e-6);
+        // A 100 MB run: from DRAM at 10 GB/s (40 µs), as the weights would.
+        roof.place_weights(100_000_000);
+        let (seconds, _) = roof.memory_time(&cache_read);
+        close(seconds, 43e-6);
+        // Without the split all 0.6 MB sits in L2: 5 + 2 µs.
+        cache_read.input_read = 0;
+        let (seconds, _) = roof.memory_time(&cache_read);
+        close(seconds, 7e-6);
     }
 
     #[test]

@@ -173,7 +173,10 @@ impl DecodeLoop {
                 // The oldest entry of every (sequence, head) drops out.
                 fitted = cache.len() == b * h * total * d && next.len() == b * h * kept * d;
                 if fitted {
-                    for (row, out) in cache.chunks_exact(total * d).zip(next.chunks_exact_mut(kept * d)) {
+                    for (row, out) in cache
+                        .chunks_exact(total * d)
+                        .zip(next.chunks_exact_mut(kept * d))
+                    {
                         out.copy_from_slice(&row[d..]);
                     }
                 }
@@ -204,7 +207,9 @@ mod tests {
         let model = builtin::find("llama-tiny").unwrap();
         let graph = model.graph(WeightFill::Random(7)).unwrap();
         let mut bindings = builtin::decoder_defaults(model.decoder.unwrap());
-        bindings.dims.retain(|(name, _)| name != builtin::decoder::PAST_SEQUENCE);
+        bindings
+            .dims
+            .retain(|(name, _)| name != builtin::decoder::PAST_SEQUENCE);
         bindings
             .dims
             .push((builtin::decoder::PAST_SEQUENCE.to_string(), 12));
@@ -229,9 +234,16 @@ mod tests {
             for _ in 0..4 {
                 plan.stage_given_inputs(&mut workspace, &inputs).unwrap();
                 plan.run_staged(&mut workspace, None).unwrap();
-                logits.push(plan.read_output(&workspace, &decode.logits).unwrap().to_f32());
+                logits.push(
+                    plan.read_output(&workspace, &decode.logits)
+                        .unwrap()
+                        .to_f32(),
+                );
                 decode.feed(&plan, &mut workspace, &mut inputs).unwrap();
-                assert_eq!(inputs.len(), if in_place { 1 } else { 1 + decode.caches.len() });
+                assert_eq!(
+                    inputs.len(),
+                    if in_place { 1 } else { 1 + decode.caches.len() }
+                );
             }
             logits
         };

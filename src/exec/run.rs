@@ -228,10 +228,12 @@ impl Plan {
             .iter()
             .find(|(_, n, ..)| n == input)
             .ok_or_else(|| missing(input, "no such input"))?;
-        let (src_buffer, src_offset, src_len) =
-            self.buffer_slot(*out_value).ok_or_else(|| missing(output, "not a float buffer"))?;
-        let (dst_buffer, dst_offset, dst_len) =
-            self.buffer_slot(*in_value).ok_or_else(|| missing(input, "not a float buffer"))?;
+        let (src_buffer, src_offset, src_len) = self
+            .buffer_slot(*out_value)
+            .ok_or_else(|| missing(output, "not a float buffer"))?;
+        let (dst_buffer, dst_offset, dst_len) = self
+            .buffer_slot(*in_value)
+            .ok_or_else(|| missing(input, "not a float buffer"))?;
         let src_range = src_offset..src_offset + src_len;
         let dst_range = dst_offset..dst_offset + dst_len;
         if src_buffer != dst_buffer {

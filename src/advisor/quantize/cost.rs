@@ -335,6 +335,7 @@ pub(super) fn estimate_candidate(
                     weights_read: 0,
                     act_read: read,
                     act_written: write,
+                    input_read: 0,
                 },
                 ..OpCost::default()
             };

@@ -198,6 +198,7 @@ fn times(cost: OpCost, count: u64) -> OpCost {
             weights_read: cost.bytes.weights_read.saturating_mul(count),
             act_read: cost.bytes.act_read.saturating_mul(count),
             act_written: cost.bytes.act_written.saturating_mul(count),
+            input_read: 0,
         },
         ..OpCost::default()
     }

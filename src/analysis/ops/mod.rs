@@ -53,6 +53,12 @@ pub struct Traffic {
     pub weights_read: u64,
     pub act_read: u64,
     pub act_written: u64,
+    /// Of `act_read`, the bytes of graph inputs: like weights, they come from before the run
+    /// (the caller, or the previous decode step's cache), not from the op that ran just before,
+    /// so the cost model charges them where the weights are (see `roofline`). Set by the
+    /// analysis after an op is costed; 0 in the ops' own costs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub input_read: u64,
 }
 
 impl Traffic {
@@ -64,6 +70,7 @@ impl Traffic {
         self.weights_read += other.weights_read;
         self.act_read += other.act_read;
         self.act_written += other.act_written;
+        self.input_read += other.input_read;
     }
 }
 

@@ -196,6 +196,7 @@ pub(crate) fn algorithm(kernel: &Kernel, index: usize, policy: &ConvAlgorithms) 
                     weights_read: weight + bias_bytes,
                     act_read: input + if *residual { output } else { 0 },
                     act_written: output,
+                    input_read: 0,
                 },
                 ..OpCost::default()
             };

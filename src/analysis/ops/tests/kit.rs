@@ -86,6 +86,7 @@ pub fn traffic(weights_read: u64, act_read: u64, act_written: u64) -> Traffic {
         weights_read,
         act_read,
         act_written,
+        input_read: 0,
     }
 }
 
