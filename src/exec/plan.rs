@@ -610,6 +610,26 @@ mod tests {
         check_block(false);
     }
 
+    /// The built graph, imported and prepared, and its plan with the default options.
+    fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
+        let proto = builder.finish(name);
+        let graph = crate::analysis::import::import_model(
+            &proto,
+            std::path::Path::new("."),
+            std::path::Path::new(&format!("{name}.onnx")),
+        )
+        .unwrap();
+        let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
+        let plan = build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &PlanOptions::default(),
+        )
+        .unwrap();
+        (prepared, plan)
+    }
+
     fn check_block(relu_between: bool) {
         let mut b = GraphBuilder::new(WeightFill::Random(3));
         let x = b.input(
@@ -647,21 +667,7 @@ mod tests {
                 SigDim::Fixed(6),
             ],
         );
-        let proto = b.finish("concats");
-        let graph = crate::analysis::import::import_model(
-            &proto,
-            std::path::Path::new("."),
-            std::path::Path::new("concats.onnx"),
-        )
-        .unwrap();
-        let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
-        let plan = build_plan(
-            &prepared.graph,
-            &prepared.order,
-            &prepared.states,
-            &PlanOptions::default(),
-        )
-        .unwrap();
+        let (prepared, plan) = default_plan(b, "concats");
         let concats: Vec<&Step> = plan
             .steps
             .iter()
@@ -760,21 +766,7 @@ mod tests {
                 let relu = b.relu(&kts);
                 b.output(&relu, 1, &dims(&[1, 2, 4, 5]));
             }
-            let proto = b.finish("attention");
-            let graph = crate::analysis::import::import_model(
-                &proto,
-                std::path::Path::new("."),
-                std::path::Path::new("attention.onnx"),
-            )
-            .unwrap();
-            let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
-            let plan = build_plan(
-                &prepared.graph,
-                &prepared.order,
-                &prepared.states,
-                &PlanOptions::default(),
-            )
-            .unwrap();
+            let (_, plan) = default_plan(b, "attention");
             let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();
             if other_reader {
                 assert_eq!(ops, ["Transpose", "Mul", "MatMul", "Relu"]);
