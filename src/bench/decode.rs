@@ -93,11 +93,8 @@ impl DecodeLoop {
     }
 
     /// The cache length (entries per sequence) the steps keep.
-    pub fn cache_length(&self, inputs: &HashMap<String, RtTensor>) -> usize {
-        inputs
-            .get(&self.caches[0].1)
-            .map(|t| t.shape[2])
-            .unwrap_or(0)
+    pub fn cache_length(&self) -> usize {
+        self.caches[0].2[2]
     }
 
     /// Writes the next step's inputs from this step's outputs, left in `workspace`: the token
@@ -159,6 +156,12 @@ impl DecodeLoop {
                 let RtData::F32(values) = &cache.data else {
                     return Err(format!("`{present}` is not float"));
                 };
+                if cache.shape != [b, h, total, d] {
+                    return Err(format!(
+                        "`{present}` has shape {:?}, not one more entry than `{past}` {past_shape:?}",
+                        cache.shape
+                    ));
+                }
                 let mut next = Vec::with_capacity(b * h * kept * d);
                 for row in values.chunks_exact(total * d) {
                     next.extend_from_slice(&row[d..]);

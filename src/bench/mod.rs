@@ -105,7 +105,7 @@ pub fn bench_graph(
         .then(|| decode::DecodeLoop::new(&plan))
         .transpose()
         .map_err(BenchError::Decode)?;
-    let cache_length = decode.as_ref().map(|d| d.cache_length(&inputs));
+    let cache_length = decode.as_ref().map(decode::DecodeLoop::cache_length);
     let mut workspace = plan.workspace();
     // A decode step's outputs become the next step's inputs, outside the timed region and
     // inside the workspace, as a runtime with an in-place cache keeps them: the caches slide
