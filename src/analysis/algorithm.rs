@@ -299,7 +299,7 @@ mod tests {
             write_bandwidth_bytes_per_s: 0.0,
             caches: [None; 3],
             weights_level: None,
-            weights_bytes: 0,
+            cycled_bytes: 0,
             curves: None,
         }
     }

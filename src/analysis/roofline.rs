@@ -126,7 +126,7 @@ pub struct Roof {
     /// The bytes a run cycles through the caches (the model's weights, its inputs and its
     /// outputs): the working set the weights' and the inputs' rate is read at on the curves.
     #[serde(skip)]
-    pub weights_bytes: u64,
+    pub cycled_bytes: u64,
     /// The probe's read and write sweeps at this roof's thread count (probed profiles only).
     #[serde(skip)]
     pub curves: Option<(RateCurve, RateCurve)>,
@@ -239,7 +239,7 @@ impl Roof {
             write_bandwidth_bytes_per_s: device.dram_write_bandwidth().unwrap_or(0.0),
             caches: cache_roofs(device),
             weights_level: None,
-            weights_bytes: 0,
+            cycled_bytes: 0,
             curves: sweep_curves(device),
         })
     }
@@ -264,7 +264,7 @@ impl Roof {
     /// through (`footprint_bytes`: the weights, the graph's inputs and outputs), or DRAM.
     pub fn place_weights(&mut self, footprint_bytes: u64) {
         self.weights_level = self.level_holding(footprint_bytes).map(|c| c.level);
-        self.weights_bytes = footprint_bytes;
+        self.cycled_bytes = footprint_bytes;
     }
 
     /// True when `level` (`None`: DRAM) lies past the per-core levels, where the measured
@@ -402,8 +402,8 @@ impl Roof {
             (None, _, _) => activation_time(None),
         };
         let weights_bw = match &self.curves {
-            Some((read, _)) if Self::past_l2(weights_cache) && self.weights_bytes > 0 => {
-                read.at(self.weights_bytes)
+            Some((read, _)) if Self::past_l2(weights_cache) && self.cycled_bytes > 0 => {
+                read.at(self.cycled_bytes)
             }
             _ => rates(weights_cache).0,
         };
@@ -551,7 +551,7 @@ mod tests {
             write_bandwidth_bytes_per_s: 0.0,
             caches: [None; 3],
             weights_level: None,
-            weights_bytes: 0,
+            cycled_bytes: 0,
             curves: None,
         }
     }
@@ -727,7 +727,7 @@ mod cache_tests {
                 }),
             ],
             weights_level: None,
-            weights_bytes: 0,
+            cycled_bytes: 0,
             curves: None,
         }
     }

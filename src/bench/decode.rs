@@ -162,10 +162,8 @@ impl DecodeLoop {
                         cache.shape
                     ));
                 }
-                let mut next = Vec::with_capacity(b * h * kept * d);
-                for row in values.chunks_exact(total * d) {
-                    next.extend_from_slice(&row[d..]);
-                }
+                let mut next = vec![0.0; b * h * kept * d];
+                slide(values, &mut next, d);
                 let data = RtData::F32(next);
                 let shape = past_shape.clone();
                 inputs.insert(past.clone(), RtTensor { shape, data });
@@ -176,12 +174,7 @@ impl DecodeLoop {
                 // The oldest entry of every (sequence, head) drops out.
                 fitted = cache.len() == b * h * total * d && next.len() == b * h * kept * d;
                 if fitted {
-                    for (row, out) in cache
-                        .chunks_exact(total * d)
-                        .zip(next.chunks_exact_mut(kept * d))
-                    {
-                        out.copy_from_slice(&row[d..]);
-                    }
+                    slide(cache, next, d);
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -196,12 +189,35 @@ impl DecodeLoop {
     }
 }
 
+/// `next` = `cache` with the oldest `entry`-float entry of every (sequence, head) row dropped:
+/// rows of `total` entries in `cache`, `total - 1` in `next`.
+fn slide(cache: &[f32], next: &mut [f32], entry: usize) {
+    // Each row is one entry longer in `cache`: the length difference counts the rows.
+    let rows = (cache.len() - next.len()) / entry.max(1);
+    if rows == 0 {
+        return;
+    }
+    let (total, kept) = (cache.len() / rows, next.len() / rows);
+    for (row, out) in cache.chunks_exact(total).zip(next.chunks_exact_mut(kept)) {
+        out.copy_from_slice(&row[entry..]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::Prepared;
     use crate::builtin::{self, WeightFill};
     use crate::exec::{build_plan, PlanOptions};
+
+    /// Two rows of three 2-float entries: each loses its first entry.
+    #[test]
+    fn slide_drops_the_oldest_entry_of_every_row() {
+        let cache: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let mut next = vec![0.0; 8];
+        slide(&cache, &mut next, 2);
+        assert_eq!(next, [2.0, 3.0, 4.0, 5.0, 8.0, 9.0, 10.0, 11.0]);
+    }
 
     /// Sliding the caches inside the workspace gives the steps, token for token and logit for
     /// logit, that copying them out and staging them back gives.
