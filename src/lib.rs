@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod device;
 pub mod exec;
 pub mod fsio;
+pub mod heap;
 pub mod kernels;
 pub mod probe;
 pub mod report;

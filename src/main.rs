@@ -12,11 +12,18 @@ macro_rules! note {
 
 mod cli;
 
+/// Weights, activations and KV caches on huge pages (see `roofline::heap`).
+#[global_allocator]
+static HEAP: roofline::heap::HugePageHeap = roofline::heap::HugePageHeap;
+
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
+    if std::env::var_os("ROOFLINE_HEAP").is_some_and(|heap| heap == "system") {
+        roofline::heap::disable();
+    }
     let args = cli::Cli::parse();
     let result = cli::run(args).and_then(|code| {
         cli::flush_stdout()?;

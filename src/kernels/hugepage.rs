@@ -5,7 +5,8 @@
 //! miss is a two-level page walk: on a KVM guest a 4096×4096 MatMul GEMV read its weights at
 //! 12 GB/s against the 29.5 GB/s the probe's (huge-page) read kernel reached in the same session.
 //! Linux's default THP mode, `madvise`, gives huge pages only to ranges that ask before their
-//! pages are first touched; these constructors ask, then fill.
+//! pages are first touched; these constructors ask, then fill. Buffers under 4 MiB get their
+//! huge pages from `crate::heap` instead, where the binary installs it.
 
 /// Buffers smaller than this stay on ordinary pages (a huge page would be mostly empty).
 const MIN_BYTES: usize = 4 << 20;

@@ -1,5 +1,9 @@
 //! Integration tests, one binary with modules by theme.
 
+// The binary's allocator, so every integration test also exercises it.
+#[global_allocator]
+static HEAP: roofline::heap::HugePageHeap = roofline::heap::HugePageHeap;
+
 mod advisor;
 mod bad_input;
 mod builtin_models;
