@@ -348,7 +348,7 @@ mod tests {
             // SAFETY: a non-zero size; the block is written within its size and freed below.
             unsafe {
                 let ptr = heap.alloc(layout);
-                assert!(!ptr.is_null() && ptr as usize % 64 == 0);
+                assert!(!ptr.is_null() && (ptr as usize).is_multiple_of(64));
                 std::ptr::write_bytes(ptr, i as u8 + 1, size);
                 blocks.push((ptr, layout));
             }
