@@ -40,6 +40,10 @@ MODELS = {
     "bert-base": ("builtin:bert-base", {"input_ids": [1, 128]}),
     "yolov8n": ("builtin:yolov8n", {"images": [1, 3, 640, 640]}),
     "ppocr-det": (str(CACHE / "ppocr/ch_PP-OCRv4_det_infer.onnx"), {"x": [1, 3, 640, 640]}),
+    "ppocr-rec": (str(CACHE / "ppocr/ch_PP-OCRv4_rec_infer.onnx"), {"x": [1, 3, 48, 320]}),
+    "ppocr-cls": (str(CACHE / "ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"), {"x": [1, 3, 48, 192]}),
+    "resnet50-zoo": (str(CACHE / "light-random/light_resnet50.onnx"), {}),
+    "magika": (str(CACHE / "extra/magika_standard_v3_3.onnx"), {"bytes": [1, 2048]}),
 }
 
 

@@ -56,7 +56,7 @@ pub(crate) fn conv_geometry(
     let weight: Vec<u64> = w[2..].iter().map(|&d| d as u64).collect();
     let spatial_in: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
     let window = config.window(&spatial_in, &weight)?;
-    conv2d(x, y, &window, config.group)
+    Ok(conv2d(x, y, &window, config.group)?.with_column_as_row())
 }
 
 /// The kernels' 2-D geometry of a convolution (forward or transposed) whose window is resolved.

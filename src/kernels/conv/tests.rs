@@ -229,3 +229,72 @@ fn small_planes_run_pixel_major_and_match() {
         GemmLayout::ChannelMajor
     );
 }
+
+#[test]
+fn a_column_image_runs_as_the_same_row_image() {
+    // (channels, filters, kernel, stride, pad, dilation, group): plain, strided and padded,
+    // dilated depthwise, grouped.
+    for (c, m, k, stride, pad, dil, group) in [
+        (6, 8, 5, 1, 0, 1, 1),
+        (6, 8, 5, 2, 2, 1, 1),
+        (4, 4, 3, 1, 2, 2, 4),
+        (6, 9, 3, 1, 1, 1, 3),
+    ] {
+        let h = 37;
+        let column = Conv2d {
+            batch: 2,
+            in_channels: c,
+            in_h: h,
+            in_w: 1,
+            out_channels: m,
+            kernel_h: k,
+            kernel_w: 1,
+            stride_h: stride,
+            stride_w: 1,
+            dilation_h: dil,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: 0,
+            out_h: (h + 2 * pad - dil * (k - 1) - 1) / stride + 1,
+            out_w: 1,
+            group,
+        };
+        let row = column.with_column_as_row();
+        assert_eq!(
+            (
+                row.in_h,
+                row.in_w,
+                row.kernel_h,
+                row.kernel_w,
+                row.out_h,
+                row.out_w
+            ),
+            (1, h, 1, k, 1, column.out_h)
+        );
+        let input: Vec<f32> = (0..2 * c * h)
+            .map(|i| ((i * 31) % 19) as f32 - 9.0)
+            .collect();
+        let weights: Vec<f32> = (0..m * c / group * k)
+            .map(|i| (i % 7) as f32 - 3.0)
+            .collect();
+        let ep = ConvEpilogue {
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+        };
+        // Integer-valued data: both orders of summation are exact.
+        assert_eq!(
+            reference_conv(&column, &input, &weights, &ep),
+            reference_conv(&row, &input, &weights, &ep),
+            "{column:?}"
+        );
+        check(row);
+        // A column-side parameter that is not trivial keeps the geometry.
+        let padded = Conv2d {
+            pad_left: 1,
+            out_w: 3,
+            ..column
+        };
+        assert_eq!(padded.with_column_as_row(), padded);
+    }
+}
