@@ -615,18 +615,24 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
 /// masking or padding logic, and each output vector is scattered back to the sixteen planes.
 /// At 7×7 and 14×14 the per-channel kernel spends most of its time on fixed costs (copying the
 /// plane, short masked rows); here those are shared by sixteen channels.
+///
+/// The pixel vectors sit in a zero-bordered grid (`pitch` wide), so every output pixel reads
+/// its taps at the same offsets from its own base, borders included: eight pixels of a row are
+/// eight independent FMA chains over one list of offsets (a per-pixel list of in-bounds taps
+/// kept the border pixels, half of a 14×14 plane's groups, on loads of tap indices).
 struct SmallPlaneTaps {
-    /// Per output pixel `p`, its taps are entries `starts[p]..starts[p + 1]`.
-    starts: Vec<u32>,
-    /// Tap index (into the channel's kernel) and input pixel of each entry; taps that fall in
-    /// the padding are left out.
-    taps: Vec<(u32, u32)>,
-    /// Per output pixel whose taps all fall inside the input (the interior), the input pixel of
-    /// tap 0; `u32::MAX` at the borders.
-    interior: Vec<u32>,
-    /// Input-pixel offset of each tap from tap 0 (the same for every interior pixel).
+    /// Grid index of each input pixel (row-major over the input plane).
+    grid_at: Vec<u32>,
+    /// Vectors in the grid, with slack for the unstored pixels of each row's last block.
+    grid_len: usize,
+    /// Grid columns per row.
+    pitch: usize,
+    /// Grid offset of each tap (row-major over the kernel) from its output pixel's base.
     tap_offsets: Vec<u32>,
 }
+
+/// Output pixels of one row computed together (independent FMA chains).
+const SMALL_PLANE_PIXELS: usize = 8;
 
 impl SmallPlaneTaps {
     /// Output and input planes small enough for the gathered input (`in_plane` vectors) to
@@ -635,13 +641,12 @@ impl SmallPlaneTaps {
         g.out_h * g.out_w <= 256 && g.in_h * g.in_w <= 1024
     }
 
-    /// The taps of `g`'s plane geometry, built once per geometry and process: building them
-    /// costs about 6 µs at 14×14, a tenth of the convolution itself.
+    /// The grid of `g`'s plane geometry, built once per geometry and process.
     fn cached(g: &Conv2d) -> Arc<SmallPlaneTaps> {
         /// Geometries kept (a model has a handful of small-plane depthwise shapes).
         const KEEP: usize = 64;
         static CACHE: Mutex<Vec<(Conv2d, Arc<SmallPlaneTaps>)>> = Mutex::new(Vec::new());
-        // Channels and batch do not change the taps.
+        // Channels and batch do not change the grid.
         let key = Conv2d {
             batch: 0,
             in_channels: 0,
@@ -662,49 +667,30 @@ impl SmallPlaneTaps {
     }
 
     fn new(g: &Conv2d) -> SmallPlaneTaps {
-        let mut starts = Vec::with_capacity(g.out_h * g.out_w + 1);
-        let mut taps = Vec::new();
-        for y in 0..g.out_h {
-            for x in 0..g.out_w {
-                starts.push(taps.len() as u32);
-                for ky in 0..g.kernel_h {
-                    let iy = (y * g.stride_h + ky * g.dilation_h) as isize - g.pad_top as isize;
-                    if iy < 0 || iy >= g.in_h as isize {
-                        continue;
-                    }
-                    for kx in 0..g.kernel_w {
-                        let ix =
-                            (x * g.stride_w + kx * g.dilation_w) as isize - g.pad_left as isize;
-                        if ix >= 0 && ix < g.in_w as isize {
-                            let tap = ky * g.kernel_w + kx;
-                            taps.push((tap as u32, (iy as usize * g.in_w + ix as usize) as u32));
-                        }
-                    }
-                }
-            }
-        }
-        starts.push(taps.len() as u32);
-        let kernel_taps = g.kernel_h * g.kernel_w;
-        let interior = (0..g.out_h * g.out_w)
-            .map(|p| {
-                let entries = &taps[starts[p] as usize..starts[p + 1] as usize];
-                if entries.len() == kernel_taps {
-                    entries[0].1
-                } else {
-                    u32::MAX
-                }
-            })
+        // A valid output pixel's reads must stay inside its own grid row, so the pitch covers
+        // the last valid pixel's widest tap as well as the padded input row.
+        let reach_w = (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1;
+        let pitch = (g.pad_left + g.in_w).max(reach_w);
+        let reach_h = (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1;
+        let rows = (g.pad_top + g.in_h).max(reach_h);
+        // The last block of a row computes up to SMALL_PLANE_PIXELS pixels, stored or not.
+        let last_base = (g.out_h - 1) * g.stride_h * pitch
+            + (g.out_w.next_multiple_of(SMALL_PLANE_PIXELS) - 1) * g.stride_w;
+        let widest_tap = (g.kernel_h - 1) * g.dilation_h * pitch + (g.kernel_w - 1) * g.dilation_w;
+        let grid_len = (rows * pitch).max(last_base + widest_tap + 1);
+        let grid_at = (0..g.in_h * g.in_w)
+            .map(|q| ((q / g.in_w + g.pad_top) * pitch + q % g.in_w + g.pad_left) as u32)
             .collect();
-        let tap_offsets = (0..kernel_taps)
+        let tap_offsets = (0..g.kernel_h * g.kernel_w)
             .map(|t| {
                 let (ky, kx) = (t / g.kernel_w, t % g.kernel_w);
-                (ky * g.dilation_h * g.in_w + kx * g.dilation_w) as u32
+                (ky * g.dilation_h * pitch + kx * g.dilation_w) as u32
             })
             .collect();
         SmallPlaneTaps {
-            starts,
-            taps,
-            interior,
+            grid_at,
+            grid_len,
+            pitch,
             tap_offsets,
         }
     }
@@ -764,7 +750,8 @@ unsafe fn small_planes_avx512(
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
     let taps = g.kernel_h * g.kernel_w;
     let zero = _mm512_setzero_ps();
-    let mut pixels_in = vec![zero; in_plane.next_multiple_of(16)];
+    // Border cells are never written: they stay zero for every block of planes.
+    let mut grid = vec![zero; small.grid_len];
     let mut pixels_out = vec![zero; out_plane.next_multiple_of(16)];
     let mut kernel = vec![zero; taps];
     let mut block = [zero; 16];
@@ -811,49 +798,27 @@ unsafe fn small_planes_avx512(
                 };
             }
             transpose16(&mut block);
-            pixels_in[q0..q0 + 16].copy_from_slice(&block);
+            for (j, pixel) in block.iter().enumerate().take(in_plane - q0) {
+                *grid.get_unchecked_mut(*small.grid_at.get_unchecked(q0 + j) as usize) = *pixel;
+            }
         }
-        // Four pixels at a time: four independent FMA chains (one chain per pixel would wait
-        // on the FMA latency at every tap).
-        let fma_entry = |acc: __m512, e: usize| {
-            let (tap, at) = *small.taps.get_unchecked(e);
-            _mm512_fmadd_ps(
-                *kernel.get_unchecked(tap as usize),
-                *pixels_in.get_unchecked(at as usize),
-                acc,
-            )
-        };
-        for p in (0..out_plane).step_by(4) {
-            let group = (out_plane - p).min(4);
-            if group == 4 && small.interior[p..p + 4].iter().all(|&b| b != u32::MAX) {
-                // Interior: the same tap offsets for all four, one offset load per four FMAs.
-                let base: [usize; 4] = std::array::from_fn(|i| small.interior[p + i] as usize);
-                let mut acc = [bias; 4];
+        const P: usize = SMALL_PLANE_PIXELS;
+        for y in 0..g.out_h {
+            let row = y * g.stride_h * small.pitch;
+            for x0 in (0..g.out_w).step_by(P) {
+                let base = row + x0 * g.stride_w;
+                let mut acc = [bias; P];
                 for (k, &off) in kernel.iter().zip(&small.tap_offsets) {
-                    for i in 0..4 {
-                        let x = *pixels_in.get_unchecked(base[i] + off as usize);
-                        acc[i] = _mm512_fmadd_ps(*k, x, acc[i]);
+                    let at = base + off as usize;
+                    for (i, a) in acc.iter_mut().enumerate() {
+                        // In bounds: `grid_len` covers every block's last pixel's widest tap.
+                        let x = *grid.get_unchecked(at + i * g.stride_w);
+                        *a = _mm512_fmadd_ps(*k, x, *a);
                     }
                 }
-                pixels_out[p..p + 4].copy_from_slice(&acc);
-                continue;
-            }
-            let start: [usize; 4] =
-                std::array::from_fn(|i| small.starts[p + i.min(group - 1)] as usize);
-            let end: [usize; 4] =
-                std::array::from_fn(|i| small.starts[p + i.min(group - 1) + 1] as usize);
-            let common = (0..4).map(|i| end[i] - start[i]).min().unwrap_or(0);
-            let mut acc = [bias; 4];
-            for e in 0..common {
-                for i in 0..4 {
-                    acc[i] = fma_entry(acc[i], start[i] + e);
-                }
-            }
-            for i in 0..group {
-                for e in start[i] + common..end[i] {
-                    acc[i] = fma_entry(acc[i], e);
-                }
-                pixels_out[p + i] = acc[i];
+                let valid = (g.out_w - x0).min(P);
+                let first = y * g.out_w + x0;
+                pixels_out[first..first + valid].copy_from_slice(&acc[..valid]);
             }
         }
         let out = output.get().add(p0 * out_plane);
