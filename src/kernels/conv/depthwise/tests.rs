@@ -1,6 +1,6 @@
 //! Unit tests for `kernels::conv::depthwise`: every ISA variant of the direct depthwise kernel
-//! (row-blocked 3×3, the flat loop, sixteen-channel small planes) against the reference
-//! convolution, with epilogues and threads.
+//! (row-blocked 3×3, the flat loop, sixteen-channel small planes, the stride-2 rows kernel)
+//! against the reference convolution, with epilogues and threads.
 
 use super::*;
 
@@ -163,4 +163,86 @@ fn matches_the_direct_loop_for_every_stride_padding_and_isa() {
         activation: Activation::None,
     };
     depthwise_conv2d(&empty, &[], &[0.0; 18], &epi, &mut [], 2);
+}
+
+/// The straight-from-rows 3×3 kernel, run directly (the dispatcher sends it only stride-2
+/// planes past the small-plane size): widths either side of one and two vectors (stride 2 reads
+/// 32 columns per block), odd and even, every top padding it takes, right and bottom padding
+/// present or not, with a residual and a clipped activation.
+#[test]
+fn rows_kernel_matches_the_reference_at_every_width() {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx512.is_available() {
+        for w in [1, 2, 5, 7, 14, 15, 16, 17, 31, 32, 33, 34, 56, 65] {
+            for stride in [1, 2] {
+                for pad in [(1, 1, 1, 1), (0, 1, 1, 0), (2, 1, 0, 1), (1, 1, 0, 2)] {
+                    if w + pad.1 + pad.3 < 3 {
+                        continue; // no output column
+                    }
+                    let g = geom(3, (w % 9) + 3, w, (3, 3), (stride, stride), pad, 1);
+                    assert!(rows_3x3_kernel_fits(&g));
+                    check_rows_kernel(g);
+                }
+            }
+        }
+    }
+    // Through the dispatcher, on the shapes it sends there.
+    let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
+    let large = geom(3, 40, 37, (3, 3), (2, 2), (1, 1, 1, 1), 1);
+    assert!(rows_3x3_applies(&large));
+    check(large, relu6, true);
+}
+
+#[cfg(target_arch = "x86_64")]
+fn check_rows_kernel(g: Conv2d) {
+    let planes = g.batch * g.in_channels;
+    let input: Vec<f32> = (0..planes * g.in_h * g.in_w)
+        .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+        .collect();
+    let weights: Vec<f32> = (0..g.in_channels * 9)
+        .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
+    let out_len = planes * g.out_h * g.out_w;
+    let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+    for (activation, residual) in [
+        (Activation::Clip { min: 0.0, max: 6.0 }, Some(&residual[..])),
+        (Activation::None, None),
+    ] {
+        let epi = ConvEpilogue {
+            bias: Some(&bias),
+            residual,
+            activation,
+        };
+        let want = crate::kernels::conv::reference::reference_conv(&g, &input, &weights, &epi);
+        let mut got = vec![f32::NAN; out_len];
+        // SAFETY: AVX-512F is available; the slices hold the geometry's sizes.
+        unsafe {
+            rows_3x3_avx512(
+                &g,
+                &input,
+                &weights,
+                &epi,
+                SendPtr(got.as_mut_ptr()),
+                0..planes,
+            );
+        }
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{g:?} at {i}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn column_masks_keep_the_lanes_inside_the_row() {
+    assert_eq!(column_mask(0, 16), 0xFFFF);
+    assert_eq!(column_mask(-1, 16), 0xFFFE);
+    assert_eq!(column_mask(1, 16), 0x7FFF);
+    assert_eq!(column_mask(-1, 14), 0x7FFE);
+    assert_eq!(column_mask(16, 14), 0);
+    assert_eq!(column_mask(-20, 14), 0);
+    assert_eq!(column_mask(2, 5), 0b111);
 }
