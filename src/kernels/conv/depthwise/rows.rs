@@ -1,0 +1,177 @@
+//! The rows kernel for 3×3 depthwise convolutions (stride 1 or 2): sixteen outputs of a row
+//! per vector read straight from the NCHW rows, no copy of the plane. The dispatcher sends it
+//! the stride-2 layers on planes past the small-plane path, where it measured fastest.
+
+use std::ops::Range;
+
+use super::SmallPlaneTaps;
+use crate::kernels::conv::geometry::{Conv2d, ConvEpilogue};
+use crate::kernels::gemm::act::activate;
+use crate::kernels::parallel::SendPtr;
+
+/// Whether [`rows_3x3_kernel_fits`] and the rows kernel is the faster one: stride 2 on planes
+/// past the small-plane path's. Measured on Zen 4, one thread, against the phase planes:
+/// 96×112² 315-356 against 392-395 µs, 144×56² 87-124 against 171-195 µs; at stride 1 the
+/// phase planes' row-blocked 3×3 loop stays ahead (32×112² 140-190 against 250-330 µs) and on
+/// small planes the sixteen-channel path does.
+pub(super) fn rows_3x3_applies(g: &Conv2d) -> bool {
+    rows_3x3_kernel_fits(g) && g.stride_w == 2 && !SmallPlaneTaps::applies(g)
+}
+
+/// What [`rows_3x3_avx512`] computes: 3×3, dilation 1, stride 1 or 2 in both directions,
+/// one column of left padding (the "same" padding of exported 3×3 layers; any top padding up
+/// to 2).
+pub(super) fn rows_3x3_kernel_fits(g: &Conv2d) -> bool {
+    g.kernel_h == 3
+        && g.kernel_w == 3
+        && g.dilation_h == 1
+        && g.dilation_w == 1
+        && g.stride_h == g.stride_w
+        && (g.stride_w == 1 || g.stride_w == 2)
+        && g.pad_left == 1
+        && g.pad_top <= 2
+}
+
+/// Lanes `i` of a 16-float load starting at input column `first` that fall inside `0..width`.
+#[inline(always)]
+pub(super) fn column_mask(first: isize, width: usize) -> u16 {
+    let lo = (-first).clamp(0, 16) as u32;
+    let hi = (width as isize - first).clamp(0, 16) as u32;
+    if hi <= lo {
+        return 0;
+    }
+    let upto = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
+    (upto & !((1u32 << lo) - 1)) as u16
+}
+
+/// 3×3 depthwise straight from the NCHW rows, sixteen outputs of a row per vector, no copy of
+/// the plane: each output block reads its three input rows with masked loads (the padding is
+/// the masked-off lanes and the skipped rows); stride 2 splits each 32-column span into even
+/// and odd columns with two permutes, the left tap being the odd vector shifted by one lane
+/// with column 2·x0 − 1 loaded into lane 15. Four blocks at a time, four independent FMA
+/// chains; the epilogue is applied before the one store.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn rows_3x3_avx512(
+    g: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: SendPtr<f32>,
+    planes: Range<usize>,
+) {
+    use std::arch::x86_64::*;
+    const GROUP: usize = 4;
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    let stride = g.stride_w;
+    let even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd_index = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let row_blocks = g.out_w.div_ceil(16);
+    // Per block column: the first input column of each load and its lane mask. Stride 1:
+    // the three taps' columns; stride 2: the even/odd span's two halves and the one column
+    // left of it (loaded into lane 15).
+    let mut columns = vec![[(0isize, 0u16); 3]; row_blocks];
+    for (b, cols) in columns.iter_mut().enumerate() {
+        let x0 = (16 * b) as isize;
+        let firsts = if stride == 1 {
+            [x0 - 1, x0, x0 + 1]
+        } else {
+            [2 * x0, 2 * x0 + 16, 2 * x0 - 16]
+        };
+        for (slot, first) in cols.iter_mut().zip(firsts) {
+            *slot = (first, column_mask(first, g.in_w));
+        }
+        if stride == 2 {
+            cols[2].1 &= 0x8000;
+        }
+    }
+    let out_masks: Vec<__mmask16> = (0..row_blocks)
+        .map(|b| ((1u32 << (g.out_w - 16 * b).min(16)) - 1) as __mmask16)
+        .collect();
+    let blocks = g.out_h * row_blocks;
+    // Loads reach 16 columns left of a row and 32 right of its last block's start.
+    const ZERO_SLACK: usize = 32;
+    let zeros = vec![0.0f32; g.in_w.max(2 * 16 * row_blocks) + 2 * ZERO_SLACK];
+    for plane in planes {
+        let channel = plane % g.in_channels;
+        // No closures here: they would not inherit this function's target features.
+        let mut kernel = [_mm512_setzero_ps(); 9];
+        for (t, k) in kernel.iter_mut().enumerate() {
+            *k = _mm512_set1_ps(*weights.get_unchecked(channel * 9 + t));
+        }
+        let bias = _mm512_set1_ps(epilogue.bias.map_or(0.0, |b| b[channel]));
+        let image = input.as_ptr().add(plane * in_plane);
+        let out = output.get().add(plane * out_plane);
+        let residual = epilogue.residual.map(|r| r.as_ptr().add(plane * out_plane));
+        let (mut y, mut b) = (0, 0);
+        let mut first = 0;
+        while first < blocks {
+            let n = (blocks - first).min(GROUP);
+            // Row and block column of each of the group's blocks.
+            // A short last group repeats its last block (computed, not stored): the group is
+            // always GROUP wide, so the accumulators stay in registers.
+            let mut at = [(0usize, 0usize); GROUP];
+            for (j, slot) in at.iter_mut().enumerate() {
+                *slot = (y, b);
+                if j + 1 < n {
+                    b += 1;
+                    if b == row_blocks {
+                        b = 0;
+                        y += 1;
+                    }
+                }
+            }
+            b += 1;
+            if b == row_blocks {
+                b = 0;
+                y += 1;
+            }
+            let mut acc = [bias; GROUP];
+            for ky in 0..3 {
+                for j in 0..GROUP {
+                    let (by, bb) = at[j];
+                    let iy = (by * stride + ky) as isize - g.pad_top as isize;
+                    // Rows in the padding read a zero row.
+                    let row = if iy < 0 || iy >= g.in_h as isize {
+                        zeros.as_ptr().add(ZERO_SLACK)
+                    } else {
+                        image.add(iy as usize * g.in_w)
+                    };
+                    let cols = columns.get_unchecked(bb);
+                    let taps = if stride == 1 {
+                        let mut taps = [_mm512_setzero_ps(); 3];
+                        for (tap, &(column, mask)) in taps.iter_mut().zip(cols) {
+                            *tap = _mm512_maskz_loadu_ps(mask, row.wrapping_offset(column));
+                        }
+                        taps
+                    } else {
+                        let (low, high, left) = (cols[0], cols[1], cols[2]);
+                        let low = _mm512_maskz_loadu_ps(low.1, row.wrapping_offset(low.0));
+                        let high = _mm512_maskz_loadu_ps(high.1, row.wrapping_offset(high.0));
+                        let even = _mm512_permutex2var_ps(low, even_index, high);
+                        let odd = _mm512_permutex2var_ps(low, odd_index, high);
+                        let before = _mm512_maskz_loadu_ps(left.1, row.wrapping_offset(left.0));
+                        let left = _mm512_castsi512_ps(_mm512_alignr_epi32::<15>(
+                            _mm512_castps_si512(odd),
+                            _mm512_castps_si512(before),
+                        ));
+                        [left, even, odd]
+                    };
+                    for (kx, tap) in taps.iter().enumerate() {
+                        acc[j] = _mm512_fmadd_ps(kernel[ky * 3 + kx], *tap, acc[j]);
+                    }
+                }
+            }
+            for (j, &(by, bb)) in at.iter().enumerate().take(n) {
+                let mask = *out_masks.get_unchecked(bb);
+                let pixel = by * g.out_w + 16 * bb;
+                let mut value = acc[j];
+                if let Some(r) = residual {
+                    value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, r.add(pixel)));
+                }
+                _mm512_mask_storeu_ps(out.add(pixel), mask, activate(&epilogue.activation, value));
+            }
+            first += n;
+        }
+    }
+}
