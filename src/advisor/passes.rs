@@ -108,7 +108,8 @@ impl Pass for Fold {
 }
 
 // ---------------------------------------------------------------------------------------------
-// bn-fold: BatchNormalization folded into the preceding Conv or Gemm
+// bn-fold: BatchNormalization and per-channel affine Mul/Add/Sub/Div folded into the preceding
+// Conv or Gemm
 
 pub struct BnFold;
 
@@ -132,13 +133,103 @@ fn bn_scale_shift(ed: &Editor, bn: &Node) -> Option<(Vec<f32>, Vec<f32>)> {
     Some((scale, shift))
 }
 
+/// A constant operand as one value per output channel, when it broadcasts along the channel
+/// axis only (axis 1 of a Conv's output, the last axis of a Gemm's) and so cannot change the
+/// output's shape: `[C,1,1]`, `[1,C,1,1]`, `[C]` after a Gemm, a scalar.
+fn per_channel_const(
+    ed: &Editor,
+    value: ValueId,
+    output_rank: usize,
+    channel_axis: usize,
+    channels: usize,
+) -> Option<Vec<f32>> {
+    let shape = ed.fact(value).concrete_shape()?;
+    let values = ed.const_f32(Some(value))?;
+    if shape.len() > output_rank {
+        return None;
+    }
+    let lead = output_rank - shape.len();
+    for (axis, &extent) in shape.iter().enumerate() {
+        let is_channel = axis + lead == channel_axis;
+        if extent != 1 && !(is_channel && extent as usize == channels) {
+            return None;
+        }
+    }
+    match values.len() {
+        1 => Some(vec![values[0]; channels]),
+        n if n == channels => Some(values),
+        _ => None,
+    }
+}
+
+/// The affine map `y·scale + shift` per output channel that `node` applies to `input`, when it
+/// is a BatchNormalization in inference mode or an element-wise op with a per-channel constant.
+fn channel_affine(
+    ed: &Editor,
+    node: &Node,
+    input: ValueId,
+    output_rank: usize,
+    channel_axis: usize,
+    channels: usize,
+) -> Option<(Vec<f32>, Vec<f32>, &'static str)> {
+    if !node.domain.is_empty() || node.outputs.len() != 1 {
+        return None;
+    }
+    let operand = |slot: usize| -> Option<Vec<f32>> {
+        let value = node.inputs.get(slot).copied().flatten()?;
+        per_channel_const(ed, value, output_rank, channel_axis, channels)
+    };
+    let first = node.inputs.first().copied().flatten() == Some(input);
+    let second = node.inputs.get(1).copied().flatten() == Some(input);
+    let ones = vec![1.0; channels];
+    let zeros = vec![0.0; channels];
+    match node.op_type.as_str() {
+        "BatchNormalization" if first && node.attrs.int_or("training_mode", 0) == 0 => {
+            let (scale, shift) = bn_scale_shift(ed, node)?;
+            (scale.len() == channels).then_some((
+                scale,
+                shift,
+                "BN scale and shift folded into the weights and bias",
+            ))
+        }
+        "Mul" if first || second => Some((
+            operand(if first { 1 } else { 0 })?,
+            zeros,
+            "per-channel Mul folded into the weights and bias",
+        )),
+        "Add" if first || second => Some((
+            ones,
+            operand(if first { 1 } else { 0 })?,
+            "per-channel Add folded into the bias",
+        )),
+        "Sub" if first => {
+            let shift = operand(1)?.iter().map(|&c| -c).collect();
+            Some((ones, shift, "per-channel Sub folded into the bias"))
+        }
+        "Div" if first => {
+            let divisors = operand(1)?;
+            if divisors.iter().any(|&d| d == 0.0 || !d.is_finite()) {
+                return None;
+            }
+            let scale = divisors.iter().map(|&d| 1.0 / d).collect();
+            Some((
+                scale,
+                zeros,
+                "per-channel Div folded into the weights and bias",
+            ))
+        }
+        _ => None,
+    }
+}
+
 impl Pass for BnFold {
     fn name(&self) -> &'static str {
         "bn-fold"
     }
 
     fn description(&self) -> &'static str {
-        "BatchNormalization folded into the preceding Conv/Gemm weights and bias"
+        "BatchNormalization and per-channel Mul/Add/Sub/Div folded into the preceding Conv/Gemm \
+         weights and bias"
     }
 
     fn run(
@@ -158,20 +249,6 @@ impl Pass for BnFold {
             if !is_conv && !is_gemm {
                 continue;
             }
-            let out = producer.outputs[0];
-            let Some(j) = ed.sole_consumer(out) else {
-                continue;
-            };
-            let bn = ed.node(j).clone();
-            if bn.op_type != "BatchNormalization"
-                || bn.outputs.len() != 1
-                || bn.attrs.int_or("training_mode", 0) != 0
-            {
-                continue;
-            }
-            let Some((scale, shift)) = bn_scale_shift(ed, &bn) else {
-                continue;
-            };
             let Some(weights) = ed.const_f32(producer.inputs.get(1).copied().flatten()) else {
                 continue;
             };
@@ -179,9 +256,32 @@ impl Pass for BnFold {
             let Some(w_shape) = w_fact.concrete_shape() else {
                 continue;
             };
-            let channels = scale.len();
+            let out = producer.outputs[0];
+            if !ed.is_float(out) {
+                continue;
+            }
+            let Some(output_rank) = ed.fact(out).concrete_shape().map(|s| s.len()) else {
+                continue;
+            };
+            let config = GemmConfig::from_attrs(&producer.attrs);
+            let (channels, channel_axis) = if is_conv {
+                (w_shape[0] as usize, 1)
+            } else {
+                if config.alpha != 1.0 || config.beta != 1.0 || w_shape.len() != 2 {
+                    continue;
+                }
+                let n = if config.trans_b {
+                    w_shape[0]
+                } else {
+                    w_shape[1]
+                };
+                (n as usize, output_rank.saturating_sub(1))
+            };
+            if channels == 0 || output_rank <= channel_axis {
+                continue;
+            }
             let bias_in = producer.inputs.get(2).copied().flatten();
-            let bias = match bias_in {
+            let mut bias = match bias_in {
                 Some(b) => match ed.const_f32(Some(b)) {
                     Some(v) if v.len() == channels => v,
                     Some(v) if v.len() == 1 => vec![v[0]; channels],
@@ -189,57 +289,63 @@ impl Pass for BnFold {
                 },
                 None => vec![0.0; channels],
             };
-            // Scale the weights along the output-channel axis.
-            let mut new_w = weights.clone();
-            if is_conv {
-                if w_shape[0] as usize != channels {
-                    continue;
+            // Absorb consumers one after another: conv → BN → Mul → Add is one affine map.
+            let mut scale = vec![1.0f32; channels];
+            let mut output = out;
+            let mut absorbed = Vec::new();
+            while let Some(j) = ed.sole_consumer(output) {
+                let next = ed.node(j).clone();
+                let Some((s, t, what)) =
+                    channel_affine(ed, &next, output, output_rank, channel_axis, channels)
+                else {
+                    break;
+                };
+                for c in 0..channels {
+                    scale[c] *= s[c];
+                    bias[c] = bias[c] * s[c] + t[c];
                 }
+                output = next.outputs[0];
+                changes.push(Change::new(&[&producer, &next], what));
+                absorbed.push(j);
+            }
+            if absorbed.is_empty() {
+                continue;
+            }
+            // Scale the weights along the output-channel axis.
+            let mut new_w = weights;
+            if is_conv {
                 let per = new_w.len() / channels;
                 for (c, chunk) in new_w.chunks_mut(per).enumerate() {
                     chunk.iter_mut().for_each(|w| *w *= scale[c]);
                 }
             } else {
-                let config = GemmConfig::from_attrs(&producer.attrs);
-                let trans_b = config.trans_b;
-                let (k, n) = if trans_b {
-                    (w_shape[1] as usize, w_shape[0] as usize)
-                } else {
-                    (w_shape[0] as usize, w_shape[1] as usize)
-                };
-                if n != channels || config.alpha != 1.0 || config.beta != 1.0 {
-                    continue;
-                }
+                let k = new_w.len() / channels;
                 for kk in 0..k {
                     for (c, &s) in scale.iter().enumerate() {
-                        let index = if trans_b { c * k + kk } else { kk * n + c };
+                        let index = if config.trans_b {
+                            c * k + kk
+                        } else {
+                            kk * channels + c
+                        };
                         new_w[index] *= s;
                     }
                 }
             }
-            let new_b: Vec<f32> = bias
-                .iter()
-                .zip(&scale)
-                .zip(&shift)
-                .map(|((&b, &s), &t)| b * s + t)
-                .collect();
             let w_name = format!("{}_bnfolded_w", producer.name);
             let b_name = format!("{}_bnfolded_b", producer.name);
             let w_id = ed.add_const(w_name, w_shape, new_w);
-            let b_id = ed.add_const(b_name, vec![channels as u64], new_b);
+            let b_id = ed.add_const(b_name, vec![channels as u64], bias);
             ed.update(i, |node| {
                 node.inputs[1] = Some(w_id);
                 if node.inputs.len() < 3 {
                     node.inputs.resize(3, None);
                 }
                 node.inputs[2] = Some(b_id);
-                node.outputs[0] = bn.outputs[0];
+                node.outputs[0] = output;
             });
-            ed.remove(j);
-            changes.push(Change::new(
-                &[&producer, &bn],
-                "BN scale and shift folded into the weights and bias",
-            ));
+            for j in absorbed {
+                ed.remove(j);
+            }
         }
         Ok(changes.into())
     }

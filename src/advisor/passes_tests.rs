@@ -434,6 +434,79 @@ fn bn_fold_leaves_alone_what_it_cannot_fold() {
     assert_eq!(op_types(&g), before);
 }
 
+#[test]
+fn per_channel_affine_ops_fold_after_the_bn() {
+    // conv → BN → Mul by [2, −1] as [2,1,1] → Add [1, 3] as [1,2,1,1] → Div by 2 → Sub 0.25:
+    // one affine map per channel on top of the BN's.
+    let (mut n, z) = conv_bn(true);
+    n.g.outputs.clear();
+    let m = n.konst("m", &[2, 1, 1], &[2.0, -1.0]);
+    let a = n.konst("a", &[1, 2, 1, 1], &[1.0, 3.0]);
+    let d = n.konst("d", &[], &[2.0]);
+    let s = n.konst("s", &[1], &[0.25]);
+    let y = n.node("mul", "Mul", &[m, z], &[]);
+    let y = n.node("add", "Add", &[y, a], &[]);
+    let y = n.node("div", "Div", &[y, d], &[]);
+    let y = n.node("sub", "Sub", &[y, s], &[]);
+    let r = n.node("relu", "Relu", &[y], &[]);
+    n.output(r);
+    let (report, g) = run_pass(n, "bn-fold");
+    assert_eq!(
+        changes(&report)
+            .iter()
+            .map(|(_, what)| what.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "BN scale and shift folded into the weights and bias",
+            "per-channel Mul folded into the weights and bias",
+            "per-channel Add folded into the bias",
+            "per-channel Div folded into the weights and bias",
+            "per-channel Sub folded into the bias",
+        ]
+    );
+    assert_eq!(op_types(&g), ["Conv", "Relu"]);
+    let conv = find(&g, "conv");
+    // Scale per channel: BN [1.5, 0.5] · Mul [2, −1] / 2 = [1.5, −0.25].
+    assert_close(&const_values(&g, conv.inputs[1]), &[1.5, 3.0, -0.75, -1.0]);
+    // Bias: ((BN bias [−0.65, 0.7]) · [2, −1] + [1, 3]) / 2 − 0.25 = [−0.4, 0.9].
+    assert_close(&const_values(&g, conv.inputs[2]), &[-0.4, 0.9]);
+}
+
+#[test]
+fn affine_fold_leaves_alone_what_is_not_per_channel() {
+    let mut n = Net::new(17);
+    let x = n.input("x", &[1, 2, 3, 3]);
+    let w = n.konst("w", &[2, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    // (a) A Mul by a constant that varies along a spatial axis.
+    let spatial = n.konst("spatial", &[1, 1, 3, 1], &[1.0, 2.0, 3.0]);
+    let y1 = n.node("conv1", "Conv", &[x, w], &[]);
+    let z1 = n.node("mul1", "Mul", &[y1, spatial], &[]);
+    // (b) A constant minus the conv (−y + c: not handled), and a division by zero.
+    let c = n.konst("c", &[2, 1, 1], &[1.0, 2.0]);
+    let zero = n.konst("zero", &[2, 1, 1], &[0.0, 1.0]);
+    let y2 = n.node("conv2", "Conv", &[x, w], &[]);
+    let z2 = n.node("sub2", "Sub", &[c, y2], &[]);
+    let y3 = n.node("conv3", "Conv", &[x, w], &[]);
+    let z3 = n.node("div3", "Div", &[y3, zero], &[]);
+    // (c) A residual Add of two live tensors, and a Mul that broadcasts the batch axis.
+    let y4 = n.node("conv4", "Conv", &[x, w], &[]);
+    let z4 = n.node("add4", "Add", &[y4, x], &[]);
+    let batch = n.konst("batch", &[2, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let y5 = n.node("conv5", "Conv", &[x, w], &[]);
+    let z5 = n.node("mul5", "Mul", &[y5, batch], &[]);
+    for v in [z1, z2, z3, z4, z5] {
+        n.output(v);
+    }
+    let before = op_types(&n.g);
+    let (report, g) = run_pass(n, "bn-fold");
+    assert!(
+        report.passes[0].changes.is_empty(),
+        "{:?}",
+        changes(&report)
+    );
+    assert_eq!(op_types(&g), before);
+}
+
 // ---------------------------------------------------------------------------------------------
 // fuse
 

@@ -1,0 +1,88 @@
+//! Pooling (Inception, GoogLeNet, ResNet and SqueezeNet shapes, batch 1, one thread) against a
+//! reference measured in the same run: the same bytes moved by a plain copy (input read +
+//! output write, the memory floor of an op that reads and writes them once). Prints, per shape,
+//! the time, the copy's time and `time / copy time`.
+//!
+//! `cargo bench --bench pool`. Inputs are written before timing, every shape runs a warm-up,
+//! and the median of at least 30 calls is reported.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use roofline::kernels::pool::{avg_pool, max_pool, Pool2d};
+
+/// (name, max?, channels, input side, kernel, stride, pad).
+const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
+    ("avg 3x3/1 192x28²", false, 192, 28, 3, 1, 1),
+    ("avg 3x3/1 576x14²", false, 576, 14, 3, 1, 1),
+    ("max 3x3/1 256x28²", true, 256, 28, 3, 1, 1),
+    ("max 3x3/2 64x112²", true, 64, 112, 3, 2, 1),
+    ("max 3x3/2 192x56²", true, 192, 56, 3, 2, 1),
+    ("max 3x3/2 96x109²", true, 96, 109, 3, 2, 0),
+    ("max 2x2/2 128x56²", true, 128, 56, 2, 2, 0),
+    ("avg 3x3/1 192x28²", false, 192, 28, 3, 1, 1),
+];
+
+fn median_seconds(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 30 || start.elapsed().as_secs_f64() < 0.2 {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn main() {
+    println!(
+        "{:<20} {:>10} {:>10} {:>8}",
+        "shape", "pool µs", "copy µs", "÷ copy"
+    );
+    for &(name, is_max, channels, side, kernel, stride, pad) in SHAPES {
+        let out_side = (side + 2 * pad - kernel) / stride + 1;
+        let geom = Pool2d {
+            planes: channels,
+            in_h: side,
+            in_w: side,
+            kernel_h: kernel,
+            kernel_w: kernel,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: out_side,
+            out_w: out_side,
+        };
+        let input: Vec<f32> = (0..channels * side * side)
+            .map(|i| (i % 251) as f32 * 0.01)
+            .collect();
+        let mut output = vec![0.0f32; channels * out_side * out_side];
+        let pool_s = median_seconds(|| {
+            if is_max {
+                max_pool(&geom, black_box(&input), &mut output);
+            } else {
+                avg_pool(&geom, false, pad, pad, black_box(&input), &mut output);
+            }
+            black_box(&output);
+        });
+        // The copy floor: read the input, write an output-sized buffer.
+        let mut copy_out = vec![0.0f32; input.len()];
+        let copy_s = median_seconds(|| {
+            copy_out.copy_from_slice(black_box(&input));
+            black_box(&copy_out);
+        }) * (input.len() + output.len()) as f64
+            / (2 * input.len()) as f64;
+        println!(
+            "{:<20} {:>10.1} {:>10.1} {:>8.2}",
+            name,
+            pool_s * 1e6,
+            copy_s * 1e6,
+            pool_s / copy_s
+        );
+    }
+}
