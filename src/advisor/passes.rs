@@ -434,7 +434,9 @@ impl Fuse {
         let out = node.outputs[0];
         let j = ed.sole_consumer(out)?;
         let add = ed.node(j).clone();
-        if !(add.domain.is_empty() && add.op_type == "Add") {
+        // A two-input Sum (older exports' residuals: the ONNX zoo's ResNets) is an Add.
+        let is_add = add.op_type == "Add" || (add.op_type == "Sum" && add.inputs.len() == 2);
+        if !(add.domain.is_empty() && is_add) {
             return None;
         }
         let bias = other_input(&add, out)?;
@@ -473,7 +475,9 @@ impl Fuse {
         let out = node.outputs[0];
         let j = ed.sole_consumer(out)?;
         let add = ed.node(j).clone();
-        if !(add.domain.is_empty() && add.op_type == "Add") {
+        // A two-input Sum (older exports' residuals: the ONNX zoo's ResNets) is an Add.
+        let is_add = add.op_type == "Add" || (add.op_type == "Sum" && add.inputs.len() == 2);
+        if !(add.domain.is_empty() && is_add) {
             return None;
         }
         let other = other_input(&add, out)?;

@@ -555,6 +555,29 @@ fn fuse_conv_residual_and_relu() {
 }
 
 #[test]
+fn a_two_input_sum_fuses_as_a_residual_add() {
+    for (op, inputs) in [("Sum", 2), ("Sum", 3)] {
+        let mut n = Net::new(8);
+        let x = n.input("x", &[1, 2, 4, 4]);
+        let skip = n.input("skip", &[1, 4, 4, 4]);
+        let y = conv(&mut n, "conv", x, 2);
+        let operands = [y, skip, skip];
+        let s = n.node("sum", op, &operands[..inputs], &[]);
+        n.output(s);
+        let (_, g) = run_pass(n, "fuse");
+        if inputs == 2 {
+            assert_eq!(op_types(&g), ["FusedConv"]);
+            let fused = find(&g, "conv");
+            assert_eq!(fused.inputs[3], Some(skip));
+            assert_eq!(fused.outputs, [s]);
+        } else {
+            // Three operands are not one residual: left alone.
+            assert_eq!(op_types(&g), ["Conv", "Sum"]);
+        }
+    }
+}
+
+#[test]
 fn fuse_matmul_bias_and_sigmoid() {
     let mut n = Net::new(17);
     let x = n.input("x", &[2, 8]);

@@ -811,4 +811,57 @@ mod tests {
             }
         }
     }
+
+    /// A window covering the whole unpadded plane (`AveragePool` 5×4 over 5×4 planes, as older
+    /// exports end ResNets with a 7×7 one) runs as a global pool, with the window's values.
+    #[test]
+    fn a_whole_plane_window_runs_as_a_global_pool() {
+        let mut b = GraphBuilder::new(WeightFill::Random(7));
+        let dims = [1, 3, 5, 4].map(SigDim::Fixed);
+        let x = b.input("x", 1, &dims);
+        let window = || vec![crate::builtin::builder::attr_ints("kernel_shape", &[5, 4])];
+        let avg = b.node("AveragePool", &[&x], window());
+        let max = b.node("MaxPool", &[&x], window());
+        let out = [1, 3, 1, 1].map(SigDim::Fixed);
+        b.output(&avg, 1, &out);
+        b.output(&max, 1, &out);
+        let (_, plan) = default_plan(b, "whole_plane");
+        let globals = plan
+            .steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.kernel,
+                    Kernel::Pool(super::super::lower::pool::PoolKernel::Global { plane: 20, .. })
+                )
+            })
+            .count();
+        assert_eq!(globals, 2);
+        let input: Vec<f32> = (0..60).map(|i| ((i * 7 % 11) as f32) - 5.0).collect();
+        let inputs: HashMap<String, RtTensor> = [(
+            "x".to_string(),
+            RtTensor {
+                shape: vec![1, 3, 5, 4],
+                data: super::super::RtData::F32(input.clone()),
+            },
+        )]
+        .into_iter()
+        .collect();
+        let mut ws = plan.workspace();
+        let outputs = plan.run(&mut ws, &inputs, None).unwrap();
+        let planes: Vec<&[f32]> = input.chunks(20).collect();
+        let mean: Vec<f32> = planes
+            .iter()
+            .map(|p| p.iter().sum::<f32>() / 20.0)
+            .collect();
+        let most: Vec<f32> = planes
+            .iter()
+            .map(|p| p.iter().copied().fold(f32::MIN, f32::max))
+            .collect();
+        let got_mean = outputs[0].1.to_f32();
+        for (g, w) in got_mean.iter().zip(&mean) {
+            assert!((g - w).abs() < 1e-5, "{got_mean:?} vs {mean:?}");
+        }
+        assert_eq!(outputs[1].1.to_f32(), most);
+    }
 }

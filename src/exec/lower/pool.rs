@@ -62,6 +62,22 @@ fn lower_window(cx: &Cx) -> Result<Lowered, ExecError> {
         out_h: if two_d { y[2] } else { 1 },
         out_w: *y.last().unwrap_or(&1),
     };
+    // One window covering the whole unpadded plane (the 7×7 AveragePool that older exports end
+    // ResNets with) is a global pool: one vector reduction per plane instead of a 49-tap
+    // window pass per output.
+    let whole_plane = geom.out_h == 1
+        && geom.out_w == 1
+        && geom.kernel_h == geom.in_h
+        && geom.kernel_w == geom.in_w
+        && geom.dilation_h == 1
+        && geom.dilation_w == 1
+        && w.pads_begin.iter().chain(&w.pads_end).all(|&pad| pad == 0);
+    if whole_plane {
+        return Ok(Lowered::new(Kernel::Pool(PoolKernel::Global {
+            plane: geom.in_h * geom.in_w,
+            max: cx.op() == "MaxPool",
+        })));
+    }
     let kernel = if cx.op() == "MaxPool" {
         PoolKernel::Max(geom)
     } else {
