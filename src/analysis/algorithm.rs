@@ -16,6 +16,12 @@
 //! 3. Each remaining variant's time is the roofline of its work and traffic ([`estimate`]); the
 //!    fastest wins if it beats direct by [`MARGIN`] (the transforms run well below the vector
 //!    peak the bound charges them at).
+//! 4. On a calibrated device the comparison is made on the expected times instead (each
+//!    variant's bound times its class's measured efficiency: the `conv` class for direct, the
+//!    `winograd` class for both tile sizes), when both sides have one. The bounds alone promise
+//!    Winograd about twice the gain it measures: SqueezeNet's 48- and 64-channel 13×13 layers
+//!    on Zen 5 were bound 1.75-1.80× faster as F(2×2) and ran 0.77-0.85× as fast; their
+//!    expected gains were 0.91-1.04×.
 
 use serde::{Deserialize, Serialize};
 
@@ -208,6 +214,22 @@ pub fn choose(
     roof: Option<&Roof>,
     policy: AlgorithmPolicy,
 ) -> AlgorithmChoice {
+    choose_calibrated(shape, direct, roof, policy, None)
+}
+
+/// The expected time of a convolution's cost when run as an algorithm, on a calibrated device
+/// (`None` where its class has no calibration).
+pub type ExpectedTime<'a> = &'a dyn Fn(&OpCost, ConvAlgorithm) -> Option<f64>;
+
+/// [`choose`], comparing the variants' expected times where `expected` gives one for direct
+/// and for the best Winograd variant (rule 4), their bounds otherwise.
+pub fn choose_calibrated(
+    shape: &ConvShape,
+    direct: &OpCost,
+    roof: Option<&Roof>,
+    policy: AlgorithmPolicy,
+    expected: Option<ExpectedTime>,
+) -> AlgorithmChoice {
     let time = |cost: &OpCost| match roof {
         Some(roof) => estimate(cost, roof).predicted_s,
         None => (cost.flops + cost.transcendental) as f64 * 1e-12,
@@ -226,17 +248,53 @@ pub fn choose(
         return direct_choice("Winograd turned off".into());
     }
     debug_assert_eq!(direct.macs, shape.direct_macs());
-    let mut best: Option<(ConvAlgorithm, f64)> = None;
+    let direct_expected = expected.and_then(|expected| expected(direct, ConvAlgorithm::Direct));
+    // (algorithm, bound, expected time)
+    let mut candidates: Vec<(ConvAlgorithm, f64, Option<f64>)> = Vec::new();
     for algorithm in [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4] {
         let m = algorithm.output_tile().unwrap_or(1);
         if shape.tiles(m) < MIN_TILES {
             continue;
         }
-        let seconds = time(&algorithm_cost(shape, algorithm, direct));
-        if best.is_none_or(|(_, s)| seconds < s) {
-            best = Some((algorithm, seconds));
-        }
+        let cost = algorithm_cost(shape, algorithm, direct);
+        let expected_s = direct_expected
+            .and(expected)
+            .and_then(|expected| expected(&cost, algorithm));
+        candidates.push((algorithm, time(&cost), expected_s));
     }
+    let calibrated = direct_expected.is_some()
+        && !candidates.is_empty()
+        && candidates.iter().all(|c| c.2.is_some());
+    if let (true, Some(direct_expected)) = (calibrated, direct_expected) {
+        let (algorithm, bound_s, expected_s) = candidates
+            .iter()
+            .map(|&(a, b, e)| (a, b, e.unwrap_or(f64::INFINITY)))
+            .min_by(|x, y| x.2.total_cmp(&y.2))
+            .expect("candidates is not empty");
+        return if expected_s * MARGIN <= direct_expected {
+            AlgorithmChoice {
+                algorithm,
+                direct_s,
+                chosen_s: bound_s,
+                reason: format!(
+                    "expected {:.2}x faster than direct (calibrated; bound {:.2}x)",
+                    direct_expected / expected_s,
+                    direct_s / bound_s
+                ),
+            }
+        } else {
+            direct_choice(format!(
+                "{} expected only {:.2}x faster than direct (calibrated; bound {:.2}x)",
+                algorithm.name(),
+                direct_expected / expected_s,
+                direct_s / bound_s
+            ))
+        };
+    }
+    let best = candidates
+        .iter()
+        .map(|&(a, b, _)| (a, b))
+        .min_by(|x, y| x.1.total_cmp(&y.1));
     match best {
         None => direct_choice(format!(
             "plane too small for Winograd (fewer than {MIN_TILES} tiles)"
@@ -287,6 +345,57 @@ mod tests {
             },
             ..OpCost::default()
         }
+    }
+
+    /// With expected times, they decide: a Winograd class measured at a third of the
+    /// efficiency of the direct class turns a 2.3× bound gain into a loss, and an equal
+    /// efficiency keeps the bound's choice. Without a Winograd figure, the bounds decide.
+    #[test]
+    fn calibrated_efficiencies_decide_over_the_bounds() {
+        let s = shape(64, 56);
+        let r = roof();
+        let by_bounds = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
+        assert_ne!(by_bounds.algorithm, ConvAlgorithm::Direct);
+        let efficiency = |winograd: f64| {
+            move |cost: &OpCost, algorithm: ConvAlgorithm| {
+                let bound = estimate(cost, &r).predicted_s;
+                Some(match algorithm {
+                    ConvAlgorithm::Direct => bound / 0.6,
+                    _ => bound / winograd,
+                })
+            }
+        };
+        let slow = efficiency(0.2);
+        let c = choose_calibrated(
+            &s,
+            &direct(&s),
+            Some(&r),
+            AlgorithmPolicy::Auto,
+            Some(&slow),
+        );
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        assert!(c.reason.contains("calibrated"), "{}", c.reason);
+        let even = efficiency(0.6);
+        let c = choose_calibrated(
+            &s,
+            &direct(&s),
+            Some(&r),
+            AlgorithmPolicy::Auto,
+            Some(&even),
+        );
+        assert_eq!(c.algorithm, by_bounds.algorithm);
+        assert_eq!(c.chosen_s, by_bounds.chosen_s);
+        let no_winograd = |cost: &OpCost, algorithm: ConvAlgorithm| {
+            (algorithm == ConvAlgorithm::Direct).then(|| estimate(cost, &r).predicted_s * 10.0)
+        };
+        let c = choose_calibrated(
+            &s,
+            &direct(&s),
+            Some(&r),
+            AlgorithmPolicy::Auto,
+            Some(&no_winograd),
+        );
+        assert_eq!(c, by_bounds);
     }
 
     /// A CPU core: 100 GFLOP/s, 20 GB/s.

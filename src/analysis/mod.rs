@@ -323,11 +323,49 @@ pub fn analyze_prepared(
             {
                 match conv_shape(node, &input_facts, &output_facts) {
                     Some(shape) => {
-                        let choice = algorithm::choose(
+                        // Each variant's expected time on a calibrated device, computed as
+                        // the record's below (its features at the levels its traffic uses).
+                        let output_elements: u64 =
+                            output_facts.iter().filter_map(|f| f.element_count()).sum();
+                        let direct_class = classify::kernel_class(
+                            &node.domain,
+                            &node.op_type,
+                            &node.attrs,
+                            &input_facts,
+                        );
+                        let expected_of =
+                            |cost: &ops::OpCost, algorithm: algorithm::ConvAlgorithm| {
+                                let calibration = device.calibration.as_ref()?;
+                                let class = match algorithm {
+                                    algorithm::ConvAlgorithm::Direct => direct_class?,
+                                    _ => crate::device::calibration::KernelClass::Winograd,
+                                };
+                                let bound_s = estimate(cost, &roof).predicted_s;
+                                let (activation_level, weight_level) =
+                                    roof.level_numbers(&cost.bytes);
+                                let features = crate::device::calibration::ShapeFeatures::new(
+                                    cost.flops + cost.transcendental,
+                                    cost.bytes.weights_read
+                                        + cost.bytes.act_read
+                                        + cost.bytes.act_written,
+                                    cost.bytes.weights_read,
+                                    output_elements,
+                                )
+                                .at_levels(activation_level, weight_level);
+                                calibration.expected_s(
+                                    class,
+                                    &node.op_type,
+                                    calibration_threads,
+                                    &features,
+                                    bound_s,
+                                )
+                            };
+                        let choice = algorithm::choose_calibrated(
                             &shape,
                             &direct,
                             Some(&roof),
                             options.conv_algorithms,
+                            Some(&expected_of),
                         );
                         let cost = algorithm::algorithm_cost(&shape, choice.algorithm, &direct);
                         if choice.algorithm != algorithm::ConvAlgorithm::Direct {
