@@ -251,8 +251,14 @@ pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<()
                 activation: *activation,
             };
             if let Prepared::Winograd { weights, scratch } = cpu {
-                if io.scratch.len() < *scratch {
-                    io.scratch.resize(*scratch, 0.0);
+                // Workers splitting the tile rows each need their own blocks' scratch.
+                let scratch = (*scratch).max(winograd::scratch_len_threads(
+                    geom,
+                    weights.tile(),
+                    io.threads,
+                ));
+                if io.scratch.len() < scratch {
+                    io.scratch.resize(scratch, 0.0);
                 }
                 winograd::conv2d_winograd(
                     geom,
@@ -260,7 +266,7 @@ pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<()
                     weights,
                     &ep,
                     io.outs[0],
-                    &mut io.scratch[..*scratch],
+                    &mut io.scratch[..scratch],
                     io.threads,
                 );
                 return Ok(());

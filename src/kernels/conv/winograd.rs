@@ -102,10 +102,34 @@ pub fn work(geom: &Conv2d, tile: WinogradTile) -> WinogradWork {
     }
 }
 
-/// Scratch floats [`conv2d_winograd`] needs for `geom` with `tile`: `V` and `M` of one image.
+/// Scratch floats [`conv2d_winograd`] needs for `geom` with `tile` on one thread: `V` and `M`
+/// of one block.
 pub fn scratch_len(geom: &Conv2d, tile: WinogradTile) -> usize {
-    let tiling = Tiling::new(geom, tile.output());
-    tile.alpha() * tile.alpha() * (geom.in_channels + geom.out_channels) * tiling.tile_stride
+    scratch_len_threads(geom, tile, 1)
+}
+
+/// Scratch floats [`conv2d_winograd`] needs for `geom` with `tile` on `threads` threads: one
+/// block's `V` and `M`, or each worker's when the tile rows are split across them.
+pub fn scratch_len_threads(geom: &Conv2d, tile: WinogradTile, threads: usize) -> usize {
+    let (m, a2) = (tile.output(), tile.alpha() * tile.alpha());
+    let per_block =
+        |tiling: &Tiling| a2 * (geom.in_channels + geom.out_channels) * tiling.tile_stride;
+    let tiling = Tiling::new(geom, m);
+    match spatial_split(&tiling, threads) {
+        Some(rows_per_worker) => {
+            let split = Tiling::with_max_rows(geom, m, rows_per_worker);
+            let blocks = geom.batch * split.tiles_h.div_ceil(split.block_rows);
+            per_block(&tiling).max(threads.min(blocks) * per_block(&split))
+        }
+        None => per_block(&tiling),
+    }
+}
+
+/// Tile rows per worker when `threads` workers each run whole blocks (see
+/// [`conv2d_winograd`]), or `None` when the phases are split instead.
+fn spatial_split(tiling: &Tiling, threads: usize) -> Option<usize> {
+    let rows_per_worker = tiling.tiles_h.div_ceil(threads.max(1));
+    (threads > 1 && rows_per_worker * tiling.tiles_w >= MIN_WORKER_TILES).then_some(rows_per_worker)
 }
 
 /// The filter transformed (`U = G·g·Gᵀ`) and packed once: α² GEMM A operands of `K × C`.
@@ -346,9 +370,16 @@ const BLOCK_BYTES: usize = 4 << 20;
 /// Fewest tiles per block (when the channel count allows), so the GEMMs keep a few 16- or
 /// 32-wide microkernel columns.
 const MIN_BLOCK_TILES: usize = 64;
+/// Fewest tiles per worker for the workers to split the tile rows rather than each phase.
+const MIN_WORKER_TILES: usize = 16;
 
 impl Tiling {
     fn new(geom: &Conv2d, m: usize) -> Tiling {
+        Tiling::with_max_rows(geom, m, usize::MAX)
+    }
+
+    /// The tiling with blocks of at most `max_rows` tile rows.
+    fn with_max_rows(geom: &Conv2d, m: usize, max_rows: usize) -> Tiling {
         let (tiles_h, tiles_w) = (geom.out_h.div_ceil(m), geom.out_w.div_ceil(m));
         let alpha = m + 2;
         let row_bytes = 4 * alpha * alpha * (geom.in_channels + geom.out_channels) * tiles_w;
@@ -363,7 +394,8 @@ impl Tiling {
             cached_rows
         } else {
             tiles_h
-        };
+        }
+        .min(max_rows.max(1));
         Tiling {
             m,
             tiles_h,
@@ -529,7 +561,9 @@ fn output_transform<T: Transform>(
                         *value = y[j][l] + bias;
                     }
                 }
-                let dst = &mut out[oy * geom.out_w + x0..oy * geom.out_w + x0 + width];
+                // `out` holds the block's output rows only.
+                let at = (oy - rows.0 * m) * geom.out_w + x0;
+                let dst = &mut out[at..at + width];
                 if width == LANES * m {
                     // A whole block: a fixed-size copy the compiler keeps in vector moves.
                     match m {
@@ -571,7 +605,8 @@ multiversion! {
 }
 
 /// Runs an [`eligible`] convolution as Winograd with weights transformed by
-/// [`WinogradWeights::new`] for the same geometry. `scratch` holds [`scratch_len`] floats.
+/// [`WinogradWeights::new`] for the same geometry. `scratch` holds [`scratch_len_threads`]
+/// floats for `threads`.
 pub fn conv2d_winograd(
     geom: &Conv2d,
     input: &[f32],
@@ -594,11 +629,57 @@ pub fn conv2d_winograd(
     let out_plane = geom.out_h * geom.out_w;
     assert!(input.len() >= geom.batch * c * in_plane);
     assert!(output.len() >= geom.batch * k * out_plane);
-    assert!(scratch.len() >= scratch_len(geom, tile));
+    assert!(scratch.len() >= scratch_len_threads(geom, tile, threads));
+    let out_ptr = SendPtr(output.as_mut_ptr());
+    // With several threads, each takes whole blocks of tile rows through all three phases on
+    // its own `V` and `M` when its share still fills the GEMMs (at least `MIN_BLOCK_TILES`
+    // tiles): splitting every phase instead (channels, then ξ, then output channels) hands
+    // each phase's output to the other core, and on a 2-vCPU guest whose cores sit on
+    // different dies the F(4×4) layers of SqueezeNet ran no faster on two threads than on one.
+    if let Some(rows_per_worker) = spatial_split(&tiling, threads) {
+        let split = Tiling::with_max_rows(geom, m, rows_per_worker);
+        let worker_scratch = a2 * (c + k) * split.tile_stride;
+        let blocks: Vec<(usize, (usize, usize))> = (0..geom.batch)
+            .flat_map(|n| {
+                (0..split.tiles_h)
+                    .step_by(split.block_rows)
+                    .map(move |ty0| (n, (ty0, (ty0 + split.block_rows).min(split.tiles_h))))
+            })
+            .collect();
+        let workers = threads.min(blocks.len());
+        assert!(scratch.len() >= workers * worker_scratch);
+        let per_worker = blocks.len().div_ceil(workers);
+        let scratch_ptr = SendPtr(scratch.as_mut_ptr());
+        parallel_for(threads, workers, |worker| {
+            // SAFETY: worker `worker` uses only its own `worker_scratch` floats of `scratch`
+            // (inside it: asserted above).
+            let own = unsafe {
+                std::slice::from_raw_parts_mut(
+                    scratch_ptr.get().add(worker * worker_scratch),
+                    worker_scratch,
+                )
+            };
+            let (v, mm) = own.split_at_mut(a2 * c * split.tile_stride);
+            for &(n, rows) in blocks.iter().skip(worker * per_worker).take(per_worker) {
+                let image = &input[n * c * in_plane..(n + 1) * c * in_plane];
+                let residual = epilogue
+                    .residual
+                    .map(|r| &r[n * k * out_plane..(n + 1) * k * out_plane]);
+                // SAFETY: blocks are distinct (image, tile rows) pairs, so workers write
+                // disjoint output rows of `output` (whose length is asserted above).
+                let out_image = SendPtr(unsafe { out_ptr.get().add(n * k * out_plane) });
+                run_block(
+                    geom, &split, rows, image, weights, epilogue, residual, v, mm, out_image, 1,
+                );
+            }
+        });
+        return;
+    }
     let (v, mm) = scratch[..a2 * (c + k) * stride].split_at_mut(a2 * c * stride);
     for n in 0..geom.batch {
         let image = &input[n * c * in_plane..(n + 1) * c * in_plane];
-        let out_image = &mut output[n * k * out_plane..(n + 1) * k * out_plane];
+        // SAFETY: image `n`'s output planes, inside `output` (asserted above).
+        let out_image = SendPtr(unsafe { out_ptr.get().add(n * k * out_plane) });
         let residual = epilogue
             .residual
             .map(|r| &r[n * k * out_plane..(n + 1) * k * out_plane]);
@@ -612,6 +693,8 @@ pub fn conv2d_winograd(
 }
 
 /// One block of tile rows: input transform, α² GEMMs, output transform with the epilogue.
+/// `out_image` points at the image's `K` output planes; the block writes only its own rows of
+/// each, which no one else may touch meanwhile.
 #[allow(clippy::too_many_arguments)]
 fn run_block(
     geom: &Conv2d,
@@ -623,7 +706,7 @@ fn run_block(
     residual: Option<&[f32]>,
     v: &mut [f32],
     mm: &mut [f32],
-    out_image: &mut [f32],
+    out_image: SendPtr<f32>,
     threads: usize,
 ) {
     let tile = weights.tile;
@@ -681,17 +764,17 @@ fn run_block(
     let (y0, y1) = (rows.0 * m, (rows.1 * m).min(geom.out_h));
     let tasks = threads.min(k).max(1);
     let per_task = k.div_ceil(tasks);
-    let out_ptr = SendPtr(out_image.as_mut_ptr());
     parallel_for(threads, tasks, |task| {
         let (k0, k1) = (task * per_task, ((task + 1) * per_task).min(k));
-        if k0 >= k1 {
-            return;
-        }
-        // SAFETY: task `task` writes only the planes of output channels k0..k1.
-        let planes = unsafe {
-            std::slice::from_raw_parts_mut(out_ptr.get().add(k0 * out_plane), (k1 - k0) * out_plane)
-        };
-        for (oc, plane) in (k0..k1).zip(planes.chunks_exact_mut(out_plane)) {
+        for oc in k0..k1 {
+            // SAFETY: rows y0..y1 of output plane `oc`: this task's channel, this block's
+            // rows (the caller's contract).
+            let block = unsafe {
+                std::slice::from_raw_parts_mut(
+                    out_image.get().add(oc * out_plane + y0 * geom.out_w),
+                    (y1 - y0) * geom.out_w,
+                )
+            };
             let bias = epilogue.bias.map_or(0.0, |b| b[oc]);
             let channel = ChannelAt {
                 offset: oc * stride,
@@ -699,13 +782,12 @@ fn run_block(
             };
             match tile {
                 WinogradTile::F2 => {
-                    output_transform_f2(geom, tiling, rows, mm, channel, bias, plane)
+                    output_transform_f2(geom, tiling, rows, mm, channel, bias, block)
                 }
                 WinogradTile::F4 => {
-                    output_transform_f4(geom, tiling, rows, mm, channel, bias, plane)
+                    output_transform_f4(geom, tiling, rows, mm, channel, bias, block)
                 }
             }
-            let block = &mut plane[y0 * geom.out_w..y1 * geom.out_w];
             if let Some(res) = residual {
                 let res = &res[oc * out_plane + y0 * geom.out_w..oc * out_plane + y1 * geom.out_w];
                 for (o, r) in block.iter_mut().zip(res) {
@@ -781,7 +863,7 @@ mod tests {
         let want = reference_conv(&geom, &input, &weights, &ep);
         let packed = WinogradWeights::new(&gemm::GemmConfig::default(), &geom, tile, &weights);
         let mut got = vec![f32::NAN; out_len];
-        let mut scratch = vec![f32::NAN; scratch_len(&geom, tile)];
+        let mut scratch = vec![f32::NAN; scratch_len_threads(&geom, tile, threads)];
         conv2d_winograd(&geom, &input, &packed, &ep, &mut got, &mut scratch, threads);
         let scale = want.iter().fold(1.0f64, |s, w| s.max(w.abs() as f64));
         got.iter()
@@ -793,7 +875,7 @@ mod tests {
     #[test]
     fn matches_the_reference_convolution() {
         // Planes that are and are not multiples of the tile, with and without padding, more
-        // tiles per row than one lane block, every epilogue, one and two threads.
+        // tiles per row than one lane block, every epilogue, one to three threads.
         for tile in WinogradTile::ALL {
             for (c, k, h, w, pad) in [
                 (3, 5, 8, 8, 1),
@@ -802,9 +884,12 @@ mod tests {
                 (16, 33, 14, 14, 1),
                 (5, 7, 3, 3, 1),
                 (1, 1, 3, 3, 0),
+                // Enough tile rows that two and three threads each take whole blocks.
+                (3, 6, 40, 40, 1),
+                (4, 5, 61, 45, 1),
             ] {
                 for ep in 0..3 {
-                    for threads in [1, 2] {
+                    for threads in [1, 2, 3] {
                         let err = run(geom(c, k, h, w, pad), tile, ep, threads);
                         let tol = match tile {
                             WinogradTile::F2 => 2e-6,
@@ -817,6 +902,12 @@ mod tests {
                     }
                 }
             }
+            // The last two shapes do take the split path on two threads, the first not.
+            let split = |h, w| {
+                let g = geom(3, 6, h, w, 1);
+                spatial_split(&Tiling::new(&g, tile.output()), 2).is_some()
+            };
+            assert!(split(61, 45) && !split(8, 8));
         }
     }
 
