@@ -75,6 +75,30 @@ fn separable_pool(
     if p.stride_h == 1 && p.stride_w == 1 && taps <= 2 * (p.kernel_h + p.kernel_w) {
         return grid_pool(p, input, output, identity, combine, inverse);
     }
+    // 2×2 and 3×3 stride-2 windows whole in registers where the level has the kernel: each
+    // block of 16 outputs loads its window rows straight from the plane (masked at the
+    // edges), combines them vertically, then de-interleaves once.
+    if let Some(window) = stride2_window(stride2_kernel) {
+        let fits = p.stride_h == 2
+            && p.stride_w == 2
+            && p.dilation_h == 1
+            && p.dilation_w == 1
+            && (2..=3).contains(&p.kernel_w)
+            && (1..=3).contains(&p.kernel_h);
+        if fits {
+            for plane in 0..p.planes {
+                let src = &input[plane * ih * iw..(plane + 1) * ih * iw];
+                let dst = &mut output[plane * oh * ow..(plane + 1) * oh * ow];
+                // SAFETY: the kernel was returned for this CPU; `src` is one `ih × iw` plane
+                // and `dst` its `oh × ow` output.
+                unsafe { window(p, src, dst, stride2) };
+                for (y, out_row) in dst.chunks_mut(ow).enumerate() {
+                    finish(y, out_row);
+                }
+            }
+            return;
+        }
+    }
     let (sw, dw) = (p.stride_w, p.dilation_w);
     let width = (ow - 1) * sw + (p.kernel_w - 1) * dw + 1;
     let phase_len = width.div_ceil(sw);
@@ -179,6 +203,144 @@ fn stride2_rows(level: IsaLevel) -> Option<Stride2Rows> {
     }
     let _ = level;
     None
+}
+
+/// `(geometry, plane, out, op)`: one plane of a stride-2 pool with a window of at most 3×3
+/// (positions outside the plane ignored); `out` holds `out_h × out_w`.
+type Stride2Window = unsafe fn(&Pool2d, &[f32], &mut [f32], Stride2);
+
+/// The whole-window stride-2 kernel of the level whose row kernel is `rows`, if it has one.
+fn stride2_window(rows: Option<Stride2Rows>) -> Option<Stride2Window> {
+    #[cfg(target_arch = "x86_64")]
+    if rows.is_some() {
+        return Some(stride2_window_avx512);
+    }
+    let _ = rows;
+    None
+}
+
+/// 16 outputs per step: per window row, 32 columns from `2x − pad_left` (and 32 from two
+/// further for the third tap) loaded, under a mask of the columns inside the row at the
+/// edges, the rows combined, then the even and odd columns gathered with two-source permutes
+/// and combined. Masked loads do not touch the lanes they leave out, so the edges need no
+/// padded copy; the masks depend on the column only and are computed once per plane.
+///
+/// # Safety
+/// AVX-512F must be available; `plane` holds `in_h × in_w` floats and `out` `out_h × out_w`;
+/// the window is at most 3×3 with stride 2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stride2_window_avx512(p: &Pool2d, plane: &[f32], out: &mut [f32], op: Stride2) {
+    match op {
+        Stride2::Max => stride2_window_avx512_with::<true>(p, plane, out),
+        Stride2::Add => stride2_window_avx512_with::<false>(p, plane, out),
+    }
+}
+
+/// [`stride2_window_avx512`] for max (`MAX`) or sum, with the combine inlined.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn stride2_window_avx512_with<const MAX: bool>(p: &Pool2d, plane: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
+    assert!(plane.len() >= ih * iw && out.len() >= oh * ow && p.kernel_h <= 3 && p.kernel_w <= 3);
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    let identity = if MAX {
+        _mm512_set1_ps(f32::NEG_INFINITY)
+    } else {
+        _mm512_setzero_ps()
+    };
+    macro_rules! combine {
+        ($a:expr, $b:expr) => {
+            if MAX {
+                _mm512_max_ps($a, $b)
+            } else {
+                _mm512_add_ps($a, $b)
+            }
+        };
+    }
+    let width = iw as isize;
+    // The lanes of a 16-float load from column `c` that lie inside the row.
+    let mask = |c: isize| -> __mmask16 {
+        let lo = (-c).clamp(0, 16) as u32;
+        let hi = (width - c).clamp(0, 16) as u32;
+        if hi <= lo {
+            0
+        } else {
+            (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16
+        }
+    };
+    let three = p.kernel_w == 3;
+    // Per block of 16 outputs: its first column, and the masks of its four loads (`None` for
+    // a block whose loads all lie inside the row).
+    let blocks: Vec<(isize, Option<[__mmask16; 4]>)> = (0..ow)
+        .step_by(16)
+        .map(|x| {
+            let c = 2 * x as isize - p.pad_left as isize;
+            let inside = c >= 0 && c + 34 <= width;
+            (
+                c,
+                (!inside).then(|| [mask(c), mask(c + 16), mask(c + 2), mask(c + 18)]),
+            )
+        })
+        .collect();
+    for y in 0..oh {
+        let mut rows: [*const f32; 3] = [std::ptr::null(); 3];
+        let mut present = 0;
+        for ky in 0..p.kernel_h {
+            let iy = (2 * y + ky) as isize - p.pad_top as isize;
+            if (0..ih as isize).contains(&iy) {
+                rows[present] = plane.as_ptr().add(iy as usize * iw);
+                present += 1;
+            }
+        }
+        let out_row = out.as_mut_ptr().add(y * ow);
+        for (b, &(c, masks)) in blocks.iter().enumerate() {
+            let (mut lo, mut hi) = (identity, identity);
+            let (mut lo2, mut hi2) = (identity, identity);
+            match masks {
+                None => {
+                    for &row in &rows[..present] {
+                        let at = row.offset(c);
+                        lo = combine!(lo, _mm512_loadu_ps(at));
+                        hi = combine!(hi, _mm512_loadu_ps(at.add(16)));
+                        if three {
+                            lo2 = combine!(lo2, _mm512_loadu_ps(at.add(2)));
+                            hi2 = combine!(hi2, _mm512_loadu_ps(at.add(18)));
+                        }
+                    }
+                }
+                Some([m_lo, m_hi, m_lo2, m_hi2]) => {
+                    // Masked-off lanes are not accessed: the addresses past the row's ends
+                    // are only formed (wrapping), never read.
+                    for &row in &rows[..present] {
+                        let at = |offset: isize| row.wrapping_offset(c + offset);
+                        lo = combine!(lo, _mm512_mask_loadu_ps(identity, m_lo, at(0)));
+                        hi = combine!(hi, _mm512_mask_loadu_ps(identity, m_hi, at(16)));
+                        if three {
+                            lo2 = combine!(lo2, _mm512_mask_loadu_ps(identity, m_lo2, at(2)));
+                            hi2 = combine!(hi2, _mm512_mask_loadu_ps(identity, m_hi2, at(18)));
+                        }
+                    }
+                }
+            }
+            let mut acc = combine!(
+                _mm512_permutex2var_ps(lo, even, hi),
+                _mm512_permutex2var_ps(lo, odd, hi)
+            );
+            if three {
+                acc = combine!(acc, _mm512_permutex2var_ps(lo2, even, hi2));
+            }
+            let x = b * 16;
+            let left = ow - x;
+            if left >= 16 {
+                _mm512_storeu_ps(out_row.add(x), acc);
+            } else {
+                _mm512_mask_storeu_ps(out_row.add(x), ((1u32 << left) - 1) as u16, acc);
+            }
+        }
+    }
 }
 
 /// 16 outputs per step: the even and odd columns of 32 loaded floats are gathered with two
