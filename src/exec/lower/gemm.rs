@@ -8,6 +8,7 @@ use crate::analysis::ops::GemmConfig;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
 use crate::exec::ExecError;
 use crate::kernels::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
+use crate::kernels::parallel::{parallel_for, SendPtr};
 
 /// Batched matmul: A [batch, m, k] (strides), B [batch, k, n], C = A·B (+ bias per column).
 #[derive(Clone, Debug)]
@@ -238,8 +239,10 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
     let scaled_a: Option<Vec<f32>> =
         (spec.alpha != 1.0).then(|| a.iter().map(|v| v * spec.alpha).collect());
     let a = scaled_a.as_deref().unwrap_or(a);
-    let out = &mut *io.outs[0];
-    for batch in 0..spec.batch {
+    let batch_len = spec.m * spec.n;
+    assert!(io.outs[0].len() >= spec.batch * batch_len);
+    let out_ptr = SendPtr(io.outs[0].as_mut_ptr());
+    let one = |batch: usize, threads: usize| {
         let am = MatRef {
             data: &a[spec.a_offsets[batch]..],
             rows: spec.m,
@@ -254,7 +257,11 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
             row_stride: spec.b_row_stride,
             col_stride: spec.b_col_stride,
         };
-        let c_tile = &mut out[batch * spec.m * spec.n..(batch + 1) * spec.m * spec.n];
+        // SAFETY: batch `batch` writes only its own `m × n` block of the output (inside it:
+        // asserted above), whichever thread runs it.
+        let c_tile = unsafe {
+            std::slice::from_raw_parts_mut(out_ptr.get().add(batch * batch_len), batch_len)
+        };
         let ep = match (&spec.c, scaled_c.as_deref()) {
             (GemmC::PerCol, Some(c)) => Epilogue {
                 bias: BiasKind::PerCol(c),
@@ -282,11 +289,23 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
                 activation: spec.activation,
             },
         };
-        gemm::sgemm_with(config, &am, &bm, c_tile, spec.n, &ep, io.threads);
+        gemm::sgemm_with(config, &am, &bm, c_tile, spec.n, &ep, threads);
         if let (GemmC::Scalar, Some(c)) = (&spec.c, scaled_c.as_deref()) {
             c_tile.iter_mut().for_each(|v| *v += c[0]);
             gemm::apply_activation(&spec.activation, c_tile);
         }
+    };
+    // Batches shared across the threads, one GEMM each, when they divide evenly or are many:
+    // attention's per-head products (12 of 128×64×128 in BERT) are too small for one GEMM to
+    // split, and ran on one thread whatever the plan's count.
+    let threads = io.threads;
+    if threads > 1
+        && spec.batch >= 2
+        && (spec.batch.is_multiple_of(threads) || spec.batch >= 4 * threads)
+    {
+        parallel_for(threads, spec.batch, |batch| one(batch, 1));
+    } else {
+        (0..spec.batch).for_each(|batch| one(batch, threads));
     }
     Ok(())
 }

@@ -213,7 +213,23 @@ pub(crate) fn run(kernel: &NormKernel, io: &mut Io) -> Result<(), String> {
             axis_len,
             inner,
             log,
-        } => norm::softmax(io.x(0)?, *outer, *axis_len, *inner, *log, io.outs[0]),
+        } => {
+            // Whole rows (of the axis and its inner positions) shared across the threads.
+            let x = io.x(0)?;
+            let block = axis_len * inner;
+            let out = &mut io.outs[0][..outer * block];
+            par_pieces(out, block.max(1), io.threads, |start, piece| {
+                let rows = piece.len() / block.max(1);
+                norm::softmax(
+                    &x[start..start + piece.len()],
+                    rows,
+                    *axis_len,
+                    *inner,
+                    *log,
+                    piece,
+                )
+            });
+        }
     }
     Ok(())
 }
