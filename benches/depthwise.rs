@@ -7,8 +7,11 @@
 //! `cargo bench --bench depthwise`. Inputs are written before timing, every shape runs a
 //! warm-up, and the median of at least 30 calls is reported.
 
+mod common;
+
 use std::hint::black_box;
-use std::time::Instant;
+
+use common::median_seconds;
 
 use roofline::kernels::conv::{Conv2d, ConvEpilogue};
 use roofline::kernels::depthwise::depthwise_conv2d;
@@ -25,19 +28,6 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (576, 14, 2),
     (960, 7, 1),
 ];
-
-fn median_seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 30 || start.elapsed().as_secs_f64() < 0.2 {
-        let t = Instant::now();
-        f();
-        times.push(t.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
-}
 
 fn main() {
     // Compute floor: one core's f32 FMA peak measured by the same sgemm the convolutions use

@@ -6,8 +6,11 @@
 //! `cargo bench --bench pool`. Inputs are written before timing, every shape runs a warm-up,
 //! and the median of at least 30 calls is reported.
 
+mod common;
+
 use std::hint::black_box;
-use std::time::Instant;
+
+use common::median_seconds;
 
 use roofline::kernels::pool::{avg_pool, max_pool, Pool2d};
 
@@ -22,19 +25,6 @@ const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
     ("max 2x2/2 128x56²", true, 128, 56, 2, 2, 0),
     ("avg 3x3/1 192x28²", false, 192, 28, 3, 1, 1),
 ];
-
-fn median_seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 30 || start.elapsed().as_secs_f64() < 0.2 {
-        let t = Instant::now();
-        f();
-        times.push(t.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
-}
 
 fn main() {
     println!(

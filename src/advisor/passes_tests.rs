@@ -322,6 +322,18 @@ fn conv_bn(bias: bool) -> (Net, ValueId) {
     (n, z)
 }
 
+/// `pass` reports no change and leaves the graph's ops as they were.
+fn assert_pass_changes_nothing(n: Net, pass: &str) {
+    let before = op_types(&n.g);
+    let (report, g) = run_pass(n, pass);
+    assert!(
+        report.passes[0].changes.is_empty(),
+        "{:?}",
+        changes(&report)
+    );
+    assert_eq!(op_types(&g), before);
+}
+
 #[test]
 fn bn_folds_into_a_conv() {
     let (n, z) = conv_bn(true);
@@ -424,14 +436,7 @@ fn bn_fold_leaves_alone_what_it_cannot_fold() {
     for v in [z1, z2, r2, z3, z4] {
         n.output(v);
     }
-    let before = op_types(&n.g);
-    let (report, g) = run_pass(n, "bn-fold");
-    assert!(
-        report.passes[0].changes.is_empty(),
-        "{:?}",
-        changes(&report)
-    );
-    assert_eq!(op_types(&g), before);
+    assert_pass_changes_nothing(n, "bn-fold");
 }
 
 #[test]
@@ -497,14 +502,7 @@ fn affine_fold_leaves_alone_what_is_not_per_channel() {
     for v in [z1, z2, z3, z4, z5] {
         n.output(v);
     }
-    let before = op_types(&n.g);
-    let (report, g) = run_pass(n, "bn-fold");
-    assert!(
-        report.passes[0].changes.is_empty(),
-        "{:?}",
-        changes(&report)
-    );
-    assert_eq!(op_types(&g), before);
+    assert_pass_changes_nothing(n, "bn-fold");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -217,9 +217,9 @@ pub fn choose(
     choose_calibrated(shape, direct, roof, policy, None)
 }
 
-/// The expected time of a convolution's cost when run as an algorithm, on a calibrated device
-/// (`None` where its class has no calibration).
-pub type ExpectedTime<'a> = &'a dyn Fn(&OpCost, ConvAlgorithm) -> Option<f64>;
+/// The expected time of a convolution's cost when run as an algorithm, given its roofline
+/// bound, on a calibrated device (`None` where its class has no calibration).
+pub type ExpectedTime<'a> = &'a dyn Fn(&OpCost, ConvAlgorithm, f64) -> Option<f64>;
 
 /// [`choose`], comparing the variants' expected times where `expected` gives one for direct
 /// and for the best Winograd variant (rule 4), their bounds otherwise.
@@ -248,52 +248,55 @@ pub fn choose_calibrated(
         return direct_choice("Winograd turned off".into());
     }
     debug_assert_eq!(direct.macs, shape.direct_macs());
-    let direct_expected = expected.and_then(|expected| expected(direct, ConvAlgorithm::Direct));
-    // (algorithm, bound, expected time)
-    let mut candidates: Vec<(ConvAlgorithm, f64, Option<f64>)> = Vec::new();
-    for algorithm in [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4] {
-        let m = algorithm.output_tile().unwrap_or(1);
-        if shape.tiles(m) < MIN_TILES {
-            continue;
-        }
-        let cost = algorithm_cost(shape, algorithm, direct);
-        let expected_s = direct_expected
-            .and(expected)
-            .and_then(|expected| expected(&cost, algorithm));
-        candidates.push((algorithm, time(&cost), expected_s));
-    }
-    let calibrated = direct_expected.is_some()
-        && !candidates.is_empty()
-        && candidates.iter().all(|c| c.2.is_some());
-    if let (true, Some(direct_expected)) = (calibrated, direct_expected) {
-        let (algorithm, bound_s, expected_s) = candidates
+    // (algorithm, cost, bound) of each variant with enough tiles.
+    let candidates: Vec<(ConvAlgorithm, OpCost, f64)> =
+        [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4]
+            .into_iter()
+            .filter(|algorithm| shape.tiles(algorithm.output_tile().unwrap_or(1)) >= MIN_TILES)
+            .map(|algorithm| {
+                let cost = algorithm_cost(shape, algorithm, direct);
+                let bound_s = time(&cost);
+                (algorithm, cost, bound_s)
+            })
+            .collect();
+    // Rule 4: expected times decide when direct and every candidate have one.
+    let direct_expected = expected.and_then(|expected| {
+        let direct_expected = expected(direct, ConvAlgorithm::Direct, direct_s)?;
+        let expected_candidates: Option<Vec<(ConvAlgorithm, f64, f64)>> = candidates
             .iter()
-            .map(|&(a, b, e)| (a, b, e.unwrap_or(f64::INFINITY)))
+            .map(|(a, cost, bound_s)| Some((*a, *bound_s, expected(cost, *a, *bound_s)?)))
+            .collect();
+        Some((direct_expected, expected_candidates?))
+    });
+    if let Some((direct_expected, expected_candidates)) = direct_expected {
+        if let Some(&(algorithm, bound_s, expected_s)) = expected_candidates
+            .iter()
             .min_by(|x, y| x.2.total_cmp(&y.2))
-            .expect("candidates is not empty");
-        return if expected_s * MARGIN <= direct_expected {
-            AlgorithmChoice {
-                algorithm,
-                direct_s,
-                chosen_s: bound_s,
-                reason: format!(
-                    "expected {:.2}x faster than direct (calibrated; bound {:.2}x)",
+        {
+            return if expected_s * MARGIN <= direct_expected {
+                AlgorithmChoice {
+                    algorithm,
+                    direct_s,
+                    chosen_s: bound_s,
+                    reason: format!(
+                        "expected {:.2}x faster than direct (calibrated; bound {:.2}x)",
+                        direct_expected / expected_s,
+                        direct_s / bound_s
+                    ),
+                }
+            } else {
+                direct_choice(format!(
+                    "{} expected only {:.2}x faster than direct (calibrated; bound {:.2}x)",
+                    algorithm.name(),
                     direct_expected / expected_s,
                     direct_s / bound_s
-                ),
-            }
-        } else {
-            direct_choice(format!(
-                "{} expected only {:.2}x faster than direct (calibrated; bound {:.2}x)",
-                algorithm.name(),
-                direct_expected / expected_s,
-                direct_s / bound_s
-            ))
-        };
+                ))
+            };
+        }
     }
     let best = candidates
         .iter()
-        .map(|&(a, b, _)| (a, b))
+        .map(|&(a, _, b)| (a, b))
         .min_by(|x, y| x.1.total_cmp(&y.1));
     match best {
         None => direct_choice(format!(
@@ -357,44 +360,32 @@ mod tests {
         let by_bounds = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
         assert_ne!(by_bounds.algorithm, ConvAlgorithm::Direct);
         let efficiency = |winograd: f64| {
-            move |cost: &OpCost, algorithm: ConvAlgorithm| {
-                let bound = estimate(cost, &r).predicted_s;
+            move |_: &OpCost, algorithm: ConvAlgorithm, bound: f64| {
                 Some(match algorithm {
                     ConvAlgorithm::Direct => bound / 0.6,
                     _ => bound / winograd,
                 })
             }
         };
-        let slow = efficiency(0.2);
-        let c = choose_calibrated(
-            &s,
-            &direct(&s),
-            Some(&r),
-            AlgorithmPolicy::Auto,
-            Some(&slow),
-        );
+        let decide = |expected: ExpectedTime| {
+            choose_calibrated(
+                &s,
+                &direct(&s),
+                Some(&r),
+                AlgorithmPolicy::Auto,
+                Some(expected),
+            )
+        };
+        let c = decide(&efficiency(0.2));
         assert_eq!(c.algorithm, ConvAlgorithm::Direct);
         assert!(c.reason.contains("calibrated"), "{}", c.reason);
-        let even = efficiency(0.6);
-        let c = choose_calibrated(
-            &s,
-            &direct(&s),
-            Some(&r),
-            AlgorithmPolicy::Auto,
-            Some(&even),
-        );
+        let c = decide(&efficiency(0.6));
         assert_eq!(c.algorithm, by_bounds.algorithm);
         assert_eq!(c.chosen_s, by_bounds.chosen_s);
-        let no_winograd = |cost: &OpCost, algorithm: ConvAlgorithm| {
-            (algorithm == ConvAlgorithm::Direct).then(|| estimate(cost, &r).predicted_s * 10.0)
+        let no_winograd = |_: &OpCost, algorithm: ConvAlgorithm, bound: f64| {
+            (algorithm == ConvAlgorithm::Direct).then_some(bound * 10.0)
         };
-        let c = choose_calibrated(
-            &s,
-            &direct(&s),
-            Some(&r),
-            AlgorithmPolicy::Auto,
-            Some(&no_winograd),
-        );
+        let c = decide(&no_winograd);
         assert_eq!(c, by_bounds);
     }
 

@@ -323,43 +323,30 @@ pub fn analyze_prepared(
             {
                 match conv_shape(node, &input_facts, &output_facts) {
                     Some(shape) => {
-                        // Each variant's expected time on a calibrated device, computed as
-                        // the record's below (its features at the levels its traffic uses).
-                        let output_elements: u64 =
-                            output_facts.iter().filter_map(|f| f.element_count()).sum();
+                        // Each variant's expected time on a calibrated device, looked up
+                        // as the record's below.
                         let direct_class = classify::kernel_class(
                             &node.domain,
                             &node.op_type,
                             &node.attrs,
                             &input_facts,
                         );
-                        let expected_of =
-                            |cost: &ops::OpCost, algorithm: algorithm::ConvAlgorithm| {
-                                let calibration = device.calibration.as_ref()?;
-                                let class = match algorithm {
-                                    algorithm::ConvAlgorithm::Direct => direct_class?,
-                                    _ => crate::device::calibration::KernelClass::Winograd,
-                                };
-                                let bound_s = estimate(cost, &roof).predicted_s;
-                                let (activation_level, weight_level) =
-                                    roof.level_numbers(&cost.bytes);
-                                let features = crate::device::calibration::ShapeFeatures::new(
-                                    cost.flops + cost.transcendental,
-                                    cost.bytes.weights_read
-                                        + cost.bytes.act_read
-                                        + cost.bytes.act_written,
-                                    cost.bytes.weights_read,
-                                    output_elements,
-                                )
-                                .at_levels(activation_level, weight_level);
-                                calibration.expected_s(
-                                    class,
-                                    &node.op_type,
-                                    calibration_threads,
-                                    &features,
-                                    bound_s,
-                                )
+                        let expected_of = |cost: &ops::OpCost,
+                                           algorithm: algorithm::ConvAlgorithm,
+                                           bound_s: f64| {
+                            let calibration = device.calibration.as_ref()?;
+                            let class = match algorithm {
+                                algorithm::ConvAlgorithm::Direct => direct_class?,
+                                _ => crate::device::calibration::KernelClass::Winograd,
                             };
+                            calibration.expected_s(
+                                class,
+                                &node.op_type,
+                                calibration_threads,
+                                &shape_features(cost, &roof, &output_facts),
+                                bound_s,
+                            )
+                        };
                         let choice = algorithm::choose_calibrated(
                             &shape,
                             &direct,
@@ -410,16 +397,7 @@ pub fn analyze_prepared(
                 record.memory_s = est.memory_s;
                 record.predicted_s = est.predicted_s;
                 if !cost.is_view {
-                    let output_elements =
-                        output_facts.iter().filter_map(|f| f.element_count()).sum();
-                    let (activation_level, weight_level) = op_roof.level_numbers(&cost.bytes);
-                    let features = crate::device::calibration::ShapeFeatures::new(
-                        cost.flops + cost.transcendental,
-                        record.bytes_read + record.bytes_written,
-                        record.weights_bytes,
-                        output_elements,
-                    )
-                    .at_levels(activation_level, weight_level);
+                    let features = shape_features(&cost, &op_roof, &output_facts);
                     record.kernel_class = match &record.algorithm {
                         Some(choice) if choice.algorithm != algorithm::ConvAlgorithm::Direct => {
                             Some(crate::device::calibration::KernelClass::Winograd)
@@ -668,6 +646,24 @@ pub fn drop_self_reading_concats<K: Copy>(
 
 /// Bytes of the graph's inputs and outputs (at their stored widths): with the weights, what
 /// every run cycles through the caches.
+/// What the calibration matches an op on: its work, bytes (weights + activations read, written)
+/// and output elements, at the memory levels `roof` charges its traffic at.
+fn shape_features(
+    cost: &ops::OpCost,
+    roof: &Roof,
+    output_facts: &[&TensorFact],
+) -> crate::device::calibration::ShapeFeatures {
+    let output_elements = output_facts.iter().filter_map(|f| f.element_count()).sum();
+    let (activation_level, weight_level) = roof.level_numbers(&cost.bytes);
+    crate::device::calibration::ShapeFeatures::new(
+        cost.flops + cost.transcendental,
+        cost.bytes.weights_read + cost.bytes.act_read + cost.bytes.act_written,
+        cost.bytes.weights_read,
+        output_elements,
+    )
+    .at_levels(activation_level, weight_level)
+}
+
 fn graph_io_bytes(graph: &Graph) -> u64 {
     graph
         .inputs
