@@ -444,8 +444,16 @@ pub fn run_probe(
                 .find(|m| same(m))
                 .map_or(0.0, |m| m.flops_per_s);
             let separately: f64 = timing.per_thread_best.iter().sum();
+            // Two vCPUs the host ran on one core's SMT siblings for the whole round look
+            // balanced (each thread half as fast), so the team is also judged against one
+            // thread's figure times the distinct cores it spans.
+            let single_best = compute_results
+                .iter()
+                .find(|m| m.precision == kernel.precision && m.mix == kernel.mix && m.threads == 1)
+                .map_or(0.0, |m| m.flops_per_s);
+            let core_scaled = single_best * cpu::distinct_cores(&cpus[..threads]) as f64;
             if threads > 1
-                && team_best < 0.9 * separately
+                && (team_best < 0.9 * separately || team_best < 0.8 * core_scaled)
                 && team_retries < MAX_TEAM_RETRIES
                 && rerun_allowed
             {
