@@ -730,6 +730,31 @@ pub fn cache_guide(description: &CpuDescription, threads: usize) -> super::plate
     super::plateau::CacheGuide { capacities }
 }
 
+/// How many distinct physical cores the given CPUs sit on, from the kernel's topology
+/// (`physical_package_id` and `core_id` in sysfs). SMT siblings share one core's FMA pipes, so
+/// a team's compute roof scales with this count, not with the CPU count. A CPU whose topology
+/// cannot be read counts as its own core (what a guest's vCPUs look like).
+pub fn distinct_cores(cpus: &[usize]) -> usize {
+    let read = |cpu: usize, field: &str| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{field}"))
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+    };
+    let mut cores: Vec<(i64, i64)> = Vec::with_capacity(cpus.len());
+    let mut unknown = 0;
+    for &cpu in cpus {
+        match (read(cpu, "physical_package_id"), read(cpu, "core_id")) {
+            (Some(package), Some(core)) => {
+                if !cores.contains(&(package, core)) {
+                    cores.push((package, core));
+                }
+            }
+            _ => unknown += 1,
+        }
+    }
+    cores.len() + unknown
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -741,8 +766,8 @@ mod tests {
         assert_eq!(distinct_cores(&[1 << 20, (1 << 20) + 1]), 2);
         // The same CPU twice is one core; never more cores than CPUs.
         assert_eq!(distinct_cores(&[0, 0]), 1);
-        let online: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get()))
-            .collect();
+        let online: Vec<usize> =
+            (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
         assert!((1..=online.len()).contains(&distinct_cores(&online)));
     }
 
@@ -819,29 +844,4 @@ mod tests {
         let cores = usable_cores();
         assert!(cores.usable >= 1);
     }
-}
-
-/// How many distinct physical cores the given CPUs sit on, from the kernel's topology
-/// (`physical_package_id` and `core_id` in sysfs). SMT siblings share one core's FMA pipes, so
-/// a team's compute roof scales with this count, not with the CPU count. A CPU whose topology
-/// cannot be read counts as its own core (what a guest's vCPUs look like).
-pub fn distinct_cores(cpus: &[usize]) -> usize {
-    let read = |cpu: usize, field: &str| {
-        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{field}"))
-            .ok()
-            .and_then(|text| text.trim().parse::<i64>().ok())
-    };
-    let mut cores: Vec<(i64, i64)> = Vec::with_capacity(cpus.len());
-    let mut unknown = 0;
-    for &cpu in cpus {
-        match (read(cpu, "physical_package_id"), read(cpu, "core_id")) {
-            (Some(package), Some(core)) => {
-                if !cores.contains(&(package, core)) {
-                    cores.push((package, core));
-                }
-            }
-            _ => unknown += 1,
-        }
-    }
-    cores.len() + unknown
 }

@@ -48,13 +48,13 @@ const GRID_BLOCK_FLOATS: usize = 2048;
 
 /// Where each tap of one convolution reads inside the phase planes.
 #[derive(Debug)]
-struct PhaseLayout {
+pub(super) struct PhaseLayout {
     phase_rows: usize,
-    phase_cols: usize,
+    pub(super) phase_cols: usize,
     /// Floats per phase plane: rows × cols plus slack for the extra columns of the last row.
     phase_len: usize,
     /// Per tap (row-major over the kernel): offset of its read for grid index 0.
-    tap_offsets: Vec<usize>,
+    pub(super) tap_offsets: Vec<usize>,
     /// Per column phase p: the phase columns `first..last` whose source column
     /// `j·stride_w + p − pad_left` lies inside the input row (the rest are padding zeros).
     /// Computed once: two divisions per row and phase cost as much as a 56-wide row copy.
@@ -74,7 +74,7 @@ enum KernelShape {
 }
 
 impl PhaseLayout {
-    fn new(g: &Conv2d) -> PhaseLayout {
+    pub(super) fn new(g: &Conv2d) -> PhaseLayout {
         let reach_rows = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
         let reach_cols = (g.kernel_w - 1) * g.dilation_w / g.stride_w;
         let phase_rows = g.out_h + reach_rows;
@@ -117,7 +117,7 @@ impl PhaseLayout {
         }
     }
 
-    fn phases_len(&self, g: &Conv2d) -> usize {
+    pub(super) fn phases_len(&self, g: &Conv2d) -> usize {
         g.stride_h * g.stride_w * self.phase_len
     }
 
@@ -376,7 +376,12 @@ unsafe fn run<V: Vf32>(job: &Job, channels: Range<usize>) {
 /// once per call stays zero: no per-row fills (the rows are short, 7 to 114 floats, and the
 /// per-row bookkeeping cost more than the copies).
 #[inline(always)]
-unsafe fn fill_phases<V: Vf32>(g: &Conv2d, lay: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
+pub(super) unsafe fn fill_phases<V: Vf32>(
+    g: &Conv2d,
+    lay: &PhaseLayout,
+    plane: &[f32],
+    phases: &mut [f32],
+) {
     let (sh, sw) = (g.stride_h, g.stride_w);
     let cols = lay.phase_cols;
     let (pt, pl) = (g.pad_top, g.pad_left);
@@ -869,7 +874,7 @@ unsafe fn small_planes_avx512(
 
 /// `dst[x] = act(src[x] + residual[x])` for `x < n`.
 #[inline(always)]
-unsafe fn write_row<V: Vf32>(
+pub(super) unsafe fn write_row<V: Vf32>(
     src: *const f32,
     dst: *mut f32,
     n: usize,

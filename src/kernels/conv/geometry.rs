@@ -73,19 +73,21 @@ impl Conv2d {
             && self.out_w == self.in_w
     }
 
-    /// Scratch floats the GEMM path needs: the im2col columns (none for pointwise) and, when
-    /// some GEMM variant computes this convolution pixel-major, the transposed output of one
-    /// group. 0 for depthwise.
+    /// Scratch floats the convolution needs: for the GEMM path the im2col columns (none for
+    /// pointwise) and, when some GEMM variant computes this convolution pixel-major, the
+    /// transposed output of one group; for the direct kernel its phase planes. 0 for depthwise.
     pub fn scratch_len(&self) -> usize {
         if self.is_depthwise() {
             return 0;
         }
-        self.im2col_len()
+        let gemm = self.im2col_len()
             + if self.any_pixel_major() {
                 self.transposed_len()
             } else {
                 0
-            }
+            };
+        // Whichever path the ISA picks runs with this scratch (the direct kernel's phase planes).
+        gemm.max(super::direct::scratch_len(self))
     }
 
     /// `(m, n, k)` of the GEMM one image and group runs as on `isa` (pixel-major convolutions

@@ -1,12 +1,16 @@
 //! 2-D convolution (NCHW): 1×1 stride-1 convolutions are plain GEMMs on the input, depthwise
-//! convolutions run the direct kernel of `depthwise.rs`, everything else goes through explicit im2col + GEMM per
-//! group. The GEMM epilogue carries bias, residual and activation.
+//! convolutions run the direct kernel of `depthwise.rs`, dense convolutions with a short im2col
+//! column (up to 2400 input channels × taps, planes of 64+ outputs, kernels wider than 1×1) run
+//! the direct kernel of `direct.rs` on AVX2 and AVX-512, and everything else goes through im2col
+//! + GEMM per group. The GEMM epilogue carries bias, residual and activation.
 //!
 //! Children: `geometry` (the `Conv2d`/`ConvEpilogue` leaf both kernels build on, re-exported
-//! here), `depthwise` (the direct depthwise kernel, which names only `geometry`) and, in test
+//! here), `depthwise` (the direct depthwise kernel, which names only `geometry`), `direct` (the
+//! dense direct kernel, built on the depthwise kernel's phase planes), `winograd` and, in test
 //! builds, `reference` (the f64 reference convolution).
 
 pub mod depthwise;
+pub mod direct;
 mod geometry;
 #[cfg(test)]
 mod reference;
@@ -360,6 +364,8 @@ pub fn conv2d(
 /// cost about as much as the multiply).
 pub struct PackedConvWeights {
     groups: Vec<PackedGroup>,
+    /// Set instead of `groups` when the convolution runs the direct kernel (`direct::applies`).
+    direct: Option<direct::DirectWeights>,
 }
 
 /// One group's weights, packed for the layout the convolution runs in.
@@ -391,8 +397,26 @@ impl std::fmt::Debug for PackedConvWeights {
 }
 
 impl PackedConvWeights {
-    /// `None` for geometries that do not take the GEMM path (depthwise).
+    /// The weights for the kernel this convolution runs on `config`'s ISA: reordered for the
+    /// direct kernel where it applies, packed per group for the GEMM otherwise. `None` for
+    /// depthwise geometries (their kernel reads the weights as they are).
     pub fn new(
+        config: &gemm::GemmConfig,
+        geom: &Conv2d,
+        weights: &[f32],
+    ) -> Option<PackedConvWeights> {
+        if let Some(direct) = direct::DirectWeights::new(config.isa, geom, weights) {
+            return Some(PackedConvWeights {
+                groups: Vec::new(),
+                direct: Some(direct),
+            });
+        }
+        Self::for_gemm(config, geom, weights)
+    }
+
+    /// The weights packed for the im2col + GEMM path even where the direct kernel applies (to
+    /// compare the two). `None` for depthwise geometries.
+    pub fn for_gemm(
         config: &gemm::GemmConfig,
         geom: &Conv2d,
         weights: &[f32],
@@ -420,12 +444,21 @@ impl PackedConvWeights {
                 }
             })
             .collect();
-        Some(PackedConvWeights { groups })
+        Some(PackedConvWeights {
+            groups,
+            direct: None,
+        })
     }
 
-    /// Bytes held by the packed panels.
+    /// Bytes held by the packed panels or the reordered direct weights.
     pub fn bytes(&self) -> usize {
-        self.groups.iter().map(PackedGroup::bytes).sum()
+        self.groups.iter().map(PackedGroup::bytes).sum::<usize>()
+            + self.direct.as_ref().map_or(0, direct::DirectWeights::bytes)
+    }
+
+    /// Whether the convolution runs the direct kernel with these weights.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
     }
 }
 
@@ -467,6 +500,22 @@ pub fn conv2d_prepacked(
     if geom.is_depthwise() {
         depthwise::depthwise_conv2d(geom, input, weights, epilogue, output, threads);
         return;
+    }
+    match packed {
+        Some(PackedConvWeights {
+            direct: Some(direct),
+            ..
+        }) => {
+            direct::direct_conv2d(geom, input, direct, epilogue, output, scratch, threads);
+            return;
+        }
+        None => {
+            if let Some(direct) = direct::DirectWeights::new(config.isa, geom, weights) {
+                direct::direct_conv2d(geom, input, &direct, epilogue, output, scratch, threads);
+                return;
+            }
+        }
+        Some(_) => {}
     }
     let group_in = geom.in_channels / geom.group;
     let group_out = geom.out_channels / geom.group;

@@ -48,9 +48,20 @@ fn check_with(geom: Conv2d, input: &[f32], weights: &[f32], ep: &ConvEpilogue) {
         let Some(config) = gemm::GemmConfig::for_isa(isa) else {
             continue;
         };
-        let packed = PackedConvWeights::new(&config, &geom, &weights);
-        assert_eq!(packed.is_none(), geom.is_depthwise());
-        for threads in [1, 2] {
+        // The kernel the ISA picks (the direct kernel for short im2col columns) and the GEMM.
+        let chosen = PackedConvWeights::new(&config, &geom, &weights);
+        let gemm_packed = PackedConvWeights::for_gemm(&config, &geom, &weights);
+        assert_eq!(chosen.is_none(), geom.is_depthwise());
+        assert_eq!(
+            chosen.as_ref().is_some_and(PackedConvWeights::is_direct),
+            direct::applies(isa, &geom)
+        );
+        for (packed, threads) in [
+            (&chosen, 1),
+            (&chosen, 2),
+            (&gemm_packed, 1),
+            (&gemm_packed, 2),
+        ] {
             let mut got = vec![f32::NAN; want.len()];
             let mut scratch = vec![f32::NAN; geom.scratch_len()];
             conv2d_prepacked(

@@ -1,0 +1,697 @@
+//! Dense direct convolution (NCHW) without im2col, for convolutions whose im2col matrix is short
+//! (few input channels times taps: a network's first convolution, SqueezeNet's 3×3 expands on
+//! 16-64 channels, strided 1×1 projections).
+//!
+//! The input planes are copied once into the zero-padded phase planes of the depthwise kernel
+//! (`depthwise::PhaseLayout`): there, output `(y, x)` reads tap `(ky, kx)` of channel `c` at the
+//! flattened grid index `y · phase_cols + x` plus a constant offset, whatever the stride,
+//! dilation or padding, so a run of consecutive grid indices is one unaligned vector load per
+//! tap. A register tile holds `CO` output channels × `NV` vectors of grid indices; each (channel,
+//! tap) step loads `NV` input vectors, broadcasts `CO` weights and issues `CO × NV` FMAs (24 of
+//! them for 11 loads on AVX-512), with no packing of the input at all: the im2col + GEMM path
+//! packs every im2col element once per convolution, which on a K of 27-576 costs about as much
+//! as a third of the multiply-adds, and its microkernel's 12-row tiles waste a tenth of a
+//! 64-channel output. The grid's columns past `out_w` (the kernel's reach, 2 of 57 for a 3×3 on
+//! a 55-wide plane) are computed and dropped when a tile is written out with its bias,
+//! residual and activation.
+//!
+//! Work is split over tiles of grid indices (outer) and channel blocks (inner), so a tile's
+//! input stays in L1 while every channel block reads it.
+
+use super::depthwise::{fill_phases, write_row, PhaseLayout};
+use super::geometry::{Conv2d, ConvEpilogue};
+use crate::kernels::gemm::simd::Vf32;
+use crate::kernels::gemm::Isa;
+use crate::kernels::parallel::{parallel_for, SendPtr};
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{__m256, __m512};
+
+/// Register tile of the AVX-512 kernel: output channels × vectors of 16 grid indices.
+const AVX512_TILE: (usize, usize) = (8, 3);
+/// Register tile of the AVX2 kernel (16 registers: 12 accumulators, 3 inputs, 1 weight).
+const AVX2_TILE: (usize, usize) = (4, 3);
+
+/// `(channels, vectors, lanes)` of the register tile on `isa`, if it has a direct kernel.
+fn tile_of(isa: Isa) -> Option<(usize, usize, usize)> {
+    match isa {
+        Isa::Avx512 => Some((AVX512_TILE.0, AVX512_TILE.1, 16)),
+        Isa::Avx2Fma => Some((AVX2_TILE.0, AVX2_TILE.1, 8)),
+        Isa::Scalar => None,
+    }
+}
+
+/// Whether the direct kernel runs this convolution on `isa`: dense (not depthwise), a kernel
+/// wider than 1×1, an im2col column of at most [`MAX_TAPS`] and a plane of at least
+/// [`MIN_PIXELS`] outputs.
+///
+/// Read off `cargo bench --bench direct_conv` (direct ÷ im2col + GEMM, same run, Zen 5, 1 and 2
+/// threads): the direct kernel led on every 3×3, 5×5, 7×7 and 11×11 shape up to K = 1152 by
+/// 0.58-0.92× (first convolutions 0.58-0.82, SqueezeNet's 55² and 27² expands 0.84-0.91, ResNet's
+/// 64-channel 3×3 0.77-0.82), tied on 13² planes (1.00-1.04: a fifth of the grid is the
+/// kernel's reach and the partial last tile) and from K ≈ 2300 on (0.84-1.07); it lost on
+/// strided 1×1 convolutions (1.13-1.33: their phase planes copy four times what the one tap
+/// reads) and on 7² planes with K = 4608 (1.05-1.07).
+pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
+    tile_of(isa).is_some() && applies_to_geometry(geom)
+}
+
+/// The ISA-independent part of [`applies`].
+pub(super) fn applies_to_geometry(geom: &Conv2d) -> bool {
+    let taps = geom.in_channels / geom.group.max(1) * geom.kernel_h * geom.kernel_w;
+    !geom.is_depthwise()
+        && geom.kernel_h * geom.kernel_w > 1
+        && taps <= MAX_TAPS
+        && geom.out_h * geom.out_w >= MIN_PIXELS
+}
+
+/// Longest im2col column (input channels × taps) the direct kernel takes (see [`applies`]).
+const MAX_TAPS: usize = 2400;
+/// Fewest output pixels per plane the direct kernel takes (see [`applies`]).
+const MIN_PIXELS: usize = 64;
+
+/// Floats of scratch one call needs: the phase planes of one image's group of input channels,
+/// plus the slack the last grid tile reads past them (its dropped lanes).
+pub(super) fn scratch_len(geom: &Conv2d) -> usize {
+    if !applies_to_geometry(geom) {
+        return 0;
+    }
+    phases_scratch_len(geom)
+}
+
+/// [`scratch_len`] whether or not the rule picks the direct kernel.
+fn phases_scratch_len(geom: &Conv2d) -> usize {
+    let layout = PhaseLayout::new(geom);
+    geom.in_channels / geom.group * layout.phases_len(geom) + slack()
+}
+
+/// Floats past the last channel's phase planes that a tile may read: the farthest read is below
+/// `channels × phases_len + tile width` (each channel's planes end with the kernel's reach past
+/// the last grid row), so the widest tile of any ISA is enough.
+fn slack() -> usize {
+    (AVX512_TILE.1 * 16).max(AVX2_TILE.1 * 8)
+}
+
+/// Weights reordered for the register tile: per group and block of `co_block` output channels,
+/// per input channel and tap, the block's `co_block` weights side by side (zero past the last
+/// channel), so each step broadcasts consecutive floats.
+#[derive(Clone)]
+pub struct DirectWeights {
+    isa: Isa,
+    co_block: usize,
+    blocks_per_group: usize,
+    /// Input channels of a group × kernel taps.
+    steps: usize,
+    data: Vec<f32>,
+}
+
+impl std::fmt::Debug for DirectWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DirectWeights({}, {} channels per block, {} floats)",
+            self.isa.name(),
+            self.co_block,
+            self.data.len()
+        )
+    }
+}
+
+impl DirectWeights {
+    /// `None` when `isa` has no direct kernel or the geometry does not take it.
+    pub fn new(isa: Isa, geom: &Conv2d, weights: &[f32]) -> Option<DirectWeights> {
+        if !applies(isa, geom) {
+            return None;
+        }
+        Self::pack(isa, geom, weights)
+    }
+
+    /// The reordering alone, whether or not the rule picks the direct kernel (`None` only
+    /// when `isa` has none): the kernel runs any dense geometry.
+    fn pack(isa: Isa, geom: &Conv2d, weights: &[f32]) -> Option<DirectWeights> {
+        let (co_block, _, _) = tile_of(isa)?;
+        let group_out = geom.out_channels / geom.group;
+        let steps = geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w;
+        let blocks_per_group = group_out.div_ceil(co_block);
+        let mut data = vec![0.0; geom.group * blocks_per_group * steps * co_block];
+        for g in 0..geom.group {
+            for o in 0..group_out {
+                let (block, lane) = (o / co_block, o % co_block);
+                let filter = &weights[(g * group_out + o) * steps..(g * group_out + o + 1) * steps];
+                let base = (g * blocks_per_group + block) * steps * co_block;
+                for (step, &w) in filter.iter().enumerate() {
+                    data[base + step * co_block + lane] = w;
+                }
+            }
+        }
+        Some(DirectWeights {
+            isa,
+            co_block,
+            blocks_per_group,
+            steps,
+            data,
+        })
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * 4
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+}
+
+/// Everything the workers of one (image, group) share.
+struct Job<'a> {
+    geom: &'a Conv2d,
+    layout: &'a PhaseLayout,
+    /// The group's phase planes, `phases_len` floats per input channel.
+    phases: *const f32,
+    weights: &'a [f32],
+    /// Output channels of this group that exist (the last block may be partial).
+    group_out: usize,
+    blocks: usize,
+    steps: usize,
+    bias: Option<&'a [f32]>,
+    /// The group's first output plane, and its residual.
+    output: SendPtr<f32>,
+    residual: Option<*const f32>,
+    activation: &'a crate::kernels::gemm::Activation,
+}
+
+// SAFETY: the raw pointers are read-only (phases, residual) or written at disjoint planes and
+// grid runs per task (output); the job lives for the `parallel_for` that shares it.
+unsafe impl Sync for Job<'_> {}
+
+/// Runs the convolution with the direct kernel. `weights` come from [`DirectWeights::new`] for
+/// this geometry; `scratch` holds at least [`scratch_len`] floats.
+///
+/// # Panics
+/// When a slice is shorter than the geometry says, or the weights were packed for an ISA this
+/// CPU lacks (caller bugs).
+pub fn direct_conv2d(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &DirectWeights,
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    scratch: &mut [f32],
+    threads: usize,
+) {
+    assert!(
+        weights.isa.is_available(),
+        "direct weights for a missing ISA"
+    );
+    let (co_block, nv, lanes) = tile_of(weights.isa).expect("direct weights imply a tile");
+    let layout = PhaseLayout::new(geom);
+    let group_in = geom.in_channels / geom.group;
+    let group_out = geom.out_channels / geom.group;
+    let in_plane = geom.in_h * geom.in_w;
+    let out_plane = geom.out_h * geom.out_w;
+    let phases_len = layout.phases_len(geom);
+    let needed = group_in * phases_len + slack();
+    assert!(
+        scratch.len() >= needed,
+        "direct convolution scratch too short"
+    );
+    assert!(input.len() >= geom.batch * geom.in_channels * in_plane);
+    assert!(output.len() >= geom.batch * geom.out_channels * out_plane);
+    assert!(epilogue
+        .residual
+        .is_none_or(|r| r.len() >= geom.batch * geom.out_channels * out_plane));
+    assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.out_channels));
+    assert_eq!(weights.steps, group_in * geom.kernel_h * geom.kernel_w);
+    let scratch = &mut scratch[..needed];
+    // The slack past the last plane is read by dropped lanes only; zero it so they read numbers.
+    scratch[group_in * phases_len..].fill(0.0);
+    let grid = geom.out_h * layout.phase_cols;
+    let tile_width = nv * lanes;
+    let tiles = grid.div_ceil(tile_width);
+    let blocks = weights.blocks_per_group;
+    for n in 0..geom.batch {
+        for g in 0..geom.group {
+            let first_in = (n * geom.in_channels + g * group_in) * in_plane;
+            let image = &input[first_in..first_in + group_in * in_plane];
+            fill_group(geom, &layout, image, scratch, threads);
+            let first_out = (n * geom.out_channels + g * group_out) * out_plane;
+            let job = Job {
+                geom,
+                layout: &layout,
+                phases: scratch.as_ptr(),
+                weights: &weights.data[g * blocks * weights.steps * co_block
+                    ..(g + 1) * blocks * weights.steps * co_block],
+                group_out,
+                blocks,
+                steps: weights.steps,
+                bias: epilogue
+                    .bias
+                    .map(|b| &b[g * group_out..(g + 1) * group_out]),
+                output: SendPtr(output[first_out..].as_mut_ptr()),
+                residual: epilogue.residual.map(|r| r[first_out..].as_ptr()),
+                activation: &epilogue.activation,
+            };
+            // Tiles of grid indices (outer) × channel blocks (inner), in contiguous runs per
+            // task; several tasks per thread so a slow core does not hold the others up.
+            let work = tiles * blocks;
+            let tasks = if threads <= 1 {
+                1
+            } else {
+                (threads * 4).min(work)
+            };
+            let per_task = work.div_ceil(tasks);
+            let isa = weights.isa;
+            parallel_for(threads, work.div_ceil(per_task), |task| {
+                let range = task * per_task..((task + 1) * per_task).min(work);
+                // SAFETY: `isa` is available (asserted); the scratch, weights and output were
+                // checked against the geometry; each task writes its own tiles' outputs.
+                unsafe {
+                    match isa {
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx512 => run_avx512(&job, range),
+                        #[cfg(target_arch = "x86_64")]
+                        Isa::Avx2Fma => run_avx2(&job, range),
+                        _ => unreachable!("no direct kernel for {isa:?}"),
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Copies a group's input planes into their phase planes, channels split across the threads.
+fn fill_group(
+    geom: &Conv2d,
+    layout: &PhaseLayout,
+    image: &[f32],
+    scratch: &mut [f32],
+    threads: usize,
+) {
+    let channels = geom.in_channels / geom.group;
+    let in_plane = geom.in_h * geom.in_w;
+    let phases_len = layout.phases_len(geom);
+    // Splitting pays only when the copy is long enough to outweigh waking a worker.
+    let threads = if channels * in_plane < 1 << 15 {
+        1
+    } else {
+        threads
+    };
+    let tasks = threads.min(channels).max(1);
+    let per_task = channels.div_ceil(tasks);
+    let dst = SendPtr(scratch.as_mut_ptr());
+    parallel_for(threads, tasks, |task| {
+        let (c0, c1) = (task * per_task, ((task + 1) * per_task).min(channels));
+        if c0 >= c1 {
+            return;
+        }
+        // SAFETY: task `task` writes only the phase planes of channels c0..c1, inside the
+        // scratch (`channels × phases_len` floats checked by the caller).
+        let phases = unsafe {
+            std::slice::from_raw_parts_mut(dst.get().add(c0 * phases_len), (c1 - c0) * phases_len)
+        };
+        // Padding and slack must read as zeros; the fill then writes only the interior.
+        phases.fill(0.0);
+        for (c, planes) in (c0..c1).zip(phases.chunks_exact_mut(phases_len)) {
+            let plane = &image[c * in_plane..(c + 1) * in_plane];
+            // SAFETY: `planes` holds one channel's phase planes for `layout`.
+            unsafe { fill_phases_best(geom, layout, plane, planes) };
+        }
+    });
+}
+
+/// [`fill_phases`] with the widest vectors this CPU has.
+unsafe fn fill_phases_best(geom: &Conv2d, layout: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if Isa::Avx512.is_available() {
+            return fill_avx512(geom, layout, plane, phases);
+        }
+        if Isa::Avx2Fma.is_available() {
+            return fill_avx2(geom, layout, plane, phases);
+        }
+    }
+    fill_phases::<f32>(geom, layout, plane, phases)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fill_avx512(geom: &Conv2d, layout: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
+    fill_phases::<__m512>(geom, layout, plane, phases)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fill_avx2(geom: &Conv2d, layout: &PhaseLayout, plane: &[f32], phases: &mut [f32]) {
+    fill_phases::<__m256>(geom, layout, plane, phases)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn run_avx512(job: &Job, work: std::ops::Range<usize>) {
+    run::<__m512, { AVX512_TILE.0 }, { AVX512_TILE.1 }>(job, work)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2(job: &Job, work: std::ops::Range<usize>) {
+    run::<__m256, { AVX2_TILE.0 }, { AVX2_TILE.1 }>(job, work)
+}
+
+/// Computes the (grid tile, channel block) pairs `work` (tile-major) and writes them out.
+#[inline(always)]
+unsafe fn run<V: Vf32, const CO: usize, const NV: usize>(job: &Job, work: std::ops::Range<usize>) {
+    let geom = job.geom;
+    let layout = job.layout;
+    let cols = layout.phase_cols;
+    let grid = geom.out_h * cols;
+    let width = NV * V::LANES;
+    let out_plane = geom.out_h * geom.out_w;
+    // One tile's results before they are written out: CO rows of `width` grid indices.
+    let mut staged = [0.0f32; 8 * 3 * 16];
+    debug_assert!(CO * width <= staged.len());
+    // Runs of the current tile inside one output row: (grid offset in the tile, output
+    // offset in the plane, length).
+    let mut runs: Vec<(usize, usize, usize)> = Vec::with_capacity(width / geom.out_w.max(1) + 2);
+    let mut current_tile = usize::MAX;
+    for item in work {
+        // Tile-major: a tile's input stays in L1 while every channel block reads it (channel
+        // block-major measured 1.0-1.45× slower, worst on large strided planes).
+        let (tile_index, block) = (item / job.blocks, item % job.blocks);
+        let q0 = tile_index * width;
+        if tile_index != current_tile {
+            current_tile = tile_index;
+            runs.clear();
+            let end = (q0 + width).min(grid);
+            let mut q = q0;
+            while q < end {
+                let (y, x) = (q / cols, q % cols);
+                if x >= geom.out_w {
+                    q = (y + 1) * cols;
+                    continue;
+                }
+                let len = (geom.out_w - x).min(end - q);
+                runs.push((q - q0, y * geom.out_w + x, len));
+                q += len;
+            }
+        }
+        let first_channel = block * CO;
+        let live = CO.min(job.group_out - first_channel);
+        // The last tile computes only the vectors that reach into the grid (a 13×13 plane's
+        // grid of 195 indices is four full tiles and one vector, not five tiles).
+        let vectors = (grid - q0).div_ceil(V::LANES).min(NV);
+        let staged_at = staged.as_mut_ptr();
+        match vectors {
+            1 => tile::<V, CO, 1>(job, block, q0, live, staged_at, width),
+            2 => tile::<V, CO, 2>(job, block, q0, live, staged_at, width),
+            _ => tile::<V, CO, NV>(job, block, q0, live, staged_at, width),
+        }
+        for o in 0..live {
+            let plane = (first_channel + o) * out_plane;
+            for &(at, out_at, len) in &runs {
+                write_row::<V>(
+                    staged.as_ptr().add(o * width + at),
+                    job.output.get().add(plane + out_at),
+                    len,
+                    job.residual.map(|r| r.add(plane + out_at)),
+                    job.activation,
+                );
+            }
+        }
+    }
+}
+
+/// Channel block `block` × `N` vectors of grid indices from `q0`: the sums over every input
+/// channel and tap, plus the bias, stored to `staged` (row `o` at `o · width`) for the `live`
+/// channels that exist.
+#[inline(always)]
+unsafe fn tile<V: Vf32, const CO: usize, const N: usize>(
+    job: &Job,
+    block: usize,
+    q0: usize,
+    live: usize,
+    staged: *mut f32,
+    width: usize,
+) {
+    let taps = &job.layout.tap_offsets;
+    let phases_len = job.layout.phases_len(job.geom);
+    let channels = job.steps / taps.len();
+    let mut acc = [[V::zero(); N]; CO];
+    let mut w = job.weights.as_ptr().add(block * job.steps * CO);
+    for c in 0..channels {
+        let base = job.phases.add(c * phases_len + q0);
+        for &offset in taps {
+            let src = base.add(offset);
+            let mut x = [V::zero(); N];
+            for (v, xv) in x.iter_mut().enumerate() {
+                *xv = V::load(src.add(v * V::LANES));
+            }
+            for row in acc.iter_mut() {
+                let wv = V::splat(*w);
+                w = w.add(1);
+                for (a, &xv) in row.iter_mut().zip(&x) {
+                    *a = V::fma(xv, wv, *a);
+                }
+            }
+        }
+    }
+    let first_channel = block * CO;
+    for (o, row) in acc.iter().enumerate().take(live) {
+        let bias = V::splat(job.bias.map_or(0.0, |b| b[first_channel + o]));
+        for (v, &a) in row.iter().enumerate() {
+            V::store(staged.add(o * width + v * V::LANES), V::add(a, bias));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::conv::reference_conv;
+    use crate::kernels::gemm::Activation;
+
+    fn geometry(
+        channels: (usize, usize),
+        plane: (usize, usize),
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+        dilation: usize,
+        group: usize,
+    ) -> Conv2d {
+        let (in_channels, out_channels) = channels;
+        let (in_h, in_w) = plane;
+        let reach = dilation * (kernel - 1) + 1;
+        Conv2d {
+            batch: 1,
+            in_channels,
+            in_h,
+            in_w,
+            out_channels,
+            kernel_h: kernel,
+            kernel_w: kernel,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: dilation,
+            dilation_w: dilation,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: (in_h + 2 * pad - reach) / stride + 1,
+            out_w: (in_w + 2 * pad - reach) / stride + 1,
+            group,
+        }
+    }
+
+    fn check(geom: Conv2d, activation: Activation, with_residual: bool) {
+        let input: Vec<f32> = (0..geom.batch * geom.in_channels * geom.in_h * geom.in_w)
+            .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+            .collect();
+        let steps = geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w;
+        let weights: Vec<f32> = (0..geom.out_channels * steps)
+            .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        let bias: Vec<f32> = (0..geom.out_channels)
+            .map(|i| i as f32 * 0.1 - 0.5)
+            .collect();
+        let out_len = geom.batch * geom.out_channels * geom.out_h * geom.out_w;
+        let residual: Vec<f32> = (0..out_len).map(|i| (i % 7) as f32 * 0.25 - 0.8).collect();
+        let epilogue = ConvEpilogue {
+            bias: Some(&bias),
+            residual: with_residual.then_some(residual.as_slice()),
+            activation,
+        };
+        let want = reference_conv(&geom, &input, &weights, &epilogue);
+        for isa in [Isa::Avx2Fma, Isa::Avx512] {
+            if !isa.is_available() {
+                continue;
+            }
+            let packed = DirectWeights::pack(isa, &geom, &weights).expect("a direct kernel");
+            for threads in [1, 3] {
+                let mut got = vec![f32::NAN; out_len];
+                let mut scratch = vec![f32::NAN; phases_scratch_len(&geom)];
+                direct_conv2d(
+                    &geom,
+                    &input,
+                    &packed,
+                    &epilogue,
+                    &mut got,
+                    &mut scratch,
+                    threads,
+                );
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() < 1e-3 * (1.0 + w.abs()),
+                        "{isa:?}, {threads} threads, {geom:?} at {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn direct_matches_the_reference_over_geometries() {
+        // First convolutions (3 channels, stride 2), SqueezeNet's expands, odd channel counts
+        // that leave a partial channel block, planes narrower than a vector, a strided 1×1.
+        check(
+            geometry((3, 32), (33, 35), 3, 2, 1, 1, 1),
+            Activation::Relu,
+            false,
+        );
+        check(
+            geometry((3, 16), (30, 30), 7, 2, 3, 1, 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geometry((16, 64), (21, 21), 3, 1, 1, 1, 1),
+            Activation::Relu,
+            true,
+        );
+        check(
+            geometry((5, 13), (9, 7), 3, 1, 1, 1, 1),
+            Activation::Silu,
+            false,
+        );
+        check(
+            geometry((8, 9), (6, 5), 3, 1, 0, 1, 1),
+            Activation::None,
+            true,
+        );
+        check(
+            geometry((24, 20), (14, 14), 1, 2, 0, 1, 1),
+            Activation::None,
+            false,
+        );
+        check(
+            geometry((6, 10), (19, 23), 3, 1, 2, 2, 1),
+            Activation::Clip { min: 0.0, max: 6.0 },
+            false,
+        );
+        check(
+            geometry((8, 12), (17, 16), 3, 3, 1, 1, 2),
+            Activation::Relu,
+            true,
+        );
+        check(
+            geometry((4, 8), (12, 40), 5, 1, 2, 1, 4),
+            Activation::None,
+            false,
+        );
+    }
+
+    #[test]
+    fn batches_and_one_row_planes() {
+        let mut geom = geometry((6, 11), (13, 17), 3, 1, 1, 1, 1);
+        geom.batch = 3;
+        check(geom, Activation::Relu, true);
+        // A 1-D convolution turned into one row.
+        let row = Conv2d {
+            in_h: 1,
+            out_h: 1,
+            kernel_h: 1,
+            pad_top: 0,
+            ..geometry((12, 16), (5, 200), 5, 1, 2, 1, 1)
+        };
+        check(row, Activation::None, false);
+    }
+
+    #[test]
+    fn the_rule_keeps_long_columns_and_plain_gemms_off_the_direct_kernel() {
+        assert!(applies_to_geometry(&geometry(
+            (16, 64),
+            (55, 55),
+            3,
+            1,
+            1,
+            1,
+            1
+        )));
+        assert!(applies_to_geometry(&geometry(
+            (3, 64),
+            (224, 224),
+            7,
+            2,
+            3,
+            1,
+            1
+        )));
+        assert!(applies_to_geometry(&geometry(
+            (256, 256),
+            (14, 14),
+            3,
+            1,
+            1,
+            1,
+            1
+        )));
+        assert!(!applies_to_geometry(&geometry(
+            (512, 512),
+            (14, 14),
+            3,
+            1,
+            1,
+            1,
+            1
+        )));
+        assert!(!applies_to_geometry(&geometry(
+            (64, 64),
+            (7, 7),
+            3,
+            1,
+            1,
+            1,
+            1
+        )));
+        assert!(!applies_to_geometry(&geometry(
+            (64, 64),
+            (56, 56),
+            1,
+            1,
+            0,
+            1,
+            1
+        )));
+        assert!(!applies_to_geometry(&geometry(
+            (64, 128),
+            (56, 56),
+            1,
+            2,
+            0,
+            1,
+            1
+        )));
+        assert!(!applies_to_geometry(&geometry(
+            (32, 32),
+            (56, 56),
+            3,
+            1,
+            1,
+            1,
+            32
+        )));
+        assert!(!applies(
+            Isa::Scalar,
+            &geometry((16, 64), (55, 55), 3, 1, 1, 1, 1)
+        ));
+    }
+}
