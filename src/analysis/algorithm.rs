@@ -1,4 +1,5 @@
-//! Which algorithm a convolution runs on the tool's CPU executor: direct (im2col + GEMM) or
+//! Which algorithm a convolution runs on the tool's CPU executor: direct (the direct kernels or
+//! im2col + GEMM, whichever `kernels::conv` picks for the shape) or
 //! Winograd F(2×2,3×3) / F(4×4,3×3) (Lavin & Gray 2016), decided per layer from the roofline of
 //! each variant on the device. The analysis records the decision and costs the chosen variant;
 //! the executor's planner asks the same function, so the bound and the kernel that runs agree.
@@ -12,7 +13,14 @@
 //! 2. A variant whose GEMMs get fewer than [`MIN_TILES`] columns (tiles per image) is not
 //!    considered: the CPU GEMM's microkernels are 16-32 columns wide, so at 16 tiles half of
 //!    each is padding. Measured on Zen 4, 1 thread: 256×14² F(4×4) (16 tiles) ran 1.1-1.3×
-//!    faster than direct where its multiply count promised 4×.
+//!    faster than direct where its multiply count promised 4×. Nor is one with fewer than
+//!    [`MIN_INPUT_CHANNELS`] input channels: the transforms cost per tile in proportion to
+//!    C + K channels, the multiplies saved in proportion to C × K, and the GEMMs' depth is C.
+//!    Measured on Zen 5, 1 thread (`cargo bench --bench winograd`), against the direct kernel:
+//!    SqueezeNet's 16→64 55², 32→128 27², 48→192 13² and 64→256 13² ran 0.48-0.78× as fast as
+//!    F(2×2) and 0.47-0.67× as F(4×4), where ResNet's 64→64 56² ran 1.27× faster as F(4×4). The
+//!    calibrated comparison (rule 4) had picked F(4×4) for the first two: the calibration grid's
+//!    Winograd points have as many input channels as output ones.
 //! 3. Each remaining variant's time is the roofline of its work and traffic ([`estimate`]); the
 //!    fastest wins if it beats direct by [`MARGIN`] (the transforms run well below the vector
 //!    peak the bound charges them at).
@@ -32,7 +40,7 @@ use super::roofline::{estimate, Roof};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConvAlgorithm {
-    /// im2col + GEMM (or the direct depthwise kernel).
+    /// Direct convolution: im2col + GEMM, the dense direct kernel or the depthwise kernel.
     Direct,
     /// Winograd F(2×2, 3×3).
     WinogradF2,
@@ -72,6 +80,8 @@ pub enum AlgorithmPolicy {
 
 /// Fewest tiles per image for a Winograd variant to be considered (rule 2).
 pub const MIN_TILES: usize = 32;
+/// Fewest input channels for a Winograd variant to be considered (rule 2).
+pub const MIN_INPUT_CHANNELS: usize = 64;
 /// How much faster than direct a Winograd variant's bound must be (rule 3).
 pub const MARGIN: f64 = 1.15;
 
@@ -246,6 +256,12 @@ pub fn choose_calibrated(
     }
     if policy == AlgorithmPolicy::DirectOnly {
         return direct_choice("Winograd turned off".into());
+    }
+    if shape.in_channels < MIN_INPUT_CHANNELS {
+        return direct_choice(format!(
+            "fewer than {MIN_INPUT_CHANNELS} input channels: the transforms outweigh the \
+             multiplies saved"
+        ));
     }
     debug_assert_eq!(direct.macs, shape.direct_macs());
     // (algorithm, cost, bound) of each variant with enough tiles.
@@ -436,6 +452,13 @@ mod tests {
         assert_eq!(choice(256, 14), ConvAlgorithm::WinogradF2);
         // 7²: 16 and 4 tiles.
         assert_eq!(choice(512, 7), ConvAlgorithm::Direct);
+        // SqueezeNet's expands: the bound promises 2-3x, the transforms take it back.
+        let mut s = shape(16, 55);
+        s.out_channels = 64;
+        let c = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        assert!(c.reason.contains("input channels"), "{}", c.reason);
+        assert_eq!(choice(48, 56), ConvAlgorithm::Direct);
     }
 
     #[test]
