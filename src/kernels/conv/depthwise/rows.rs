@@ -11,9 +11,10 @@ use crate::kernels::parallel::SendPtr;
 
 /// Whether [`rows_3x3_kernel_fits`] and the rows kernel is the faster one: stride 2 on planes
 /// past the small-plane path's. Measured on Zen 4, one thread, against the phase planes:
-/// 96×112² 315-356 against 392-395 µs, 144×56² 87-124 against 171-195 µs; at stride 1 the
-/// phase planes' row-blocked 3×3 loop stays ahead (32×112² 140-190 against 250-330 µs) and on
-/// small planes the sixteen-channel path does.
+/// 96×112² 315-356 against 392-395 µs, 144×56² 87-124 against 171-195 µs; on Zen 5 with the
+/// row-by-row loop (`cargo bench --bench depthwise`), 96×112² 167 µs and 144×56² 53 µs. At
+/// stride 1 the phase planes' row-blocked 3×3 loop stays ahead (Zen 5: 32×112² 120 against
+/// 181 µs, 144×56² 141 against 231 µs) and on small planes the sixteen-channel path does.
 pub(super) fn rows_3x3_applies(g: &Conv2d) -> bool {
     rows_3x3_kernel_fits(g) && g.stride_w == 2 && !SmallPlaneTaps::applies(g)
 }
@@ -48,8 +49,10 @@ pub(super) fn column_mask(first: isize, width: usize) -> u16 {
 /// the plane: each output block reads its three input rows with masked loads (the padding is
 /// the masked-off lanes and the skipped rows); stride 2 splits each 32-column span into even
 /// and odd columns with two permutes, the left tap being the odd vector shifted by one lane
-/// with column 2·x0 − 1 loaded into lane 15. Four blocks at a time, four independent FMA
-/// chains; the epilogue is applied before the one store.
+/// with column 2·x0 − 1 loaded into lane 15. Row by row, block by block along the row; the
+/// epilogue is applied before the one store. (Blocks grouped four at a time across rows, with
+/// each block's row pointers worked out per tap row, ran 57 cycles per block on Zen 5, about
+/// four times the vector work: the bookkeeping was the kernel.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn rows_3x3_avx512(
@@ -61,7 +64,6 @@ pub(super) unsafe fn rows_3x3_avx512(
     planes: Range<usize>,
 ) {
     use std::arch::x86_64::*;
-    const GROUP: usize = 4;
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
     let stride = g.stride_w;
     let even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -88,7 +90,6 @@ pub(super) unsafe fn rows_3x3_avx512(
     let out_masks: Vec<__mmask16> = (0..row_blocks)
         .map(|b| ((1u32 << (g.out_w - 16 * b).min(16)) - 1) as __mmask16)
         .collect();
-    let blocks = g.out_h * row_blocks;
     // Loads reach 16 columns left of a row and 32 right of its last block's start.
     const ZERO_SLACK: usize = 32;
     let zeros = vec![0.0f32; g.in_w.max(2 * 16 * row_blocks) + 2 * ZERO_SLACK];
@@ -103,41 +104,23 @@ pub(super) unsafe fn rows_3x3_avx512(
         let image = input.as_ptr().add(plane * in_plane);
         let out = output.get().add(plane * out_plane);
         let residual = epilogue.residual.map(|r| r.as_ptr().add(plane * out_plane));
-        let (mut y, mut b) = (0, 0);
-        let mut first = 0;
-        while first < blocks {
-            let n = (blocks - first).min(GROUP);
-            // Row and block column of each of the group's blocks.
-            // A short last group repeats its last block (computed, not stored): the group is
-            // always GROUP wide, so the accumulators stay in registers.
-            let mut at = [(0usize, 0usize); GROUP];
-            for (j, slot) in at.iter_mut().enumerate() {
-                *slot = (y, b);
-                if j + 1 < n {
-                    b += 1;
-                    if b == row_blocks {
-                        b = 0;
-                        y += 1;
-                    }
+        for y in 0..g.out_h {
+            // The output row's three input rows, found once (rows in the padding read a zero
+            // row); the blocks along the row then only add their column offsets. Each block's
+            // nine FMAs form one chain, independent of the next block's, so the out-of-order
+            // core overlaps consecutive blocks.
+            let mut rows = [zeros.as_ptr().add(ZERO_SLACK); 3];
+            for (ky, row) in rows.iter_mut().enumerate() {
+                let iy = (y * stride + ky) as isize - g.pad_top as isize;
+                if iy >= 0 && iy < g.in_h as isize {
+                    *row = image.add(iy as usize * g.in_w);
                 }
             }
-            b += 1;
-            if b == row_blocks {
-                b = 0;
-                y += 1;
-            }
-            let mut acc = [bias; GROUP];
-            for ky in 0..3 {
-                for j in 0..GROUP {
-                    let (by, bb) = at[j];
-                    let iy = (by * stride + ky) as isize - g.pad_top as isize;
-                    // Rows in the padding read a zero row.
-                    let row = if iy < 0 || iy >= g.in_h as isize {
-                        zeros.as_ptr().add(ZERO_SLACK)
-                    } else {
-                        image.add(iy as usize * g.in_w)
-                    };
-                    let cols = columns.get_unchecked(bb);
+            let out_row = out.add(y * g.out_w);
+            let residual_row = residual.map(|r| r.add(y * g.out_w));
+            for (bb, cols) in columns.iter().enumerate() {
+                let mut acc = bias;
+                for (ky, &row) in rows.iter().enumerate() {
                     let taps = if stride == 1 {
                         let mut taps = [_mm512_setzero_ps(); 3];
                         for (tap, &(column, mask)) in taps.iter_mut().zip(cols) {
@@ -158,20 +141,20 @@ pub(super) unsafe fn rows_3x3_avx512(
                         [left, even, odd]
                     };
                     for (kx, tap) in taps.iter().enumerate() {
-                        acc[j] = _mm512_fmadd_ps(kernel[ky * 3 + kx], *tap, acc[j]);
+                        acc = _mm512_fmadd_ps(kernel[ky * 3 + kx], *tap, acc);
                     }
                 }
-            }
-            for (j, &(by, bb)) in at.iter().enumerate().take(n) {
                 let mask = *out_masks.get_unchecked(bb);
-                let pixel = by * g.out_w + 16 * bb;
-                let mut value = acc[j];
-                if let Some(r) = residual {
-                    value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, r.add(pixel)));
+                let pixel = 16 * bb;
+                if let Some(r) = residual_row {
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mask, r.add(pixel)));
                 }
-                _mm512_mask_storeu_ps(out.add(pixel), mask, activate(&epilogue.activation, value));
+                _mm512_mask_storeu_ps(
+                    out_row.add(pixel),
+                    mask,
+                    activate(&epilogue.activation, acc),
+                );
             }
-            first += n;
         }
     }
 }
