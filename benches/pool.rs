@@ -12,7 +12,8 @@ use std::hint::black_box;
 
 use common::median_seconds;
 
-use roofline::kernels::pool::{avg_pool, max_pool, Pool2d};
+use roofline::kernels::pool::{avg_pool, max_pool, pool_separable_at, Pool2d};
+use roofline::kernels::simd::{isa_level, IsaLevel};
 
 /// (name, max?, channels, input side, kernel, stride, pad).
 const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
@@ -24,12 +25,15 @@ const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
     ("max 3x3/2 96x109²", true, 96, 109, 3, 2, 0),
     ("max 2x2/2 128x56²", true, 128, 56, 2, 2, 0),
     ("avg 3x3/1 192x28²", false, 192, 28, 3, 1, 1),
+    ("max 3x3/2 576x14²", true, 576, 14, 3, 2, 1),
+    ("max 3x3/1 1024x7²", true, 1024, 7, 3, 1, 1),
+    ("avg 3x3/1 1024x7²", false, 1024, 7, 3, 1, 1),
 ];
 
 fn main() {
     println!(
-        "{:<20} {:>10} {:>10} {:>8}",
-        "shape", "pool µs", "copy µs", "÷ copy"
+        "{:<20} {:>10} {:>10} {:>8} {:>14}",
+        "shape", "pool µs", "copy µs", "÷ copy", "separable µs"
     );
     for &(name, is_max, channels, side, kernel, stride, pad) in SHAPES {
         let out_side = (side + 2 * pad - kernel) / stride + 1;
@@ -60,6 +64,20 @@ fn main() {
             }
             black_box(&output);
         });
+        // Narrow planes run their own kernel on AVX-512: the separable path is its reference.
+        let narrow = side <= 32 && out_side <= 16 && isa_level() == IsaLevel::Avx512;
+        let separable_s = narrow.then(|| {
+            median_seconds(|| {
+                pool_separable_at(
+                    IsaLevel::Avx512,
+                    is_max,
+                    &geom,
+                    black_box(&input),
+                    &mut output,
+                );
+                black_box(&output);
+            })
+        });
         // The copy floor: read the input, write an output-sized buffer.
         let mut copy_out = vec![0.0f32; input.len()];
         let copy_s = median_seconds(|| {
@@ -68,11 +86,12 @@ fn main() {
         }) * (input.len() + output.len()) as f64
             / (2 * input.len()) as f64;
         println!(
-            "{:<20} {:>10.1} {:>10.1} {:>8.2}",
+            "{:<20} {:>10.1} {:>10.1} {:>8.2} {:>14}",
             name,
             pool_s * 1e6,
             copy_s * 1e6,
-            pool_s / copy_s
+            pool_s / copy_s,
+            separable_s.map_or(String::new(), |s| format!("{:.1}", s * 1e6))
         );
     }
 }
