@@ -1,6 +1,6 @@
 //! Dense direct convolution (NCHW) without im2col, for convolutions whose im2col matrix is short
 //! (few input channels times taps: a network's first convolution, SqueezeNet's 3×3 expands on
-//! 16-64 channels, strided 1×1 projections).
+//! 16-64 channels, ResNet's 64-256-channel 3×3 layers).
 //!
 //! The input planes are copied once into the zero-padded phase planes of the depthwise kernel
 //! (`depthwise::PhaseLayout`): there, output `(y, x)` reads tap `(ky, kx)` of channel `c` at the
