@@ -337,6 +337,17 @@ pub fn run_probe(
 
     // Compute kernels.
     let mut compute_results: Vec<ComputeMeasurement> = Vec::new();
+    // Physical cores under each team, read from sysfs once rather than per measurement.
+    let cores_per_count: Vec<(usize, usize)> = thread_counts
+        .iter()
+        .map(|&threads| (threads, cpu::distinct_cores(&cpus[..threads])))
+        .collect();
+    let team_cores = |threads: usize| {
+        cores_per_count
+            .iter()
+            .find(|&&(count, _)| count == threads)
+            .map_or(threads, |&(_, cores)| cores)
+    };
     for kernel in &compute_kernels {
         let mut queue: std::collections::VecDeque<usize> = thread_counts.iter().copied().collect();
         let mut retried_single = false;
@@ -451,7 +462,7 @@ pub fn run_probe(
                 .iter()
                 .find(|m| m.precision == kernel.precision && m.mix == kernel.mix && m.threads == 1)
                 .map_or(0.0, |m| m.flops_per_s);
-            let core_scaled = single_best * cpu::distinct_cores(&cpus[..threads]) as f64;
+            let core_scaled = single_best * team_cores(threads) as f64;
             if threads > 1
                 && (team_best < 0.9 * separately || team_best < 0.8 * core_scaled)
                 && team_retries < MAX_TEAM_RETRIES

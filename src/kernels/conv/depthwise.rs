@@ -74,12 +74,18 @@ enum KernelShape {
 }
 
 impl PhaseLayout {
-    pub(super) fn new(g: &Conv2d) -> PhaseLayout {
+    /// `(phase_rows, phase_cols, phase_len)` of `g`'s phase planes, without the tap lists (what
+    /// a scratch size needs on every call).
+    pub(super) fn extent(g: &Conv2d) -> (usize, usize, usize) {
         let reach_rows = (g.kernel_h - 1) * g.dilation_h / g.stride_h;
         let reach_cols = (g.kernel_w - 1) * g.dilation_w / g.stride_w;
         let phase_rows = g.out_h + reach_rows;
         let phase_cols = g.out_w + reach_cols;
-        let phase_len = phase_rows * phase_cols + reach_cols;
+        (phase_rows, phase_cols, phase_rows * phase_cols + reach_cols)
+    }
+
+    pub(super) fn new(g: &Conv2d) -> PhaseLayout {
+        let (phase_rows, phase_cols, phase_len) = Self::extent(g);
         let mut tap_offsets = Vec::with_capacity(g.kernel_h * g.kernel_w);
         for ky in 0..g.kernel_h {
             for kx in 0..g.kernel_w {

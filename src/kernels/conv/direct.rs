@@ -32,6 +32,8 @@ use std::arch::x86_64::{__m256, __m512};
 const AVX512_TILE: (usize, usize) = (8, 3);
 /// Register tile of the AVX2 kernel (16 registers: 12 accumulators, 3 inputs, 1 weight).
 const AVX2_TILE: (usize, usize) = (4, 3);
+/// Floats of one tile's results staged before write-out: the larger tile of the two ISAs.
+const STAGED_FLOATS: usize = AVX512_TILE.0 * AVX512_TILE.1 * 16;
 
 /// `(channels, vectors, lanes)` of the register tile on `isa`, if it has a direct kernel.
 fn tile_of(isa: Isa) -> Option<(usize, usize, usize)> {
@@ -82,8 +84,9 @@ pub(super) fn scratch_len(geom: &Conv2d) -> usize {
 
 /// [`scratch_len`] whether or not the rule picks the direct kernel.
 fn phases_scratch_len(geom: &Conv2d) -> usize {
-    let layout = PhaseLayout::new(geom);
-    geom.in_channels / geom.group * layout.phases_len(geom) + slack()
+    // The executor asks for the scratch size on every call: arithmetic only, no tap lists.
+    let (_, _, phase_len) = PhaseLayout::extent(geom);
+    geom.in_channels / geom.group * geom.stride_h * geom.stride_w * phase_len + slack()
 }
 
 /// Floats past the last channel's phase planes that a tile may read: the farthest read is below
@@ -157,10 +160,6 @@ impl DirectWeights {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
-    }
-
-    pub fn isa(&self) -> Isa {
-        self.isa
     }
 }
 
@@ -404,7 +403,7 @@ unsafe fn run<V: Vf32, const CO: usize, const NV: usize>(job: &Job, work: std::o
     let width = NV * V::LANES;
     let out_plane = geom.out_h * geom.out_w;
     // One tile's results before they are written out: CO rows of `width` grid indices.
-    let mut staged = [0.0f32; 8 * 3 * 16];
+    let mut staged = [0.0f32; STAGED_FLOATS];
     debug_assert!(CO * width <= staged.len());
     // Runs of the current tile inside one output row: (grid offset in the tile, output
     // offset in the plane, length).
