@@ -4,9 +4,15 @@
 //! direct, and the effective GFLOP/s (direct FLOPs ÷ time).
 //!
 //! `cargo bench --bench winograd` (`ROOFLINE_BENCH_THREADS=2` for two workers,
-//! `ROOFLINE_BENCH_COLD=1` to flush the caches before every call, `ROOFLINE_BENCH_SHAPE=64x56`
-//! for one shape; under `cargo test` it times one shape only). Every shape runs
-//! a warm-up, and the median of at least 20 calls is reported.
+//! `ROOFLINE_BENCH_COLD=1` to flush the caches before every call, `ROOFLINE_BENCH_SHAPE=64x56` or
+//! `64x192x56` (in, out, side) for one shape; under `cargo test` it times one shape only). Every shape runs
+//! a warm-up, then the three variants are called in turn (at least 30 rounds) and each one's
+//! median is reported.
+
+/// The binary's allocator (huge pages for mid-size buffers), so the scratch of each variant is
+/// mapped as it is when a model runs: Winograd's `V` and `M` planes span many 4 KiB pages.
+#[global_allocator]
+static HEAP: roofline::heap::HugePageHeap = roofline::heap::HugePageHeap;
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -16,7 +22,8 @@ use roofline::kernels::conv::{conv2d_prepacked, Conv2d, ConvEpilogue, PackedConv
 use roofline::kernels::gemm::{self, Activation};
 
 /// (channels in, channels out, side): ResNet-50's stride-1 3×3 layers, VGG's, then
-/// SqueezeNet's expands (few input channels: the transforms weigh more against the products).
+/// SqueezeNet's expands (few input channels: the transforms weigh more against the products),
+/// Inception-v2's 56², 28² and 14² layers (as many or more output channels than input ones).
 const SHAPES: &[(usize, usize, usize)] = &[
     (64, 64, 56),
     (128, 128, 28),
@@ -31,11 +38,23 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (32, 128, 27),
     (48, 192, 13),
     (64, 256, 13),
+    (64, 192, 56),
+    (64, 64, 28),
+    (64, 96, 28),
+    (96, 96, 28),
+    (128, 160, 14),
+    (192, 192, 14),
+    (192, 256, 14),
 ];
 
-fn median_seconds(mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times = Vec::new();
+/// Median seconds of each variant, timed interleaved call by call (variant 0, 1, 2, 0, 1, ...)
+/// so that a noisy spell of a shared host slows every variant alike rather than whichever ran
+/// during it.
+fn interleaved_medians(variants: &mut [&mut dyn FnMut()]) -> Vec<f64> {
+    for f in variants.iter_mut() {
+        f();
+    }
+    let mut times = vec![Vec::new(); variants.len()];
     let start = Instant::now();
     let cold = std::env::var("ROOFLINE_BENCH_COLD").is_ok_and(|v| v == "1");
     let mut evict = if cold {
@@ -43,20 +62,27 @@ fn median_seconds(mut f: impl FnMut()) -> f64 {
     } else {
         Vec::new()
     };
-    while times.len() < 20 || start.elapsed().as_secs_f64() < 0.3 {
-        if cold {
-            // Caches cold, as inside a model: every other op's data passed through them.
-            for b in evict.iter_mut().step_by(64) {
-                *b = b.wrapping_add(1);
+    while times[0].len() < 30 || start.elapsed().as_secs_f64() < 0.2 * variants.len() as f64 {
+        for (f, samples) in variants.iter_mut().zip(times.iter_mut()) {
+            if cold {
+                // Caches cold, as inside a model: every other op's data passed through them.
+                for b in evict.iter_mut().step_by(64) {
+                    *b = b.wrapping_add(1);
+                }
+                black_box(&evict);
             }
-            black_box(&evict);
+            let t = Instant::now();
+            f();
+            samples.push(t.elapsed().as_secs_f64());
         }
-        let t = Instant::now();
-        f();
-        times.push(t.elapsed().as_secs_f64());
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    times
+        .into_iter()
+        .map(|mut samples| {
+            samples.sort_by(f64::total_cmp);
+            samples[samples.len() / 2]
+        })
+        .collect()
 }
 
 fn main() {
@@ -79,10 +105,9 @@ fn main() {
         &SHAPES[2..3]
     };
     for &(channels, out_channels, side) in shapes {
-        if only
-            .as_ref()
-            .is_some_and(|o| *o != format!("{channels}x{side}"))
-        {
+        if only.as_ref().is_some_and(|o| {
+            *o != format!("{channels}x{side}") && *o != format!("{channels}x{out_channels}x{side}")
+        }) {
             continue;
         }
         let geom = Conv2d {
@@ -118,7 +143,8 @@ fn main() {
         };
         let packed = PackedConvWeights::new(&config, &geom, &weights);
         let mut scratch = vec![0.0f32; geom.scratch_len()];
-        let direct_s = median_seconds(|| {
+        let mut direct_output = output.clone();
+        let mut direct = || {
             conv2d_prepacked(
                 &config,
                 &geom,
@@ -126,29 +152,29 @@ fn main() {
                 &weights,
                 packed.as_ref(),
                 &epilogue,
-                &mut output,
+                &mut direct_output,
                 &mut scratch,
                 threads,
             );
-            black_box(&output);
+            black_box(&direct_output);
+        };
+        let [f2, f4] = WinogradTile::ALL.map(|tile| {
+            (
+                WinogradWeights::new(&config, &geom, tile, &weights),
+                vec![0.0f32; winograd::scratch_len(&geom, tile)],
+            )
         });
-        let mut times = Vec::new();
-        for tile in WinogradTile::ALL {
-            let packed = WinogradWeights::new(&config, &geom, tile, &weights);
-            let mut scratch = vec![0.0f32; winograd::scratch_len(&geom, tile)];
-            times.push(median_seconds(|| {
-                winograd::conv2d_winograd(
-                    &geom,
-                    &input,
-                    &packed,
-                    &epilogue,
-                    &mut output,
-                    &mut scratch,
-                    threads,
-                );
-                black_box(&output);
-            }));
-        }
+        let run_winograd = |(packed, scratch): &mut (WinogradWeights, Vec<f32>),
+                            output: &mut [f32]| {
+            winograd::conv2d_winograd(&geom, &input, packed, &epilogue, output, scratch, threads);
+            black_box(&*output);
+        };
+        let (mut f2, mut f4) = (f2, f4);
+        let mut f4_output = output.clone();
+        let mut winograd_f2 = || run_winograd(&mut f2, &mut output);
+        let mut winograd_f4 = || run_winograd(&mut f4, &mut f4_output);
+        let medians = interleaved_medians(&mut [&mut direct, &mut winograd_f2, &mut winograd_f4]);
+        let (direct_s, times) = (medians[0], &medians[1..]);
         let best = times.iter().copied().fold(direct_s, f64::min);
         println!(
             "{:<14} {:>8.0}µs {:>8.0}µs {:>7.2}× {:>8.0}µs {:>7.2}× {:>9.1}",

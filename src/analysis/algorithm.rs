@@ -30,6 +30,17 @@
 //!    Winograd about twice the gain it measures: SqueezeNet's 48- and 64-channel 13×13 layers
 //!    on Zen 5 were bound 1.75-1.80× faster as F(2×2) and ran 0.77-0.85× as fast; their
 //!    expected gains were 0.91-1.04×.
+//! 5. Where this machine's kernels were timed on the exact shape ([`MeasuredAlgorithms`], a
+//!    latency table per device profile that `roofline bench` on the local device fills: each
+//!    variant called in turn, medians), the measurement decides over rules 3 and 4: the
+//!    fastest Winograd variant runs if it beat direct by [`MEASURED_MARGIN`]. The direct
+//!    kernel of `kernels::conv::direct` runs the 3×3 layers of 28×28 and 14×14 planes at
+//!    75-85% of the FMA peak, which the calibrated model (one efficiency curve per class over
+//!    intensity and size) does not resolve: on Zen 5, 1 thread (`cargo bench --bench
+//!    winograd`, the three variants interleaved), ResNet-50's 64→64 56² ran 0.84-0.88× as fast
+//!    as F(4×4) and 256→256 14² 0.84-0.87× as F(2×2), Inception-v2's 28² and 14² layers
+//!    0.55-1.00×, where the calibrated rule had expected 1.16-1.93× gains; VGG's 56² and 28²
+//!    layers of 256-512 channels gained 1.44-1.64×.
 
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +95,65 @@ pub const MIN_TILES: usize = 32;
 pub const MIN_INPUT_CHANNELS: usize = 64;
 /// How much faster than direct a Winograd variant's bound must be (rule 3).
 pub const MARGIN: f64 = 1.15;
+/// How much faster than direct a Winograd variant must have measured (rule 5): medians of
+/// interleaved calls on a shared host differ by a few percent between runs.
+pub const MEASURED_MARGIN: f64 = 1.05;
+
+/// This machine's kernels timed on one convolution shape as each algorithm (rule 5): medians
+/// of calls made in turn, so a noisy spell slows every variant alike.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredVariants {
+    pub direct_s: f64,
+    pub winograd_f2_s: f64,
+    pub winograd_f4_s: f64,
+    /// Calls of each variant the medians are over.
+    pub rounds: usize,
+}
+
+impl MeasuredVariants {
+    fn of(&self, algorithm: ConvAlgorithm) -> f64 {
+        match algorithm {
+            ConvAlgorithm::Direct => self.direct_s,
+            ConvAlgorithm::WinogradF2 => self.winograd_f2_s,
+            ConvAlgorithm::WinogradF4 => self.winograd_f4_s,
+        }
+    }
+}
+
+/// A latency table of convolution algorithms for one device profile and kernel ISA, by shape
+/// and thread count (rule 5). Filled by the executor's measurements (`exec::conv_timing`),
+/// read by the analysis.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredAlgorithms {
+    /// Id of the device profile the kernels ran on.
+    pub device: String,
+    /// The kernels' ISA (`avx512`, `avx2`, `scalar`).
+    pub isa: String,
+    pub entries: std::collections::BTreeMap<String, MeasuredVariants>,
+}
+
+impl MeasuredAlgorithms {
+    pub fn key(shape: &ConvShape, threads: usize) -> String {
+        format!(
+            "b{}/c{}/k{}/{}x{}/t{threads}",
+            shape.batch, shape.in_channels, shape.out_channels, shape.out_h, shape.out_w
+        )
+    }
+
+    pub fn get(&self, shape: &ConvShape, threads: usize) -> Option<&MeasuredVariants> {
+        self.entries.get(&Self::key(shape, threads))
+    }
+}
+
+/// Whether rules 1 and 2 leave a Winograd variant to consider for `shape`: the shapes worth
+/// timing for rule 5.
+pub fn has_winograd_candidate(shape: &ConvShape) -> bool {
+    shape.winograd_candidate()
+        && shape.in_channels >= MIN_INPUT_CHANNELS
+        && [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4]
+            .into_iter()
+            .any(|algorithm| shape.tiles(algorithm.output_tile().unwrap_or(1)) >= MIN_TILES)
+}
 
 /// Geometry of one 2-D convolution, as the decision sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,21 +294,24 @@ pub fn choose(
     roof: Option<&Roof>,
     policy: AlgorithmPolicy,
 ) -> AlgorithmChoice {
-    choose_calibrated(shape, direct, roof, policy, None)
+    choose_calibrated(shape, direct, roof, policy, None, None)
 }
 
 /// The expected time of a convolution's cost when run as an algorithm, given its roofline
 /// bound, on a calibrated device (`None` where its class has no calibration).
 pub type ExpectedTime<'a> = &'a dyn Fn(&OpCost, ConvAlgorithm, f64) -> Option<f64>;
 
-/// [`choose`], comparing the variants' expected times where `expected` gives one for direct
-/// and for the best Winograd variant (rule 4), their bounds otherwise.
+/// [`choose`], deciding by this machine's measured times where `measured` has the shape
+/// (rule 5), else comparing the variants' expected times where `expected` gives one for direct
+/// and for the best Winograd variant (rule 4), their bounds otherwise. `measured` is the entry
+/// at the thread count the analysis runs at (see [`MeasuredAlgorithms::get`]).
 pub fn choose_calibrated(
     shape: &ConvShape,
     direct: &OpCost,
     roof: Option<&Roof>,
     policy: AlgorithmPolicy,
     expected: Option<ExpectedTime>,
+    measured: Option<(&MeasuredVariants, usize)>,
 ) -> AlgorithmChoice {
     let time = |cost: &OpCost| match roof {
         Some(roof) => estimate(cost, roof).predicted_s,
@@ -264,6 +337,29 @@ pub fn choose_calibrated(
         ));
     }
     debug_assert_eq!(direct.macs, shape.direct_macs());
+    if let Some((measured, threads)) = measured.filter(|_| has_winograd_candidate(shape)) {
+        let fastest = [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4]
+            .into_iter()
+            .min_by(|x, y| measured.of(*x).total_cmp(&measured.of(*y)))
+            .unwrap_or(ConvAlgorithm::WinogradF2);
+        let ms = |algorithm: ConvAlgorithm| measured.of(algorithm) * 1e3;
+        let timings = format!(
+            "measured here on {threads} thread(s): direct {:.3} ms, F(2x2) {:.3} ms, F(4x4) {:.3} ms",
+            ms(ConvAlgorithm::Direct),
+            ms(ConvAlgorithm::WinogradF2),
+            ms(ConvAlgorithm::WinogradF4)
+        );
+        return if measured.of(fastest) * MEASURED_MARGIN <= measured.direct_s {
+            AlgorithmChoice {
+                algorithm: fastest,
+                direct_s,
+                chosen_s: time(&algorithm_cost(shape, fastest, direct)),
+                reason: timings,
+            }
+        } else {
+            direct_choice(timings)
+        };
+    }
     // (algorithm, cost, bound) of each variant with enough tiles.
     let candidates: Vec<(ConvAlgorithm, OpCost, f64)> =
         [ConvAlgorithm::WinogradF2, ConvAlgorithm::WinogradF4]
@@ -390,6 +486,7 @@ mod tests {
                 Some(&r),
                 AlgorithmPolicy::Auto,
                 Some(expected),
+                None,
             )
         };
         let c = decide(&efficiency(0.2));
@@ -403,6 +500,61 @@ mod tests {
         };
         let c = decide(&no_winograd);
         assert_eq!(c, by_bounds);
+    }
+
+    /// Measured times decide over the bounds and the calibration (rule 5): a Winograd variant
+    /// the bound favours 2× loses to a faster measured direct; one measured 20% faster wins
+    /// with its own bound as `chosen_s`; 3% is inside the margin; and a plane too small for
+    /// Winograd ignores the table.
+    #[test]
+    fn measured_times_decide_over_bounds_and_calibration() {
+        let s = shape(64, 56);
+        let r = roof();
+        let by_bounds = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::Auto);
+        assert_ne!(by_bounds.algorithm, ConvAlgorithm::Direct);
+        let calibrated_for_winograd = |_: &OpCost, algorithm: ConvAlgorithm, bound: f64| {
+            Some(match algorithm {
+                ConvAlgorithm::Direct => bound / 0.3,
+                _ => bound / 0.9,
+            })
+        };
+        let times = |direct_s: f64, winograd_f2_s: f64, winograd_f4_s: f64| MeasuredVariants {
+            direct_s,
+            winograd_f2_s,
+            winograd_f4_s,
+            rounds: 9,
+        };
+        let decide = |shape: &ConvShape, measured: MeasuredVariants| {
+            choose_calibrated(
+                shape,
+                &direct(shape),
+                Some(&r),
+                AlgorithmPolicy::Auto,
+                Some(&calibrated_for_winograd),
+                Some((&measured, 1)),
+            )
+        };
+        let c = decide(&s, times(1.3e-3, 1.8e-3, 1.5e-3));
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        assert!(c.reason.contains("direct 1.300 ms"), "{}", c.reason);
+        assert_eq!(c.chosen_s, c.direct_s);
+        let c = decide(&s, times(1.3e-3, 1.08e-3, 1.2e-3));
+        assert_eq!(c.algorithm, ConvAlgorithm::WinogradF2);
+        let f2_cost = algorithm_cost(&s, ConvAlgorithm::WinogradF2, &direct(&s));
+        assert_eq!(c.chosen_s, estimate(&f2_cost, &r).predicted_s);
+        let c = decide(&s, times(1.3e-3, 1.4e-3, 1.262e-3));
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct, "{}", c.reason);
+        let small = shape(512, 7);
+        let c = decide(&small, times(1.0, 0.1, 0.1));
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        assert!(c.reason.contains("plane too small"), "{}", c.reason);
+        let mut table = MeasuredAlgorithms::default();
+        table
+            .entries
+            .insert(MeasuredAlgorithms::key(&s, 2), times(1.0, 2.0, 3.0));
+        assert!(table.get(&s, 2).is_some());
+        assert!(table.get(&s, 1).is_none());
+        assert!(table.get(&shape(64, 28), 2).is_none());
     }
 
     /// A CPU core: 100 GFLOP/s, 20 GB/s.

@@ -46,6 +46,9 @@ pub struct AnalyzeOptions {
     pub llm: llm::LlmOptions,
     /// Which convolution algorithms the CPU executor may run (see [`algorithm`]).
     pub conv_algorithms: algorithm::AlgorithmPolicy,
+    /// This machine's kernels timed per convolution shape and algorithm (rule 5 of
+    /// [`algorithm`]); only for an analysis of the machine they ran on.
+    pub measured_algorithms: Option<std::sync::Arc<algorithm::MeasuredAlgorithms>>,
 }
 
 impl Default for AnalyzeOptions {
@@ -55,6 +58,7 @@ impl Default for AnalyzeOptions {
             precision: Precision::Fp32,
             llm: llm::LlmOptions::default(),
             conv_algorithms: algorithm::AlgorithmPolicy::Auto,
+            measured_algorithms: None,
         }
     }
 }
@@ -180,6 +184,31 @@ pub fn analyze_graph(
 ) -> Result<Analysis, AnalysisError> {
     let prepared = Prepared::new(graph, &options.bindings)?;
     analyze_prepared(&prepared, source, device, options)
+}
+
+/// The shapes of `prepared`'s convolutions that rules 1 and 2 of [`algorithm`] leave a
+/// Winograd variant for (the shapes worth timing for rule 5), each once.
+pub fn winograd_candidates(prepared: &Prepared) -> Vec<algorithm::ConvShape> {
+    let mut shapes: Vec<algorithm::ConvShape> = Vec::new();
+    for &id in &prepared.order {
+        let node = &prepared.graph.dag[id];
+        let inputs: Vec<Option<&TensorFact>> = node
+            .inputs
+            .iter()
+            .map(|input| input.map(|v| &prepared.graph.values[v].fact))
+            .collect();
+        let outputs: Vec<&TensorFact> = node
+            .outputs
+            .iter()
+            .map(|&v| &prepared.graph.values[v].fact)
+            .collect();
+        if let Some(shape) = conv_shape(node, &inputs, &outputs) {
+            if algorithm::has_winograd_candidate(&shape) && !shapes.contains(&shape) {
+                shapes.push(shape);
+            }
+        }
+    }
+    shapes
 }
 
 /// The 2-D convolution shape of a `Conv` / `FusedConv` node whose dims are all known.
@@ -347,12 +376,22 @@ pub fn analyze_prepared(
                                 bound_s,
                             )
                         };
+                        let measured_threads = match calibration_threads {
+                            u32::MAX => 1,
+                            threads => threads as usize,
+                        };
+                        let measured = options
+                            .measured_algorithms
+                            .as_ref()
+                            .and_then(|table| table.get(&shape, measured_threads))
+                            .map(|times| (times, measured_threads));
                         let choice = algorithm::choose_calibrated(
                             &shape,
                             &direct,
                             Some(&roof),
                             options.conv_algorithms,
                             Some(&expected_of),
+                            measured,
                         );
                         let cost = algorithm::algorithm_cost(&shape, choice.algorithm, &direct);
                         if choice.algorithm != algorithm::ConvAlgorithm::Direct {

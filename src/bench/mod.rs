@@ -25,6 +25,10 @@ pub struct BenchOptions {
     pub tune: bool,
     /// Run the timed runs as a decode loop (`decode.rs`): each run one token, fed back.
     pub decode: bool,
+    /// Time the model's Winograd-candidate convolutions as each algorithm where the device
+    /// profile's latency table lacks them (`exec::conv_timing`), and let the measurements
+    /// choose (rule 5 of `analysis::algorithm`): only when `device` is this machine.
+    pub measure_algorithms: bool,
 }
 
 impl Default for BenchOptions {
@@ -36,6 +40,7 @@ impl Default for BenchOptions {
             seed: 0,
             tune: false,
             decode: false,
+            measure_algorithms: false,
         }
     }
 }
@@ -77,6 +82,21 @@ pub fn bench_graph(
     // Predict with the ceilings measured at the thread count the run uses.
     let device = &device.for_threads(options.threads.max(1) as u32);
     let prepared = analysis::Prepared::new(graph, &analyze.bindings)?;
+    let measured;
+    let analyze = if options.measure_algorithms
+        && device.kind == DeviceKind::Cpu
+        && analyze.conv_algorithms == AlgorithmPolicy::Auto
+    {
+        let shapes = analysis::winograd_candidates(&prepared);
+        let table = exec::conv_timing::ensure(&device.id, &shapes, options.threads.max(1));
+        measured = AnalyzeOptions {
+            measured_algorithms: Some(std::sync::Arc::new(table)),
+            ..analyze.clone()
+        };
+        &measured
+    } else {
+        analyze
+    };
     let analysis = analysis::analyze_prepared(&prepared, source, device, analyze)?;
     let mut plan_options = exec::tune::plan_options(options.threads, &device.id, options.tune);
     // Run the algorithms the analysis costed, so the bound is the bound of what runs (a device

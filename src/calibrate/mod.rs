@@ -163,6 +163,8 @@ fn bench_model(
         seed: 0,
         tune: false,
         decode: false,
+        // The grid measures each class's kernels as the calibrated rule would choose them.
+        measure_algorithms: false,
     };
     bench_graph(
         graph,

@@ -140,7 +140,13 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             llm::DEFAULT_CONTEXT.min(config.max_positions as u64 - 1)
         });
     let mut analyses = Vec::new();
-    for device in &devices {
+    for (device, spec) in devices.iter().zip(&args.device) {
+        // This machine's measured convolution algorithms (filled by `bench`), read only.
+        let measured_algorithms = (spec == "local")
+            .then(|| roofline::exec::conv_timing::path_for(&device.id))
+            .flatten()
+            .map(|path| std::sync::Arc::new(roofline::exec::conv_timing::load(&path, &device.id)))
+            .filter(|table| !table.entries.is_empty());
         for &phase in &phases {
             let options = AnalyzeOptions {
                 // The phase decides the decoder's dims the user left free (a built-in's
@@ -159,6 +165,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
                     kv: args.kv,
                 },
                 conv_algorithms: args.model.conv_algorithms(),
+                measured_algorithms: measured_algorithms.clone(),
             };
             let mut analysis = match phase {
                 // A phase adds the batch sweep: what batching buys on each device.

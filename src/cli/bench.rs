@@ -111,6 +111,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         seed: 0,
         tune: args.tune,
         decode: args.decode,
+        measure_algorithms: args.device == "local",
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

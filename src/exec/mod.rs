@@ -26,6 +26,7 @@
 //!    (pure), `eval.rs` materialises constants and evaluates integer shape-side ops through the
 //!    analysis ops' constant evaluator, and `run.rs` executes a plan in a `Workspace`.
 
+pub mod conv_timing;
 pub mod npy;
 pub mod plan;
 pub mod sysmem;

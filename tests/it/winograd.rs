@@ -137,3 +137,83 @@ fn plan_runs_what_the_analysis_chose_and_matches_direct() {
         assert!(err <= 1e-3 * scale, "{name}: max error {err} of {scale}");
     }
 }
+
+/// Rule 5: the shapes worth timing are ResNet-50's three 3×3 stride-1 plane sizes with a
+/// Winograd candidate (not the 7×7 one), and a latency table of them decides over the roofline:
+/// a shape measured faster direct runs direct, one measured faster as F(2×2) runs F(2×2), each
+/// with the timings as its reason; a shape missing from the table keeps the roofline's rule.
+#[test]
+fn measured_times_choose_over_the_roofline() {
+    use roofline::analysis::algorithm::{MeasuredAlgorithms, MeasuredVariants};
+    let cpu = cpu_device();
+    let (prepared, by_roofline) = resnet50(AlgorithmPolicy::Auto, &cpu);
+    let shapes = analysis::winograd_candidates(&prepared);
+    let sides: Vec<(usize, usize)> = shapes.iter().map(|s| (s.in_channels, s.out_h)).collect();
+    assert_eq!(sides, [(64, 56), (128, 28), (256, 14)], "{shapes:?}");
+    let mut table = MeasuredAlgorithms::default();
+    let times = |direct_s: f64, winograd_f2_s: f64, winograd_f4_s: f64| MeasuredVariants {
+        direct_s,
+        winograd_f2_s,
+        winograd_f4_s,
+        rounds: 9,
+    };
+    // Threads: the catalogue profile's ceilings carry none, so the analysis reads 1-thread
+    // entries.
+    table.entries.insert(
+        MeasuredAlgorithms::key(&shapes[0], 1),
+        times(1.0e-3, 1.4e-3, 1.2e-3),
+    );
+    table.entries.insert(
+        MeasuredAlgorithms::key(&shapes[2], 1),
+        times(1.2e-3, 0.9e-3, 1.3e-3),
+    );
+    let model = builtin::find("resnet50").unwrap();
+    let options = AnalyzeOptions {
+        bindings: (model.default_bindings)(),
+        precision: Precision::Fp32,
+        measured_algorithms: Some(std::sync::Arc::new(table)),
+        ..Default::default()
+    };
+    let measured = analysis::analyze_prepared(&prepared, "resnet50", &cpu, &options).unwrap();
+    let choice_at = |analysis: &Analysis, input: &str| {
+        let node = analysis
+            .nodes
+            .iter()
+            .find(|n| {
+                n.input_shapes.first().is_some_and(|x| x == input)
+                    && n.input_shapes.get(1).is_some_and(|w| w.ends_with("x3x3"))
+            })
+            .unwrap();
+        node.algorithm.clone().unwrap()
+    };
+    let at_56 = choice_at(&measured, "1x64x56x56");
+    assert_eq!(at_56.algorithm, ConvAlgorithm::Direct, "{}", at_56.reason);
+    assert!(
+        at_56.reason.starts_with("measured here"),
+        "{}",
+        at_56.reason
+    );
+    let at_14 = choice_at(&measured, "1x256x14x14");
+    assert_eq!(
+        at_14.algorithm,
+        ConvAlgorithm::WinogradF2,
+        "{}",
+        at_14.reason
+    );
+    assert!(at_14.reason.contains("F(2x2) 0.900 ms"), "{}", at_14.reason);
+    assert_eq!(
+        choice_at(&measured, "1x128x28x28"),
+        choice_at(&by_roofline, "1x128x28x28")
+    );
+    let plan_choices = ConvAlgorithms::from_analysis(&measured);
+    let ConvAlgorithms::FromAnalysis(decided) = plan_choices else {
+        panic!("from_analysis gives the analysis's decisions");
+    };
+    let at_56: Vec<Option<&ConvAlgorithm>> = measured
+        .nodes
+        .iter()
+        .filter(|n| n.input_shapes.get(1).is_some_and(|w| w == "64x64x3x3"))
+        .map(|n| decided.get(&n.index))
+        .collect();
+    assert_eq!(at_56, [Some(&ConvAlgorithm::Direct); 3]);
+}

@@ -1,0 +1,288 @@
+//! The latency table of convolution algorithms (rule 5 of `analysis::algorithm`): each 3×3
+//! convolution shape a model has a Winograd candidate for is run on this machine's kernels as
+//! direct, F(2×2,3×3) and F(4×4,3×3), the three called in turn so that a noisy spell of a shared
+//! host slows all of them alike, and the medians are kept per device profile (a JSON file next
+//! to the saved probe profile, as the GEMM tuning cache), so a shape is timed once.
+//!
+//! Medians, not minima: on a shared host the Winograd variants' times spread far more than
+//! direct's (their transformed planes, megabytes per layer, live in the L3 that neighbours
+//! share, where the direct kernel works in L1 and L2): ResNet-50's 64→64 56² layer on Zen 5,
+//! 1 thread, three timings of 20-40 calls: direct min 1.08-1.11 ms, median 1.17-1.26 ms;
+//! F(4×4) min 0.87-0.97 ms, median 1.13-1.37 ms. The median is what a model run meets.
+//!
+//! Cost: 5-40 calls of each variant per shape within a budget of 0.2 s per shape (ResNet-50:
+//! 3 shapes, about 0.6 s once; Inception-v2: 16 shapes, about 3 s once; VGG-19's 224×224
+//! layers about 0.5 s each, at the 5-call minimum).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::analysis::algorithm::{ConvShape, MeasuredAlgorithms, MeasuredVariants};
+use crate::kernels::conv::winograd::{self, WinogradTile, WinogradWeights};
+use crate::kernels::conv::{conv2d_prepacked, Conv2d, ConvEpilogue, PackedConvWeights};
+use crate::kernels::gemm::{Activation, GemmConfig};
+
+/// Calls of each variant at least and at most, and the wall-time budget per shape past the
+/// minimum.
+const MIN_ROUNDS: usize = 5;
+const MAX_ROUNDS: usize = 40;
+const BUDGET_S: f64 = 0.2;
+/// Largest activation or weight tensor timed, in floats (a larger layer's choice stays with
+/// the calibrated rule rather than allocating gigabytes to time it).
+const MAX_TENSOR_FLOATS: usize = 1 << 27;
+
+/// Where the table of `device_id` lives (beside the probe profile).
+pub fn path_for(device_id: &str) -> Option<PathBuf> {
+    let dir = crate::probe::default_profile_path()?
+        .parent()?
+        .to_path_buf();
+    Some(dir.join(format!("conv-algorithms-{device_id}.json")))
+}
+
+/// The kernels' ISA name, which a table must match.
+fn isa_name() -> String {
+    GemmConfig::default().isa.name().to_string()
+}
+
+/// The saved table of `device_id` for this ISA, or an empty one.
+pub fn load(path: &Path, device_id: &str) -> MeasuredAlgorithms {
+    let isa = isa_name();
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<MeasuredAlgorithms>(&text).ok())
+        .filter(|table| table.device == device_id && table.isa == isa)
+        .unwrap_or_else(|| MeasuredAlgorithms {
+            device: device_id.to_string(),
+            isa,
+            entries: Default::default(),
+        })
+}
+
+/// Writes the table (a failed write only costs timing again next time).
+pub fn save(path: &Path, table: &MeasuredAlgorithms) {
+    if let (Ok(text), Some(dir)) = (serde_json::to_string_pretty(table), path.parent()) {
+        let _ = std::fs::create_dir_all(dir);
+        let _ = crate::fsio::write_atomic(path, text.as_bytes());
+    }
+}
+
+/// Times every shape of `shapes` missing from `table` at `threads`; returns how many were
+/// timed.
+pub fn fill(table: &mut MeasuredAlgorithms, shapes: &[ConvShape], threads: usize) -> usize {
+    let mut timed = 0;
+    for shape in shapes {
+        let key = MeasuredAlgorithms::key(shape, threads);
+        if table.entries.contains_key(&key) {
+            continue;
+        }
+        if let Some(times) = measure(shape, threads) {
+            table.entries.insert(key, times);
+            timed += 1;
+        }
+    }
+    timed
+}
+
+/// The saved table of `device_id` with `shapes` timed at `threads` where missing (saved
+/// again when any was).
+pub fn ensure(device_id: &str, shapes: &[ConvShape], threads: usize) -> MeasuredAlgorithms {
+    let Some(path) = path_for(device_id) else {
+        let mut table = MeasuredAlgorithms {
+            device: device_id.to_string(),
+            isa: isa_name(),
+            entries: Default::default(),
+        };
+        fill(&mut table, shapes, threads);
+        return table;
+    };
+    let mut table = load(&path, device_id);
+    if fill(&mut table, shapes, threads) > 0 {
+        save(&path, &table);
+    }
+    table
+}
+
+/// One 3×3 stride-1 shape (padding 1, bias and ReLU: the common epilogue) timed as each
+/// algorithm; `None` for a shape that is not a Winograd candidate or too large to time.
+pub fn measure(shape: &ConvShape, threads: usize) -> Option<MeasuredVariants> {
+    let candidate = shape.kernel == (3, 3)
+        && shape.strides == (1, 1)
+        && shape.dilations == (1, 1)
+        && shape.group == 1;
+    let (batch, channels, out_channels) = (shape.batch, shape.in_channels, shape.out_channels);
+    let plane = shape.out_h.checked_mul(shape.out_w)?;
+    let largest = batch
+        .checked_mul(channels.max(out_channels))?
+        .checked_mul(plane)?
+        .max(out_channels.checked_mul(channels)?.checked_mul(36)?);
+    if !candidate || plane == 0 || channels == 0 || largest > MAX_TENSOR_FLOATS {
+        return None;
+    }
+    let geom = Conv2d {
+        batch,
+        in_channels: channels,
+        in_h: shape.out_h,
+        in_w: shape.out_w,
+        out_channels,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        out_h: shape.out_h,
+        out_w: shape.out_w,
+        group: 1,
+    };
+    // Values in the range of a normalised activation and a small filter; their values do not
+    // change the time.
+    let input: Vec<f32> = (0..batch * channels * plane)
+        .map(|i| (i % 17) as f32 * 0.1 - 0.8)
+        .collect();
+    let weights: Vec<f32> = (0..out_channels * channels * 9)
+        .map(|i| (i % 5) as f32 * 0.02 - 0.04)
+        .collect();
+    let bias = vec![0.1f32; out_channels];
+    let epilogue = ConvEpilogue {
+        bias: Some(&bias),
+        residual: None,
+        activation: Activation::Relu,
+    };
+    let config = GemmConfig::default();
+    let mut output = vec![0.0f32; batch * out_channels * plane];
+    let packed = PackedConvWeights::new(&config, &geom, &weights);
+    let mut direct_scratch = vec![0.0f32; geom.scratch_len()];
+    let [f2, f4] = WinogradTile::ALL.map(|tile| {
+        (
+            tile,
+            WinogradWeights::new(&config, &geom, tile, &weights),
+            vec![0.0f32; winograd::scratch_len_threads(&geom, tile, threads)],
+        )
+    });
+    let mut winograd_variants = [f2, f4];
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    let start = Instant::now();
+    // Round 0 warms the caches, packs and pools, and is not kept.
+    for round in 0..=MAX_ROUNDS {
+        let t = Instant::now();
+        conv2d_prepacked(
+            &config,
+            &geom,
+            &input,
+            &weights,
+            packed.as_ref(),
+            &epilogue,
+            &mut output,
+            &mut direct_scratch,
+            threads,
+        );
+        let direct_s = t.elapsed().as_secs_f64();
+        let mut winograd_s = [0.0; 2];
+        for ((_, weights, scratch), seconds) in
+            winograd_variants.iter_mut().zip(winograd_s.iter_mut())
+        {
+            let t = Instant::now();
+            winograd::conv2d_winograd(
+                &geom,
+                &input,
+                weights,
+                &epilogue,
+                &mut output,
+                scratch,
+                threads,
+            );
+            *seconds = t.elapsed().as_secs_f64();
+        }
+        std::hint::black_box(&output);
+        if round == 0 {
+            continue;
+        }
+        for (kept, seconds) in samples
+            .iter_mut()
+            .zip([direct_s, winograd_s[0], winograd_s[1]])
+        {
+            kept.push(seconds);
+        }
+        if round >= MIN_ROUNDS && start.elapsed().as_secs_f64() > BUDGET_S {
+            break;
+        }
+    }
+    let rounds = samples[0].len();
+    let [direct_s, winograd_f2_s, winograd_f4_s] = samples.map(|mut kept| {
+        kept.sort_by(f64::total_cmp);
+        kept[kept.len() / 2]
+    });
+    debug_assert!(winograd_variants[0].0 == WinogradTile::F2);
+    Some(MeasuredVariants {
+        direct_s,
+        winograd_f2_s,
+        winograd_f4_s,
+        rounds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(channels: usize, out_channels: usize, side: usize) -> ConvShape {
+        ConvShape {
+            batch: 1,
+            in_channels: channels,
+            out_channels,
+            out_h: side,
+            out_w: side,
+            kernel: (3, 3),
+            strides: (1, 1),
+            dilations: (1, 1),
+            group: 1,
+        }
+    }
+
+    /// A small shape gets three positive medians over at least `MIN_ROUNDS` calls each, a
+    /// shape already in the table is not timed again, and a strided one is never timed.
+    #[test]
+    fn fills_missing_shapes_once() {
+        let mut table = MeasuredAlgorithms::default();
+        let small = shape(64, 32, 16);
+        assert_eq!(fill(&mut table, &[small], 1), 1);
+        let times = *table.get(&small, 1).expect("timed");
+        assert!(times.rounds >= MIN_ROUNDS);
+        for seconds in [times.direct_s, times.winograd_f2_s, times.winograd_f4_s] {
+            assert!(seconds > 0.0 && seconds < 1.0, "{times:?}");
+        }
+        assert_eq!(fill(&mut table, &[small], 1), 0);
+        assert_eq!(table.get(&small, 1), Some(&times));
+        let mut strided = shape(64, 32, 16);
+        strided.strides = (2, 2);
+        assert!(measure(&strided, 1).is_none());
+        let mut huge = shape(4096, 4096, 4096);
+        huge.batch = 64;
+        assert!(measure(&huge, 1).is_none());
+    }
+
+    /// A table saved for one device and ISA loads back; for another device it is discarded.
+    #[test]
+    fn table_round_trips_for_its_device_only() {
+        let dir = std::env::temp_dir().join(format!("roofline-conv-timing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("table.json");
+        let mut table = load(&path, "local");
+        assert!(table.entries.is_empty());
+        table.entries.insert(
+            MeasuredAlgorithms::key(&shape(64, 64, 56), 1),
+            MeasuredVariants {
+                direct_s: 1.3e-3,
+                winograd_f2_s: 1.8e-3,
+                winograd_f4_s: 1.5e-3,
+                rounds: 7,
+            },
+        );
+        save(&path, &table);
+        assert_eq!(load(&path, "local"), table);
+        assert!(load(&path, "other").entries.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
