@@ -36,11 +36,10 @@
 //!    fastest Winograd variant runs if it beat direct by [`MEASURED_MARGIN`]. The direct
 //!    kernel of `kernels::conv::direct` runs the 3×3 layers of 28×28 and 14×14 planes at
 //!    75-85% of the FMA peak, which the calibrated model (one efficiency curve per class over
-//!    intensity and size) does not resolve: on Zen 5, 1 thread (`cargo bench --bench
-//!    winograd`, the three variants interleaved), ResNet-50's 64→64 56² ran 0.84-0.88× as fast
-//!    as F(4×4) and 256→256 14² 0.84-0.87× as F(2×2), Inception-v2's 28² and 14² layers
-//!    0.55-1.00×, where the calibrated rule had expected 1.16-1.93× gains; VGG's 56² and 28²
-//!    layers of 256-512 channels gained 1.44-1.64×.
+//!    intensity and size) does not resolve: on Zen 5, 1 thread, in the binary's table,
+//!    Inception-v2's 28×28 layers (64→64, 64→96, 96→96) measured direct 0.29-0.68 ms against
+//!    F(2×2) 0.32-0.70 and F(4×4) 0.35-0.80 ms, where the calibrated rule had expected F(4×4)
+//!    1.7-1.9× faster; its 14×14 layers of 128-192 channels gained 1.08-1.20× as F(2×2).
 
 use serde::{Deserialize, Serialize};
 

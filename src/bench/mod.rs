@@ -88,7 +88,18 @@ pub fn bench_graph(
         && analyze.conv_algorithms == AlgorithmPolicy::Auto
     {
         let shapes = analysis::winograd_candidates(&prepared);
-        let table = exec::conv_timing::ensure(&device.id, &shapes, options.threads.max(1));
+        let largest_cache = device
+            .memory
+            .iter()
+            .filter(|level| level.level != crate::device::MemoryLevel::Dram)
+            .filter_map(|level| level.capacity_bytes)
+            .max();
+        let table = exec::conv_timing::ensure(
+            &device.id,
+            &shapes,
+            options.threads.max(1),
+            exec::conv_timing::evict_bytes(largest_cache),
+        );
         measured = AnalyzeOptions {
             measured_algorithms: Some(std::sync::Arc::new(table)),
             ..analyze.clone()

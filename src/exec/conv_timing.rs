@@ -4,15 +4,21 @@
 //! host slows all of them alike, and the medians are kept per device profile (a JSON file next
 //! to the saved probe profile, as the GEMM tuning cache), so a shape is timed once.
 //!
-//! Medians, not minima: on a shared host the Winograd variants' times spread far more than
-//! direct's (their transformed planes, megabytes per layer, live in the L3 that neighbours
-//! share, where the direct kernel works in L1 and L2): ResNet-50's 64→64 56² layer on Zen 5,
-//! 1 thread, three timings of 20-40 calls: direct min 1.08-1.11 ms, median 1.17-1.26 ms;
-//! F(4×4) min 0.87-0.97 ms, median 1.13-1.37 ms. The median is what a model run meets.
+//! Each call runs as inside a model: 2× the largest cache is written first (the layer's
+//! weights cold, as when every other layer's weights passed through the caches since) and the
+//! input read (warm, as just written by its producer). Timed warm, the variants misjudge the
+//! model: Winograd reads 16/9 or 36/9 times the weight bytes. On Zen 5, 1 thread, in-model per
+//! layer (`scripts/winograd_gain.py`, 4 alternated rounds), every Winograd layer of ResNet-50 and
+//! all of Inception-v2's but its 64→192 56² one ran slower than direct (0.62-0.96×; end to end
+//! 0.92× and 0.87×); the warm table had picked F(4×4) or F(2×2) for most of them, the cold one
+//! picks direct for all but that 56² layer (1.33×) and ResNet's 128→128 28² (F(2×2), 1.26×).
 //!
-//! Cost: 5-40 calls of each variant per shape within a budget of 0.2 s per shape (ResNet-50:
-//! 3 shapes, about 0.6 s once; Inception-v2: 16 shapes, about 3 s once; VGG-19's 224×224
-//! layers about 0.5 s each, at the 5-call minimum).
+//! Medians, not minima: on a shared host the Winograd variants' times spread far more than
+//! direct's (their transformed planes live in the L3 that neighbours share).
+//!
+//! Cost: 5-40 calls of each variant per shape within a budget of 0.2 s per shape, each call
+//! after writing 2× L3 (about 3 ms for 64 MiB): ResNet-50's 3 shapes about 0.6 s once,
+//! Inception-v2's 16 about 3 s once.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -68,14 +74,19 @@ pub fn save(path: &Path, table: &MeasuredAlgorithms) {
 
 /// Times every shape of `shapes` missing from `table` at `threads`; returns how many were
 /// timed.
-pub fn fill(table: &mut MeasuredAlgorithms, shapes: &[ConvShape], threads: usize) -> usize {
+pub fn fill(
+    table: &mut MeasuredAlgorithms,
+    shapes: &[ConvShape],
+    threads: usize,
+    evict_bytes: usize,
+) -> usize {
     let mut timed = 0;
     for shape in shapes {
         let key = MeasuredAlgorithms::key(shape, threads);
         if table.entries.contains_key(&key) {
             continue;
         }
-        if let Some(times) = measure(shape, threads) {
+        if let Some(times) = measure(shape, threads, evict_bytes) {
             table.entries.insert(key, times);
             timed += 1;
         }
@@ -83,28 +94,44 @@ pub fn fill(table: &mut MeasuredAlgorithms, shapes: &[ConvShape], threads: usize
     timed
 }
 
+/// Bytes written between calls to push a layer's weights out of caches of `largest_cache`
+/// bytes: twice the cache, within 16-128 MiB (a VM may report a socket's L3 of hundreds of
+/// MiB; writing that per call would cost more than the layers).
+pub fn evict_bytes(largest_cache: Option<u64>) -> usize {
+    let twice = largest_cache.unwrap_or(32 << 20).saturating_mul(2);
+    usize::try_from(twice)
+        .unwrap_or(usize::MAX)
+        .clamp(16 << 20, 128 << 20)
+}
+
 /// The saved table of `device_id` with `shapes` timed at `threads` where missing (saved
 /// again when any was).
-pub fn ensure(device_id: &str, shapes: &[ConvShape], threads: usize) -> MeasuredAlgorithms {
+pub fn ensure(
+    device_id: &str,
+    shapes: &[ConvShape],
+    threads: usize,
+    evict_bytes: usize,
+) -> MeasuredAlgorithms {
     let Some(path) = path_for(device_id) else {
         let mut table = MeasuredAlgorithms {
             device: device_id.to_string(),
             isa: isa_name(),
             entries: Default::default(),
         };
-        fill(&mut table, shapes, threads);
+        fill(&mut table, shapes, threads, evict_bytes);
         return table;
     };
     let mut table = load(&path, device_id);
-    if fill(&mut table, shapes, threads) > 0 {
+    if fill(&mut table, shapes, threads, evict_bytes) > 0 {
         save(&path, &table);
     }
     table
 }
 
 /// One 3×3 stride-1 shape (padding 1, bias and ReLU: the common epilogue) timed as each
-/// algorithm; `None` for a shape that is not a Winograd candidate or too large to time.
-pub fn measure(shape: &ConvShape, threads: usize) -> Option<MeasuredVariants> {
+/// algorithm, with `evict_bytes` written before every call to push the weights out of the
+/// caches; `None` for a shape that is not a Winograd candidate or too large to time.
+pub fn measure(shape: &ConvShape, threads: usize, evict_bytes: usize) -> Option<MeasuredVariants> {
     let candidate = shape.kernel == (3, 3)
         && shape.strides == (1, 1)
         && shape.dilations == (1, 1)
@@ -163,9 +190,21 @@ pub fn measure(shape: &ConvShape, threads: usize) -> Option<MeasuredVariants> {
     });
     let mut winograd_variants = [f2, f4];
     let mut samples: [Vec<f64>; 3] = Default::default();
+    // Before every call, as inside a model: the weights cold (every other layer's weights
+    // passed through the caches since), the input warm (its producer just wrote it).
+    let mut evict = vec![0u8; evict_bytes];
+    let mut settle = |input: &[f32]| {
+        for line in evict.iter_mut().step_by(64) {
+            *line = line.wrapping_add(1);
+        }
+        std::hint::black_box(&evict);
+        let warm: f32 = input.iter().step_by(16).sum();
+        std::hint::black_box(warm);
+    };
     let start = Instant::now();
     // Round 0 warms the caches, packs and pools, and is not kept.
     for round in 0..=MAX_ROUNDS {
+        settle(&input);
         let t = Instant::now();
         conv2d_prepacked(
             &config,
@@ -183,6 +222,7 @@ pub fn measure(shape: &ConvShape, threads: usize) -> Option<MeasuredVariants> {
         for ((_, weights, scratch), seconds) in
             winograd_variants.iter_mut().zip(winograd_s.iter_mut())
         {
+            settle(&input);
             let t = Instant::now();
             winograd::conv2d_winograd(
                 &geom,
@@ -247,20 +287,23 @@ mod tests {
     fn fills_missing_shapes_once() {
         let mut table = MeasuredAlgorithms::default();
         let small = shape(64, 32, 16);
-        assert_eq!(fill(&mut table, &[small], 1), 1);
+        assert_eq!(fill(&mut table, &[small], 1, 1 << 20), 1);
         let times = *table.get(&small, 1).expect("timed");
         assert!(times.rounds >= MIN_ROUNDS);
         for seconds in [times.direct_s, times.winograd_f2_s, times.winograd_f4_s] {
             assert!(seconds > 0.0 && seconds < 1.0, "{times:?}");
         }
-        assert_eq!(fill(&mut table, &[small], 1), 0);
+        assert_eq!(fill(&mut table, &[small], 1, 1 << 20), 0);
         assert_eq!(table.get(&small, 1), Some(&times));
         let mut strided = shape(64, 32, 16);
         strided.strides = (2, 2);
-        assert!(measure(&strided, 1).is_none());
+        assert!(measure(&strided, 1, 1 << 20).is_none());
         let mut huge = shape(4096, 4096, 4096);
         huge.batch = 64;
-        assert!(measure(&huge, 1).is_none());
+        assert!(measure(&huge, 1, 1 << 20).is_none());
+        assert_eq!(evict_bytes(Some(32 << 20)), 64 << 20);
+        assert_eq!(evict_bytes(Some(260 << 20)), 128 << 20);
+        assert_eq!(evict_bytes(Some(1 << 20)), 16 << 20);
     }
 
     /// A table saved for one device and ISA loads back; for another device it is discarded.
