@@ -36,10 +36,12 @@
 //!    fastest Winograd variant runs if it beat direct by [`MEASURED_MARGIN`]. The direct
 //!    kernel of `kernels::conv::direct` runs the 3×3 layers of 28×28 and 14×14 planes at
 //!    75-85% of the FMA peak, which the calibrated model (one efficiency curve per class over
-//!    intensity and size) does not resolve: on Zen 5, 1 thread, in the binary's table,
-//!    Inception-v2's 28×28 layers (64→64, 64→96, 96→96) measured direct 0.29-0.68 ms against
-//!    F(2×2) 0.32-0.70 and F(4×4) 0.35-0.80 ms, where the calibrated rule had expected F(4×4)
-//!    1.7-1.9× faster; its 14×14 layers of 128-192 channels gained 1.08-1.20× as F(2×2).
+//!    intensity and size) does not resolve: on Zen 5, 1 thread, in-model per layer
+//!    (`scripts/winograd_gain.py`), the calibrated rule's Winograd layers ran 0.87-0.96× as
+//!    fast as direct in ResNet-50 and 0.62-1.01× in Inception-v2 (but for its 64→192 56²
+//!    layer); the table (each variant timed with the weights cold, see `exec::conv_timing`)
+//!    keeps those direct and picks F(4×4) for that layer (1.18× in-model) and F(2×2) for
+//!    ResNet's 128→128 28² (1.11-1.22×).
 
 use serde::{Deserialize, Serialize};
 
