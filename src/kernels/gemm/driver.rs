@@ -16,7 +16,7 @@
 
 use super::buf::{with_scratch, AlignedBuf, SCRATCH_A, SCRATCH_B, SCRATCH_WHOLE};
 use super::isa::Kernel;
-use super::micro::{offset, TileEpi};
+use super::micro::{offset, TileEpi, PREFETCH_STRIDE};
 use super::pack::PackedView;
 use super::{BiasKind, Epilogue, MatRef};
 use crate::kernels::parallel::{parallel_for, SendPtr};
@@ -256,6 +256,7 @@ fn tile_epi<'e>(job: &'e Job, i: usize, j: usize, first: bool, last: bool) -> Ti
         bias_col,
         residual,
         act: &job.epi.activation,
+        prefetch_b: std::ptr::null(),
     }
 }
 
@@ -304,15 +305,24 @@ unsafe fn macro_kernel(
         }
         return;
     }
+    // Pre-packed B (a layer's weights) is read from DRAM by the first row panel that uses
+    // each micro-panel: the first calls over a micro-panel prefetch the next one into L2, one
+    // line per k step, so the stream overlaps the products of the panel before it.
+    let prefetch_next = matches!(job.b, Opnd::Packed(_));
     let mut jr = 0;
     while jr < ncl {
         let n_eff = (ncl - jr).min(nr);
         let bpanel = bp.add(jr * kl);
+        let next_panel = bpanel.wrapping_add(kl * nr);
         let mut ir = 0;
         while ir < mcl {
             let m_eff = (mcl - ir).min(mr);
             let (i, j) = (ic + ir, jc + jr);
-            let te = tile_epi(job, i, j, first, last);
+            let mut te = tile_epi(job, i, j, first, last);
+            let covered = (ir / mr) * kl * PREFETCH_STRIDE;
+            if prefetch_next && covered < kl * nr {
+                te.prefetch_b = next_panel.wrapping_add(covered);
+            }
             (job.kern.micro)(
                 kl,
                 ap.add(ir * kl),

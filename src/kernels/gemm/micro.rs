@@ -26,7 +26,14 @@ pub(crate) struct TileEpi<'a> {
     /// Residual at the tile's origin, with C's leading dimension, or null.
     pub residual: *const f32,
     pub act: &'a Activation,
+    /// Where to prefetch into L2 during the k loop, one cache line per k step (`kc · 16`
+    /// floats from here), or null: part of the next B micro-panel of pre-packed weights, which
+    /// would otherwise arrive from DRAM while the tiles that first read it wait.
+    pub prefetch_b: *const f32,
 }
+
+/// Floats between the k steps' prefetches: one 64-byte line.
+pub(crate) const PREFETCH_STRIDE: usize = 16;
 
 /// Signature of the per-ISA tile store (a separate, non-inlined function so the hot k loop
 /// stays compact).
@@ -95,19 +102,36 @@ pub(crate) unsafe fn micro<
     // wrapping: with kc = 0 the pointers are never read.
     let mut ap = a.wrapping_add(MR);
     let mut bp = b.wrapping_add(nr);
-    for _ in 1..kc {
-        let mut bv = [V::zero(); VECS];
-        for (v, bvv) in bv.iter_mut().enumerate() {
-            *bvv = V::load_aligned(bp.add(v * V::LANES));
-        }
-        for (i, row) in acc.iter_mut().enumerate() {
-            let ai = V::splat(*ap.add(i));
-            for (accv, bvv) in row.iter_mut().zip(bv.iter()) {
-                *accv = V::fma(ai, *bvv, *accv);
+    // One k step, written out in both loops below: a closure over `&mut acc` made LLVM keep
+    // the accumulators in memory (2.6× slower end to end).
+    macro_rules! step {
+        () => {{
+            let mut bv = [V::zero(); VECS];
+            for (v, bvv) in bv.iter_mut().enumerate() {
+                *bvv = V::load_aligned(bp.add(v * V::LANES));
             }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let ai = V::splat(*ap.add(i));
+                for (accv, bvv) in row.iter_mut().zip(bv.iter()) {
+                    *accv = V::fma(ai, *bvv, *accv);
+                }
+            }
+            ap = ap.add(MR);
+            bp = bp.add(nr);
+        }};
+    }
+    if epi.prefetch_b.is_null() {
+        for _ in 1..kc {
+            step!();
         }
-        ap = ap.add(MR);
-        bp = bp.add(nr);
+    } else {
+        // wrapping: a prefetch past the packed operand's end is harmless (it never faults).
+        let mut pf = epi.prefetch_b;
+        for _ in 1..kc {
+            V::prefetch_l2(pf);
+            step!();
+            pf = pf.wrapping_add(PREFETCH_STRIDE);
+        }
     }
     if m_eff == ROWS && n_eff == tile_nr {
         // A full tile: finished in registers (no spill, no second pass over C).

@@ -54,6 +54,10 @@ pub(crate) trait Vf32: Copy {
     /// Prefetch hint for the cache line holding `p` (no-op where there is none).
     #[inline(always)]
     unsafe fn prefetch(_p: *const f32) {}
+    /// Prefetch the line at `p` into L2 only (`prefetcht1`): data needed after the current
+    /// micro-panel, which must not evict it from L1.
+    #[inline(always)]
+    unsafe fn prefetch_l2(_p: *const f32) {}
 }
 
 impl Vf32 for f32 {
@@ -278,6 +282,11 @@ impl Vf32 for __m256 {
     unsafe fn prefetch(p: *const f32) {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
     }
+
+    #[inline(always)]
+    unsafe fn prefetch_l2(p: *const f32) {
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
+    }
 }
 
 /// Lanes `0..n` set (all ones), the rest clear, as `maskload`/`maskstore` want.
@@ -393,5 +402,10 @@ impl Vf32 for __m512 {
     #[inline(always)]
     unsafe fn prefetch(p: *const f32) {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch_l2(p: *const f32) {
+        _mm_prefetch::<_MM_HINT_T1>(p as *const i8)
     }
 }
