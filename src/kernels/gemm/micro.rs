@@ -27,8 +27,8 @@ pub(crate) struct TileEpi<'a> {
     pub residual: *const f32,
     pub act: &'a Activation,
     /// Where to prefetch into L2 during the k loop, one cache line per k step (`kc · 16`
-    /// floats from here), or null: part of the next B micro-panel of pre-packed weights, which
-    /// would otherwise arrive from DRAM while the tiles that first read it wait.
+    /// floats from here), or null: part of the next A or B micro-panel of pre-packed weights,
+    /// which would otherwise arrive from DRAM while the tile that first reads it waits.
     pub prefetch_b: *const f32,
 }
 
