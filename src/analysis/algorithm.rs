@@ -96,9 +96,11 @@ pub const MIN_TILES: usize = 32;
 pub const MIN_INPUT_CHANNELS: usize = 64;
 /// How much faster than direct a Winograd variant's bound must be (rule 3).
 pub const MARGIN: f64 = 1.15;
-/// How much faster than direct a Winograd variant must have measured (rule 5): medians of
-/// interleaved calls on a shared host differ by a few percent between runs.
-pub const MEASURED_MARGIN: f64 = 1.05;
+/// How much faster than direct a Winograd variant must have measured (rule 5): on a shared
+/// host the medians of a shape's interleaved calls moved between timings (Inception-v2's
+/// 96→96 28² layer measured its best Winograd variant at 0.90× and 1.07× of direct an hour
+/// apart), and a layer alone misses some of what a model adds around it.
+pub const MEASURED_MARGIN: f64 = 1.10;
 
 /// This machine's kernels timed on one convolution shape as each algorithm (rule 5): medians
 /// of calls made in turn, so a noisy spell slows every variant alike.
@@ -505,7 +507,7 @@ mod tests {
 
     /// Measured times decide over the bounds and the calibration (rule 5): a Winograd variant
     /// the bound favours 2× loses to a faster measured direct; one measured 20% faster wins
-    /// with its own bound as `chosen_s`; 3% is inside the margin; and a plane too small for
+    /// with its own bound as `chosen_s`; 9% is inside the margin; and a plane too small for
     /// Winograd ignores the table.
     #[test]
     fn measured_times_decide_over_bounds_and_calibration() {
@@ -543,7 +545,7 @@ mod tests {
         assert_eq!(c.algorithm, ConvAlgorithm::WinogradF2);
         let f2_cost = algorithm_cost(&s, ConvAlgorithm::WinogradF2, &direct(&s));
         assert_eq!(c.chosen_s, estimate(&f2_cost, &r).predicted_s);
-        let c = decide(&s, times(1.3e-3, 1.4e-3, 1.262e-3));
+        let c = decide(&s, times(1.3e-3, 1.4e-3, 1.19e-3));
         assert_eq!(c.algorithm, ConvAlgorithm::Direct, "{}", c.reason);
         let small = shape(512, 7);
         let c = decide(&small, times(1.0, 0.1, 0.1));

@@ -33,6 +33,10 @@ use crate::kernels::gemm::{Activation, GemmConfig};
 const MIN_ROUNDS: usize = 5;
 const MAX_ROUNDS: usize = 40;
 const BUDGET_S: f64 = 0.2;
+/// Shapes timed per call of [`fill`] at most: a model with many distinct 3×3 layers spreads
+/// its first timings over several runs (about 5 s each) instead of one long one; the shapes
+/// not yet timed keep the roofline's rule meanwhile.
+const MAX_SHAPES_PER_FILL: usize = 24;
 /// Largest activation or weight tensor timed, in floats (a larger layer's choice stays with
 /// the calibrated rule rather than allocating gigabytes to time it).
 const MAX_TENSOR_FLOATS: usize = 1 << 27;
@@ -72,8 +76,8 @@ pub fn save(path: &Path, table: &MeasuredAlgorithms) {
     }
 }
 
-/// Times every shape of `shapes` missing from `table` at `threads`; returns how many were
-/// timed.
+/// Times the shapes of `shapes` missing from `table` at `threads` (the first
+/// `MAX_SHAPES_PER_FILL` of them); returns how many were timed.
 pub fn fill(
     table: &mut MeasuredAlgorithms,
     shapes: &[ConvShape],
@@ -81,12 +85,20 @@ pub fn fill(
     evict_bytes: usize,
 ) -> usize {
     let mut timed = 0;
+    // Allocated (and its pages faulted) once for all the shapes.
+    let mut evict = Vec::new();
     for shape in shapes {
         let key = MeasuredAlgorithms::key(shape, threads);
         if table.entries.contains_key(&key) {
             continue;
         }
-        if let Some(times) = measure(shape, threads, evict_bytes) {
+        if timed == MAX_SHAPES_PER_FILL {
+            break;
+        }
+        if evict.is_empty() {
+            evict = vec![0u8; evict_bytes];
+        }
+        if let Some(times) = measure(shape, threads, &mut evict) {
             table.entries.insert(key, times);
             timed += 1;
         }
@@ -129,9 +141,9 @@ pub fn ensure(
 }
 
 /// One 3×3 stride-1 shape (padding 1, bias and ReLU: the common epilogue) timed as each
-/// algorithm, with `evict_bytes` written before every call to push the weights out of the
-/// caches; `None` for a shape that is not a Winograd candidate or too large to time.
-pub fn measure(shape: &ConvShape, threads: usize, evict_bytes: usize) -> Option<MeasuredVariants> {
+/// algorithm, with `evict` written before every call to push the weights out of the caches;
+/// `None` for a shape that is not a Winograd candidate or too large to time.
+pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<MeasuredVariants> {
     let candidate = shape.kernel == (3, 3)
         && shape.strides == (1, 1)
         && shape.dilations == (1, 1)
@@ -192,7 +204,6 @@ pub fn measure(shape: &ConvShape, threads: usize, evict_bytes: usize) -> Option<
     let mut samples: [Vec<f64>; 3] = Default::default();
     // Before every call, as inside a model: the weights cold (every other layer's weights
     // passed through the caches since), the input warm (its producer just wrote it).
-    let mut evict = vec![0u8; evict_bytes];
     let mut settle = |input: &[f32]| {
         for line in evict.iter_mut().step_by(64) {
             *line = line.wrapping_add(1);
@@ -297,10 +308,11 @@ mod tests {
         assert_eq!(table.get(&small, 1), Some(&times));
         let mut strided = shape(64, 32, 16);
         strided.strides = (2, 2);
-        assert!(measure(&strided, 1, 1 << 20).is_none());
+        let mut evict = vec![0u8; 1 << 20];
+        assert!(measure(&strided, 1, &mut evict).is_none());
         let mut huge = shape(4096, 4096, 4096);
         huge.batch = 64;
-        assert!(measure(&huge, 1, 1 << 20).is_none());
+        assert!(measure(&huge, 1, &mut evict).is_none());
         assert_eq!(evict_bytes(Some(32 << 20)), 64 << 20);
         assert_eq!(evict_bytes(Some(260 << 20)), 128 << 20);
         assert_eq!(evict_bytes(Some(1 << 20)), 16 << 20);
