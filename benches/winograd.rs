@@ -72,17 +72,7 @@ fn main() {
         }) {
             continue;
         }
-        let shape = ConvShape {
-            batch: 1,
-            in_channels: channels,
-            out_channels,
-            out_h: side,
-            out_w: side,
-            kernel: (3, 3),
-            strides: (1, 1),
-            dilations: (1, 1),
-            group: 1,
-        };
+        let shape = ConvShape::three_by_three(1, channels, out_channels, side, side);
         let Some(measured) = conv_timing::measure(&shape, threads, &mut evict) else {
             continue;
         };

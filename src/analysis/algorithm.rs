@@ -173,7 +173,30 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
-    fn winograd_candidate(&self) -> bool {
+    /// A 3×3, stride-1, undilated, ungrouped convolution of `out_h × out_w` outputs per image.
+    pub fn three_by_three(
+        batch: usize,
+        in_channels: usize,
+        out_channels: usize,
+        out_h: usize,
+        out_w: usize,
+    ) -> ConvShape {
+        ConvShape {
+            batch,
+            in_channels,
+            out_channels,
+            out_h,
+            out_w,
+            kernel: (3, 3),
+            strides: (1, 1),
+            dilations: (1, 1),
+            group: 1,
+        }
+    }
+
+    /// Rule 1: a 3×3, stride-1, undilated, ungrouped convolution with outputs (the shapes a
+    /// Winograd kernel can run at all).
+    pub fn winograd_candidate(&self) -> bool {
         self.kernel == (3, 3)
             && self.strides == (1, 1)
             && self.dilations == (1, 1)
@@ -436,17 +459,7 @@ mod tests {
     use super::*;
 
     fn shape(channels: usize, side: usize) -> ConvShape {
-        ConvShape {
-            batch: 1,
-            in_channels: channels,
-            out_channels: channels,
-            out_h: side,
-            out_w: side,
-            kernel: (3, 3),
-            strides: (1, 1),
-            dilations: (1, 1),
-            group: 1,
-        }
+        ConvShape::three_by_three(1, channels, channels, side, side)
     }
 
     fn direct(s: &ConvShape) -> OpCost {

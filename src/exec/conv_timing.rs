@@ -61,11 +61,16 @@ pub fn load(path: &Path, device_id: &str) -> MeasuredAlgorithms {
         .ok()
         .and_then(|text| serde_json::from_str::<MeasuredAlgorithms>(&text).ok())
         .filter(|table| table.device == device_id && table.isa == isa)
-        .unwrap_or_else(|| MeasuredAlgorithms {
-            device: device_id.to_string(),
-            isa,
-            entries: Default::default(),
-        })
+        .unwrap_or_else(|| empty(device_id))
+}
+
+/// A table of `device_id` for this ISA with no entries.
+fn empty(device_id: &str) -> MeasuredAlgorithms {
+    MeasuredAlgorithms {
+        device: device_id.to_string(),
+        isa: isa_name(),
+        entries: Default::default(),
+    }
 }
 
 /// Writes the table (a failed write only costs timing again next time).
@@ -124,18 +129,13 @@ pub fn ensure(
     threads: usize,
     evict_bytes: usize,
 ) -> MeasuredAlgorithms {
-    let Some(path) = path_for(device_id) else {
-        let mut table = MeasuredAlgorithms {
-            device: device_id.to_string(),
-            isa: isa_name(),
-            entries: Default::default(),
-        };
-        fill(&mut table, shapes, threads, evict_bytes);
-        return table;
+    let path = path_for(device_id);
+    let mut table = match &path {
+        Some(path) => load(path, device_id),
+        None => empty(device_id),
     };
-    let mut table = load(&path, device_id);
-    if fill(&mut table, shapes, threads, evict_bytes) > 0 {
-        save(&path, &table);
+    if let (true, Some(path)) = (fill(&mut table, shapes, threads, evict_bytes) > 0, &path) {
+        save(path, &table);
     }
     table
 }
@@ -144,17 +144,13 @@ pub fn ensure(
 /// algorithm, with `evict` written before every call to push the weights out of the caches;
 /// `None` for a shape that is not a Winograd candidate or too large to time.
 pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<MeasuredVariants> {
-    let candidate = shape.kernel == (3, 3)
-        && shape.strides == (1, 1)
-        && shape.dilations == (1, 1)
-        && shape.group == 1;
     let (batch, channels, out_channels) = (shape.batch, shape.in_channels, shape.out_channels);
     let plane = shape.out_h.checked_mul(shape.out_w)?;
     let largest = batch
         .checked_mul(channels.max(out_channels))?
         .checked_mul(plane)?
         .max(out_channels.checked_mul(channels)?.checked_mul(36)?);
-    if !candidate || plane == 0 || channels == 0 || largest > MAX_TENSOR_FLOATS {
+    if !shape.winograd_candidate() || channels == 0 || largest > MAX_TENSOR_FLOATS {
         return None;
     }
     let geom = Conv2d {
@@ -193,14 +189,13 @@ pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<Me
     let mut output = vec![0.0f32; batch * out_channels * plane];
     let packed = PackedConvWeights::new(&config, &geom, &weights);
     let mut direct_scratch = vec![0.0f32; geom.scratch_len()];
-    let [f2, f4] = WinogradTile::ALL.map(|tile| {
+    // F(2×2) then F(4×4), the order of `WinogradTile::ALL` and of the samples below.
+    let mut winograd_variants = WinogradTile::ALL.map(|tile| {
         (
-            tile,
             WinogradWeights::new(&config, &geom, tile, &weights),
             vec![0.0f32; winograd::scratch_len_threads(&geom, tile, threads)],
         )
     });
-    let mut winograd_variants = [f2, f4];
     let mut samples: [Vec<f64>; 3] = Default::default();
     // Before every call, as inside a model: the weights cold (every other layer's weights
     // passed through the caches since), the input warm (its producer just wrote it).
@@ -230,8 +225,7 @@ pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<Me
         );
         let direct_s = t.elapsed().as_secs_f64();
         let mut winograd_s = [0.0; 2];
-        for ((_, weights, scratch), seconds) in
-            winograd_variants.iter_mut().zip(winograd_s.iter_mut())
+        for ((weights, scratch), seconds) in winograd_variants.iter_mut().zip(winograd_s.iter_mut())
         {
             settle(&input);
             let t = Instant::now();
@@ -265,7 +259,7 @@ pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<Me
         kept.sort_by(f64::total_cmp);
         kept[kept.len() / 2]
     });
-    debug_assert!(winograd_variants[0].0 == WinogradTile::F2);
+    debug_assert_eq!(WinogradTile::ALL, [WinogradTile::F2, WinogradTile::F4]);
     Some(MeasuredVariants {
         direct_s,
         winograd_f2_s,
@@ -279,17 +273,7 @@ mod tests {
     use super::*;
 
     fn shape(channels: usize, out_channels: usize, side: usize) -> ConvShape {
-        ConvShape {
-            batch: 1,
-            in_channels: channels,
-            out_channels,
-            out_h: side,
-            out_w: side,
-            kernel: (3, 3),
-            strides: (1, 1),
-            dilations: (1, 1),
-            group: 1,
-        }
+        ConvShape::three_by_three(1, channels, out_channels, side, side)
     }
 
     /// A small shape gets three positive medians over at least `MIN_ROUNDS` calls each, a
