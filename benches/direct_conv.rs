@@ -6,6 +6,7 @@
 //!
 //! `cargo bench --bench direct_conv [-- THREADS]` (default 1). Every shape runs a warm-up and
 //! the median of at least 30 calls is reported; the two paths alternate per shape.
+//! `ROOFLINE_BENCH_ONLY=TEXT` keeps the shapes whose name contains TEXT.
 
 mod common;
 
@@ -61,7 +62,11 @@ fn main() {
         "{:<28} {:>6} {:>10} {:>10} {:>8} {:>9}",
         "shape", "K", "GEMM µs", "direct µs", "÷ GEMM", "GFLOP/s"
     );
+    let only = std::env::var("ROOFLINE_BENCH_ONLY").unwrap_or_default();
     for &(name, cin, cout, side, kernel, stride, pad) in SHAPES {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         let out = (side + 2 * pad - kernel) / stride + 1;
         let geom = Conv2d {
             batch: 1,

@@ -8,7 +8,8 @@
 //! `cargo bench --bench winograd` (`ROOFLINE_BENCH_THREADS=2` for two workers,
 //! `ROOFLINE_BENCH_COLD=1` for rule 5's conditions: 64 MiB written before every call so the
 //! weights are cold, the input read so it is warm; `ROOFLINE_BENCH_SHAPE=64x56` or
-//! `64x192x56` (in, out, side) for one shape; under `cargo test` it times one shape only).
+//! `64x192x56` (in, out, side) for one shape, timed even when the table lacks it; under
+//! `cargo test` it times one shape only).
 
 /// The binary's allocator (huge pages for mid-size buffers), so the scratch of each variant is
 /// mapped as it is when a model runs: Winograd's `V` and `M` planes span many 4 KiB pages.
@@ -66,7 +67,17 @@ fn main() {
     } else {
         &SHAPES[2..3]
     };
-    for &(channels, out_channels, side) in shapes {
+    // A shape the table lacks (`96x24x160`) is timed on its own.
+    let extra: Vec<(usize, usize, usize)> = only
+        .as_deref()
+        .and_then(|o| {
+            let dims: Vec<usize> = o.split('x').filter_map(|d| d.parse().ok()).collect();
+            (dims.len() == 3).then(|| (dims[0], dims[1], dims[2]))
+        })
+        .filter(|&(i, o, s)| !shapes.contains(&(i, o, s)))
+        .into_iter()
+        .collect();
+    for &(channels, out_channels, side) in shapes.iter().chain(&extra) {
         if only.as_ref().is_some_and(|o| {
             *o != format!("{channels}x{side}") && *o != format!("{channels}x{out_channels}x{side}")
         }) {

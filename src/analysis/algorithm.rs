@@ -70,7 +70,7 @@ impl ConvAlgorithm {
     }
 
     /// Output tile side m (Winograd only).
-    fn output_tile(self) -> Option<usize> {
+    pub fn output_tile(self) -> Option<usize> {
         match self {
             ConvAlgorithm::Direct => None,
             ConvAlgorithm::WinogradF2 => Some(2),
@@ -88,6 +88,10 @@ pub enum AlgorithmPolicy {
     Auto,
     /// Direct only (to measure what the choice buys).
     DirectOnly,
+    /// This algorithm for every 3×3 stride-1 convolution (direct for the others): the
+    /// calibration grid times direct, F(2×2) and F(4×4) at the same shapes, so the tables
+    /// that rule 4 compares hold each algorithm where the rule has to choose.
+    Only(ConvAlgorithm),
 }
 
 /// Fewest tiles per image for a Winograd variant to be considered (rule 2).
@@ -205,7 +209,8 @@ impl ConvShape {
             && self.out_w > 0
     }
 
-    fn tiles(&self, m: usize) -> usize {
+    /// Output tiles of `m × m` per image.
+    pub fn tiles(&self, m: usize) -> usize {
         self.out_h.div_ceil(m) * self.out_w.div_ceil(m)
     }
 
@@ -353,8 +358,19 @@ pub fn choose_calibrated(
     if !shape.winograd_candidate() {
         return direct_choice("not a 3x3 stride-1 convolution".into());
     }
-    if policy == AlgorithmPolicy::DirectOnly {
-        return direct_choice("Winograd turned off".into());
+    match policy {
+        AlgorithmPolicy::DirectOnly | AlgorithmPolicy::Only(ConvAlgorithm::Direct) => {
+            return direct_choice("Winograd turned off".into());
+        }
+        AlgorithmPolicy::Only(forced) => {
+            return AlgorithmChoice {
+                algorithm: forced,
+                direct_s,
+                chosen_s: time(&algorithm_cost(shape, forced, direct)),
+                reason: format!("{} asked for", forced.name()),
+            };
+        }
+        AlgorithmPolicy::Auto => {}
     }
     if shape.in_channels < MIN_INPUT_CHANNELS {
         return direct_choice(format!(
@@ -639,6 +655,29 @@ mod tests {
         assert_eq!(c.chosen_s, c.direct_s);
         let s = shape(64, 56);
         let c = choose(&s, &direct(&s), Some(&r), AlgorithmPolicy::DirectOnly);
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+    }
+
+    #[test]
+    fn a_forced_algorithm_runs_where_the_shape_takes_it() {
+        let r = roof();
+        // 16 input channels: rule 2 would keep it direct; the calibration grid forces F(4×4).
+        let s = ConvShape::three_by_three(1, 16, 16, 56, 56);
+        let forced = AlgorithmPolicy::Only(ConvAlgorithm::WinogradF4);
+        let c = choose(&s, &direct(&s), Some(&r), forced);
+        assert_eq!(c.algorithm, ConvAlgorithm::WinogradF4);
+        assert!(c.chosen_s < c.direct_s, "{c:?}");
+        let c = choose(
+            &shape(64, 56),
+            &direct(&shape(64, 56)),
+            Some(&r),
+            AlgorithmPolicy::Only(ConvAlgorithm::Direct),
+        );
+        assert_eq!(c.algorithm, ConvAlgorithm::Direct);
+        // Not a 3×3 stride-1 convolution: direct whatever is forced.
+        let mut strided = shape(64, 56);
+        strided.strides = (2, 2);
+        let c = choose(&strided, &direct(&strided), Some(&r), forced);
         assert_eq!(c.algorithm, ConvAlgorithm::Direct);
     }
 

@@ -49,6 +49,10 @@ pub struct AnalyzeOptions {
     /// This machine's kernels timed per convolution shape and algorithm (rule 5 of
     /// [`algorithm`]); only for an analysis of the machine they ran on.
     pub measured_algorithms: Option<std::sync::Arc<algorithm::MeasuredAlgorithms>>,
+    /// Charge the weights at DRAM whatever the model's footprint: a calibration point timed
+    /// with the caches evicted before every run, as a layer of a model larger than the
+    /// caches meets its weights.
+    pub weights_in_dram: bool,
 }
 
 impl Default for AnalyzeOptions {
@@ -59,6 +63,7 @@ impl Default for AnalyzeOptions {
             llm: llm::LlmOptions::default(),
             conv_algorithms: algorithm::AlgorithmPolicy::Auto,
             measured_algorithms: None,
+            weights_in_dram: false,
         }
     }
 }
@@ -250,9 +255,11 @@ pub fn analyze_prepared(
         diagnostics,
     } = prepared;
     let mut diagnostics = diagnostics.clone();
-    roof.place_weights(
-        model_weight_bytes(graph, order, states).saturating_add(graph_io_bytes(graph)),
-    );
+    roof.place_weights(if options.weights_in_dram {
+        u64::MAX
+    } else {
+        model_weight_bytes(graph, order, states).saturating_add(graph_io_bytes(graph))
+    });
     // The calibration tables of the thread count whose ceilings this analysis uses.
     let calibration_threads = device
         .ceiling(options.precision)

@@ -29,6 +29,10 @@ pub struct BenchOptions {
     /// profile's latency table lacks them (`exec::conv_timing`), and let the measurements
     /// choose (rule 5 of `analysis::algorithm`): only when `device` is this machine.
     pub measure_algorithms: bool,
+    /// Bytes written before every timed run (the workspace then read and the inputs staged),
+    /// so the run finds its weights in DRAM and its activations in cache, as a layer deep in
+    /// a large model does; 0 runs warm (repeated inference of the same small model).
+    pub evict_bytes: usize,
 }
 
 impl Default for BenchOptions {
@@ -41,6 +45,7 @@ impl Default for BenchOptions {
             tune: false,
             decode: false,
             measure_algorithms: false,
+            evict_bytes: 0,
         }
     }
 }
@@ -116,10 +121,10 @@ pub fn bench_graph(
     plan_options.keep_inputs = options.decode;
     plan_options.conv_algorithms = match analyze.conv_algorithms {
         AlgorithmPolicy::DirectOnly => exec::ConvAlgorithms::DirectOnly,
-        AlgorithmPolicy::Auto if device.kind == DeviceKind::Cpu => {
+        AlgorithmPolicy::Auto | AlgorithmPolicy::Only(_) if device.kind == DeviceKind::Cpu => {
             exec::ConvAlgorithms::from_analysis(&analysis)
         }
-        AlgorithmPolicy::Auto => exec::ConvAlgorithms::Auto(None),
+        AlgorithmPolicy::Auto | AlgorithmPolicy::Only(_) => exec::ConvAlgorithms::Auto(None),
     };
     let plan = build_plan(
         &prepared.graph,
@@ -160,8 +165,28 @@ pub fn bench_graph(
     // End-to-end latency with per-op timing off, then a second series with it on.
     let runs = options.runs.max(1);
     let mut latencies = Vec::with_capacity(runs);
+    // One buffer for every bench of the process (calibration runs hundreds): mapping it anew
+    // each time cost more system time than the runs.
+    static EVICT: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    let mut evict = EVICT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if evict.len() < options.evict_bytes {
+        evict.resize(options.evict_bytes, 0);
+    }
+    let evict_len = options.evict_bytes;
+    let mut evict_caches = || {
+        for line in evict[..evict_len].iter_mut().step_by(64) {
+            *line = line.wrapping_add(1);
+        }
+        std::hint::black_box(&*evict);
+    };
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..runs {
+        evict_caches();
+        if evict_len > 0 {
+            workspace.warm();
+        }
         plan.stage_given_inputs(&mut workspace, &inputs)?;
         let start = std::time::Instant::now();
         plan.run_staged(&mut workspace, None)?;
@@ -172,6 +197,10 @@ pub fn bench_graph(
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
     let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
+        evict_caches();
+        if evict_len > 0 {
+            workspace.warm();
+        }
         plan.stage_given_inputs(&mut workspace, &inputs)?;
         plan.run_staged(&mut workspace, Some(&mut timings))?;
         for (i, &t) in timings.step_seconds.iter().enumerate() {

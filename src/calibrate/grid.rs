@@ -2,6 +2,9 @@
 //! transformers (channel counts, planes, sequence lengths and widths of the common
 //! architectures), fixed in code so it never depends on the model being predicted.
 
+use crate::analysis::algorithm::{
+    AlgorithmPolicy, ConvAlgorithm, ConvShape, MIN_INPUT_CHANNELS, MIN_TILES,
+};
 use crate::analysis::onnx_proto::ModelProto;
 use crate::builtin::builder::{attr_int, attr_ints, ConvSpec, GraphBuilder, SigDim, WeightFill};
 use crate::device::calibration::KernelClass;
@@ -9,11 +12,20 @@ use crate::device::calibration::KernelClass;
 const FLOAT: i32 = 1;
 
 /// One grid point: a model with one costed op.
+#[derive(Clone)]
 pub struct GridModel {
     pub class: KernelClass,
     /// The shape in words.
     pub shape: String,
     pub model: ModelProto,
+    /// The convolution algorithms the point is run with (`Auto` but for the 3×3 stride-1
+    /// convolutions timed once per algorithm).
+    pub policy: AlgorithmPolicy,
+    /// Timed with the caches evicted before every run and its weights charged at DRAM (see
+    /// [`with_cold_weights`]).
+    pub cold_weights: bool,
+    /// Whether [`with_cold_weights`] adds the point's cold twin.
+    cold_twin: bool,
 }
 
 fn fixed(dims: &[i64]) -> Vec<SigDim> {
@@ -39,6 +51,9 @@ fn one_op(
         class,
         shape,
         model: b.finish("calibration"),
+        policy: AlgorithmPolicy::Auto,
+        cold_weights: false,
+        cold_twin: true,
     }
 }
 
@@ -77,8 +92,44 @@ fn conv(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64, group: i64) ->
     )
 }
 
+/// A 3×3 stride-1 convolution where rule 4 of `analysis::algorithm` chooses between direct
+/// and Winograd: timed once per algorithm (direct into the conv table, each Winograd variant
+/// with enough tiles into the Winograd table), so both tables hold the shapes the rule
+/// compares, few output channels and large planes included. A point run only as the rule
+/// chose it leaves the other algorithm's table to extrapolate from other shapes: F(4×4) was
+/// expected 1.35× faster than direct on 96→24 channels at 40² and 80², and measured 0.6-0.7×.
+fn three_by_three_variants(cin: i64, cout: i64, size: i64) -> Vec<GridModel> {
+    let geometry =
+        ConvShape::three_by_three(1, cin as usize, cout as usize, size as usize, size as usize);
+    if !geometry.winograd_candidate() || (cin as usize) < MIN_INPUT_CHANNELS {
+        return vec![conv(cin, cout, size, 3, 1, 1)];
+    }
+    [
+        ConvAlgorithm::Direct,
+        ConvAlgorithm::WinogradF2,
+        ConvAlgorithm::WinogradF4,
+    ]
+    .into_iter()
+    .filter(|a| {
+        a.output_tile()
+            .is_none_or(|t| geometry.tiles(t) >= MIN_TILES)
+    })
+    .map(|algorithm| {
+        let mut point = conv(cin, cout, size, 3, 1, 1);
+        point.class = if algorithm == ConvAlgorithm::Direct {
+            KernelClass::Conv
+        } else {
+            KernelClass::Winograd
+        };
+        point.shape = format!("{} ({})", point.shape, algorithm.name());
+        point.policy = AlgorithmPolicy::Only(algorithm);
+        point
+    })
+    .collect()
+}
+
 fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
-    one_op(
+    let point = one_op(
         KernelClass::Gemm,
         format!("matmul {rows}x{inner} · {inner}x{cols} (weights)"),
         &[&[rows, inner]],
@@ -87,19 +138,28 @@ fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
             let w = b.weight("w", &[inner, cols], inner);
             b.node("MatMul", &[&x[0], &w], vec![])
         },
-    )
+    );
+    without_cold_twin_for_gemv(point, rows)
+}
+
+/// A GEMV streams its weights once per run at any cache level, and the grid's largest ones
+/// are already charged at DRAM: no cold twin (see [`with_cold_weights`]).
+fn without_cold_twin_for_gemv(mut point: GridModel, rows: i64) -> GridModel {
+    point.cold_twin = rows > 1;
+    point
 }
 
 /// Gemm with transB = 1 (the PyTorch export of a linear layer): weights stored [out, in],
 /// so each output is a dot product over contiguous weights, another kernel than MatMul's.
 fn gemm_trans_b(rows: i64, inner: i64, cols: i64) -> GridModel {
-    one_op(
+    let point = one_op(
         KernelClass::Gemm,
         format!("gemm {rows}x{inner} · ({cols}x{inner})ᵀ + bias"),
         &[&[rows, inner]],
         &[rows, cols],
         |b, x| b.gemm(&x[0], inner, cols),
-    )
+    );
+    without_cold_twin_for_gemv(point, rows)
 }
 
 fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
@@ -333,9 +393,39 @@ fn concat(channels: i64, size: i64) -> GridModel {
     )
 }
 
+/// Each point of the classes that read weights, again with its weights cold.
+///
+/// A one-op model run again and again keeps its weights in cache; a layer of a model larger
+/// than the caches finds them in DRAM (every other layer's weights went through the caches
+/// since its last run), which the analysis's cache-aware roof charges (`Roof::place_weights`).
+/// Timed only warm, a table extrapolates a DRAM-weight layer from cache-weight points: the
+/// Winograd variants, whose transformed weights are 1.8-4× the direct ones, measured
+/// 0.6-0.96× as fast as direct inside ResNet-50 and Inception-v2 where the warm points
+/// expected them 1.2-1.6× faster. The cold twin (caches evicted before each run, the input
+/// staged after, weights charged at DRAM) gives such layers neighbours at their own level.
+fn with_cold_weights(models: Vec<GridModel>) -> Vec<GridModel> {
+    let mut all = Vec::with_capacity(models.len() * 2);
+    for model in models {
+        let reads_weights = matches!(
+            model.class,
+            KernelClass::Conv | KernelClass::Winograd | KernelClass::Pointwise | KernelClass::Gemm
+        );
+        if reads_weights && model.cold_twin {
+            let mut cold = model.clone();
+            cold.shape = format!("{} (weights cold)", cold.shape);
+            cold.cold_weights = true;
+            all.push(model);
+            all.push(cold);
+        } else {
+            all.push(model);
+        }
+    }
+    all
+}
+
 /// The grid; `quick` keeps about a third of the points (every class still covered).
 pub fn grid(quick: bool) -> Vec<GridModel> {
-    let mut models = Vec::new();
+    let mut models: Vec<GridModel> = Vec::new();
     // Dense convolutions with a window: stems, ResNet/VGG stages, strided downsampling.
     for &(cin, cout, size, kernel, stride) in &[
         (3, 32, 224, 3, 2),
@@ -367,8 +457,16 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (512, 512, 14, 3, 1),
         (48, 48, 160, 3, 1),
         (256, 384, 13, 3, 1),
+        // Few output channels on large planes (segmentation and detection necks).
+        (64, 16, 160, 3, 1),
+        (128, 32, 112, 3, 1),
+        (160, 40, 40, 3, 1),
     ] {
-        models.push(conv(cin, cout, size, kernel, stride, 1));
+        if kernel == 3 && stride == 1 {
+            models.extend(three_by_three_variants(cin, cout, size));
+        } else {
+            models.push(conv(cin, cout, size, kernel, stride, 1));
+        }
     }
     for &(cin, cout, size, kernel, stride) in &[
         (64, 16, 80, 2, 2),
@@ -571,6 +669,7 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     for &(channels, size) in &[(255, 20), (64, 80), (18, 40)] {
         models.push(to_channels_last(channels, size));
     }
+    models = with_cold_weights(models);
     if quick {
         // Every third point of each class (the first always kept).
         let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
@@ -600,5 +699,64 @@ mod tests {
             }
         }
         assert!(grid(true).len() * 2 < grid(false).len());
+    }
+
+    #[test]
+    fn rule_four_shapes_are_timed_per_algorithm() {
+        let models = grid(false);
+        let variants = |shape: &str| -> Vec<AlgorithmPolicy> {
+            models
+                .iter()
+                .filter(|m| m.shape.starts_with(shape) && !m.cold_weights)
+                .map(|m| m.policy)
+                .collect()
+        };
+        // 64 channels at 56²: enough tiles for both Winograd variants.
+        assert_eq!(
+            variants("conv 64→64 3x3 s1 g1 56x56"),
+            [
+                AlgorithmPolicy::Only(ConvAlgorithm::Direct),
+                AlgorithmPolicy::Only(ConvAlgorithm::WinogradF2),
+                AlgorithmPolicy::Only(ConvAlgorithm::WinogradF4),
+            ]
+        );
+        // 7×7 planes: 16 F(2×2) tiles, fewer than rule 2 asks for; direct only.
+        assert_eq!(
+            variants("conv 512→512 3x3 s1 g1 7x7"),
+            [AlgorithmPolicy::Only(ConvAlgorithm::Direct)]
+        );
+        // Under 64 input channels the rule never considers Winograd: the point runs as chosen.
+        assert_eq!(
+            variants("conv 16→16 3x3 s1 g1 112x112"),
+            [AlgorithmPolicy::Auto]
+        );
+        for m in &models {
+            if let AlgorithmPolicy::Only(algorithm) = m.policy {
+                let winograd = algorithm != ConvAlgorithm::Direct;
+                assert_eq!(m.class == KernelClass::Winograd, winograd, "{}", m.shape);
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_classes_get_a_cold_twin_and_gemvs_do_not() {
+        let models = grid(false);
+        let twin = |shape: &str| {
+            let cold = format!("{shape} (weights cold)");
+            models.iter().any(|m| m.cold_weights && m.shape == cold)
+        };
+        assert!(twin("conv 3→64 7x7 s2 g1 224x224"));
+        assert!(twin("conv 256→64 1x1 s1 g1 56x56"));
+        assert!(twin("conv 64→64 3x3 s1 g1 56x56 (winograd F(4x4,3x3))"));
+        assert!(twin("matmul 128x768 · 768x768 (weights)"));
+        assert!(!twin("matmul 1x4096 · 4096x4096 (weights)"));
+        // Classes without weights run warm only.
+        assert!(models.iter().filter(|m| m.cold_weights).all(|m| matches!(
+            m.class,
+            KernelClass::Conv | KernelClass::Winograd | KernelClass::Pointwise | KernelClass::Gemm
+        )));
+        assert!(models
+            .iter()
+            .any(|m| m.class == KernelClass::Depthwise && !m.cold_weights));
     }
 }

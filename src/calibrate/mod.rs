@@ -133,8 +133,9 @@ pub fn calibrate(
         method: format!(
             "the tool's own kernels on {} one-op models per thread count (per point the median \
              of {rounds} rounds over the grid, each the median of {runs} timed runs after a \
-             warm-up, inputs and weights warm in cache as in repeated \
-             inference); an op's expected time is its roofline bound × measured/bound of the \
+             warm-up, inputs and weights warm in cache as in repeated inference, and each \
+             convolution and GEMM again with its weights cold: caches evicted before every \
+             run, activations read back, weights charged at DRAM); an op's expected time is its roofline bound × measured/bound of the \
              {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
              work, bytes, weight bytes and output elements, averaged in log space)",
             models.len(),
@@ -165,18 +166,33 @@ fn bench_model(
         decode: false,
         // The grid measures each class's kernels as the calibrated rule would choose them.
         measure_algorithms: false,
+        evict_bytes: if model.cold_weights {
+            crate::exec::conv_timing::evict_bytes(largest_cache(device))
+        } else {
+            0
+        },
     };
-    bench_graph(
-        graph,
-        &model.shape,
-        device,
-        &AnalyzeOptions::default(),
-        &options,
-    )
-    .map_err(|source| CalibrateError::Model {
-        shape: model.shape.clone(),
-        source,
+    let analyze = AnalyzeOptions {
+        conv_algorithms: model.policy,
+        weights_in_dram: model.cold_weights,
+        ..AnalyzeOptions::default()
+    };
+    bench_graph(graph, &model.shape, device, &analyze, &options).map_err(|source| {
+        CalibrateError::Model {
+            shape: model.shape.clone(),
+            source,
+        }
     })
+}
+
+/// Bytes of the device's largest cache, if it states one.
+fn largest_cache(device: &DeviceProfile) -> Option<u64> {
+    device
+        .memory
+        .iter()
+        .filter(|level| level.level != crate::device::MemoryLevel::Dram)
+        .filter_map(|level| level.capacity_bytes)
+        .max()
 }
 
 /// Classes with no table in `calibration` (for the report).
@@ -185,4 +201,78 @@ pub fn uncovered(calibration: &Calibration) -> Vec<KernelClass> {
         .into_iter()
         .filter(|c| !calibration.tables.iter().any(|t| t.class == *c))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{MemoryCeiling, MemoryLevel};
+
+    /// A CPU-like profile with a cache hierarchy (the catalogue lists GPUs only).
+    fn cpu_with_caches() -> DeviceProfile {
+        let mut device = crate::device::find_device("t4")
+            .expect("catalogue device")
+            .to_profile();
+        let level = |level, gigabytes_per_s: f64, capacity_bytes: u64| MemoryCeiling {
+            level,
+            bytes_per_s: gigabytes_per_s * 1e9,
+            write_bytes_per_s: None,
+            capacity_bytes: Some(capacity_bytes),
+            threads: Some(1),
+            source: "test".into(),
+        };
+        device.memory = vec![
+            level(MemoryLevel::L1, 400.0, 48 << 10),
+            level(MemoryLevel::L2, 150.0, 1 << 20),
+            level(MemoryLevel::L3, 100.0, 32 << 20),
+            level(MemoryLevel::Dram, 30.0, 16 << 30),
+        ];
+        device
+    }
+
+    /// The level numbers the analysis charged a grid point's one op at.
+    fn levels(model: &grid::GridModel, device: &DeviceProfile) -> (u8, u8, f64) {
+        let graph = import::import_model(&model.model, Path::new("."), Path::new("t.onnx"))
+            .expect("grid model imports");
+        let options = AnalyzeOptions {
+            conv_algorithms: model.policy,
+            weights_in_dram: model.cold_weights,
+            ..AnalyzeOptions::default()
+        };
+        let analysis = crate::analysis::analyze_graph(graph, &model.shape, device, &options)
+            .expect("grid model analyses");
+        let node = analysis
+            .nodes
+            .iter()
+            .find(|n| n.status == NodeStatus::Costed)
+            .expect("one costed op");
+        let features = node.features.expect("features of a costed op");
+        (
+            features.activation_level,
+            features.weight_level,
+            node.predicted_s,
+        )
+    }
+
+    #[test]
+    fn a_cold_twin_charges_its_weights_at_dram_and_its_activations_in_cache() {
+        let device = cpu_with_caches();
+        let models = grid::grid(false);
+        let warm = models
+            .iter()
+            .find(|m| m.shape == "conv 256→64 1x1 s1 g1 56x56")
+            .expect("warm point");
+        let cold = models
+            .iter()
+            .find(|m| m.shape == "conv 256→64 1x1 s1 g1 56x56 (weights cold)")
+            .expect("cold twin");
+        let (warm_activations, warm_weights, warm_bound) = levels(warm, &device);
+        let (cold_activations, cold_weights, cold_bound) = levels(cold, &device);
+        // Run again and again, the op cycles its 64 KiB of weights and 4 MiB of input and
+        // output: L3.
+        assert_eq!(warm_weights, 3);
+        assert_eq!(cold_weights, 4);
+        assert_eq!(warm_activations, cold_activations);
+        assert!(cold_bound >= warm_bound);
+    }
 }

@@ -166,6 +166,7 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
                 },
                 conv_algorithms: args.model.conv_algorithms(),
                 measured_algorithms: measured_algorithms.clone(),
+                weights_in_dram: false,
             };
             let mut analysis = match phase {
                 // A phase adds the batch sweep: what batching buys on each device.

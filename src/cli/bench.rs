@@ -112,6 +112,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         tune: args.tune,
         decode: args.decode,
         measure_algorithms: args.device == "local",
+        evict_bytes: 0,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(
