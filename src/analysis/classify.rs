@@ -77,6 +77,7 @@ fn conv_class(attrs: &Attributes, inputs: &[Option<&TensorFact>]) -> KernelClass
         Some(w) if group > 1 && w.get(1) == Some(&1) && input_channels == Some(group) => {
             KernelClass::Depthwise
         }
+        _ if group > 1 => KernelClass::Grouped,
         Some(w) if group == 1 && w.len() > 2 && w[2..].iter().all(|&k| k == 1) => {
             let strided = attrs
                 .ints("strides")
@@ -124,6 +125,10 @@ mod tests {
         assert_eq!(class(&none, &point), Some(KernelClass::Pointwise));
         let grouped = attrs(&[("group", Attr::Int(32))]);
         assert_eq!(class(&grouped, &depth), Some(KernelClass::Depthwise));
+        // Four groups of eight channels: one GEMM per group, not a depthwise kernel.
+        let four = attrs(&[("group", Attr::Int(4))]);
+        let per_group = fact(&[64, 8, 1, 1]);
+        assert_eq!(class(&four, &per_group), Some(KernelClass::Grouped));
         let strided = attrs(&[("strides", Attr::Ints(vec![2, 2]))]);
         assert_eq!(class(&strided, &point), Some(KernelClass::Conv));
     }

@@ -6,7 +6,9 @@ use crate::analysis::algorithm::{
     AlgorithmPolicy, ConvAlgorithm, ConvShape, MIN_INPUT_CHANNELS, MIN_TILES,
 };
 use crate::analysis::onnx_proto::ModelProto;
-use crate::builtin::builder::{attr_int, attr_ints, ConvSpec, GraphBuilder, SigDim, WeightFill};
+use crate::builtin::builder::{
+    attr_int, attr_ints, attr_string, ConvSpec, GraphBuilder, SigDim, WeightFill,
+};
 use crate::device::calibration::KernelClass;
 
 const FLOAT: i32 = 1;
@@ -65,8 +67,10 @@ fn conv(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64, group: i64) ->
     // 3×3 stride-1 convolutions on planes of 12² and more are the shapes a CPU runs as
     // Winograd where the roofline favours it (`analysis::algorithm`); each point is filed
     // under the class its analysis gives it, this one only groups them for `--quick`.
-    let class = if group > 1 {
+    let class = if group > 1 && group == cin {
         KernelClass::Depthwise
+    } else if group > 1 {
+        KernelClass::Grouped
     } else if kernel == 1 {
         KernelClass::Pointwise
     } else if kernel == 3 && stride == 1 && size >= 12 {
@@ -302,6 +306,37 @@ fn relu6(channels: i64, size: i64) -> GridModel {
     )
 }
 
+/// A 2× upsampling (feature-pyramid necks, segmentation heads), nearest or bilinear.
+fn resize(channels: i64, size: i64, mode: &str) -> GridModel {
+    let mode_name = mode.to_string();
+    one_op(
+        KernelClass::Movement,
+        format!("resize {mode} ×2 {channels}x{size}x{size}"),
+        &[&[1, channels, size, size]],
+        &[1, channels, 2 * size, 2 * size],
+        move |b, x| {
+            let scales = b.float_const("scales", &[4], &[1.0, 1.0, 2.0, 2.0]);
+            b.node(
+                "Resize",
+                &[&x[0], "", &scales],
+                vec![attr_string("mode", &mode_name)],
+            )
+        },
+    )
+}
+
+/// A max pool that keeps the plane (stride 1, same padding): Inception's pool branches,
+/// the SPP blocks of YOLO necks.
+fn max_pool_same(channels: i64, size: i64, kernel: i64) -> GridModel {
+    one_op(
+        KernelClass::Pool,
+        format!("maxpool {kernel}x{kernel} s1 {channels}x{size}x{size}"),
+        &[&[1, channels, size, size]],
+        &[1, channels, size, size],
+        |b, x| b.max_pool(&x[0], kernel, 1, kernel / 2),
+    )
+}
+
 fn max_pool(channels: i64, size: i64) -> GridModel {
     let out = (size + 2 - 3) / 2 + 1;
     one_op(
@@ -408,7 +443,11 @@ fn with_cold_weights(models: Vec<GridModel>) -> Vec<GridModel> {
     for model in models {
         let reads_weights = matches!(
             model.class,
-            KernelClass::Conv | KernelClass::Winograd | KernelClass::Pointwise | KernelClass::Gemm
+            KernelClass::Conv
+                | KernelClass::Winograd
+                | KernelClass::Pointwise
+                | KernelClass::Grouped
+                | KernelClass::Gemm
         );
         if reads_weights && model.cold_twin {
             let mut cold = model.clone();
@@ -457,6 +496,12 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (512, 512, 14, 3, 1),
         (48, 48, 160, 3, 1),
         (256, 384, 13, 3, 1),
+        // Small planes and few channels (tiny classifiers, keyword spotting, early exits),
+        // where the fixed cost per call is a large part of the time.
+        (8, 16, 14, 3, 1),
+        (32, 32, 8, 3, 1),
+        (16, 16, 28, 3, 1),
+        (32, 64, 12, 3, 1),
         // Few output channels on large planes (segmentation and detection necks).
         (64, 16, 160, 3, 1),
         (128, 32, 112, 3, 1),
@@ -531,6 +576,28 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(conv(channels, channels, size, kernel, stride, channels));
     }
+    // Grouped convolutions with several channels per group: ShuffleNet's 1×1 group
+    // convolutions (3 and 8 groups), ResNeXt's 3×3 with 32 groups, two-tower 3×3 and 5×5.
+    for &(cin, cout, size, kernel, stride, group) in &[
+        (240, 240, 28, 1, 1, 3),
+        (480, 480, 14, 1, 1, 3),
+        (960, 960, 7, 1, 1, 3),
+        (60, 240, 28, 1, 1, 3),
+        (384, 384, 28, 1, 1, 8),
+        (768, 192, 14, 1, 1, 8),
+        (128, 128, 56, 3, 1, 32),
+        (256, 256, 28, 3, 1, 32),
+        (512, 512, 14, 3, 1, 32),
+        (1024, 1024, 7, 3, 1, 32),
+        (256, 256, 56, 3, 2, 32),
+        (128, 256, 24, 5, 1, 2),
+        (64, 192, 28, 5, 1, 2),
+        (256, 256, 14, 3, 1, 2),
+        (384, 256, 14, 3, 1, 2),
+        (192, 192, 14, 3, 1, 2),
+    ] {
+        models.push(conv(cin, cout, size, kernel, stride, group));
+    }
     // GEMMs against weights: classifier heads (GEMV), transformer projections and MLPs.
     for &(rows, inner, cols) in &[
         (1, 512, 1000),
@@ -604,8 +671,19 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     for &(channels, size) in &[(32, 112), (144, 56), (192, 28), (576, 14), (960, 7)] {
         models.push(relu6(channels, size));
     }
-    for &(channels, size) in &[(64, 112), (128, 56), (32, 160), (256, 28), (96, 55)] {
+    for &(channels, size) in &[
+        (64, 112),
+        (128, 56),
+        (32, 160),
+        (256, 28),
+        (96, 55),
+        (16, 28),
+        (32, 14),
+    ] {
         models.push(max_pool(channels, size));
+    }
+    for &(channels, size, kernel) in &[(256, 28, 3), (512, 14, 3), (128, 20, 5), (96, 56, 3)] {
+        models.push(max_pool_same(channels, size, kernel));
     }
     for &(channels, size, kernel, stride) in &[
         (128, 56, 2, 2),
@@ -668,6 +746,15 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     }
     for &(channels, size) in &[(255, 20), (64, 80), (18, 40)] {
         models.push(to_channels_last(channels, size));
+    }
+    for &(channels, size, mode) in &[
+        (256, 20, "nearest"),
+        (128, 40, "nearest"),
+        (64, 80, "nearest"),
+        (64, 40, "linear"),
+        (32, 80, "linear"),
+    ] {
+        models.push(resize(channels, size, mode));
     }
     models = with_cold_weights(models);
     if quick {
@@ -753,7 +840,11 @@ mod tests {
         // Classes without weights run warm only.
         assert!(models.iter().filter(|m| m.cold_weights).all(|m| matches!(
             m.class,
-            KernelClass::Conv | KernelClass::Winograd | KernelClass::Pointwise | KernelClass::Gemm
+            KernelClass::Conv
+                | KernelClass::Winograd
+                | KernelClass::Pointwise
+                | KernelClass::Grouped
+                | KernelClass::Gemm
         )));
         assert!(models
             .iter()

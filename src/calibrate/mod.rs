@@ -166,6 +166,7 @@ fn bench_model(
         decode: false,
         // The grid measures each class's kernels as the calibrated rule would choose them.
         measure_algorithms: false,
+        per_op_only: true,
         evict_bytes: if model.cold_weights {
             crate::exec::conv_timing::evict_bytes(largest_cache(device))
         } else {

@@ -113,6 +113,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         decode: args.decode,
         measure_algorithms: args.device == "local",
         evict_bytes: 0,
+        per_op_only: false,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

@@ -24,6 +24,10 @@ pub enum KernelClass {
     Pointwise,
     /// Grouped convolution with one input channel per group.
     Depthwise,
+    /// Grouped convolution with several input channels per group (ShuffleNet's 1×1 group
+    /// convolutions, ResNeXt's 3×3, AlexNet's two towers): one small GEMM per group, whose
+    /// efficiency a dense convolution of the same work does not predict.
+    Grouped,
     /// MatMul / Gemm with a constant weight operand.
     Gemm,
     /// MatMul of two computed operands (attention scores and context).
@@ -45,11 +49,12 @@ pub enum KernelClass {
 }
 
 impl KernelClass {
-    pub const ALL: [KernelClass; 13] = [
+    pub const ALL: [KernelClass; 14] = [
         KernelClass::Conv,
         KernelClass::Winograd,
         KernelClass::Pointwise,
         KernelClass::Depthwise,
+        KernelClass::Grouped,
         KernelClass::Gemm,
         KernelClass::Matmul,
         KernelClass::Elementwise,
@@ -67,6 +72,7 @@ impl KernelClass {
             KernelClass::Winograd => "winograd",
             KernelClass::Pointwise => "pointwise",
             KernelClass::Depthwise => "depthwise",
+            KernelClass::Grouped => "grouped",
             KernelClass::Gemm => "gemm",
             KernelClass::Matmul => "matmul",
             KernelClass::Elementwise => "elementwise",
@@ -349,7 +355,12 @@ impl Calibration {
         features: &ShapeFeatures,
         bound_s: f64,
     ) -> Option<f64> {
-        let ratio = self.table(class, threads)?.ratio_at(op_type, features)?;
+        let table = self.table(class, threads).or_else(|| match class {
+            // A calibration made before grouped convolutions had their own table.
+            KernelClass::Grouped => self.table(KernelClass::Conv, threads),
+            _ => None,
+        })?;
+        let ratio = table.ratio_at(op_type, features)?;
         Some(bound_s * ratio)
     }
 
