@@ -97,17 +97,11 @@ pub fn bench_graph(
         && analyze.conv_algorithms == AlgorithmPolicy::Auto
     {
         let shapes = analysis::winograd_candidates(&prepared);
-        let largest_cache = device
-            .memory
-            .iter()
-            .filter(|level| level.level != crate::device::MemoryLevel::Dram)
-            .filter_map(|level| level.capacity_bytes)
-            .max();
         let table = exec::conv_timing::ensure(
             &device.id,
             &shapes,
             options.threads.max(1),
-            exec::conv_timing::evict_bytes(largest_cache),
+            exec::conv_timing::evict_bytes(device.largest_cache_bytes()),
         );
         measured = AnalyzeOptions {
             measured_algorithms: Some(std::sync::Arc::new(table)),
@@ -178,17 +172,13 @@ pub fn bench_graph(
     if evict.len() < options.evict_bytes {
         evict.resize(options.evict_bytes, 0);
     }
-    let evict_len = options.evict_bytes;
-    let mut evict_caches = || {
-        for line in evict[..evict_len].iter_mut().step_by(64) {
-            *line = line.wrapping_add(1);
-        }
-        std::hint::black_box(&*evict);
-    };
+    let evict = &mut evict[..options.evict_bytes];
+    let cold_weights = !evict.is_empty();
+    let end_to_end_runs = if options.per_op_only { 0 } else { runs };
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
-    for _ in 0..if options.per_op_only { 0 } else { runs } {
-        evict_caches();
-        if evict_len > 0 {
+    for _ in 0..end_to_end_runs {
+        if cold_weights {
+            exec::conv_timing::evict_caches(evict);
             workspace.warm();
         }
         plan.stage_given_inputs(&mut workspace, &inputs)?;
@@ -201,8 +191,8 @@ pub fn bench_graph(
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
     let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
-        evict_caches();
-        if evict_len > 0 {
+        if cold_weights {
+            exec::conv_timing::evict_caches(evict);
             workspace.warm();
         }
         plan.stage_given_inputs(&mut workspace, &inputs)?;

@@ -135,8 +135,9 @@ pub fn calibrate(
              of {rounds} rounds over the grid, each the median of {runs} timed runs after a \
              warm-up, inputs and weights warm in cache as in repeated inference, and each \
              convolution and GEMM again with its weights cold: caches evicted before every \
-             run, activations read back, weights charged at DRAM); an op's expected time is its roofline bound × measured/bound of the \
-             {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
+             run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
+             the algorithm rule chooses timed as direct, F(2x2) and F(4x4)); an op's expected \
+             time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
              work, bytes, weight bytes and output elements, averaged in log space)",
             models.len(),
             crate::device::calibration::NEIGHBOURS
@@ -164,11 +165,12 @@ fn bench_model(
         seed: 0,
         tune: false,
         decode: false,
-        // The grid measures each class's kernels as the calibrated rule would choose them.
+        // The point's policy names the algorithm (rule-4 shapes are timed as each), never a
+        // measured table.
         measure_algorithms: false,
         per_op_only: true,
         evict_bytes: if model.cold_weights {
-            crate::exec::conv_timing::evict_bytes(largest_cache(device))
+            crate::exec::conv_timing::evict_bytes(device.largest_cache_bytes())
         } else {
             0
         },
@@ -184,16 +186,6 @@ fn bench_model(
             source,
         }
     })
-}
-
-/// Bytes of the device's largest cache, if it states one.
-fn largest_cache(device: &DeviceProfile) -> Option<u64> {
-    device
-        .memory
-        .iter()
-        .filter(|level| level.level != crate::device::MemoryLevel::Dram)
-        .filter_map(|level| level.capacity_bytes)
-        .max()
 }
 
 /// Classes with no table in `calibration` (for the report).

@@ -276,6 +276,15 @@ impl DeviceProfile {
             .max_by_key(|m| m.threads.unwrap_or(u32::MAX))
     }
 
+    /// Capacity of the largest cache level the profile states (the L3 of a probed CPU).
+    pub fn largest_cache_bytes(&self) -> Option<u64> {
+        self.memory
+            .iter()
+            .filter(|level| level.level != MemoryLevel::Dram)
+            .filter_map(|level| level.capacity_bytes)
+            .max()
+    }
+
     /// Main-memory read bandwidth: the roof the analysis uses, since each op is modelled as
     /// streaming its tensors from the outermost level.
     pub fn dram_bandwidth(&self) -> Option<f64> {
@@ -407,6 +416,25 @@ mod tests {
         let mut slow_launch = good;
         slow_launch.launch_overhead_s = 5.0;
         assert!(slow_launch.validate().is_err());
+    }
+
+    #[test]
+    fn the_largest_cache_is_the_largest_level_short_of_dram() {
+        let mut profile = crate::device::catalog()[0].to_profile();
+        let level = |level, capacity_bytes| MemoryCeiling {
+            level,
+            bytes_per_s: 1e11,
+            write_bytes_per_s: None,
+            capacity_bytes,
+            threads: Some(1),
+            source: String::new(),
+        };
+        profile.memory = vec![level(MemoryLevel::Dram, Some(16 << 30))];
+        assert_eq!(profile.largest_cache_bytes(), None);
+        profile.memory.push(level(MemoryLevel::L2, Some(1 << 20)));
+        profile.memory.push(level(MemoryLevel::L3, Some(32 << 20)));
+        profile.memory.push(level(MemoryLevel::L1, None));
+        assert_eq!(profile.largest_cache_bytes(), Some(32 << 20));
     }
 
     fn ceiling(precision: Precision, threads: Option<u32>, flops: f64) -> ComputeCeiling {

@@ -111,6 +111,15 @@ pub fn fill(
     timed
 }
 
+/// Writes one byte per cache line of `buffer`: with [`evict_bytes`] of it, what the caches
+/// held before is gone.
+pub fn evict_caches(buffer: &mut [u8]) {
+    for line in buffer.iter_mut().step_by(64) {
+        *line = line.wrapping_add(1);
+    }
+    std::hint::black_box(buffer);
+}
+
 /// Bytes written between calls to push a layer's weights out of caches of `largest_cache`
 /// bytes: twice the cache, within 16-128 MiB (a VM may report a socket's L3 of hundreds of
 /// MiB; writing that per call would cost more than the layers).
@@ -200,10 +209,7 @@ pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<Me
     // Before every call, as inside a model: the weights cold (every other layer's weights
     // passed through the caches since), the input warm (its producer just wrote it).
     let mut settle = |input: &[f32]| {
-        for line in evict.iter_mut().step_by(64) {
-            *line = line.wrapping_add(1);
-        }
-        std::hint::black_box(&evict);
+        evict_caches(evict);
         let warm: f32 = input.iter().step_by(16).sum();
         std::hint::black_box(warm);
     };
