@@ -89,7 +89,7 @@ fn main() {
         };
         let direct_s = measured.direct_s;
         let times = [measured.winograd_f2_s, measured.winograd_f4_s];
-        let flops = 2.0 * (channels * out_channels * 9 * side * side) as f64;
+        let flops = 2.0 * shape.direct_macs() as f64;
         let best = times.iter().copied().fold(direct_s, f64::min);
         println!(
             "{:<14} {:>8.0}µs {:>8.0}µs {:>7.2}× {:>8.0}µs {:>7.2}× {:>9.1}",

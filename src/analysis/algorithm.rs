@@ -215,7 +215,7 @@ impl ConvShape {
     }
 
     /// Multiply-adds of the direct algorithm.
-    fn direct_macs(&self) -> u64 {
+    pub fn direct_macs(&self) -> u64 {
         (self.batch
             * self.out_channels
             * self.out_h
