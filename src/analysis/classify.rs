@@ -37,8 +37,8 @@ pub fn kernel_class(
         "LayerNormalization"
         | "InstanceNormalization"
         | "GroupNormalization"
-        | "LRN"
         | "MeanVarianceNormalization" => KernelClass::Norm,
+        "LRN" => KernelClass::Lrn,
         "Softmax" | "LogSoftmax" | "Hardmax" => KernelClass::Softmax,
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
         | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" | "ArgMax"

@@ -264,7 +264,7 @@ fn average_pool(channels: i64, size: i64, kernel: i64, stride: i64) -> GridModel
 fn lrn(channels: i64, size: i64) -> GridModel {
     let dims = [1, channels, size, size];
     one_op(
-        KernelClass::Norm,
+        KernelClass::Lrn,
         format!("lrn size 5 {channels}x{size}x{size}"),
         &[&dims],
         &dims,

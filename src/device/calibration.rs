@@ -38,8 +38,13 @@ pub enum KernelClass {
     Pool,
     /// Inference BatchNormalization: a per-channel scale and shift.
     BatchNorm,
-    /// Normalisations over rows: LayerNormalization, InstanceNorm, GroupNorm, LRN.
+    /// Normalisations over rows: LayerNormalization, InstanceNorm, GroupNorm.
     Norm,
+    /// Local response normalisation: a sum of squares over a window of neighbouring channels
+    /// and a power per element. It runs nothing like a row normalisation (onnxruntime takes
+    /// LRN at 1/450 of its roof and LayerNormalization near its roof), so one class for both
+    /// predicted BERT's LayerNormalizations 34× too slow from AlexNet's LRNs.
+    Lrn,
     /// Softmax and LogSoftmax.
     Softmax,
     /// Reductions.
@@ -49,7 +54,7 @@ pub enum KernelClass {
 }
 
 impl KernelClass {
-    pub const ALL: [KernelClass; 14] = [
+    pub const ALL: [KernelClass; 15] = [
         KernelClass::Conv,
         KernelClass::Winograd,
         KernelClass::Pointwise,
@@ -61,6 +66,7 @@ impl KernelClass {
         KernelClass::Pool,
         KernelClass::BatchNorm,
         KernelClass::Norm,
+        KernelClass::Lrn,
         KernelClass::Softmax,
         KernelClass::Reduce,
         KernelClass::Movement,
@@ -79,6 +85,7 @@ impl KernelClass {
             KernelClass::Pool => "pool",
             KernelClass::BatchNorm => "batchnorm",
             KernelClass::Norm => "norm",
+            KernelClass::Lrn => "lrn",
             KernelClass::Softmax => "softmax",
             KernelClass::Reduce => "reduce",
             KernelClass::Movement => "movement",
@@ -364,6 +371,40 @@ impl Calibration {
         Some(bound_s * ratio)
     }
 
+    /// Brings a calibration written by an older version to the current classes: LRN points,
+    /// once in the norm tables, move to LRN tables of their own (a LayerNormalization must
+    /// not take an LRN's ratio when the norm table has no LayerNormalization point).
+    pub fn upgrade(&mut self) {
+        let mut moved: Vec<ClassTable> = Vec::new();
+        for table in self
+            .tables
+            .iter_mut()
+            .filter(|t| t.class == KernelClass::Norm)
+        {
+            let (lrn, rest): (Vec<_>, Vec<_>) =
+                table.points.drain(..).partition(|p| p.op_type == "LRN");
+            table.points = rest;
+            if !lrn.is_empty() {
+                moved.push(ClassTable {
+                    class: KernelClass::Lrn,
+                    threads: table.threads,
+                    points: lrn,
+                    fit_error: None,
+                });
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        self.tables.retain(|t| !t.points.is_empty());
+        for table in self.tables.iter_mut().chain(moved.iter_mut()) {
+            if matches!(table.class, KernelClass::Norm | KernelClass::Lrn) {
+                table.fit_error = table.leave_one_out();
+            }
+        }
+        self.tables.extend(moved);
+    }
+
     /// A calibration that cannot be used: an empty table or a non-finite or non-positive
     /// figure, named.
     pub fn validate(&self) -> Result<(), String> {
@@ -415,6 +456,40 @@ mod tests {
             points,
             fit_error: None,
         }
+    }
+
+    #[test]
+    fn upgrade_moves_lrn_points_out_of_the_norm_table() {
+        let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
+            op_type: op.to_string(),
+            ..point(work, 1 << 20, 1.0, ratio)
+        };
+        let mut calibration = Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 1.0,
+            method: String::new(),
+            tables: vec![ClassTable {
+                class: KernelClass::Norm,
+                threads: 1,
+                points: vec![typed("LRN", 1 << 20, 400.0), typed("LRN", 1 << 22, 450.0)],
+                fit_error: None,
+            }],
+        };
+        let layer_norm = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
+        // Before: the only norm points are LRNs, and a LayerNormalization took their ratio.
+        let before =
+            calibration.expected_s(KernelClass::Norm, "LayerNormalization", 1, &layer_norm, 1.0);
+        assert!(before.unwrap() > 100.0);
+        calibration.upgrade();
+        let norm =
+            calibration.expected_s(KernelClass::Norm, "LayerNormalization", 1, &layer_norm, 1.0);
+        assert_eq!(norm, None, "no norm point is left to predict from");
+        let lrn = calibration.expected_s(KernelClass::Lrn, "LRN", 1, &layer_norm, 1.0);
+        assert!((lrn.unwrap() - 424.26).abs() < 0.1, "{lrn:?}");
+        assert_eq!(calibration.tables.len(), 1);
+        assert!(calibration.tables[0].fit_error.is_some());
     }
 
     #[test]

@@ -352,11 +352,14 @@ impl DeviceProfile {
             path: path.to_path_buf(),
             cause,
         })?;
-        let profile: DeviceProfile =
+        let mut profile: DeviceProfile =
             serde_json::from_str(&text).map_err(|cause| ProfileError::Parse {
                 path: path.to_path_buf(),
                 cause,
             })?;
+        if let Some(calibration) = profile.calibration.as_mut() {
+            calibration.upgrade();
+        }
         profile.validate().map_err(|reason| ProfileError::Invalid {
             path: path.to_path_buf(),
             reason,
