@@ -255,10 +255,20 @@ pub fn analyze_prepared(
         diagnostics,
     } = prepared;
     let mut diagnostics = diagnostics.clone();
-    roof.place_weights(if options.weights_in_dram {
+    let cycled_bytes = if options.weights_in_dram {
         u64::MAX
     } else {
         model_weight_bytes(graph, order, states).saturating_add(graph_io_bytes(graph))
+    };
+    roof.place_weights(cycled_bytes);
+    // On several threads an op may still run on one (a runtime does not split an op too small
+    // to pay for the fork-join): its bound is the lower of the two roofs' times, so a 256-float
+    // Add is not bounded by a 2-thread fork-join it never pays.
+    let single_thread = device.single_thread.as_deref();
+    let roof_alone = single_thread.and_then(|alone| {
+        let mut roof = Roof::of(alone, options.precision).ok()?;
+        roof.place_weights(cycled_bytes);
+        Some(roof)
     });
     // The calibration tables of the thread count whose ceilings this analysis uses.
     let calibration_threads = device
@@ -416,13 +426,22 @@ pub fn analyze_prepared(
         match costed {
             Ok(mut cost) => {
                 cost.bytes.input_read = input_share(graph, node, &cost.bytes);
-                let op_roof = match cost.compute_precision {
-                    Some(p) if p != options.precision => {
-                        roof.at_precision(device, p).unwrap_or(roof)
+                let at_precision =
+                    |roof: &Roof, device: &DeviceProfile| match cost.compute_precision {
+                        Some(p) if p != options.precision => {
+                            roof.at_precision(device, p).unwrap_or(*roof)
+                        }
+                        _ => *roof,
+                    };
+                let mut op_roof = at_precision(&roof, device);
+                let mut est = estimate(&cost, &op_roof);
+                if let (Some(alone), Some(alone_device)) = (&roof_alone, single_thread) {
+                    let alone_roof = at_precision(alone, alone_device);
+                    let alone_est = estimate(&cost, &alone_roof);
+                    if alone_est.predicted_s < est.predicted_s {
+                        (op_roof, est) = (alone_roof, alone_est);
                     }
-                    _ => roof,
-                };
-                let est = estimate(&cost, &op_roof);
+                }
                 record.status = if cost.is_view {
                     NodeStatus::View
                 } else {
@@ -931,5 +950,88 @@ fn device_info(device: &DeviceProfile, precision: Precision, roof: Roof) -> Devi
         .iter()
         .filter_map(|&level| device.memory_ceiling(level).cloned())
         .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::builtin::{GraphBuilder, SigDim, WeightFill};
+    use crate::device::{ComputeCeiling, DeviceKind, MemoryCeiling, MemoryLevel, ProfileSource};
+
+    /// A probed two-thread profile: the pool's fork-join costs 1 µs, one thread's call 2 ns;
+    /// two threads stream DRAM at twice one thread's rate.
+    fn two_thread_profile() -> DeviceProfile {
+        let mut record = crate::device::probe_record::ProbeRecord::default();
+        record.dispatch.threads = 2;
+        record.dispatch.call_s = 2e-9;
+        let compute = |threads: u32, flops: f64| ComputeCeiling {
+            precision: Precision::Fp32,
+            flops_per_s: flops,
+            threads: Some(threads),
+            theoretical_flops_per_s: None,
+            source: String::new(),
+        };
+        let dram = |threads: u32, bytes_per_s: f64| MemoryCeiling {
+            level: MemoryLevel::Dram,
+            bytes_per_s,
+            write_bytes_per_s: None,
+            capacity_bytes: None,
+            threads: Some(threads),
+            source: String::new(),
+        };
+        DeviceProfile {
+            schema_version: crate::device::PROFILE_SCHEMA_VERSION,
+            id: "local".into(),
+            name: "test cpu".into(),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![compute(1, 100e9), compute(2, 200e9)],
+            memory: vec![dram(1, 10e9), dram(2, 20e9)],
+            launch_overhead_s: 1e-6,
+            l2_bytes: None,
+            launch_overhead_source: String::new(),
+            sources: vec![],
+            notes: String::new(),
+            probe: Some(record),
+            calibration: None,
+            single_thread: None,
+        }
+    }
+
+    fn add_bound(elements: i64, device: &DeviceProfile) -> f64 {
+        let mut b = GraphBuilder::new(WeightFill::Zeros);
+        let x = b.input("x", 1, &[SigDim::Fixed(elements)]);
+        let y = b.input("y", 1, &[SigDim::Fixed(elements)]);
+        let sum = b.add(&x, &y);
+        b.output(&sum, 1, &[SigDim::Fixed(elements)]);
+        let proto = b.finish("add");
+        let graph = import::import_model(&proto, Path::new("."), Path::new("add")).unwrap();
+        let analysis = analyze_graph(graph, "add", device, &AnalyzeOptions::default()).unwrap();
+        let add = analysis.nodes.iter().find(|n| n.op_type == "Add").unwrap();
+        add.predicted_s
+    }
+
+    #[test]
+    fn an_op_too_small_to_split_is_bounded_by_one_thread() {
+        let profile = two_thread_profile();
+        let two = profile.for_threads(2);
+        assert!(two.single_thread.is_some());
+        assert!(profile.for_threads(1).single_thread.is_none());
+        // 256 floats: 3 KiB at 10 GB/s + a 2 ns call on one thread, against 3 KiB at 20 GB/s
+        // plus the 1 µs fork-join on two.
+        let bytes = 3.0 * 256.0 * 4.0;
+        let small = add_bound(256, &two);
+        assert!((small - (bytes / 10e9 + 2e-9)).abs() < 1e-12, "{small}");
+        // 4 Mi floats: the two-thread roof is the lower bound (48 MiB at 20 GB/s + 1 µs).
+        let bytes = 3.0 * 4.0 * (4 << 20) as f64;
+        let large = add_bound(4 << 20, &two);
+        assert!((large - (bytes / 20e9 + 1e-6)).abs() < 1e-9, "{large}");
+        // Without the one-thread view (a catalogue device) the fork-join stays.
+        let mut catalogue_like = two.clone();
+        catalogue_like.single_thread = None;
+        assert!(add_bound(256, &catalogue_like) > 1e-6);
     }
 }

@@ -894,6 +894,7 @@ mod cache_tests {
             notes: String::new(),
             probe: None,
             calibration: None,
+            single_thread: None,
         };
         let caches = cache_roofs(&profile);
         assert!(caches[0].is_none());

@@ -70,6 +70,7 @@ impl CatalogEntry {
             notes: self.notes.to_string(),
             probe: None,
             calibration: None,
+            single_thread: None,
         }
     }
 }

@@ -123,6 +123,12 @@ pub struct DeviceProfile {
     /// calibrated, and for catalogue entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<super::calibration::Calibration>,
+    /// The one-thread view of a probed profile, kept by [`DeviceProfile::for_threads`] for a run
+    /// on several threads: an op that a runtime keeps on one thread (an element-wise op too
+    /// small to split) pays neither the fork-join nor the split, so its bound is the lower of
+    /// the two views' times (see `analysis::analyze_prepared`). Not serialised.
+    #[serde(skip)]
+    pub single_thread: Option<Box<DeviceProfile>>,
 }
 
 /// Where `roofline probe` saves this machine's profile and `--device local` reads it:
@@ -264,6 +270,11 @@ impl DeviceProfile {
                     out.name = probed_name(&record.cpu.model_name, used);
                 }
             }
+        }
+        out.single_thread = None;
+        let measured_alone = self.compute.iter().any(|c| c.threads == Some(1));
+        if threads > 1 && measured_alone {
+            out.single_thread = Some(Box::new(self.for_threads(1)));
         }
         out
     }
@@ -478,6 +489,7 @@ mod tests {
             notes: String::new(),
             probe: None,
             calibration: None,
+            single_thread: None,
         };
         assert_eq!(profile.peak_flops(Precision::Fp32), Some(190.0));
         let one = profile.for_threads(1);
@@ -526,6 +538,7 @@ mod tests {
             notes: String::new(),
             probe: Some(record),
             calibration: None,
+            single_thread: None,
         };
         assert_eq!(profile.name, "AMD EPYC (2 threads)");
         assert_eq!(profile.for_threads(1).name, "AMD EPYC (1 thread)");

@@ -290,6 +290,7 @@ pub(super) fn build_profile(record: ProbeRecord) -> DeviceProfile {
         notes,
         probe: Some(record),
         calibration: None,
+        single_thread: None,
     }
 }
 
