@@ -14,6 +14,7 @@ mod common;
 mod compress;
 mod conformance;
 mod corpus;
+mod cost_model;
 mod exec_vs_ort;
 mod export_checker;
 mod fuzz_exec;

@@ -1,0 +1,113 @@
+//! The cost model's choices that need a whole analysis: which roof bounds an op on several
+//! threads, and which features its calibration lookup matches on.
+
+use std::path::Path;
+
+use roofline::analysis::{analyze_graph, import, AnalyzeOptions};
+use roofline::builtin::{ConvSpec, GraphBuilder, SigDim, WeightFill};
+use roofline::device::probe_record::ProbeRecord;
+use roofline::device::{
+    ComputeCeiling, DeviceKind, DeviceProfile, MemoryCeiling, MemoryLevel, Precision,
+    ProfileSource, PROFILE_SCHEMA_VERSION,
+};
+
+/// A probed two-thread profile: the pool's fork-join costs 1 µs, one thread's call 2 ns;
+/// two threads stream DRAM at twice one thread's rate.
+fn two_thread_profile() -> DeviceProfile {
+    let mut record = ProbeRecord::default();
+    record.dispatch.threads = 2;
+    record.dispatch.call_s = 2e-9;
+    let compute = |threads: u32, flops: f64| ComputeCeiling {
+        precision: Precision::Fp32,
+        flops_per_s: flops,
+        threads: Some(threads),
+        theoretical_flops_per_s: None,
+        source: String::new(),
+    };
+    let dram = |threads: u32, bytes_per_s: f64| MemoryCeiling {
+        level: MemoryLevel::Dram,
+        bytes_per_s,
+        write_bytes_per_s: None,
+        capacity_bytes: None,
+        threads: Some(threads),
+        source: String::new(),
+    };
+    DeviceProfile {
+        schema_version: PROFILE_SCHEMA_VERSION,
+        id: "local".into(),
+        name: "test cpu".into(),
+        kind: DeviceKind::Cpu,
+        source: ProfileSource::Probed,
+        compute: vec![compute(1, 100e9), compute(2, 200e9)],
+        memory: vec![dram(1, 10e9), dram(2, 20e9)],
+        launch_overhead_s: 1e-6,
+        l2_bytes: None,
+        launch_overhead_source: String::new(),
+        sources: vec![],
+        notes: String::new(),
+        probe: Some(record),
+        calibration: None,
+        single_thread: None,
+    }
+}
+
+fn add_bound(elements: i64, device: &DeviceProfile) -> f64 {
+    let mut b = GraphBuilder::new(WeightFill::Zeros);
+    let x = b.input("x", 1, &[SigDim::Fixed(elements)]);
+    let y = b.input("y", 1, &[SigDim::Fixed(elements)]);
+    let sum = b.add(&x, &y);
+    b.output(&sum, 1, &[SigDim::Fixed(elements)]);
+    let proto = b.finish("add");
+    let graph = import::import_model(&proto, Path::new("."), Path::new("add")).unwrap();
+    let analysis = analyze_graph(graph, "add", device, &AnalyzeOptions::default()).unwrap();
+    let add = analysis.nodes.iter().find(|n| n.op_type == "Add").unwrap();
+    add.predicted_s
+}
+
+#[test]
+fn an_op_too_small_to_split_is_bounded_by_one_thread() {
+    let profile = two_thread_profile();
+    let two = profile.for_threads(2);
+    assert!(two.single_thread.is_some());
+    assert!(profile.for_threads(1).single_thread.is_none());
+    // 256 floats: 3 KiB at 10 GB/s + a 2 ns call on one thread, against 3 KiB at 20 GB/s
+    // plus the 1 µs fork-join on two.
+    let bytes = 3.0 * 256.0 * 4.0;
+    let small = add_bound(256, &two);
+    assert!((small - (bytes / 10e9 + 2e-9)).abs() < 1e-12, "{small}");
+    // 4 Mi floats: the two-thread roof is the lower bound (48 MiB at 20 GB/s + 1 µs).
+    let bytes = 3.0 * 4.0 * (4 << 20) as f64;
+    let large = add_bound(4 << 20, &two);
+    assert!((large - (bytes / 20e9 + 1e-6)).abs() < 1e-9, "{large}");
+    // Without the one-thread view (a catalogue device) the fork-join stays.
+    let mut catalogue_like = two.clone();
+    catalogue_like.single_thread = None;
+    assert!(add_bound(256, &catalogue_like) > 1e-6);
+}
+
+#[test]
+fn convolutions_but_depthwise_ones_are_matched_on_their_output_channels() {
+    let mut b = GraphBuilder::new(WeightFill::Zeros);
+    let x = b.input("x", 1, &[1, 8, 16, 16].map(SigDim::Fixed));
+    let dense = b.conv(&x, 8, ConvSpec::new(4, 3, 1));
+    let depthwise = b.conv(
+        &dense,
+        4,
+        ConvSpec {
+            group: 4,
+            ..ConvSpec::new(4, 3, 1)
+        },
+    );
+    b.output(&depthwise, 1, &[1, 4, 16, 16].map(SigDim::Fixed));
+    let proto = b.finish("convs");
+    let graph = import::import_model(&proto, Path::new("."), Path::new("convs")).unwrap();
+    let profile = two_thread_profile().for_threads(1);
+    let analysis = analyze_graph(graph, "convs", &profile, &AnalyzeOptions::default()).unwrap();
+    let channels: Vec<f64> = analysis
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Conv")
+        .map(|n| n.features.unwrap().log2_output_channels)
+        .collect();
+    assert_eq!(channels, [2.0, 0.0]);
+}
