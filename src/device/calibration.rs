@@ -72,6 +72,18 @@ impl KernelClass {
         KernelClass::Movement,
     ];
 
+    /// Classes that run the same kernel on other operand roles: a GEMM against weights, a
+    /// MatMul of two computed operands and a 1×1 convolution are all one packed GEMM (in the
+    /// tool's executor and in onnxruntime's).
+    pub fn siblings(self) -> &'static [KernelClass] {
+        match self {
+            KernelClass::Gemm => &[KernelClass::Pointwise, KernelClass::Matmul],
+            KernelClass::Matmul => &[KernelClass::Gemm, KernelClass::Pointwise],
+            KernelClass::Pointwise => &[KernelClass::Gemm],
+            _ => &[],
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             KernelClass::Conv => "conv",
@@ -255,6 +267,12 @@ pub struct ClassTable {
     pub fit_error: Option<FitError>,
 }
 
+/// Squared distance past which an op counts as far from its class's table (three doublings
+/// of one feature): BERT's 768-wide GEMMs, predicted from PP-OCR's small MatMuls in the
+/// onnxruntime validation (2.1× their bound against 1.4× measured), while 1×1 convolutions of
+/// their size sat next to them.
+const FAR_SQUARED: f64 = 9.0;
+
 /// Neighbours interpolated per prediction.
 pub const NEIGHBOURS: usize = 4;
 
@@ -264,6 +282,17 @@ impl ClassTable {
     /// run different kernels), else of the whole class.
     pub fn ratio_at(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
         self.ratio_skipping(op_type, features, None)
+    }
+
+    /// Squared distance from `features` to the nearest point [`ClassTable::ratio_at`] would
+    /// interpolate from.
+    fn nearest_distance(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
+        let typed = self.points.iter().any(|p| p.op_type == op_type);
+        self.points
+            .iter()
+            .filter(|p| !typed || op_type.is_empty() || p.op_type == op_type)
+            .map(|p| p.features.distance_squared(features))
+            .min_by(f64::total_cmp)
     }
 
     fn ratio_skipping(
@@ -396,6 +425,21 @@ impl Calibration {
             KernelClass::Grouped => self.table(KernelClass::Conv, threads),
             _ => None,
         })?;
+        let own_distance = table.nearest_distance(op_type, features)?;
+        if own_distance > FAR_SQUARED {
+            // Far from every point of its own class: a nearer point of a class that runs the
+            // same kernel predicts it better than an extrapolation.
+            let sibling = class
+                .siblings()
+                .iter()
+                .filter_map(|&other| self.table(other, threads))
+                .filter_map(|t| Some((t.nearest_distance("", features)?, t)))
+                .filter(|&(distance, _)| distance < own_distance)
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, sibling)) = sibling {
+                return Some(bound_s * sibling.ratio_at("", features)?);
+            }
+        }
         let ratio = table.ratio_at(op_type, features)?;
         Some(bound_s * ratio)
     }
@@ -485,6 +529,46 @@ mod tests {
             points,
             fit_error: None,
         }
+    }
+
+    #[test]
+    fn an_op_far_from_its_class_is_predicted_from_a_nearer_sibling_class() {
+        let at = |class: KernelClass, work: u64, ratio: f64| ClassTable {
+            class,
+            threads: 1,
+            points: vec![point(work, 1 << 20, 1.0, ratio)],
+            fit_error: None,
+        };
+        let calibration = |tables: Vec<ClassTable>| Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 1.0,
+            method: String::new(),
+            tables,
+        };
+        let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
+        let expected = |c: &Calibration| c.expected_s(KernelClass::Gemm, "MatMul", 1, &query, 1.0);
+        // Its own table's only point is 8 doublings of work away; a 1×1 convolution of its
+        // size ran at 1.4× its bound.
+        let far = calibration(vec![
+            at(KernelClass::Gemm, 1 << 20, 2.1),
+            at(KernelClass::Pointwise, 1 << 28, 1.4),
+        ]);
+        assert!((expected(&far).unwrap() - 1.4).abs() < 1e-9);
+        // Within three doublings its own class decides, whatever a sibling holds.
+        let near = calibration(vec![
+            at(KernelClass::Gemm, 1 << 26, 2.1),
+            at(KernelClass::Pointwise, 1 << 28, 1.4),
+        ]);
+        assert!((expected(&near).unwrap() - 2.1).abs() < 1e-9);
+        // Classes that are not one kernel never borrow.
+        let unrelated = calibration(vec![
+            at(KernelClass::Softmax, 1 << 20, 3.0),
+            at(KernelClass::Elementwise, 1 << 28, 1.1),
+        ]);
+        let softmax = unrelated.expected_s(KernelClass::Softmax, "Softmax", 1, &query, 1.0);
+        assert!((softmax.unwrap() - 3.0).abs() < 1e-9);
     }
 
     #[test]
