@@ -137,8 +137,11 @@ pub fn calibrate(
              convolution and GEMM again with its weights cold: caches evicted before every \
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
              the algorithm rule chooses timed as direct, F(2x2) and F(4x4)); an op's expected \
-             time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel class (inverse squared distance in log2 of \
-             work, bytes, weight bytes and output elements, averaged in log space)",
+             time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel \
+             class (inverse squared distance in log2 of work, bytes, weight bytes, output \
+             elements and, for convolutions but depthwise ones, output channels, averaged in \
+             log space; from a class running the same packed GEMM when that has a point \
+             nearer than every point of its own class past three doublings)",
             models.len(),
             crate::device::calibration::NEIGHBOURS
         ),

@@ -285,12 +285,13 @@ impl ClassTable {
     }
 
     /// Squared distance from `features` to the nearest point [`ClassTable::ratio_at`] would
-    /// interpolate from.
+    /// interpolate from (the same op type's points where the table has one).
     fn nearest_distance(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
-        let typed = self.points.iter().any(|p| p.op_type == op_type);
+        let same_type = |p: &CalibrationPoint| !op_type.is_empty() && p.op_type == op_type;
+        let typed = self.points.iter().any(same_type);
         self.points
             .iter()
-            .filter(|p| !typed || op_type.is_empty() || p.op_type == op_type)
+            .filter(|p| !typed || same_type(p))
             .map(|p| p.features.distance_squared(features))
             .min_by(f64::total_cmp)
     }

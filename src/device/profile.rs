@@ -271,10 +271,19 @@ impl DeviceProfile {
                 }
             }
         }
+        // A profile already resolved for several threads (`compress` resolves it, then each
+        // `advise` it runs resolves it again) has lost its one-thread ceilings: it hands on the
+        // view it kept. The view's calibration is never read (the analysis takes the tables
+        // of the profile it is given), so it is not copied.
         out.single_thread = None;
-        let measured_alone = self.compute.iter().any(|c| c.threads == Some(1));
-        if threads > 1 && measured_alone {
-            out.single_thread = Some(Box::new(self.for_threads(1)));
+        if threads > 1 {
+            out.single_thread = self.single_thread.clone().or_else(|| {
+                self.compute.iter().any(|c| c.threads == Some(1)).then(|| {
+                    let mut alone = self.for_threads(1);
+                    alone.calibration = None;
+                    Box::new(alone)
+                })
+            });
         }
         out
     }

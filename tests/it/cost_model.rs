@@ -70,6 +70,8 @@ fn an_op_too_small_to_split_is_bounded_by_one_thread() {
     let two = profile.for_threads(2);
     assert!(two.single_thread.is_some());
     assert!(profile.for_threads(1).single_thread.is_none());
+    // Resolved again (compress, then each advise it runs), it keeps the one-thread view.
+    assert_eq!(two.for_threads(2).single_thread, two.single_thread);
     // 256 floats: 3 KiB at 10 GB/s + a 2 ns call on one thread, against 3 KiB at 20 GB/s
     // plus the 1 µs fork-join on two.
     let bytes = 3.0 * 256.0 * 4.0;
