@@ -32,6 +32,7 @@ pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 pub use roofline::{estimate, Bound, Estimate, Roof};
 pub use views::{matmul_operand_views, OperandView};
 
+use crate::device::calibration::algorithm_op_type;
 use crate::device::{DeviceKind, DeviceProfile, MemoryLevel, Precision};
 use infer::NodeState;
 use model::{DeviceInfo, IoInfo, ModelInfo, OpTypeShare};
@@ -381,13 +382,18 @@ pub fn analyze_prepared(
                                            algorithm: algorithm::ConvAlgorithm,
                                            bound_s: f64| {
                             let calibration = device.calibration.as_ref()?;
-                            let class = match algorithm {
-                                algorithm::ConvAlgorithm::Direct => direct_class?,
-                                _ => crate::device::calibration::KernelClass::Winograd,
+                            let (class, op_type) = match algorithm {
+                                algorithm::ConvAlgorithm::Direct => {
+                                    (direct_class?, node.op_type.clone())
+                                }
+                                _ => (
+                                    crate::device::calibration::KernelClass::Winograd,
+                                    algorithm_op_type(&node.op_type, algorithm.name()),
+                                ),
                             };
                             calibration.expected_s(
                                 class,
-                                &node.op_type,
+                                &op_type,
                                 calibration_threads,
                                 &shape_features(node, cost, &roof, &output_facts),
                                 bound_s,
@@ -480,7 +486,7 @@ pub fn analyze_prepared(
                     {
                         record.expected_s = calibration.expected_s(
                             class,
-                            &node.op_type,
+                            &record.calibration_op_type(),
                             calibration_threads,
                             &features,
                             est.predicted_s,

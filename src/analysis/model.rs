@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::infer::Diagnostic;
 use super::roofline::{Bound, Roof};
-use crate::device::calibration::{KernelClass, ShapeFeatures};
+use crate::device::calibration::{algorithm_op_type, KernelClass, ShapeFeatures};
 use crate::device::{DeviceKind, Precision, ProfileSource};
 
 pub const ANALYSIS_SCHEMA: &str = "roofline-analysis";
@@ -94,6 +94,15 @@ impl NodeAnalysis {
             .as_ref()
             .map(|c| c.algorithm)
             .filter(|&a| a != super::algorithm::ConvAlgorithm::Direct)
+    }
+
+    /// The op type its calibration points are saved and looked up under: the Winograd
+    /// variant's key when it runs as one (see [`algorithm_op_type`]).
+    pub fn calibration_op_type(&self) -> String {
+        match self.winograd() {
+            Some(algorithm) => algorithm_op_type(&self.op_type, algorithm.name()),
+            None => self.op_type.clone(),
+        }
     }
 
     /// The op as reports name it: its type, and the algorithm when it is not the direct one.

@@ -62,7 +62,7 @@ fn points(model: &str, analysis: &Analysis) -> Vec<(KernelClass, CalibrationPoin
                     features,
                     bound_s: n.predicted_s,
                     measured_s,
-                    op_type: n.op_type.clone(),
+                    op_type: n.calibration_op_type(),
                 },
             ))
         })

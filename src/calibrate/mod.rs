@@ -89,7 +89,7 @@ pub fn calibrate(
                                 features,
                                 bound_s: op.predicted_s,
                                 measured_s: 0.0,
-                                op_type: node.op_type.clone(),
+                                op_type: node.calibration_op_type(),
                             };
                             (point, node.kernel_class.unwrap_or(model.class), Vec::new())
                         });
@@ -138,7 +138,8 @@ pub fn calibrate(
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
              the algorithm rule chooses timed as direct, F(2x2) and F(4x4)); an op's expected \
              time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel \
-             class (inverse squared distance in log2 of work, bytes, weight bytes, output \
+             class, of its op type where the class has it (a Winograd variant's own points) \
+             (inverse squared distance in log2 of work, bytes, weight bytes, output \
              elements and, for convolutions but depthwise ones, output channels, averaged in \
              log space; from a class running the same packed GEMM when that has a point \
              nearer than every point of its own class past three doublings)",
