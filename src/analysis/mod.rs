@@ -5,6 +5,7 @@ pub mod algorithm;
 pub mod classify;
 pub mod edit;
 pub mod error;
+mod footprint;
 pub mod graph;
 pub mod import;
 pub mod infer;
@@ -259,7 +260,7 @@ pub fn analyze_prepared(
     let cycled_bytes = if options.weights_in_dram {
         u64::MAX
     } else {
-        model_weight_bytes(graph, order, states).saturating_add(graph_io_bytes(graph))
+        footprint::cycled_bytes(graph, order, states)
     };
     roof.place_weights(cycled_bytes);
     // On several threads an op may still run on one (a runtime does not split an op too small
@@ -755,21 +756,6 @@ fn shape_features(
     .with_output_channels(output_channels)
 }
 
-/// Bytes of the graph's inputs and outputs (at their stored widths): with the weights, what
-/// every run cycles through the caches.
-fn graph_io_bytes(graph: &Graph) -> u64 {
-    graph
-        .inputs
-        .iter()
-        .chain(&graph.outputs)
-        .map(|&v| {
-            let fact = &graph.values[v].fact;
-            fact.element_count()
-                .map_or(0, |n| n.saturating_mul(fact.dtype.size_bytes()))
-        })
-        .fold(0u64, u64::saturating_add)
-}
-
 /// The part of an op's activation reads that are graph inputs: its `act_read` split in
 /// proportion to the stored bytes of the non-constant tensors it reads (the op's cost does
 /// not say which input each byte came from; most ops read each input once).
@@ -792,32 +778,6 @@ fn input_share(graph: &Graph, node: &graph::Node, traffic: &ops::Traffic) -> u64
         return 0;
     }
     (traffic.act_read as u128 * from_inputs as u128 / all as u128) as u64
-}
-
-/// Bytes of the float constants the model's running ops read: the weights every inference
-/// streams through the caches.
-fn model_weight_bytes(
-    graph: &Graph,
-    order: &[graph::NodeId],
-    states: &HashMap<graph::NodeId, NodeState>,
-) -> u64 {
-    let mut seen: HashSet<usize> = HashSet::new();
-    let mut total: u64 = 0;
-    for &id in order {
-        if matches!(states.get(&id), Some(NodeState::Folded)) {
-            continue;
-        }
-        for &value in graph.dag[id].inputs.iter().flatten() {
-            let fact = &graph.values[value].fact;
-            if fact.is_constant() && fact.dtype.is_float() && seen.insert(value) {
-                let bytes = fact
-                    .element_count()
-                    .map(|n| n.saturating_mul(fact.dtype.size_bytes()));
-                total = total.saturating_add(bytes.unwrap_or(0));
-            }
-        }
-    }
-    total
 }
 
 fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
