@@ -136,6 +136,10 @@ pub struct MeasuredAlgorithms {
     pub device: String,
     /// The kernels' ISA (`avx512`, `avx2`, `scalar`).
     pub isa: String,
+    /// The convolution kernels' revision the times were measured under (0: before revisions
+    /// were recorded).
+    #[serde(default)]
+    pub kernels_revision: u32,
     pub entries: std::collections::BTreeMap<String, MeasuredVariants>,
 }
 

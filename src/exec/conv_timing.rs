@@ -25,7 +25,9 @@ use std::time::Instant;
 
 use crate::analysis::algorithm::{ConvShape, MeasuredAlgorithms, MeasuredVariants};
 use crate::kernels::conv::winograd::{self, WinogradTile, WinogradWeights};
-use crate::kernels::conv::{conv2d_prepacked, Conv2d, ConvEpilogue, PackedConvWeights};
+use crate::kernels::conv::{
+    conv2d_prepacked, Conv2d, ConvEpilogue, PackedConvWeights, KERNELS_REVISION,
+};
 use crate::kernels::gemm::{Activation, GemmConfig};
 
 /// Calls of each variant at least and at most, and the wall-time budget per shape past the
@@ -54,13 +56,17 @@ fn isa_name() -> String {
     GemmConfig::default().isa.name().to_string()
 }
 
-/// The saved table of `device_id` for this ISA, or an empty one.
+/// The saved table of `device_id` for this ISA and kernels' revision, or an empty one.
 pub fn load(path: &Path, device_id: &str) -> MeasuredAlgorithms {
     let isa = isa_name();
     std::fs::read_to_string(path)
         .ok()
         .and_then(|text| serde_json::from_str::<MeasuredAlgorithms>(&text).ok())
-        .filter(|table| table.device == device_id && table.isa == isa)
+        .filter(|table| {
+            table.device == device_id
+                && table.isa == isa
+                && table.kernels_revision == KERNELS_REVISION
+        })
         .unwrap_or_else(|| empty(device_id))
 }
 
@@ -69,6 +75,7 @@ fn empty(device_id: &str) -> MeasuredAlgorithms {
     MeasuredAlgorithms {
         device: device_id.to_string(),
         isa: isa_name(),
+        kernels_revision: KERNELS_REVISION,
         entries: Default::default(),
     }
 }
@@ -328,6 +335,10 @@ mod tests {
         save(&path, &table);
         assert_eq!(load(&path, "local"), table);
         assert!(load(&path, "other").entries.is_empty());
+        // Times measured under other kernels are timed again.
+        table.kernels_revision = KERNELS_REVISION - 1;
+        save(&path, &table);
+        assert!(load(&path, "local").entries.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

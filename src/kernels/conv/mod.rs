@@ -17,6 +17,12 @@ mod reference;
 pub mod winograd;
 
 pub use geometry::{Conv2d, ConvEpilogue};
+
+/// Revision of the convolution kernels' speed: saved timings of them (the algorithm latency
+/// table of `exec::conv_timing`) measured under another revision are timed again. Bump it when
+/// a change moves a kernel's time. 1: the direct kernel prefetches large phase planes (it had
+/// run 1.2-1.8× slower on 96×160² inputs).
+pub const KERNELS_REVISION: u32 = 1;
 #[cfg(test)]
 pub(crate) use reference::reference_conv;
 
