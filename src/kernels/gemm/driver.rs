@@ -25,7 +25,7 @@ use crate::kernels::parallel::{parallel_for, SendPtr};
 /// every row panel of A runs over it.
 const SMALL_B_BLOCK: usize = 4096;
 /// Minimum work per thread before another thread is worth waking (about 15 µs of FMAs).
-const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
+pub(crate) const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
 /// Minimum matrix elements per thread for the memory-bound GEMV.
 const MIN_GEMV_ELEMS_PER_THREAD: usize = 1 << 16;
 /// Outputs per GEMV chunk (before rounding to the panel width).
@@ -36,7 +36,7 @@ const GEMV_CHUNK_MAX: usize = GEMV_CHUNK + 64;
 const AXPY_CHUNK: usize = 2048;
 
 /// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
-fn min_flops_per_thread() -> f64 {
+pub(crate) fn min_flops_per_thread() -> f64 {
     if cfg!(test) {
         1.0
     } else {

@@ -25,7 +25,7 @@
 
 pub(crate) mod act;
 mod buf;
-mod driver;
+pub(crate) mod driver;
 mod gemv;
 mod isa;
 mod micro;
