@@ -85,7 +85,7 @@ pub(super) fn scratch_len(geom: &Conv2d) -> usize {
 /// [`scratch_len`] whether or not the rule picks the direct kernel.
 fn phases_scratch_len(geom: &Conv2d) -> usize {
     // The executor asks for the scratch size on every call: arithmetic only, no tap lists.
-    let (_, _, phase_len) = PhaseLayout::extent(geom);
+    let (_, _, phase_len) = PhaseLayout::compact_extent(geom);
     geom.in_channels / geom.group * geom.stride_h * geom.stride_w * phase_len + slack()
 }
 
@@ -265,7 +265,7 @@ pub fn direct_conv2d(
         "direct weights for a missing ISA"
     );
     let (co_block, nv, lanes) = tile_of(weights.isa).expect("direct weights imply a tile");
-    let layout = PhaseLayout::new(geom);
+    let layout = PhaseLayout::compact(geom);
     let group_in = geom.in_channels / geom.group;
     let group_out = geom.out_channels / geom.group;
     let in_plane = geom.in_h * geom.in_w;
@@ -691,14 +691,33 @@ mod tests {
         // 40 channels of 130² padded planes (2.7 MB) and of four 62² phase planes (a strided
         // 5×5 on 120²: 2.5 MB) are past the threshold, so both take the prefetching path.
         let big = geometry((40, 12), (128, 128), 3, 1, 1, 1, 1);
-        let layout = PhaseLayout::new(&big);
+        let layout = PhaseLayout::compact(&big);
         assert!(big.in_channels * layout.phases_len(&big) * 4 >= PREFETCH_MIN_BYTES);
         assert_eq!(prefetch_runs(&layout.tap_offsets).len(), 3);
         check(big, Activation::Relu, true);
         let strided = geometry((40, 9), (120, 120), 5, 2, 2, 1, 1);
-        let layout = PhaseLayout::new(&strided);
+        let layout = PhaseLayout::compact(&strided);
         assert!(strided.in_channels * layout.phases_len(&strided) * 4 >= PREFETCH_MIN_BYTES);
         check(strided, Activation::None, false);
+    }
+
+    #[test]
+    fn rows_sharing_uneven_padding() {
+        // A 5×5 padded 1 on the left and top, 2 on the right and bottom: compact rows hold
+        // 1 leading and 1 trailing zero, and the taps that reach two columns past a row's end
+        // read the trailing zero and the next row's leading one.
+        let even = geometry((7, 10), (17, 19), 5, 1, 1, 1, 1);
+        let uneven = Conv2d {
+            out_h: even.in_h - 1,
+            out_w: even.in_w - 1,
+            ..even
+        };
+        let (_, cols, _) = PhaseLayout::compact_extent(&uneven);
+        assert_eq!(cols, uneven.in_w + 2);
+        check(uneven, Activation::Relu, true);
+        // Symmetric padding 1 on a 13-wide plane: 14 columns, not 15.
+        let (_, cols, _) = PhaseLayout::compact_extent(&geometry((8, 8), (13, 13), 3, 1, 1, 1, 1));
+        assert_eq!(cols, 14);
     }
 
     #[test]
