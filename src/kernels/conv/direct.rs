@@ -11,9 +11,9 @@
 //! them for 11 loads on AVX-512), with no packing of the input at all: the im2col + GEMM path
 //! packs every im2col element once per convolution, which on a K of 27-576 costs about as much
 //! as a third of the multiply-adds, and its microkernel's 12-row tiles waste a tenth of a
-//! 64-channel output. The grid's columns past `out_w` (the kernel's reach, 2 of 57 for a 3×3 on
-//! a 55-wide plane) are computed and dropped when a tile is written out with its bias,
-//! residual and activation.
+//! 64-channel output. The grid's columns past `out_w` (the kernel's reach less the padding
+//! that neighbouring rows share, `PhaseLayout::compact`: 1 of 56 for a 3×3 on a 55-wide plane)
+//! are computed and dropped when a tile is written out with its bias, residual and activation.
 //!
 //! Work is split over super-tiles of grid indices (outer) and channel blocks (inner): a
 //! super-tile's input stays in L2 while every channel block reads it, and each block writes
