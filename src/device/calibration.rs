@@ -560,6 +560,18 @@ mod tests {
         }
     }
 
+    /// A full-mode calibration of `tables`, its other fields blank.
+    fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
+        Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 1.0,
+            method: String::new(),
+            tables,
+        }
+    }
+
     fn table(points: Vec<CalibrationPoint>) -> ClassTable {
         ClassTable {
             class: KernelClass::Gemm,
@@ -577,14 +589,7 @@ mod tests {
             points: vec![point(work, 1 << 20, 1.0, ratio)],
             fit_error: None,
         };
-        let calibration = |tables: Vec<ClassTable>| Calibration {
-            tool_version: String::new(),
-            measured_at: String::new(),
-            mode: "full".into(),
-            wall_time_s: 1.0,
-            method: String::new(),
-            tables,
-        };
+        let calibration = calibration_of;
         let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
         let expected = |c: &Calibration| c.expected_s(KernelClass::Gemm, "MatMul", 1, &query, 1.0);
         // Its own table's only point is 8 doublings of work away; a 1×1 convolution of its
@@ -635,19 +640,12 @@ mod tests {
             op_type: op.to_string(),
             ..point(work, 1 << 20, 1.0, ratio)
         };
-        let mut calibration = Calibration {
-            tool_version: String::new(),
-            measured_at: String::new(),
-            mode: "full".into(),
-            wall_time_s: 1.0,
-            method: String::new(),
-            tables: vec![ClassTable {
-                class: KernelClass::Norm,
-                threads: 1,
-                points: vec![typed("LRN", 1 << 20, 400.0), typed("LRN", 1 << 22, 450.0)],
-                fit_error: None,
-            }],
-        };
+        let mut calibration = calibration_of(vec![ClassTable {
+            class: KernelClass::Norm,
+            threads: 1,
+            points: vec![typed("LRN", 1 << 20, 400.0), typed("LRN", 1 << 22, 450.0)],
+            fit_error: None,
+        }]);
         let layer_norm = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
         // Before: the only norm points are LRNs, and a LayerNormalization took their ratio.
         let before =
@@ -672,23 +670,16 @@ mod tests {
             op_type: "Conv".into(),
             ..point(work, 1 << 20, 1.0, ratio)
         };
-        let mut calibration = Calibration {
-            tool_version: String::new(),
-            measured_at: String::new(),
-            mode: "full".into(),
-            wall_time_s: 1.0,
-            method: String::new(),
-            tables: vec![ClassTable {
-                class: KernelClass::Winograd,
-                threads: 1,
-                points: vec![
-                    variant("winograd F(2x2,3x3)", 1 << 28, 2.5),
-                    variant("winograd F(2x2,3x3)", 1 << 29, 2.5),
-                    variant("winograd F(4x4,3x3)", 1 << 26, 5.0),
-                ],
-                fit_error: None,
-            }],
-        };
+        let mut calibration = calibration_of(vec![ClassTable {
+            class: KernelClass::Winograd,
+            threads: 1,
+            points: vec![
+                variant("winograd F(2x2,3x3)", 1 << 28, 2.5),
+                variant("winograd F(2x2,3x3)", 1 << 29, 2.5),
+                variant("winograd F(4x4,3x3)", 1 << 26, 5.0),
+            ],
+            fit_error: None,
+        }]);
         let f4 = algorithm_op_type("Conv", "winograd F(4x4,3x3)");
         assert_eq!(f4, "Conv winograd F(4x4,3x3)");
         let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
