@@ -248,6 +248,22 @@ pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Syn
     (0..tasks).for_each(f);
 }
 
+/// Least work per thread before another thread is worth waking (about 15 µs of FMAs): a
+/// compute-bound kernel (the GEMM driver, the direct convolution) runs on at most
+/// `flops / MIN_FLOPS_PER_THREAD` of its threads.
+const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
+
+/// The threads, of `threads`, that `flops` of compute-bound work is split over (at least one).
+/// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
+pub(crate) fn threads_for_flops(threads: usize, flops: f64) -> usize {
+    let per_thread = if cfg!(test) {
+        1.0
+    } else {
+        MIN_FLOPS_PER_THREAD
+    };
+    threads.min((flops / per_thread) as usize).max(1)
+}
+
 /// Elements per thread below which an element-wise op stays on one thread: waking a worker
 /// costs microseconds, and 64 Ki floats stream in about 10 µs.
 const MIN_ELEMENTWISE_PER_THREAD: usize = 1 << 16;

@@ -87,10 +87,11 @@ impl PhaseLayout {
     /// [`PhaseLayout::extent`] of the layout whose rows share their padding zeros
     /// ([`PhaseLayout::compact`]).
     pub(super) fn compact_extent(g: &Conv2d) -> (usize, usize, usize) {
-        let (phase_rows, phase_cols, _) = Self::extent(g);
+        let extent = Self::extent(g);
         if g.stride_w != 1 {
-            return Self::extent(g);
+            return extent;
         }
+        let (phase_rows, phase_cols, _) = extent;
         let reach_cols = (g.kernel_w - 1) * g.dilation_w;
         let pad_right = (g.out_w + reach_cols).saturating_sub(g.in_w + g.pad_left);
         let phase_cols = phase_cols - g.pad_left.min(pad_right);

@@ -23,7 +23,7 @@ use super::depthwise::{fill_phases, write_row, PhaseLayout};
 use super::geometry::{Conv2d, ConvEpilogue};
 use crate::kernels::gemm::simd::Vf32;
 use crate::kernels::gemm::Isa;
-use crate::kernels::parallel::{parallel_for, SendPtr};
+use crate::kernels::parallel::{parallel_for, threads_for_flops, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m256, __m512};
@@ -186,7 +186,7 @@ struct Job<'a> {
     /// Offsets (from a tile's first grid index in a channel's phase planes) of the line runs
     /// the tile reads: one per run of taps within a cache line of each other (a 3×3 stride-1
     /// layer: one per kernel row), each covering the tile's width plus a line.
-    prefetch_runs: Vec<usize>,
+    prefetch_runs: &'a [usize],
 }
 
 /// Tiles ahead that [`tile`] prefetches its input. The phase planes are written whole before
@@ -199,6 +199,8 @@ const PREFETCH_TILES: usize = 2;
 /// the prefetches only take load slots (ResNet's 256×14² and 128×56² stride-2 layers measured
 /// 5-10% slower with them, one thread).
 const PREFETCH_MIN_BYTES: usize = 2 << 20;
+/// Floats per 64-byte cache line.
+const LINE_FLOATS: usize = 16;
 
 /// The distinct line runs of `tap_offsets` (see [`Job::prefetch_runs`]).
 fn prefetch_runs(tap_offsets: &[usize]) -> Vec<usize> {
@@ -206,7 +208,7 @@ fn prefetch_runs(tap_offsets: &[usize]) -> Vec<usize> {
     offsets.sort_unstable();
     let mut runs: Vec<usize> = Vec::new();
     for offset in offsets {
-        if runs.last().is_none_or(|&last| offset >= last + 16) {
+        if runs.last().is_none_or(|&last| offset >= last + LINE_FLOATS) {
             runs.push(offset);
         }
     }
@@ -290,6 +292,17 @@ pub fn direct_conv2d(
     let tile_width = nv * lanes;
     let tiles = grid.div_ceil(tile_width);
     let blocks = weights.blocks_per_group;
+    let prefetch = if group_in * phases_len * 4 >= PREFETCH_MIN_BYTES {
+        prefetch_runs(&layout.tap_offsets)
+    } else {
+        Vec::new()
+    };
+    // Another thread pays for waking only past ~15 µs of FMAs each (the GEMM driver's rule):
+    // a 16→32 3×3 layer on 16² (2.4 MFLOP) took 17 µs on two threads against 15 µs on one.
+    let compute_threads = threads_for_flops(
+        threads,
+        2.0 * (group_out * out_plane * weights.steps) as f64,
+    );
     for n in 0..geom.batch {
         for g in 0..geom.group {
             let first_in = (n * geom.in_channels + g * group_in) * in_plane;
@@ -313,30 +326,19 @@ pub fn direct_conv2d(
                 activation: &epilogue.activation,
                 tile_width,
                 tiles_per_super: 1,
-                prefetch_runs: if group_in * phases_len * 4 >= PREFETCH_MIN_BYTES {
-                    prefetch_runs(&layout.tap_offsets)
-                } else {
-                    Vec::new()
-                },
+                prefetch_runs: &prefetch,
             };
-            // Another thread pays for waking only past ~15 µs of FMAs each (the GEMM driver's
-            // rule): a 16→32 3×3 layer on 16² (2.4 MFLOP) took 17 µs on two threads against
-            // 15 µs on one.
-            let flops = 2.0 * (group_out * out_plane * weights.steps) as f64;
-            let threads = threads
-                .min((flops / crate::kernels::gemm::driver::min_flops_per_thread()) as usize)
-                .max(1);
             // Units of (super-tile, channel block), in contiguous runs per task; several tasks
             // per thread so a slow core does not hold the others up.
-            let work = job.super_tiles(tiles, threads) * blocks;
-            let tasks = if threads <= 1 {
+            let work = job.super_tiles(tiles, compute_threads) * blocks;
+            let tasks = if compute_threads <= 1 {
                 1
             } else {
-                (threads * 4).min(work)
+                (compute_threads * 4).min(work)
             };
             let per_task = work.div_ceil(tasks);
             let isa = weights.isa;
-            parallel_for(threads, work.div_ceil(per_task), |task| {
+            parallel_for(compute_threads, work.div_ceil(per_task), |task| {
                 let range = task * per_task..((task + 1) * per_task).min(work);
                 // SAFETY: `isa` is available (asserted); the scratch, weights and output were
                 // checked against the geometry; each task writes its own tiles' outputs.
@@ -519,11 +521,11 @@ unsafe fn tile<V: Vf32, const CO: usize, const N: usize>(
             // Addresses past the scratch are possible near the grid's end; a prefetch never
             // faults.
             let ahead = base.wrapping_add(PREFETCH_TILES * width);
-            for &run in &job.prefetch_runs {
+            for &run in job.prefetch_runs {
                 let mut line = 0;
                 while line <= N * V::LANES {
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(run + line) as *const i8);
-                    line += 16;
+                    line += LINE_FLOATS;
                 }
             }
         }

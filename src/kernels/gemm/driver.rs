@@ -19,13 +19,11 @@ use super::isa::Kernel;
 use super::micro::{offset, TileEpi, PREFETCH_STRIDE};
 use super::pack::PackedView;
 use super::{BiasKind, Epilogue, MatRef};
-use crate::kernels::parallel::{parallel_for, SendPtr};
+use crate::kernels::parallel::{parallel_for, threads_for_flops, SendPtr};
 
 /// Floats of a packed B block (k-block × columns) small enough to stay in L1 (16 KiB) while
 /// every row panel of A runs over it.
 const SMALL_B_BLOCK: usize = 4096;
-/// Minimum work per thread before another thread is worth waking (about 15 µs of FMAs).
-pub(crate) const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
 /// Minimum matrix elements per thread for the memory-bound GEMV.
 const MIN_GEMV_ELEMS_PER_THREAD: usize = 1 << 16;
 /// Outputs per GEMV chunk (before rounding to the panel width).
@@ -35,15 +33,7 @@ const GEMV_CHUNK_MAX: usize = GEMV_CHUNK + 64;
 /// outputs (8 KiB) stay in L1.
 const AXPY_CHUNK: usize = 2048;
 
-/// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
-pub(crate) fn min_flops_per_thread() -> f64 {
-    if cfg!(test) {
-        1.0
-    } else {
-        MIN_FLOPS_PER_THREAD
-    }
-}
-
+/// The unit tests thread even tiny GEMVs, so the threaded paths are covered cheaply.
 fn min_gemv_elems_per_thread() -> usize {
     if cfg!(test) {
         1
@@ -455,10 +445,7 @@ pub(crate) fn drive(job: &Job, threads: usize) {
     let m_tiles = m.div_ceil(mr);
     let n_tiles = n.div_ceil(nr);
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
-    let t = threads
-        .min((flops / min_flops_per_thread()) as usize)
-        .min(m_tiles.max(n_tiles))
-        .max(1);
+    let t = threads_for_flops(threads, flops).min(m_tiles.max(n_tiles));
     if t == 1 {
         // SAFETY: the job was validated; one region covers C.
         unsafe { run_region(job, 0, m, 0, n) };

@@ -25,7 +25,7 @@
 
 pub(crate) mod act;
 mod buf;
-pub(crate) mod driver;
+mod driver;
 mod gemv;
 mod isa;
 mod micro;
