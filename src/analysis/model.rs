@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::infer::Diagnostic;
 use super::roofline::{Bound, Roof};
-use crate::device::calibration::{algorithm_op_type, KernelClass, ShapeFeatures};
+use crate::device::calibration::{
+    algorithm_op_type, depthwise_op_type, KernelClass, ShapeFeatures,
+};
 use crate::device::{DeviceKind, Precision, ProfileSource};
 
 pub const ANALYSIS_SCHEMA: &str = "roofline-analysis";
@@ -97,11 +99,31 @@ impl NodeAnalysis {
     }
 
     /// The op type its calibration points are saved and looked up under: the Winograd
-    /// variant's key when it runs as one (see [`algorithm_op_type`]).
+    /// variant's key when it runs as one (see [`algorithm_op_type`]), a depthwise
+    /// convolution's kernel size (see [`depthwise_op_type`]).
     pub fn calibration_op_type(&self) -> String {
-        match self.winograd() {
-            Some(algorithm) => algorithm_op_type(&self.op_type, algorithm.name()),
-            None => self.op_type.clone(),
+        if let Some(algorithm) = self.winograd() {
+            return algorithm_op_type(&self.op_type, algorithm.name());
+        }
+        if self.kernel_class == Some(KernelClass::Depthwise) {
+            if let Some((kernel_h, kernel_w)) = self.kernel_size() {
+                return depthwise_op_type(&self.op_type, kernel_h, kernel_w);
+            }
+        }
+        self.op_type.clone()
+    }
+
+    /// A 2-D convolution's kernel size, from its weight shape (`[out, in/group, kh, kw]`).
+    fn kernel_size(&self) -> Option<(u64, u64)> {
+        let dims: Vec<u64> = self
+            .input_shapes
+            .get(1)?
+            .split('x')
+            .map(|d| d.parse().ok())
+            .collect::<Option<_>>()?;
+        match dims[..] {
+            [_, _, kernel_h, kernel_w] => Some((kernel_h, kernel_w)),
+            _ => None,
         }
     }
 
@@ -265,4 +287,37 @@ pub struct MeasuredInfo {
     pub unmeasured_model_nodes: usize,
     /// Their first names, in topological order.
     pub unmeasured_model_names: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn depthwise_convolutions_are_calibrated_under_their_kernel_size() {
+        let analysis = crate::builtin::analyze_on_catalog(
+            "builtin:mobilenetv2",
+            "rtx2080ti",
+            crate::device::Precision::Fp32,
+        );
+        let types = |class| {
+            analysis
+                .nodes
+                .iter()
+                .filter(|n| n.kernel_class == Some(class))
+                .map(|n| n.calibration_op_type())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        use crate::device::calibration::KernelClass;
+        assert_eq!(
+            types(KernelClass::Depthwise)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["Conv depthwise 3x3"]
+        );
+        assert_eq!(
+            types(KernelClass::Pointwise)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["Conv"]
+        );
+    }
 }

@@ -115,6 +115,32 @@ fn merge_twins(mut points: Vec<CalibrationPoint>) -> Vec<CalibrationPoint> {
     merged
 }
 
+/// Bound under which an op counts as having nothing to do: its measured time is the runtime's
+/// fixed per-op cost.
+const IDLE_BOUND_S: f64 = 1e-6;
+
+/// Ops with an idle bound needed before a fixed cost is fitted.
+const MIN_IDLE_OPS: usize = 5;
+
+/// The runtime's fixed per-op cost: the 10th percentile of the measured times of the ops whose
+/// bound is under [`IDLE_BOUND_S`] (an element-wise op of a few hundred elements, a tiny
+/// pool), 0 with fewer than [`MIN_IDLE_OPS`] of them. onnxruntime 1.32 on one thread: 2-3 µs
+/// (its quickest nodes read 2 µs, half of those ops 3-4 µs). A low percentile rather than the
+/// minimum, which one lucky node would set. Without it the PP-OCR orientation classifier (179
+/// nodes, most of them a few µs) was predicted at twice its measured time from the ratios of
+/// the larger ops of the other half.
+fn fixed_cost_s<'a>(points: impl Iterator<Item = &'a CalibrationPoint>) -> f64 {
+    let mut idle: Vec<f64> = points
+        .filter(|p| p.bound_s < IDLE_BOUND_S)
+        .map(|p| p.measured_s)
+        .collect();
+    if idle.len() < MIN_IDLE_OPS {
+        return 0.0;
+    }
+    idle.sort_by(f64::total_cmp);
+    idle[(idle.len() - 1) / 10]
+}
+
 /// Fits the tables of `threads` (the runtime's intra-op thread count) to the joined profiles.
 /// `wall_time_s` is what loading and analysing took, for the record.
 pub fn fit(
@@ -164,6 +190,7 @@ pub fn fit(
             }
         }
     }
+    let fixed_s = fixed_cost_s(by_class.iter().flat_map(|(_, points)| points));
     let mut tables: Vec<ClassTable> = by_class
         .into_iter()
         .map(|(class, points)| {
@@ -172,6 +199,7 @@ pub fn fit(
                 threads,
                 points: merge_twins(points),
                 fit_error: None,
+                fixed_s,
             };
             table.fit_error = table.leave_one_out();
             table
@@ -190,12 +218,15 @@ pub fn fit(
         method: format!(
             "{runtime} node times on {threads} intra-op thread(s), each the median over the \
              profile's runs, from {} profile(s): {}; ops of one class with the same shape \
-             merged at their median; an op's expected time is its roofline bound × \
-             measured/bound of the {NEIGHBOURS} nearest profiled ops of its kernel class \
-             (inverse squared distance in log2 of work, bytes, weight bytes and output \
-             elements, averaged in log space)",
+             merged at their median; an op's expected time is the runtime's fixed per-op \
+             cost ({:.2} µs: the 10th percentile of the ops whose bound is under 1 µs) + its \
+             roofline bound × (measured − fixed cost)/bound of the {NEIGHBOURS} nearest \
+             profiled ops of its kernel class, and of its op type where the class has some \
+             (depthwise convolutions by kernel size; inverse squared distance in log2 of \
+             work, bytes, weight bytes and output elements, averaged in log space)",
             models.len(),
-            sources.join("; ")
+            sources.join("; "),
+            fixed_s * 1e6
         ),
         tables,
     })
@@ -306,6 +337,26 @@ mod tests {
             error.contains("r2_nchwc") && error.contains("m.onnx"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn the_fixed_cost_is_a_low_percentile_of_the_idle_ops() {
+        let at = |bound_s: f64, measured_s: f64| CalibrationPoint {
+            shape: "p".into(),
+            features: crate::device::calibration::ShapeFeatures::new(1, 1, 0, 1),
+            bound_s,
+            measured_s,
+            op_type: "Relu".into(),
+        };
+        // Ten idle ops (2-11 µs) and a large one: the 10th percentile of the idle ones.
+        let mut points: Vec<CalibrationPoint> =
+            (2..12).map(|us| at(1e-7, us as f64 * 1e-6)).collect();
+        points.push(at(1e-3, 1e-6));
+        assert_eq!(fixed_cost_s(points.iter()), 2e-6);
+        points.reverse();
+        assert_eq!(fixed_cost_s(points.iter()), 2e-6);
+        // Too few idle ops to tell a fixed cost from noise.
+        assert_eq!(fixed_cost_s(points[..4].iter()), 0.0);
     }
 
     #[test]

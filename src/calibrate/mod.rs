@@ -118,6 +118,7 @@ pub fn calibrate(
                 threads: threads as u32,
                 points: vec![point],
                 fit_error: None,
+                fixed_s: 0.0,
             }),
         }
     }

@@ -245,6 +245,13 @@ impl CalibrationPoint {
     pub fn ratio(&self) -> f64 {
         self.measured_s / self.bound_s
     }
+
+    /// (measured − `fixed_s`) ÷ bound: the ratio of the time above a fixed per-op cost. A
+    /// point quicker than the fixed cost keeps a tenth of its time, so the ratio stays
+    /// positive for the log-space interpolation.
+    pub fn ratio_above(&self, fixed_s: f64) -> f64 {
+        (self.measured_s - fixed_s).max(0.1 * self.measured_s) / self.bound_s
+    }
 }
 
 /// How well a table predicts its own points, each left out in turn.
@@ -265,6 +272,14 @@ pub struct ClassTable {
     pub points: Vec<CalibrationPoint>,
     /// Leave-one-out error; `None` with fewer than two points.
     pub fit_error: Option<FitError>,
+    /// A cost every op of the runtime pays whatever its size (its dispatch), in seconds; the
+    /// points' ratios are of the time above it, and an op's expected time is this plus its
+    /// bound × the interpolated ratio. Without it, an op far smaller than every point takes the
+    /// ratio of larger ops and keeps nothing of the fixed cost that dominates its time.
+    /// 0 for the tool's own kernels (their dispatch is in the device's per-op overhead);
+    /// fitted for other runtimes (`calibrate --from-profile`).
+    #[serde(default)]
+    pub fixed_s: f64,
 }
 
 /// The op type a convolution run by a non-direct algorithm (`algorithm_name`, e.g. `winograd
@@ -278,6 +293,27 @@ pub fn algorithm_op_type(op_type: &str, algorithm_name: &str) -> String {
     format!("{op_type} {algorithm_name}")
 }
 
+/// The op type a depthwise convolution is calibrated and looked up under: its kernel size
+/// joins the key, because runtimes run each size with its own code (the tool's 3×3 rows
+/// kernel; onnxruntime's basic-level grouped path reached 12-21% of the roof on PP-OCR's
+/// 5×5 layers and 1.5-3% on MobileNetV2's 3×3 ones), and the size features alone put a 5×5
+/// layer among 3×3 layers of similar work. Keyed by size, the PP-OCR orientation classifier's
+/// 5×5 layers are predicted from the 5×5 layers of the other half's models instead of
+/// MobileNetV2's 3×3 ones.
+pub fn depthwise_op_type(op_type: &str, kernel_h: u64, kernel_w: u64) -> String {
+    format!("{op_type} depthwise {kernel_h}x{kernel_w}")
+}
+
+/// The kernel size of a grid point's shape in words (`conv 32→32 3x3 s1 g32 112x112`).
+fn kernel_of_shape(shape: &str) -> Option<(u64, u64)> {
+    let mut words = shape.split_whitespace();
+    if words.next()? != "conv" {
+        return None;
+    }
+    let (h, w) = words.nth(1)?.split_once('x')?;
+    Some((h.parse().ok()?, w.parse().ok()?))
+}
+
 /// Squared distance past which an op counts as far from its class's table (three doublings
 /// of one feature): BERT's 768-wide GEMMs, predicted from PP-OCR's small MatMuls in the
 /// onnxruntime validation (2.1× their bound against 1.4× measured), while 1×1 convolutions of
@@ -288,7 +324,7 @@ const FAR_SQUARED: f64 = 9.0;
 pub const NEIGHBOURS: usize = 4;
 
 impl ClassTable {
-    /// measured ÷ bound expected for an op with `features`, from the nearest points: of the
+    /// (measured − `fixed_s`) ÷ bound expected for an op with `features`, from the nearest points: of the
     /// same op type where the table has one (a Sigmoid and a Relu of one size
     /// run different kernels), else of the whole class.
     pub fn ratio_at(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
@@ -337,9 +373,9 @@ impl ClassTable {
                     .filter(|&(i, p)| same_type(i, p) || Some(i) == skip)
                     .count()
             });
-            return interpolate(points, features, skip_in_typed);
+            return interpolate(points, features, skip_in_typed, self.fixed_s);
         }
-        interpolate(self.points.iter(), features, skip)
+        interpolate(self.points.iter(), features, skip, self.fixed_s)
     }
 
     /// Leave-one-out relative errors of the table's own points.
@@ -353,7 +389,7 @@ impl ClassTable {
             .enumerate()
             .filter_map(|(left_out, point)| {
                 let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(left_out))?;
-                let predicted = point.bound_s * ratio;
+                let predicted = self.fixed_s + point.bound_s * ratio;
                 Some((predicted - point.measured_s).abs() / point.measured_s)
             })
             .collect();
@@ -373,11 +409,17 @@ fn interpolate<'a>(
     points: impl Iterator<Item = &'a CalibrationPoint>,
     features: &ShapeFeatures,
     skip: Option<usize>,
+    fixed_s: f64,
 ) -> Option<f64> {
     let mut near: Vec<(f64, f64)> = points
         .enumerate()
         .filter(|(index, p)| Some(*index) != skip && p.bound_s > 0.0 && p.measured_s > 0.0)
-        .map(|(_, p)| (p.features.distance_squared(features), p.ratio().ln()))
+        .map(|(_, p)| {
+            (
+                p.features.distance_squared(features),
+                p.ratio_above(fixed_s).ln(),
+            )
+        })
         .collect();
     if near.is_empty() {
         return None;
@@ -449,19 +491,40 @@ impl Calibration {
                 .filter(|&(distance, _)| distance < own_distance)
                 .min_by(|a, b| a.0.total_cmp(&b.0));
             if let Some((_, sibling)) = sibling {
-                return Some(bound_s * sibling.ratio_at("", features)?);
+                return Some(sibling.fixed_s + bound_s * sibling.ratio_at("", features)?);
             }
         }
         let ratio = table.ratio_at(op_type, features)?;
-        Some(bound_s * ratio)
+        Some(table.fixed_s + bound_s * ratio)
     }
 
     /// Brings a calibration written by an older version to the current classes: LRN points,
     /// once in the norm tables, move to LRN tables of their own (a LayerNormalization must
     /// not take an LRN's ratio when the norm table has no LayerNormalization point).
     /// Winograd points saved under the plain `Conv` op type take their variant's key
-    /// ([`algorithm_op_type`]) from their shape's words.
+    /// ([`algorithm_op_type`]) from their shape's words, and depthwise grid points their
+    /// kernel size's ([`depthwise_op_type`]); depthwise points of an older `--from-profile`
+    /// fit name no size and stay under the plain op type (looked up with the whole class).
     pub fn upgrade(&mut self) {
+        for table in self
+            .tables
+            .iter_mut()
+            .filter(|t| t.class == KernelClass::Depthwise)
+        {
+            let mut relabelled = false;
+            for point in &mut table.points {
+                if point.op_type.contains(' ') {
+                    continue;
+                }
+                if let Some((kernel_h, kernel_w)) = kernel_of_shape(&point.shape) {
+                    point.op_type = depthwise_op_type(&point.op_type, kernel_h, kernel_w);
+                    relabelled = true;
+                }
+            }
+            if relabelled {
+                table.fit_error = table.leave_one_out();
+            }
+        }
         for table in self
             .tables
             .iter_mut()
@@ -501,6 +564,7 @@ impl Calibration {
                     threads: table.threads,
                     points: lrn,
                     fit_error: None,
+                    fixed_s: table.fixed_s,
                 });
             }
         }
@@ -578,6 +642,7 @@ mod tests {
             threads: 1,
             points,
             fit_error: None,
+            fixed_s: 0.0,
         }
     }
 
@@ -588,6 +653,7 @@ mod tests {
             threads: 1,
             points: vec![point(work, 1 << 20, 1.0, ratio)],
             fit_error: None,
+            fixed_s: 0.0,
         };
         let calibration = calibration_of;
         let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
@@ -635,6 +701,78 @@ mod tests {
     }
 
     #[test]
+    fn a_fixed_cost_is_added_once_not_scaled_with_the_bound() {
+        // A runtime whose ops cost 3 µs plus twice their bound: the ratio of the time above
+        // the fixed cost is 2 everywhere, and an op a thousand times smaller than every point
+        // is predicted at the fixed cost plus twice its bound, not at the larger ops'
+        // measured ÷ bound times its bound.
+        let fixed = 3e-6;
+        let at = |work: u64, bound_s: f64| point(work, work, bound_s, fixed + 2.0 * bound_s);
+        let mut t = table(vec![
+            at(1 << 24, 1e-4),
+            at(1 << 25, 2e-4),
+            at(1 << 26, 4e-4),
+        ]);
+        t.fixed_s = fixed;
+        let calibration = calibration_of(vec![t]);
+        let tiny = ShapeFeatures::new(1 << 14, 1 << 14, 0, 1);
+        let expected = calibration
+            .expected_s(KernelClass::Gemm, "", 1, &tiny, 1e-7)
+            .unwrap();
+        assert!((expected - (fixed + 2e-7)).abs() < 1e-12, "{expected}");
+        assert!(calibration.tables[0].leave_one_out().unwrap().median_abs < 1e-9);
+        // Without it, the tiny op takes the nearest point's 2.03× and misses the fixed cost.
+        let mut plain = calibration.clone();
+        plain.tables[0].fixed_s = 0.0;
+        let scaled = plain
+            .expected_s(KernelClass::Gemm, "", 1, &tiny, 1e-7)
+            .unwrap();
+        assert!(scaled < 1e-6, "{scaled}");
+        // A point quicker than the fixed cost keeps a positive ratio.
+        assert!((point(1, 1, 1e-6, 2e-6).ratio_above(3e-6) - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn depthwise_grid_points_take_their_kernel_size_key_on_upgrade() {
+        let shaped = |shape: &str, ratio: f64| CalibrationPoint {
+            shape: shape.to_string(),
+            op_type: "Conv".to_string(),
+            ..point(1 << 20, 1 << 20, 1.0, ratio)
+        };
+        let mut calibration = calibration_of(vec![ClassTable {
+            class: KernelClass::Depthwise,
+            threads: 1,
+            points: vec![
+                shaped("conv 144→144 3x3 s1 g144 56x56", 20.0),
+                shaped("conv 240→240 5x5 s1 g240 28x28", 8.0),
+                // A from-profile point names no size: it keeps the plain type.
+                shaped("m.onnx: Conv_3 (Conv)", 5.0),
+            ],
+            fit_error: None,
+            fixed_s: 0.0,
+        }]);
+        calibration.upgrade();
+        let types: Vec<&str> = calibration.tables[0]
+            .points
+            .iter()
+            .map(|p| p.op_type.as_str())
+            .collect();
+        assert_eq!(types, ["Conv depthwise 3x3", "Conv depthwise 5x5", "Conv"]);
+        let features = ShapeFeatures::new(1 << 20, 1 << 20, 0, 1);
+        let five = depthwise_op_type("Conv", 5, 5);
+        let expected = calibration
+            .expected_s(KernelClass::Depthwise, &five, 1, &features, 1.0)
+            .unwrap();
+        assert!((expected - 8.0).abs() < 1e-9, "{expected}");
+        // A size no point has is predicted from the whole class.
+        let seven = depthwise_op_type("Conv", 7, 7);
+        let expected = calibration
+            .expected_s(KernelClass::Depthwise, &seven, 1, &features, 1.0)
+            .unwrap();
+        assert!(expected > 5.0 && expected < 20.0, "{expected}");
+    }
+
+    #[test]
     fn upgrade_moves_lrn_points_out_of_the_norm_table() {
         let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
             op_type: op.to_string(),
@@ -645,6 +783,7 @@ mod tests {
             threads: 1,
             points: vec![typed("LRN", 1 << 20, 400.0), typed("LRN", 1 << 22, 450.0)],
             fit_error: None,
+            fixed_s: 0.0,
         }]);
         let layer_norm = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
         // Before: the only norm points are LRNs, and a LayerNormalization took their ratio.
@@ -679,6 +818,7 @@ mod tests {
                 variant("winograd F(4x4,3x3)", 1 << 26, 5.0),
             ],
             fit_error: None,
+            fixed_s: 0.0,
         }]);
         let f4 = algorithm_op_type("Conv", "winograd F(4x4,3x3)");
         assert_eq!(f4, "Conv winograd F(4x4,3x3)");
