@@ -324,8 +324,8 @@ const FAR_SQUARED: f64 = 9.0;
 pub const NEIGHBOURS: usize = 4;
 
 impl ClassTable {
-    /// (measured − `fixed_s`) ÷ bound expected for an op with `features`, from the nearest points: of the
-    /// same op type where the table has one (a Sigmoid and a Relu of one size
+    /// (measured − `fixed_s`) ÷ bound expected for an op with `features`, from the nearest
+    /// points: of the same op type where the table has one (a Sigmoid and a Relu of one size
     /// run different kernels), else of the whole class.
     pub fn ratio_at(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
         self.ratio_skipping(op_type, features, None)
@@ -584,6 +584,16 @@ impl Calibration {
     /// figure, named.
     pub fn validate(&self) -> Result<(), String> {
         for table in &self.tables {
+            // A fixed cost is under a second: anything else was not fitted by this tool.
+            if !(table.fixed_s.is_finite() && (0.0..1.0).contains(&table.fixed_s)) {
+                return Err(format!(
+                    "calibration table {} on {} threads has an impossible fixed per-op cost \
+                     ({} s)",
+                    table.class.name(),
+                    table.threads,
+                    table.fixed_s
+                ));
+            }
             for point in &table.points {
                 let fine = |x: f64| x.is_finite() && x > 0.0;
                 if !fine(point.bound_s) || !fine(point.measured_s) {
@@ -944,6 +954,19 @@ mod tests {
             calibration.expected_s(KernelClass::Pool, "", 1, &features, 1.0),
             None
         );
+    }
+
+    #[test]
+    fn an_impossible_fixed_cost_is_refused() {
+        for fixed_s in [-1e-6, f64::NAN, f64::INFINITY, 5.0] {
+            let mut t = table(vec![point(1 << 20, 1 << 20, 1e-3, 2e-3)]);
+            t.fixed_s = fixed_s;
+            let error = calibration_of(vec![t]).validate().unwrap_err();
+            assert!(error.contains("fixed per-op cost"), "{error}");
+        }
+        let mut t = table(vec![point(1 << 20, 1 << 20, 1e-3, 2e-3)]);
+        t.fixed_s = 3e-6;
+        calibration_of(vec![t]).validate().unwrap();
     }
 
     #[test]

@@ -45,6 +45,19 @@ pub fn render_calibration(calibration: &Calibration) -> String {
             fit
         );
     }
+    if let Some(fixed_s) = calibration
+        .tables
+        .iter()
+        .map(|t| t.fixed_s)
+        .find(|&f| f > 0.0)
+    {
+        let _ = writeln!(
+            out,
+            "fixed per-op cost {:.2} µs: added once to each op's expected time, the ratios are \
+             of the time above it",
+            fixed_s * 1e6
+        );
+    }
     let _ = writeln!(
         out,
         "roof reached = roofline bound ÷ measured time; fit error = |expected − measured| ÷ \
