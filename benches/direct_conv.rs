@@ -1,6 +1,6 @@
 //! The direct convolution kernel against the im2col + GEMM path on the same shapes, measured
 //! in the same run (first convolutions, SqueezeNet's expands, ResNet's and YOLOv8's 3×3 and
-//! strided 1×1 convolutions, batch 1). Prints, per shape, the im2col column length K, both
+//! strided 1×1 convolutions, MobileNetV2's and ResNet's stride-1 1×1 convolutions, batch 1). Prints, per shape, the im2col column length K, both
 //! times, `direct ÷ GEMM` and the direct kernel's GFLOP/s; the rule in
 //! `kernels::conv::direct::applies` is read off this table.
 //!
@@ -49,6 +49,20 @@ const SHAPES: &[(&str, usize, usize, usize, usize, usize, usize)] = &[
     ("resnet 512>512 3x3 7", 512, 512, 7, 3, 1, 1),
     ("alexnet 96>256 5x5 27", 96, 256, 27, 5, 1, 2),
     ("alexnet 3>64 11x11/4 224", 3, 64, 224, 11, 4, 2),
+    ("mobilenetv2 32>16 1x1 112", 32, 16, 112, 1, 1, 0),
+    ("mobilenetv2 16>96 1x1 112", 16, 96, 112, 1, 1, 0),
+    ("mobilenetv2 96>24 1x1 56", 96, 24, 56, 1, 1, 0),
+    ("mobilenetv2 24>144 1x1 56", 24, 144, 56, 1, 1, 0),
+    ("mobilenetv2 144>24 1x1 56", 144, 24, 56, 1, 1, 0),
+    ("mobilenetv2 144>32 1x1 28", 144, 32, 28, 1, 1, 0),
+    ("mobilenetv2 32>192 1x1 28", 32, 192, 28, 1, 1, 0),
+    ("mobilenetv2 192>32 1x1 28", 192, 32, 28, 1, 1, 0),
+    ("resnet 64>64 1x1 56", 64, 64, 56, 1, 1, 0),
+    ("resnet 64>256 1x1 56", 64, 256, 56, 1, 1, 0),
+    ("resnet 256>64 1x1 56", 256, 64, 56, 1, 1, 0),
+    ("resnet 128>512 1x1 28", 128, 512, 28, 1, 1, 0),
+    ("resnet 512>128 1x1 28", 512, 128, 28, 1, 1, 0),
+    ("yolo 32>32 1x1 160", 32, 32, 160, 1, 1, 0),
 ];
 
 fn main() {

@@ -44,9 +44,9 @@ fn tile_of(isa: Isa) -> Option<(usize, usize, usize)> {
     }
 }
 
-/// Whether the direct kernel runs this convolution on `isa`: dense (not depthwise), a kernel
-/// wider than 1×1, an im2col column of at most [`MAX_TAPS`] and a plane of at least
-/// [`MIN_PIXELS`] outputs.
+/// Whether the direct kernel runs this convolution on `isa`: dense (not depthwise), a plane of
+/// at least [`MIN_PIXELS`] outputs, and either a kernel wider than 1×1 with an im2col column of
+/// at most [`MAX_TAPS`] or a narrow stride-1 1×1 read in place ([`narrow_pointwise`]).
 ///
 /// Read off `cargo bench --bench direct_conv` (direct ÷ im2col + GEMM, same run, Zen 5, 1 and 2
 /// threads): the direct kernel led on every 3×3, 5×5, 7×7 and 11×11 shape up to K = 1152 by
@@ -62,11 +62,52 @@ pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
 /// The ISA-independent part of [`applies`].
 pub(super) fn applies_to_geometry(geom: &Conv2d) -> bool {
     let taps = geom.in_channels / geom.group.max(1) * geom.kernel_h * geom.kernel_w;
+    let wide_kernel = geom.kernel_h * geom.kernel_w > 1 && taps <= MAX_TAPS;
     !geom.is_depthwise()
-        && geom.kernel_h * geom.kernel_w > 1
-        && taps <= MAX_TAPS
+        && (wide_kernel || narrow_pointwise(geom))
         && geom.out_h * geom.out_w >= MIN_PIXELS
 }
+
+/// A 1×1 convolution the direct kernel runs in place ([`reads_input_in_place`]): at most
+/// [`MAX_POINTWISE_OUT`] output channels per group from at least [`MIN_POINTWISE_IN`] input
+/// channels. There the GEMM packs every input element to multiply it by 16-32 weights, and
+/// the direct kernel, which packs nothing, led in three alternated runs (`cargo bench --bench
+/// direct_conv`, Zen 5, 1 and 2 threads) on MobileNetV2's projections: 96→24 and 144→24 on
+/// 56², 144→32 and 192→32 on 28² at 0.77-0.97× the GEMM's time. With more output channels
+/// the packing pays for itself and the direct kernel tied or lost (ResNet's 64→256 and
+/// 128→512 0.91-1.24×, 256→64 1.04-1.21×), and with 16-32 input channels it was mixed
+/// (MobileNetV2's 32→16 on 112² 0.83-1.07×; its expansions 16→96, 24→144 and 32→192 lost,
+/// 1.01-1.34×).
+fn narrow_pointwise(geom: &Conv2d) -> bool {
+    let group = geom.group.max(1);
+    reads_input_in_place(geom)
+        && geom.out_channels / group <= MAX_POINTWISE_OUT
+        && geom.in_channels / group >= MIN_POINTWISE_IN
+}
+
+/// Most output channels per group of a 1×1 convolution the direct kernel takes.
+const MAX_POINTWISE_OUT: usize = 32;
+/// Fewest input channels per group of a 1×1 convolution the direct kernel takes.
+const MIN_POINTWISE_IN: usize = 64;
+
+/// Whether the kernel reads the input planes where they are, without phase planes: a 1×1
+/// stride-1 convolution without padding, whose one phase plane would be the input plane
+/// itself, on planes of whole vectors (the last tile of the last channel then ends at the
+/// input's end instead of reading past it).
+fn reads_input_in_place(geom: &Conv2d) -> bool {
+    geom.kernel_h == 1
+        && geom.kernel_w == 1
+        && geom.stride_h == 1
+        && geom.stride_w == 1
+        && geom.pad_top == 0
+        && geom.pad_left == 0
+        && geom.out_h == geom.in_h
+        && geom.out_w == geom.in_w
+        && (geom.in_h * geom.in_w).is_multiple_of(IN_PLACE_PLANE_MULTIPLE)
+}
+
+/// Floats an in-place plane is a multiple of: the widest vector of either ISA.
+const IN_PLACE_PLANE_MULTIPLE: usize = 16;
 
 /// Longest im2col column (input channels × taps) the direct kernel takes (see [`applies`]).
 const MAX_TAPS: usize = 2400;
@@ -76,7 +117,7 @@ const MIN_PIXELS: usize = 64;
 /// Floats of scratch one call needs: the phase planes of one image's group of input channels,
 /// plus the slack the last grid tile reads past them (its dropped lanes).
 pub(super) fn scratch_len(geom: &Conv2d) -> usize {
-    if !applies_to_geometry(geom) {
+    if !applies_to_geometry(geom) || reads_input_in_place(geom) {
         return 0;
     }
     phases_scratch_len(geom)
@@ -273,7 +314,13 @@ pub fn direct_conv2d(
     let in_plane = geom.in_h * geom.in_w;
     let out_plane = geom.out_h * geom.out_w;
     let phases_len = layout.phases_len(geom);
-    let needed = group_in * phases_len + slack();
+    let in_place = reads_input_in_place(geom);
+    debug_assert!(!in_place || phases_len == in_plane);
+    let needed = if in_place {
+        0
+    } else {
+        group_in * phases_len + slack()
+    };
     assert!(
         scratch.len() >= needed,
         "direct convolution scratch too short"
@@ -286,8 +333,11 @@ pub fn direct_conv2d(
     assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.out_channels));
     assert_eq!(weights.steps, group_in * geom.kernel_h * geom.kernel_w);
     let scratch = &mut scratch[..needed];
-    // The slack past the last plane is read by dropped lanes only; zero it so they read numbers.
-    scratch[group_in * phases_len..].fill(0.0);
+    if !in_place {
+        // The slack past the last plane is read by dropped lanes only; zero it so they read
+        // numbers.
+        scratch[group_in * phases_len..].fill(0.0);
+    }
     let grid = geom.out_h * layout.phase_cols;
     let tile_width = nv * lanes;
     let tiles = grid.div_ceil(tile_width);
@@ -307,12 +357,17 @@ pub fn direct_conv2d(
         for g in 0..geom.group {
             let first_in = (n * geom.in_channels + g * group_in) * in_plane;
             let image = &input[first_in..first_in + group_in * in_plane];
-            fill_group(geom, &layout, image, scratch, threads);
+            let phases = if in_place {
+                image.as_ptr()
+            } else {
+                fill_group(geom, &layout, image, scratch, threads);
+                scratch.as_ptr()
+            };
             let first_out = (n * geom.out_channels + g * group_out) * out_plane;
             let mut job = Job {
                 geom,
                 layout: &layout,
-                phases: scratch.as_ptr(),
+                phases,
                 weights: &weights.data[g * blocks * weights.steps * co_block
                     ..(g + 1) * blocks * weights.steps * co_block],
                 group_out,
@@ -720,6 +775,35 @@ mod tests {
         // Symmetric padding 1 on a 13-wide plane: 14 columns, not 15.
         let (_, cols, _) = PhaseLayout::compact_extent(&geometry((8, 8), (13, 13), 3, 1, 1, 1, 1));
         assert_eq!(cols, 14);
+    }
+
+    #[test]
+    fn narrow_pointwise_convolutions_read_their_input_in_place() {
+        // A partial last channel block (20 = 8 + 8 + 4), a plane of whole vectors whose last
+        // tile is one vector (16 × 17 = 272 = 5 × 48 + 2 × 16), a batch and two groups: each
+        // image and group starts the kernel at its own input planes.
+        let mut geom = geometry((96, 20), (16, 17), 1, 1, 0, 1, 1);
+        assert!(reads_input_in_place(&geom) && applies_to_geometry(&geom));
+        assert_eq!(scratch_len(&geom), 0);
+        check(geom, Activation::Relu, true);
+        geom.batch = 2;
+        check(geom, Activation::None, false);
+        let mut grouped = geometry((128, 48), (8, 8), 1, 1, 0, 1, 2);
+        grouped.batch = 2;
+        assert!(applies_to_geometry(&grouped));
+        check(grouped, Activation::Relu, true);
+        // Planes that are not whole vectors, padded or strided 1×1s, wide outputs and short
+        // inputs stay on the GEMM.
+        for (channels, plane, stride, pad) in [
+            ((144, 24), (14, 14), 1, 0),
+            ((144, 24), (16, 16), 1, 1),
+            ((144, 24), (32, 32), 2, 0),
+            ((144, 64), (16, 16), 1, 0),
+            ((32, 16), (112, 112), 1, 0),
+        ] {
+            let geom = geometry(channels, plane, 1, stride, pad, 1, 1);
+            assert!(!applies_to_geometry(&geom), "{geom:?}");
+        }
     }
 
     #[test]
