@@ -92,8 +92,8 @@ const MIN_POINTWISE_IN: usize = 64;
 
 /// Whether the kernel reads the input planes where they are, without phase planes: a 1×1
 /// stride-1 convolution without padding, whose one phase plane would be the input plane
-/// itself, on planes of whole vectors (the last tile of the last channel then ends at the
-/// input's end instead of reading past it).
+/// itself. On planes that are not whole vectors the last tile reads a copy of its columns
+/// instead ([`needs_tail_copy`]).
 fn reads_input_in_place(geom: &Conv2d) -> bool {
     geom.kernel_h == 1
         && geom.kernel_w == 1
@@ -103,11 +103,16 @@ fn reads_input_in_place(geom: &Conv2d) -> bool {
         && geom.pad_left == 0
         && geom.out_h == geom.in_h
         && geom.out_w == geom.in_w
-        && (geom.in_h * geom.in_w).is_multiple_of(IN_PLACE_PLANE_MULTIPLE)
 }
 
-/// Floats an in-place plane is a multiple of: the widest vector of either ISA.
-const IN_PLACE_PLANE_MULTIPLE: usize = 16;
+/// Whether an in-place convolution's last tile reads a copy of its input columns: its last
+/// vector would reach past the plane, and past the input's end on the last channel.
+fn needs_tail_copy(geom: &Conv2d) -> bool {
+    reads_input_in_place(geom) && !(geom.in_h * geom.in_w).is_multiple_of(WIDEST_LANES)
+}
+
+/// Floats in the widest vector of either ISA.
+const WIDEST_LANES: usize = 16;
 
 /// Longest im2col column (input channels × taps) the direct kernel takes (see [`applies`]).
 const MAX_TAPS: usize = 2400;
@@ -115,9 +120,10 @@ const MAX_TAPS: usize = 2400;
 const MIN_PIXELS: usize = 64;
 
 /// Floats of scratch one call needs: the phase planes of one image's group of input channels,
-/// plus the slack the last grid tile reads past them (its dropped lanes).
+/// plus the slack the last grid tile reads past them (its dropped lanes); in place, the copy of
+/// the last tile's columns when it needs one.
 pub(super) fn scratch_len(geom: &Conv2d) -> usize {
-    if !applies_to_geometry(geom) || reads_input_in_place(geom) {
+    if !applies_to_geometry(geom) {
         return 0;
     }
     phases_scratch_len(geom)
@@ -125,9 +131,17 @@ pub(super) fn scratch_len(geom: &Conv2d) -> usize {
 
 /// [`scratch_len`] whether or not the rule picks the direct kernel.
 fn phases_scratch_len(geom: &Conv2d) -> usize {
+    let group_in = geom.in_channels / geom.group;
+    if reads_input_in_place(geom) {
+        return if needs_tail_copy(geom) {
+            group_in * slack()
+        } else {
+            0
+        };
+    }
     // The executor asks for the scratch size on every call: arithmetic only, no tap lists.
     let (_, _, phase_len) = PhaseLayout::compact_extent(geom);
-    geom.in_channels / geom.group * geom.stride_h * geom.stride_w * phase_len + slack()
+    group_in * geom.stride_h * geom.stride_w * phase_len + slack()
 }
 
 /// Floats past the last channel's phase planes that a tile may read: the farthest read is below
@@ -210,6 +224,10 @@ struct Job<'a> {
     layout: &'a PhaseLayout,
     /// The group's phase planes, `phases_len` floats per input channel.
     phases: *const f32,
+    phases_len: usize,
+    /// In place on a plane of partial vectors: the last tile's first grid index and its
+    /// columns copied per input channel (`tile_width` floats each, zeros past the plane).
+    tail: Option<(usize, *const f32)>,
     weights: &'a [f32],
     /// Output channels of this group that exist (the last block may be partial).
     group_out: usize,
@@ -316,11 +334,7 @@ pub fn direct_conv2d(
     let phases_len = layout.phases_len(geom);
     let in_place = reads_input_in_place(geom);
     debug_assert!(!in_place || phases_len == in_plane);
-    let needed = if in_place {
-        0
-    } else {
-        group_in * phases_len + slack()
-    };
+    let needed = phases_scratch_len(geom);
     assert!(
         scratch.len() >= needed,
         "direct convolution scratch too short"
@@ -341,6 +355,7 @@ pub fn direct_conv2d(
     let grid = geom.out_h * layout.phase_cols;
     let tile_width = nv * lanes;
     let tiles = grid.div_ceil(tile_width);
+    let last_q0 = (tiles - 1) * tile_width;
     let blocks = weights.blocks_per_group;
     let prefetch = if group_in * phases_len * 4 >= PREFETCH_MIN_BYTES {
         prefetch_runs(&layout.tap_offsets)
@@ -358,6 +373,9 @@ pub fn direct_conv2d(
             let first_in = (n * geom.in_channels + g * group_in) * in_plane;
             let image = &input[first_in..first_in + group_in * in_plane];
             let phases = if in_place {
+                if needs_tail_copy(geom) {
+                    copy_tail(image, in_plane, last_q0, tile_width, scratch);
+                }
                 image.as_ptr()
             } else {
                 fill_group(geom, &layout, image, scratch, threads);
@@ -368,6 +386,8 @@ pub fn direct_conv2d(
                 geom,
                 layout: &layout,
                 phases,
+                phases_len,
+                tail: needs_tail_copy(geom).then_some((last_q0, scratch.as_ptr())),
                 weights: &weights.data[g * blocks * weights.steps * co_block
                     ..(g + 1) * blocks * weights.steps * co_block],
                 group_out,
@@ -408,6 +428,19 @@ pub fn direct_conv2d(
                 }
             });
         }
+    }
+}
+
+/// Copies the columns `first..` of each channel plane of `image` into `width`-float rows of
+/// `tail`, zeros after them: what the last tile of an in-place convolution reads.
+fn copy_tail(image: &[f32], in_plane: usize, first: usize, width: usize, tail: &mut [f32]) {
+    for (plane, row) in image
+        .chunks_exact(in_plane)
+        .zip(tail.chunks_exact_mut(width))
+    {
+        let columns = &plane[first..];
+        row[..columns.len()].copy_from_slice(columns);
+        row[columns.len()..].fill(0.0);
     }
 }
 
@@ -564,12 +597,16 @@ unsafe fn tile<V: Vf32, const CO: usize, const N: usize>(
     width: usize,
 ) {
     let taps = &job.layout.tap_offsets;
-    let phases_len = job.layout.phases_len(job.geom);
+    // The last tile of an in-place convolution on partial vectors reads its copied columns.
+    let (phases, phases_len, q0) = match job.tail {
+        Some((last_q0, tail)) if q0 == last_q0 => (tail, job.tile_width, 0),
+        _ => (job.phases, job.phases_len, q0),
+    };
     let channels = job.steps / taps.len();
     let mut acc = [[V::zero(); N]; CO];
     let mut w = job.weights.as_ptr().add(block * job.steps * CO);
     for c in 0..channels {
-        let base = job.phases.add(c * phases_len + q0);
+        let base = phases.add(c * phases_len + q0);
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -792,10 +829,26 @@ mod tests {
         grouped.batch = 2;
         assert!(applies_to_geometry(&grouped));
         check(grouped, Activation::Relu, true);
-        // Planes that are not whole vectors, padded or strided 1×1s, wide outputs and short
-        // inputs stay on the GEMM.
+        // Planes of partial vectors: the last tile reads a copy of its columns (13² = 169 =
+        // 3 × 48 + 25: two vectors, the second partial), so the last channel's last vector
+        // does not read past the input.
+        let mut partial = geometry((80, 24), (13, 13), 1, 1, 0, 1, 1);
+        assert!(needs_tail_copy(&partial) && applies_to_geometry(&partial));
+        assert_eq!(scratch_len(&partial), 80 * slack());
+        check(partial, Activation::Relu, true);
+        partial.batch = 3;
+        check(partial, Activation::None, false);
+        let mut partial_groups = geometry((128, 40), (11, 11), 1, 1, 0, 1, 2);
+        partial_groups.batch = 2;
+        check(partial_groups, Activation::Relu, true);
+        // A plane under one tile: the only tile is the last one.
+        check(
+            geometry((64, 16), (5, 7), 1, 1, 0, 1, 1),
+            Activation::None,
+            true,
+        );
+        // Padded or strided 1×1s, wide outputs and short inputs stay on the GEMM.
         for (channels, plane, stride, pad) in [
-            ((144, 24), (14, 14), 1, 0),
             ((144, 24), (16, 16), 1, 1),
             ((144, 24), (32, 32), 2, 0),
             ((144, 64), (16, 16), 1, 0),
