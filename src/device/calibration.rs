@@ -506,49 +506,15 @@ impl Calibration {
     /// kernel size's ([`depthwise_op_type`]); depthwise points of an older `--from-profile`
     /// fit name no size and stay under the plain op type (looked up with the whole class).
     pub fn upgrade(&mut self) {
-        for table in self
-            .tables
-            .iter_mut()
-            .filter(|t| t.class == KernelClass::Depthwise)
-        {
-            let mut relabelled = false;
-            for point in &mut table.points {
-                if point.op_type.contains(' ') {
-                    continue;
-                }
-                if let Some((kernel_h, kernel_w)) = kernel_of_shape(&point.shape) {
-                    point.op_type = depthwise_op_type(&point.op_type, kernel_h, kernel_w);
-                    relabelled = true;
-                }
-            }
-            if relabelled {
-                table.fit_error = table.leave_one_out();
-            }
-        }
-        for table in self
-            .tables
-            .iter_mut()
-            .filter(|t| t.class == KernelClass::Winograd)
-        {
-            let mut relabelled = false;
-            for point in &mut table.points {
-                if point.op_type.contains(' ') {
-                    continue;
-                }
-                let Some(start) = point.shape.find("winograd F(") else {
-                    continue;
-                };
-                let name = &point.shape[start..];
-                let Some(end) = name.find(')') else {
-                    continue;
-                };
-                point.op_type = algorithm_op_type(&point.op_type, &name[..=end]);
-                relabelled = true;
-            }
-            if relabelled {
-                table.fit_error = table.leave_one_out();
-            }
-        }
+        self.relabel(KernelClass::Depthwise, |point| {
+            let (kernel_h, kernel_w) = kernel_of_shape(&point.shape)?;
+            Some(depthwise_op_type(&point.op_type, kernel_h, kernel_w))
+        });
+        self.relabel(KernelClass::Winograd, |point| {
+            let name = &point.shape[point.shape.find("winograd F(")?..];
+            let end = name.find(')')?;
+            Some(algorithm_op_type(&point.op_type, &name[..=end]))
+        });
         let mut moved: Vec<ClassTable> = Vec::new();
         for table in self
             .tables
@@ -578,6 +544,23 @@ impl Calibration {
             }
         }
         self.tables.extend(moved);
+    }
+
+    /// Gives the points of `class`'s tables still under a plain op type (no space in it) the
+    /// key `key` derives from them, where it derives one, and refits those tables' error.
+    fn relabel(&mut self, class: KernelClass, key: impl Fn(&CalibrationPoint) -> Option<String>) {
+        for table in self.tables.iter_mut().filter(|t| t.class == class) {
+            let mut relabelled = false;
+            for point in table.points.iter_mut().filter(|p| !p.op_type.contains(' ')) {
+                if let Some(op_type) = key(point) {
+                    point.op_type = op_type;
+                    relabelled = true;
+                }
+            }
+            if relabelled {
+                table.fit_error = table.leave_one_out();
+            }
+        }
     }
 
     /// A calibration that cannot be used: an empty table or a non-finite or non-positive

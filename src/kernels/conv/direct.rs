@@ -90,25 +90,18 @@ const MAX_POINTWISE_OUT: usize = 32;
 /// Fewest input channels per group of a 1×1 convolution the direct kernel takes.
 const MIN_POINTWISE_IN: usize = 64;
 
-/// Whether the kernel reads the input planes where they are, without phase planes: a 1×1
-/// stride-1 convolution without padding, whose one phase plane would be the input plane
-/// itself. On planes that are not whole vectors the last tile reads a copy of its columns
-/// instead ([`needs_tail_copy`]).
+/// Whether the kernel reads the input planes where they are, without phase planes: a
+/// pointwise convolution ([`Conv2d::is_pointwise`]: 1×1, stride 1, no padding), whose one
+/// phase plane would be the input plane itself. On planes that are not whole vectors the last
+/// tile reads a copy of its columns instead ([`needs_tail_copy`]).
 fn reads_input_in_place(geom: &Conv2d) -> bool {
-    geom.kernel_h == 1
-        && geom.kernel_w == 1
-        && geom.stride_h == 1
-        && geom.stride_w == 1
-        && geom.pad_top == 0
-        && geom.pad_left == 0
-        && geom.out_h == geom.in_h
-        && geom.out_w == geom.in_w
+    geom.is_pointwise()
 }
 
 /// Whether an in-place convolution's last tile reads a copy of its input columns: its last
 /// vector would reach past the plane, and past the input's end on the last channel.
 fn needs_tail_copy(geom: &Conv2d) -> bool {
-    reads_input_in_place(geom) && !(geom.in_h * geom.in_w).is_multiple_of(WIDEST_LANES)
+    geom.is_pointwise() && !(geom.in_h * geom.in_w).is_multiple_of(WIDEST_LANES)
 }
 
 /// Floats in the widest vector of either ISA.
@@ -333,6 +326,7 @@ pub fn direct_conv2d(
     let out_plane = geom.out_h * geom.out_w;
     let phases_len = layout.phases_len(geom);
     let in_place = reads_input_in_place(geom);
+    let tail_copy = needs_tail_copy(geom);
     debug_assert!(!in_place || phases_len == in_plane);
     let needed = phases_scratch_len(geom);
     assert!(
@@ -373,7 +367,7 @@ pub fn direct_conv2d(
             let first_in = (n * geom.in_channels + g * group_in) * in_plane;
             let image = &input[first_in..first_in + group_in * in_plane];
             let phases = if in_place {
-                if needs_tail_copy(geom) {
+                if tail_copy {
                     copy_tail(image, in_plane, last_q0, tile_width, scratch);
                 }
                 image.as_ptr()
@@ -387,7 +381,7 @@ pub fn direct_conv2d(
                 layout: &layout,
                 phases,
                 phases_len,
-                tail: needs_tail_copy(geom).then_some((last_q0, scratch.as_ptr())),
+                tail: tail_copy.then_some((last_q0, scratch.as_ptr())),
                 weights: &weights.data[g * blocks * weights.steps * co_block
                     ..(g + 1) * blocks * weights.steps * co_block],
                 group_out,
