@@ -1,0 +1,390 @@
+//! Tests of the calibration lookup: interpolation, siblings, levels, upgrades, validation.
+use super::*;
+
+fn point(work: u64, bytes: u64, bound_s: f64, measured_s: f64) -> CalibrationPoint {
+    CalibrationPoint {
+        shape: format!("{work}/{bytes}"),
+        features: ShapeFeatures::new(work, bytes, 0, 1),
+        bound_s,
+        measured_s,
+        op_type: String::new(),
+    }
+}
+
+/// A full-mode calibration of `tables`, its other fields blank.
+fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
+    Calibration {
+        tool_version: String::new(),
+        measured_at: String::new(),
+        mode: "full".into(),
+        wall_time_s: 1.0,
+        method: String::new(),
+        tables,
+    }
+}
+
+fn table(points: Vec<CalibrationPoint>) -> ClassTable {
+    ClassTable {
+        class: KernelClass::Gemm,
+        threads: 1,
+        points,
+        fit_error: None,
+        fixed_s: 0.0,
+    }
+}
+
+#[test]
+fn an_op_far_from_its_class_is_predicted_from_a_nearer_sibling_class() {
+    let at = |class: KernelClass, work: u64, ratio: f64| ClassTable {
+        class,
+        threads: 1,
+        points: vec![point(work, 1 << 20, 1.0, ratio)],
+        fit_error: None,
+        fixed_s: 0.0,
+    };
+    let calibration = calibration_of;
+    let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
+    let expected = |c: &Calibration| c.expected_s(KernelClass::Gemm, "MatMul", 1, &query, 1.0);
+    // Its own table's only point is 8 doublings of work away; a 1×1 convolution of its
+    // size ran at 1.4× its bound.
+    let far = calibration(vec![
+        at(KernelClass::Gemm, 1 << 20, 2.1),
+        at(KernelClass::Pointwise, 1 << 28, 1.4),
+    ]);
+    assert!((expected(&far).unwrap() - 1.4).abs() < 1e-9);
+    // Within three doublings its own class decides, whatever a sibling holds.
+    let near = calibration(vec![
+        at(KernelClass::Gemm, 1 << 26, 2.1),
+        at(KernelClass::Pointwise, 1 << 28, 1.4),
+    ]);
+    assert!((expected(&near).unwrap() - 2.1).abs() < 1e-9);
+    // Classes that are not one kernel never borrow.
+    let unrelated = calibration(vec![
+        at(KernelClass::Softmax, 1 << 20, 3.0),
+        at(KernelClass::Elementwise, 1 << 28, 1.1),
+    ]);
+    let softmax = unrelated.expected_s(KernelClass::Softmax, "Softmax", 1, &query, 1.0);
+    assert!((softmax.unwrap() - 3.0).abs() < 1e-9);
+}
+
+#[test]
+fn output_channels_count_only_where_both_sides_have_them() {
+    let base = ShapeFeatures::new(1 << 20, 1 << 16, 1 << 12, 1 << 10);
+    let few = base.with_output_channels(16);
+    let many = base.with_output_channels(256);
+    assert!((few.distance_squared(&many) - 16.0).abs() < 1e-9);
+    // A point saved without the feature (or an op that is not a convolution) is compared
+    // on the other features alone.
+    assert_eq!(few.distance_squared(&base), 0.0);
+    assert_eq!(base.with_output_channels(0), base);
+    // The nearer channel count wins between points of equal size.
+    let with_channels = |channels: u64, ratio: f64| CalibrationPoint {
+        features: base.with_output_channels(channels),
+        ..point(1 << 20, 1 << 16, 1.0, ratio)
+    };
+    let t = table(vec![with_channels(16, 4.0), with_channels(256, 2.0)]);
+    let ratio = t.ratio_at("", &base.with_output_channels(24)).unwrap();
+    assert!(ratio > 3.5, "{ratio}");
+}
+
+#[test]
+fn a_fixed_cost_is_added_once_not_scaled_with_the_bound() {
+    // A runtime whose ops cost 3 µs plus twice their bound: the ratio of the time above
+    // the fixed cost is 2 everywhere, and an op a thousand times smaller than every point
+    // is predicted at the fixed cost plus twice its bound, not at the larger ops'
+    // measured ÷ bound times its bound.
+    let fixed = 3e-6;
+    let at = |work: u64, bound_s: f64| point(work, work, bound_s, fixed + 2.0 * bound_s);
+    let mut t = table(vec![
+        at(1 << 24, 1e-4),
+        at(1 << 25, 2e-4),
+        at(1 << 26, 4e-4),
+    ]);
+    t.fixed_s = fixed;
+    let calibration = calibration_of(vec![t]);
+    let tiny = ShapeFeatures::new(1 << 14, 1 << 14, 0, 1);
+    let expected = calibration
+        .expected_s(KernelClass::Gemm, "", 1, &tiny, 1e-7)
+        .unwrap();
+    assert!((expected - (fixed + 2e-7)).abs() < 1e-12, "{expected}");
+    assert!(calibration.tables[0].leave_one_out().unwrap().median_abs < 1e-9);
+    // Without it, the tiny op takes the nearest point's 2.03× and misses the fixed cost.
+    let mut plain = calibration.clone();
+    plain.tables[0].fixed_s = 0.0;
+    let scaled = plain
+        .expected_s(KernelClass::Gemm, "", 1, &tiny, 1e-7)
+        .unwrap();
+    assert!(scaled < 1e-6, "{scaled}");
+    // A point quicker than the fixed cost keeps a positive ratio.
+    assert!((point(1, 1, 1e-6, 2e-6).ratio_above(3e-6) - 0.2).abs() < 1e-12);
+}
+
+#[test]
+fn depthwise_grid_points_take_their_kernel_size_key_on_upgrade() {
+    let shaped = |shape: &str, ratio: f64| CalibrationPoint {
+        shape: shape.to_string(),
+        op_type: "Conv".to_string(),
+        ..point(1 << 20, 1 << 20, 1.0, ratio)
+    };
+    let mut calibration = calibration_of(vec![ClassTable {
+        class: KernelClass::Depthwise,
+        threads: 1,
+        points: vec![
+            shaped("conv 144→144 3x3 s1 g144 56x56", 20.0),
+            shaped("conv 240→240 5x5 s1 g240 28x28", 8.0),
+            // A from-profile point names no size: it keeps the plain type.
+            shaped("m.onnx: Conv_3 (Conv)", 5.0),
+        ],
+        fit_error: None,
+        fixed_s: 0.0,
+    }]);
+    calibration.upgrade();
+    let types: Vec<&str> = calibration.tables[0]
+        .points
+        .iter()
+        .map(|p| p.op_type.as_str())
+        .collect();
+    assert_eq!(types, ["Conv depthwise 3x3", "Conv depthwise 5x5", "Conv"]);
+    let features = ShapeFeatures::new(1 << 20, 1 << 20, 0, 1);
+    let five = depthwise_op_type("Conv", 5, 5);
+    let expected = calibration
+        .expected_s(KernelClass::Depthwise, &five, 1, &features, 1.0)
+        .unwrap();
+    assert!((expected - 8.0).abs() < 1e-9, "{expected}");
+    // A size no point has is predicted from the whole class.
+    let seven = depthwise_op_type("Conv", 7, 7);
+    let expected = calibration
+        .expected_s(KernelClass::Depthwise, &seven, 1, &features, 1.0)
+        .unwrap();
+    assert!(expected > 5.0 && expected < 20.0, "{expected}");
+}
+
+#[test]
+fn upgrade_moves_lrn_points_out_of_the_norm_table() {
+    let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
+        op_type: op.to_string(),
+        ..point(work, 1 << 20, 1.0, ratio)
+    };
+    let mut calibration = calibration_of(vec![ClassTable {
+        class: KernelClass::Norm,
+        threads: 1,
+        points: vec![typed("LRN", 1 << 20, 400.0), typed("LRN", 1 << 22, 450.0)],
+        fit_error: None,
+        fixed_s: 0.0,
+    }]);
+    let layer_norm = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
+    // Before: the only norm points are LRNs, and a LayerNormalization took their ratio.
+    let before =
+        calibration.expected_s(KernelClass::Norm, "LayerNormalization", 1, &layer_norm, 1.0);
+    assert!(before.unwrap() > 100.0);
+    calibration.upgrade();
+    let norm = calibration.expected_s(KernelClass::Norm, "LayerNormalization", 1, &layer_norm, 1.0);
+    assert_eq!(norm, None, "no norm point is left to predict from");
+    let lrn = calibration.expected_s(KernelClass::Lrn, "LRN", 1, &layer_norm, 1.0);
+    assert!((lrn.unwrap() - 424.26).abs() < 0.1, "{lrn:?}");
+    assert_eq!(calibration.tables.len(), 1);
+    assert!(calibration.tables[0].fit_error.is_some());
+}
+
+#[test]
+fn winograd_variants_are_looked_up_apart_after_an_upgrade() {
+    // A saved calibration with both variants under `Conv`: the F(2×2) points sit nearer
+    // to the query than the F(4×4) one.
+    let variant = |name: &str, work: u64, ratio: f64| CalibrationPoint {
+        shape: format!("conv 96→24 3x3 s1 g1 160x160 ({name})"),
+        op_type: "Conv".into(),
+        ..point(work, 1 << 20, 1.0, ratio)
+    };
+    let mut calibration = calibration_of(vec![ClassTable {
+        class: KernelClass::Winograd,
+        threads: 1,
+        points: vec![
+            variant("winograd F(2x2,3x3)", 1 << 28, 2.5),
+            variant("winograd F(2x2,3x3)", 1 << 29, 2.5),
+            variant("winograd F(4x4,3x3)", 1 << 26, 5.0),
+        ],
+        fit_error: None,
+        fixed_s: 0.0,
+    }]);
+    let f4 = algorithm_op_type("Conv", "winograd F(4x4,3x3)");
+    assert_eq!(f4, "Conv winograd F(4x4,3x3)");
+    let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
+    let expected = |c: &Calibration| c.expected_s(KernelClass::Winograd, &f4, 1, &query, 1.0);
+    assert!(expected(&calibration).unwrap() < 3.0, "mixed with F(2×2)");
+    calibration.upgrade();
+    assert!((expected(&calibration).unwrap() - 5.0).abs() < 1e-9);
+    let points = &calibration.tables[0].points;
+    assert_eq!(points[0].op_type, "Conv winograd F(2x2,3x3)");
+    assert!(calibration.tables[0].fit_error.is_some());
+}
+
+#[test]
+fn an_exact_shape_returns_its_own_ratio() {
+    let t = table(vec![
+        point(1 << 20, 1 << 16, 1.0, 2.0),
+        point(1 << 30, 1 << 20, 1.0, 1.25),
+    ]);
+    let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
+    assert!((t.ratio_at("", &features).unwrap() - 2.0).abs() < 1e-12);
+}
+
+#[test]
+fn halfway_between_two_shapes_is_the_geometric_mean() {
+    // Equal distances in log2 space: ratios 2 and 8 → exp(mean(ln 2, ln 8)) = 4.
+    let t = table(vec![
+        point(1 << 10, 1 << 10, 1.0, 2.0),
+        point(1 << 14, 1 << 10, 1.0, 8.0),
+    ]);
+    let features = ShapeFeatures::new(1 << 12, 1 << 10, 0, 1);
+    assert!((t.ratio_at("", &features).unwrap() - 4.0).abs() < 1e-9);
+}
+
+#[test]
+fn the_nearer_shape_weighs_more() {
+    let t = table(vec![
+        point(1 << 10, 1 << 10, 1.0, 2.0),
+        point(1 << 20, 1 << 10, 1.0, 8.0),
+    ]);
+    let near_small = ShapeFeatures::new(1 << 11, 1 << 10, 0, 1);
+    let ratio = t.ratio_at("", &near_small).unwrap();
+    assert!(ratio > 2.0 && ratio < 2.2, "{ratio}");
+}
+
+#[test]
+fn a_point_at_the_same_memory_level_wins_over_a_same_size_one_at_another() {
+    // A GEMV whose weights the bound charged at DRAM must not take the ratio of one whose
+    // weights sat in L3, even at a size one doubling closer.
+    let gemv = |size: u64, level: u8| ShapeFeatures::new(size, size, size, 1).at_levels(2, level);
+    let mut in_l3 = point(1 << 24, 1 << 24, 1.0, 3.0);
+    in_l3.features = gemv(1 << 24, 3);
+    let mut in_dram = point(1 << 26, 1 << 26, 1.0, 1.2);
+    in_dram.features = gemv(1 << 26, 4);
+    let t = table(vec![in_l3, in_dram]);
+    let query = gemv(1 << 25, 4);
+    let ratio = t.ratio_at("", &query).unwrap();
+    assert!(ratio < 1.5, "{ratio}");
+}
+
+#[test]
+fn points_of_the_same_op_type_come_first() {
+    let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
+        op_type: op.to_string(),
+        ..point(work, 1 << 20, 1.0, ratio)
+    };
+    let t = table(vec![
+        typed("Relu", 1 << 20, 1.1),
+        typed("Relu", 1 << 22, 1.1),
+        typed("Sigmoid", 1 << 21, 20.0),
+        typed("Sigmoid", 1 << 23, 20.0),
+    ]);
+    let features = ShapeFeatures::new(1 << 21, 1 << 20, 0, 1);
+    assert!((t.ratio_at("Relu", &features).unwrap() - 1.1).abs() < 1e-9);
+    assert!((t.ratio_at("Sigmoid", &features).unwrap() - 20.0).abs() < 1e-9);
+    // An op type the grid lacks takes the whole class.
+    let mixed = t.ratio_at("Tanh", &features).unwrap();
+    assert!(mixed > 1.1 && mixed < 20.0, "{mixed}");
+    // Left out in turn, each point is predicted from its own type: exact here.
+    let fit = t.leave_one_out().unwrap();
+    assert!(fit.p90_abs < 1e-9, "{fit:?}");
+}
+
+#[test]
+fn leave_one_out_on_a_constant_ratio_is_exact() {
+    let t = table(
+        (10..16)
+            .map(|k| point(1 << (2 * k), 1 << k, 1e-3, 1.5e-3))
+            .collect(),
+    );
+    let fit = t.leave_one_out().unwrap();
+    assert_eq!(fit.points, 6);
+    assert!(fit.median_abs < 1e-12 && fit.p90_abs < 1e-12);
+}
+
+#[test]
+fn the_table_of_the_thread_count_in_use_is_chosen() {
+    let mut one = table(vec![point(1 << 20, 1 << 16, 1.0, 2.0)]);
+    let mut two = one.clone();
+    two.threads = 2;
+    two.points[0].measured_s = 3.0;
+    one.threads = 1;
+    let calibration = Calibration {
+        tool_version: "test".into(),
+        measured_at: "now".into(),
+        mode: "quick".into(),
+        wall_time_s: 1.0,
+        method: "test".into(),
+        tables: vec![one, two],
+    };
+    let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
+    let expected = |threads| {
+        calibration
+            .expected_s(KernelClass::Gemm, "", threads, &features, 1.0)
+            .map(|e| (e * 1e9).round() / 1e9)
+    };
+    assert_eq!(expected(1), Some(2.0));
+    assert_eq!(expected(2), Some(3.0));
+    // More threads than calibrated: the largest table not above.
+    assert_eq!(expected(8), Some(3.0));
+    assert_eq!(
+        calibration.expected_s(KernelClass::Pool, "", 1, &features, 1.0),
+        None
+    );
+}
+
+#[test]
+fn an_impossible_fixed_cost_is_refused() {
+    for fixed_s in [-1e-6, f64::NAN, f64::INFINITY, 5.0] {
+        let mut t = table(vec![point(1 << 20, 1 << 20, 1e-3, 2e-3)]);
+        t.fixed_s = fixed_s;
+        let error = calibration_of(vec![t]).validate().unwrap_err();
+        assert!(error.contains("fixed per-op cost"), "{error}");
+    }
+    let mut t = table(vec![point(1 << 20, 1 << 20, 1e-3, 2e-3)]);
+    t.fixed_s = 3e-6;
+    calibration_of(vec![t]).validate().unwrap();
+}
+
+#[test]
+fn impossible_points_are_refused() {
+    let mut c = Calibration {
+        tool_version: "t".into(),
+        measured_at: "n".into(),
+        mode: "quick".into(),
+        wall_time_s: 0.0,
+        method: "m".into(),
+        tables: vec![table(vec![point(4, 4, 1.0, 0.0)])],
+    };
+    assert!(c.validate().is_err());
+    c.tables[0].points[0].measured_s = 1.0;
+    assert!(c.validate().is_ok());
+}
+
+#[test]
+fn weight_reuse_separates_gemms_that_work_and_sizes_put_together() {
+    // Same bytes and outputs: a GEMM whose weights each serve 2^6 rows (tokens), one with four
+    // times the weights serving 2^4 rows (pixels of a small plane), and one with twice the
+    // weights and four times the work serving 2^7.
+    let weighted = |work: u64, weights: u64, ratio: f64| CalibrationPoint {
+        shape: format!("{work}/{weights}"),
+        features: ShapeFeatures::new(work, 1 << 22, weights, 1 << 16),
+        bound_s: 1.0,
+        measured_s: ratio,
+        op_type: String::new(),
+    };
+    let query = ShapeFeatures::new(1 << 27, 1 << 22, 1 << 21, 1 << 16);
+    assert_eq!(query.log2_weight_reuse(), Some(6.0));
+    let few_rows = weighted(1 << 27, 1 << 23, 2.4);
+    let many_rows = weighted(1 << 29, 1 << 22, 1.5);
+    // On sizes alone the few-rows GEMM is the nearer (4 doublings² against 5); the reuse
+    // term adds 4 to it and 1 to the other.
+    assert!((query.distance_squared(&few_rows.features) - 8.0).abs() < 1e-9);
+    assert!((query.distance_squared(&many_rows.features) - 6.0).abs() < 1e-9);
+    let ratio = table(vec![few_rows, many_rows])
+        .ratio_at("", &query)
+        .unwrap();
+    assert!(ratio < (2.4f64 * 1.5).sqrt(), "{ratio}");
+    // Ops without weights are matched on their sizes alone.
+    let plain = ShapeFeatures::new(1 << 27, 1 << 22, 0, 1 << 16);
+    assert_eq!(plain.log2_weight_reuse(), None);
+    assert!((plain.distance_squared(&query) - 21.0 * 21.0).abs() < 1e-9);
+}
