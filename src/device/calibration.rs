@@ -215,7 +215,7 @@ impl ShapeFeatures {
     /// without → with: onnxruntime gemm 10/22% → 9/12%, depthwise 16/48% → 14/46%; grid
     /// conv 7/41% → 6/35%, winograd 23/49% → 18/47%, gemm 5/37% → 5/31% (1 thread).
     fn log2_weight_reuse(&self) -> Option<f64> {
-        (self.log2_weight_bytes > 0.0).then(|| self.log2_work - self.log2_weight_bytes)
+        (self.log2_weight_bytes > 0.0).then_some(self.log2_work - self.log2_weight_bytes)
     }
 
     /// Squared distance; a doubling of any feature counts 1.
