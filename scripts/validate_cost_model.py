@@ -9,6 +9,7 @@ in it. Usage:
 
     roofline probe -o P.json && roofline calibrate --device P.json
     python3 scripts/validate_cost_model.py --profile P.json [--threads 1 2] [--runs 10] [--rounds 3]
+        [--optimize]
 """
 
 import argparse
@@ -40,9 +41,11 @@ BINDINGS = {
 }
 
 
-def bench(binary, model, profile, threads, runs):
+def bench(binary, model, profile, threads, runs, optimize=False):
     command = [binary, "bench", model, "--device", profile, "--threads", str(threads),
                "--runs", str(runs), "--format", "json"]
+    if optimize:
+        command.append("--optimize")
     command += BINDINGS.get(os.path.basename(model), [])
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode not in (0, 1) or not result.stdout.strip():
@@ -60,6 +63,9 @@ def main():
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "roofline"))
     parser.add_argument("--models", nargs="*", help="default: built-ins and the corpus")
     parser.add_argument("--json", help="write the per-model figures to this file")
+    parser.add_argument("--optimize", action="store_true",
+                        help="bench the advisor's float rewrites (fused ops, BatchNorm folded), "
+                             "the graph `bench --optimize`, `advise` and `compress` run")
     args = parser.parse_args()
 
     models = args.models or BUILTINS + corpus()
@@ -73,7 +79,8 @@ def main():
     for _ in range(args.rounds):
         for model in models:
             for threads in args.threads:
-                report, error = bench(args.binary, model, args.profile, threads, args.runs)
+                report, error = bench(args.binary, model, args.profile, threads, args.runs,
+                                      args.optimize)
                 if report is None:
                     failures[(model, threads)] = error
                     continue
