@@ -178,7 +178,7 @@ pub fn bench_graph(
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..end_to_end_runs {
         if cold_weights {
-            exec::conv_timing::evict_caches(evict);
+            exec::conv_timing::evict_caches(evict, options.threads);
             workspace.warm();
         }
         plan.stage_given_inputs(&mut workspace, &inputs)?;
@@ -192,7 +192,7 @@ pub fn bench_graph(
     let mut timings = exec::RunTimings::default();
     for _ in 0..runs {
         if cold_weights {
-            exec::conv_timing::evict_caches(evict);
+            exec::conv_timing::evict_caches(evict, options.threads);
             workspace.warm();
         }
         plan.stage_given_inputs(&mut workspace, &inputs)?;

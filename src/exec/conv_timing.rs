@@ -118,12 +118,28 @@ pub fn fill(
     timed
 }
 
-/// Writes one byte per cache line of `buffer`: with [`evict_bytes`] of it, what the caches
-/// held before is gone.
-pub fn evict_caches(buffer: &mut [u8]) {
-    for line in buffer.iter_mut().step_by(64) {
-        *line = line.wrapping_add(1);
-    }
+/// Writes one byte per cache line of `buffer`, split over `threads` (the timed kernel's): with
+/// [`evict_bytes`] of it, what the caches held before is gone, from every core's private
+/// caches too. Written by the caller alone, the eviction (several milliseconds) outlasted the
+/// worker pool's spin, so the timed call began by waking a sleeping worker, which the ops of a
+/// model never pay (their workers spin between ops): on the 2-vCPU Zen 5 guest the calibration
+/// grid's cold-weight 1×1 convolutions at 2 threads took 20-56 µs more than their warm twins
+/// (0-15 µs at 1 thread), and the 2-thread expected latency of models whose weights live in
+/// DRAM (ResNet-50, DenseNet-121) came out 16-19% above their measured time.
+pub fn evict_caches(buffer: &mut [u8], threads: usize) {
+    let threads = threads.max(1);
+    let piece = buffer.len().div_ceil(threads).next_multiple_of(64).max(64);
+    let base = crate::kernels::parallel::SendPtr(buffer.as_mut_ptr());
+    let len = buffer.len();
+    crate::kernels::parallel::parallel_for(threads, len.div_ceil(piece), |task| {
+        let start = task * piece;
+        let end = (start + piece).min(len);
+        // SAFETY: tasks write disjoint byte ranges of `buffer`, which outlives the call.
+        let part = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+        for line in part.iter_mut().step_by(64) {
+            *line = line.wrapping_add(1);
+        }
+    });
     std::hint::black_box(buffer);
 }
 
@@ -216,7 +232,7 @@ pub fn measure(shape: &ConvShape, threads: usize, evict: &mut [u8]) -> Option<Me
     // Before every call, as inside a model: the weights cold (every other layer's weights
     // passed through the caches since), the input warm (its producer just wrote it).
     let mut settle = |input: &[f32]| {
-        evict_caches(evict);
+        evict_caches(evict, threads);
         let warm: f32 = input.iter().step_by(16).sum();
         std::hint::black_box(warm);
     };
