@@ -737,11 +737,68 @@ fn average_inverse(
         .collect()
 }
 
+/// Mean (or max) of each plane of `plane_size` elements.
+pub fn global_pool(input: &[f32], plane_size: usize, max: bool, output: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if plane_size >= 16 && isa_level() == IsaLevel::Avx512 {
+        // SAFETY: AVX-512F is available.
+        unsafe { global_pool_avx512(input, plane_size, max, output) };
+        return;
+    }
+    global_pool_folded(input, plane_size, max, output);
+}
+
+/// [`global_pool`] one plane per step in sixteen-float vectors: two accumulators, the tail a
+/// masked load (an overlapping one for max), one horizontal reduction per plane. The folded
+/// path's eight lanes, tail loop and sequential lane sum cost about 55 cycles per 7×7 plane
+/// (Zen 5: 16.6 µs for MobileNetV2's 1280 planes, onnxruntime 5-7 µs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn global_pool_avx512(input: &[f32], plane_size: usize, max: bool, output: &mut [f32]) {
+    use std::arch::x86_64::*;
+    const LANES: usize = 16;
+    let tail = plane_size % LANES;
+    let full = plane_size - tail;
+    let tail_mask = ((1u32 << tail) - 1) as __mmask16;
+    let scale = 1.0 / plane_size as f32;
+    for (out, plane) in output.iter_mut().zip(input.chunks_exact(plane_size)) {
+        let at = plane.as_ptr();
+        if max {
+            let mut acc = _mm512_loadu_ps(at);
+            let mut i = LANES;
+            while i < full {
+                acc = _mm512_max_ps(acc, _mm512_loadu_ps(at.add(i)));
+                i += LANES;
+            }
+            if tail > 0 {
+                // The last sixteen elements again: a max does not mind repeats.
+                acc = _mm512_max_ps(acc, _mm512_loadu_ps(at.add(plane_size - LANES)));
+            }
+            *out = _mm512_reduce_max_ps(acc);
+        } else {
+            let (mut even, mut odd) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut i = 0;
+            while i + 2 * LANES <= full {
+                even = _mm512_add_ps(even, _mm512_loadu_ps(at.add(i)));
+                odd = _mm512_add_ps(odd, _mm512_loadu_ps(at.add(i + LANES)));
+                i += 2 * LANES;
+            }
+            if i < full {
+                even = _mm512_add_ps(even, _mm512_loadu_ps(at.add(i)));
+            }
+            if tail > 0 {
+                odd = _mm512_add_ps(odd, _mm512_maskz_loadu_ps(tail_mask, at.add(full)));
+            }
+            *out = _mm512_reduce_add_ps(_mm512_add_ps(even, odd)) * scale;
+        }
+    }
+}
+
 multiversion! {
-    /// Mean (or max) of each plane of `plane_size` elements.
-    /// Folded in eight register lanes (`movement::fold_row`): a sequential `sum()` cannot be
-    /// vectorised and ran at one add latency per element, 20× under the bound.
-    pub fn global_pool(input: &[f32], plane_size: usize, max: bool, output: &mut [f32]) {
+    /// [`global_pool`] folded in eight register lanes (`movement::fold_row`): a sequential
+    /// `sum()` cannot be vectorised and ran at one add latency per element, 20× under the
+    /// bound.
+    fn global_pool_folded(input: &[f32], plane_size: usize, max: bool, output: &mut [f32]) {
         for (o, plane) in output.iter_mut().zip(input.chunks(plane_size.max(1))) {
             *o = if max {
                 fold_row(Reduction::Max, plane, f32::NEG_INFINITY, 0.0)
@@ -753,200 +810,4 @@ multiversion! {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn naive_max(p: &Pool2d, input: &[f32]) -> Vec<f32> {
-        let mut out = vec![f32::NEG_INFINITY; p.planes * p.out_h * p.out_w];
-        for plane in 0..p.planes {
-            for y in 0..p.out_h {
-                for x in 0..p.out_w {
-                    for ky in 0..p.kernel_h {
-                        for kx in 0..p.kernel_w {
-                            let iy =
-                                (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
-                            let ix =
-                                (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
-                            if iy >= 0
-                                && ix >= 0
-                                && (iy as usize) < p.in_h
-                                && (ix as usize) < p.in_w
-                            {
-                                let v =
-                                    input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize];
-                                let o = &mut out[(plane * p.out_h + y) * p.out_w + x];
-                                *o = o.max(v);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// The window loop of ONNX's AveragePool: the mean over the taps inside the input, or
-    /// with `count_include_pad` the sum over those divided by the taps inside the padded
-    /// extent.
-    fn naive_avg(
-        p: &Pool2d,
-        include_pad: bool,
-        pad_bottom: usize,
-        pad_right: usize,
-        input: &[f32],
-    ) -> Vec<f32> {
-        let mut out = vec![0.0; p.planes * p.out_h * p.out_w];
-        for plane in 0..p.planes {
-            for y in 0..p.out_h {
-                for x in 0..p.out_w {
-                    let (mut sum, mut inside, mut padded) = (0.0f64, 0usize, 0usize);
-                    for ky in 0..p.kernel_h {
-                        for kx in 0..p.kernel_w {
-                            let iy =
-                                (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
-                            let ix =
-                                (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
-                            let in_padded = iy >= -(p.pad_top as isize)
-                                && iy < (p.in_h + pad_bottom) as isize
-                                && ix >= -(p.pad_left as isize)
-                                && ix < (p.in_w + pad_right) as isize;
-                            padded += usize::from(in_padded);
-                            if iy >= 0
-                                && ix >= 0
-                                && (iy as usize) < p.in_h
-                                && (ix as usize) < p.in_w
-                            {
-                                sum += f64::from(
-                                    input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize],
-                                );
-                                inside += 1;
-                            }
-                        }
-                    }
-                    let divisor = if include_pad { padded } else { inside };
-                    out[(plane * p.out_h + y) * p.out_w + x] = if divisor > 0 {
-                        (sum / divisor as f64) as f32
-                    } else {
-                        0.0
-                    };
-                }
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
-        // (kernel, stride, pad begin, pad end, dilation, size): Inception's 3x3 s1 p1, a
-        // ceil-mode window past the padded end, stride 3, dilation, 1x1.
-        for (k, s, pad, pad_end, d, hw) in [
-            (3, 1, 1, 1, 1, 14),
-            (3, 2, 0, 1, 1, 8),
-            (2, 2, 0, 0, 1, 9),
-            // Wide enough for the vector stride-2 pass (16 outputs a step), ceil mode too.
-            (2, 2, 0, 0, 1, 40),
-            (3, 2, 0, 1, 1, 47),
-            (3, 3, 1, 1, 1, 11),
-            (5, 2, 2, 2, 1, 13),
-            (3, 1, 2, 2, 2, 10),
-            (1, 2, 0, 0, 1, 6),
-            // Stride 1 runs plane-at-a-time: a whole-plane window, padding at one end only,
-            // a 1x1 window.
-            (7, 1, 0, 0, 1, 7),
-            (3, 1, 0, 2, 1, 9),
-            (2, 1, 1, 0, 1, 8),
-            (1, 1, 0, 0, 1, 5),
-            // Rows of several 16-output blocks, the last running past the row's end; a
-            // dilated window on the run-time tap list.
-            (3, 1, 1, 1, 1, 37),
-            (2, 1, 0, 1, 1, 33),
-            (3, 1, 2, 2, 2, 20),
-            // The narrow-plane kernel's limits: 32 input and 16 output columns.
-            (2, 2, 0, 0, 1, 31),
-            (3, 1, 1, 1, 1, 15),
-        ] {
-            let (in_h, in_w) = (hw, hw + 1);
-            let out_dim = |n: usize| (n + pad + pad_end - d * (k - 1) - 1).div_ceil(s) + 1;
-            let p = Pool2d {
-                planes: 2,
-                in_h,
-                in_w,
-                kernel_h: k,
-                kernel_w: k,
-                stride_h: s,
-                stride_w: s,
-                dilation_h: d,
-                dilation_w: d,
-                pad_top: pad,
-                pad_left: pad,
-                out_h: out_dim(in_h),
-                out_w: out_dim(in_w),
-            };
-            let input: Vec<f32> = (0..2 * in_h * in_w)
-                .map(|i| ((i * 7919) % 101) as f32 - 50.0)
-                .collect();
-            // Each level runs its own stride-2 path: AVX-512 the de-interleaving row kernel,
-            // the others the generic phasing.
-            for include_pad in [false, true] {
-                let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);
-                for level in crate::kernels::simd::available_levels() {
-                    let mut got = vec![0.0; want.len()];
-                    avg_pool_at(level, &p, include_pad, pad_end, pad_end, &input, &mut got);
-                    for (g, w) in got.iter().zip(&want) {
-                        assert!(
-                            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
-                            "{p:?} pad {include_pad} at {level:?}: {g} vs {w}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn separable_max_pool_matches_the_window_loop_on_every_isa() {
-        for (k, s, pad, d, hw) in [
-            (3, 2, 1, 1, 112),
-            (3, 2, 1, 1, 31),
-            (2, 2, 0, 1, 9),
-            (2, 2, 0, 1, 40),
-            (3, 2, 0, 1, 111),
-            (3, 1, 1, 2, 10),
-            (3, 2, 0, 1, 7),
-            (3, 3, 1, 1, 11),
-            (5, 2, 2, 1, 13),
-            (1, 2, 0, 1, 6),
-            (3, 1, 1, 1, 7),
-            (5, 1, 0, 1, 9),
-            (1, 1, 0, 1, 4),
-            (3, 1, 1, 1, 28),
-            (2, 1, 0, 1, 47),
-        ] {
-            let out = (hw + 2 * pad - d * (k - 1) - 1) / s + 1;
-            let p = Pool2d {
-                planes: 3,
-                in_h: hw,
-                in_w: hw + 1,
-                kernel_h: k,
-                kernel_w: k,
-                stride_h: s,
-                stride_w: s,
-                dilation_h: d,
-                dilation_w: d,
-                pad_top: pad,
-                pad_left: pad,
-                out_h: out,
-                out_w: (hw + 1 + 2 * pad - d * (k - 1) - 1) / s + 1,
-            };
-            let input: Vec<f32> = (0..3 * hw * (hw + 1))
-                .map(|i| ((i * 7919) % 101) as f32 - 50.0)
-                .collect();
-            let want = naive_max(&p, &input);
-            for level in crate::kernels::simd::available_levels() {
-                let mut got = vec![0.0; want.len()];
-                max_pool_at(level, &p, &input, &mut got);
-                assert_eq!(got, want, "{p:?} at {level:?}");
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,207 @@
+//! Tests of the pooling kernels against naive window loops.
+use super::*;
+
+fn naive_max(p: &Pool2d, input: &[f32]) -> Vec<f32> {
+    let mut out = vec![f32::NEG_INFINITY; p.planes * p.out_h * p.out_w];
+    for plane in 0..p.planes {
+        for y in 0..p.out_h {
+            for x in 0..p.out_w {
+                for ky in 0..p.kernel_h {
+                    for kx in 0..p.kernel_w {
+                        let iy = (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
+                        let ix =
+                            (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
+                        if iy >= 0 && ix >= 0 && (iy as usize) < p.in_h && (ix as usize) < p.in_w {
+                            let v = input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize];
+                            let o = &mut out[(plane * p.out_h + y) * p.out_w + x];
+                            *o = o.max(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The window loop of ONNX's AveragePool: the mean over the taps inside the input, or
+/// with `count_include_pad` the sum over those divided by the taps inside the padded
+/// extent.
+fn naive_avg(
+    p: &Pool2d,
+    include_pad: bool,
+    pad_bottom: usize,
+    pad_right: usize,
+    input: &[f32],
+) -> Vec<f32> {
+    let mut out = vec![0.0; p.planes * p.out_h * p.out_w];
+    for plane in 0..p.planes {
+        for y in 0..p.out_h {
+            for x in 0..p.out_w {
+                let (mut sum, mut inside, mut padded) = (0.0f64, 0usize, 0usize);
+                for ky in 0..p.kernel_h {
+                    for kx in 0..p.kernel_w {
+                        let iy = (y * p.stride_h + ky * p.dilation_h) as isize - p.pad_top as isize;
+                        let ix =
+                            (x * p.stride_w + kx * p.dilation_w) as isize - p.pad_left as isize;
+                        let in_padded = iy >= -(p.pad_top as isize)
+                            && iy < (p.in_h + pad_bottom) as isize
+                            && ix >= -(p.pad_left as isize)
+                            && ix < (p.in_w + pad_right) as isize;
+                        padded += usize::from(in_padded);
+                        if iy >= 0 && ix >= 0 && (iy as usize) < p.in_h && (ix as usize) < p.in_w {
+                            sum += f64::from(
+                                input[(plane * p.in_h + iy as usize) * p.in_w + ix as usize],
+                            );
+                            inside += 1;
+                        }
+                    }
+                }
+                let divisor = if include_pad { padded } else { inside };
+                out[(plane * p.out_h + y) * p.out_w + x] = if divisor > 0 {
+                    (sum / divisor as f64) as f32
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
+    // (kernel, stride, pad begin, pad end, dilation, size): Inception's 3x3 s1 p1, a
+    // ceil-mode window past the padded end, stride 3, dilation, 1x1.
+    for (k, s, pad, pad_end, d, hw) in [
+        (3, 1, 1, 1, 1, 14),
+        (3, 2, 0, 1, 1, 8),
+        (2, 2, 0, 0, 1, 9),
+        // Wide enough for the vector stride-2 pass (16 outputs a step), ceil mode too.
+        (2, 2, 0, 0, 1, 40),
+        (3, 2, 0, 1, 1, 47),
+        (3, 3, 1, 1, 1, 11),
+        (5, 2, 2, 2, 1, 13),
+        (3, 1, 2, 2, 2, 10),
+        (1, 2, 0, 0, 1, 6),
+        // Stride 1 runs plane-at-a-time: a whole-plane window, padding at one end only,
+        // a 1x1 window.
+        (7, 1, 0, 0, 1, 7),
+        (3, 1, 0, 2, 1, 9),
+        (2, 1, 1, 0, 1, 8),
+        (1, 1, 0, 0, 1, 5),
+        // Rows of several 16-output blocks, the last running past the row's end; a
+        // dilated window on the run-time tap list.
+        (3, 1, 1, 1, 1, 37),
+        (2, 1, 0, 1, 1, 33),
+        (3, 1, 2, 2, 2, 20),
+        // The narrow-plane kernel's limits: 32 input and 16 output columns.
+        (2, 2, 0, 0, 1, 31),
+        (3, 1, 1, 1, 1, 15),
+    ] {
+        let (in_h, in_w) = (hw, hw + 1);
+        let out_dim = |n: usize| (n + pad + pad_end - d * (k - 1) - 1).div_ceil(s) + 1;
+        let p = Pool2d {
+            planes: 2,
+            in_h,
+            in_w,
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: s,
+            stride_w: s,
+            dilation_h: d,
+            dilation_w: d,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: out_dim(in_h),
+            out_w: out_dim(in_w),
+        };
+        let input: Vec<f32> = (0..2 * in_h * in_w)
+            .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+            .collect();
+        // Each level runs its own stride-2 path: AVX-512 the de-interleaving row kernel,
+        // the others the generic phasing.
+        for include_pad in [false, true] {
+            let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);
+            for level in crate::kernels::simd::available_levels() {
+                let mut got = vec![0.0; want.len()];
+                avg_pool_at(level, &p, include_pad, pad_end, pad_end, &input, &mut got);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                        "{p:?} pad {include_pad} at {level:?}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn separable_max_pool_matches_the_window_loop_on_every_isa() {
+    for (k, s, pad, d, hw) in [
+        (3, 2, 1, 1, 112),
+        (3, 2, 1, 1, 31),
+        (2, 2, 0, 1, 9),
+        (2, 2, 0, 1, 40),
+        (3, 2, 0, 1, 111),
+        (3, 1, 1, 2, 10),
+        (3, 2, 0, 1, 7),
+        (3, 3, 1, 1, 11),
+        (5, 2, 2, 1, 13),
+        (1, 2, 0, 1, 6),
+        (3, 1, 1, 1, 7),
+        (5, 1, 0, 1, 9),
+        (1, 1, 0, 1, 4),
+        (3, 1, 1, 1, 28),
+        (2, 1, 0, 1, 47),
+    ] {
+        let out = (hw + 2 * pad - d * (k - 1) - 1) / s + 1;
+        let p = Pool2d {
+            planes: 3,
+            in_h: hw,
+            in_w: hw + 1,
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: s,
+            stride_w: s,
+            dilation_h: d,
+            dilation_w: d,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: out,
+            out_w: (hw + 1 + 2 * pad - d * (k - 1) - 1) / s + 1,
+        };
+        let input: Vec<f32> = (0..3 * hw * (hw + 1))
+            .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+            .collect();
+        let want = naive_max(&p, &input);
+        for level in crate::kernels::simd::available_levels() {
+            let mut got = vec![0.0; want.len()];
+            max_pool_at(level, &p, &input, &mut got);
+            assert_eq!(got, want, "{p:?} at {level:?}");
+        }
+    }
+}
+
+#[test]
+fn global_pools_match_the_folded_scalar_path_on_every_plane_size() {
+    for plane_size in [1, 7, 15, 16, 17, 31, 32, 33, 49, 64, 100, 196] {
+        let planes = 37;
+        let input: Vec<f32> = (0..planes * plane_size)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.01 - 5.0)
+            .collect();
+        for max in [false, true] {
+            let mut fast = vec![0.0f32; planes];
+            let mut scalar = vec![0.0f32; planes];
+            global_pool(&input, plane_size, max, &mut fast);
+            global_pool_folded::at(IsaLevel::Scalar, &input, plane_size, max, &mut scalar);
+            for (plane, (a, b)) in fast.iter().zip(&scalar).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "plane size {plane_size}, max {max}, plane {plane}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
