@@ -358,71 +358,107 @@ pub fn direct_conv2d(
     };
     // Another thread pays for waking only past ~15 µs of FMAs each (the GEMM driver's rule):
     // a 16→32 3×3 layer on 16² (2.4 MFLOP) took 17 µs on two threads against 15 µs on one.
-    let compute_threads = threads_for_flops(
-        threads,
-        2.0 * (group_out * out_plane * weights.steps) as f64,
-    );
+    let out_base = SendPtr(output.as_mut_ptr());
+    // One (image, group): its phase planes in `scratch`, its tiles over `threads`.
+    let run_group = |n: usize, g: usize, scratch: &mut [f32], threads: usize| {
+        // Another thread pays for waking only past ~15 µs of FMAs each (the GEMM driver's
+        // rule): a 16→32 3×3 layer on 16² (2.4 MFLOP) took 17 µs on two threads against 15 µs
+        // on one.
+        let compute_threads = threads_for_flops(
+            threads,
+            2.0 * (group_out * out_plane * weights.steps) as f64,
+        );
+        let first_in = (n * geom.in_channels + g * group_in) * in_plane;
+        let image = &input[first_in..first_in + group_in * in_plane];
+        let phases = if in_place {
+            if tail_copy {
+                copy_tail(image, in_plane, last_q0, tile_width, scratch);
+            }
+            image.as_ptr()
+        } else {
+            fill_group(geom, &layout, image, scratch, threads);
+            scratch.as_ptr()
+        };
+        let first_out = (n * geom.out_channels + g * group_out) * out_plane;
+        let mut job = Job {
+            geom,
+            layout: &layout,
+            phases,
+            phases_len,
+            tail: tail_copy.then_some((last_q0, scratch.as_ptr())),
+            weights: &weights.data[g * blocks * weights.steps * co_block
+                ..(g + 1) * blocks * weights.steps * co_block],
+            group_out,
+            blocks,
+            steps: weights.steps,
+            bias: epilogue
+                .bias
+                .map(|b| &b[g * group_out..(g + 1) * group_out]),
+            // SAFETY (of the writes through it): (image, group) pairs write disjoint output
+            // planes, inside `output` (asserted above).
+            output: SendPtr(out_base.get().wrapping_add(first_out)),
+            residual: epilogue.residual.map(|r| r[first_out..].as_ptr()),
+            activation: &epilogue.activation,
+            tile_width,
+            tiles_per_super: 1,
+            prefetch_runs: &prefetch,
+        };
+        // Units of (super-tile, channel block), in contiguous runs per task; several tasks
+        // per thread so a slow core does not hold the others up.
+        let work = job.super_tiles(tiles, compute_threads) * blocks;
+        let tasks = if compute_threads <= 1 {
+            1
+        } else {
+            (compute_threads * 4).min(work)
+        };
+        let per_task = work.div_ceil(tasks);
+        let isa = weights.isa;
+        parallel_for(compute_threads, work.div_ceil(per_task), |task| {
+            let range = task * per_task..((task + 1) * per_task).min(work);
+            // SAFETY: `isa` is available (asserted); the scratch, weights and output were
+            // checked against the geometry; each task writes its own tiles' outputs.
+            unsafe {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx512 => run_avx512(&job, range),
+                    #[cfg(target_arch = "x86_64")]
+                    Isa::Avx2Fma => run_avx2(&job, range),
+                    _ => unreachable!("no direct kernel for {isa:?}"),
+                }
+            }
+        });
+    };
+    // Groups side by side, one thread each, when they share the threads evenly or are many:
+    // a ResNeXt 32-group 3×3 layer's groups are 0.9 MFLOP each, under the split threshold, so
+    // run one after another with their tiles split they stayed on one thread (the calibration
+    // grid's 32-group points took as long on two threads as on one). Each takes its phase
+    // planes from a scratch of its own thread.
+    let pairs = geom.batch * geom.group;
+    if geom.group > 1 && threads > 1 && (pairs.is_multiple_of(threads) || pairs >= 4 * threads) {
+        parallel_for(threads, pairs, |pair| {
+            let mut own = GROUP_SCRATCH.with(|cell| cell.take());
+            if own.len() < needed {
+                own.resize(needed, 0.0);
+            }
+            let own_scratch = &mut own[..needed];
+            if !in_place {
+                own_scratch[group_in * phases_len..].fill(0.0);
+            }
+            run_group(pair / geom.group, pair % geom.group, own_scratch, 1);
+            GROUP_SCRATCH.with(|cell| cell.replace(own));
+        });
+        return;
+    }
     for n in 0..geom.batch {
         for g in 0..geom.group {
-            let first_in = (n * geom.in_channels + g * group_in) * in_plane;
-            let image = &input[first_in..first_in + group_in * in_plane];
-            let phases = if in_place {
-                if tail_copy {
-                    copy_tail(image, in_plane, last_q0, tile_width, scratch);
-                }
-                image.as_ptr()
-            } else {
-                fill_group(geom, &layout, image, scratch, threads);
-                scratch.as_ptr()
-            };
-            let first_out = (n * geom.out_channels + g * group_out) * out_plane;
-            let mut job = Job {
-                geom,
-                layout: &layout,
-                phases,
-                phases_len,
-                tail: tail_copy.then_some((last_q0, scratch.as_ptr())),
-                weights: &weights.data[g * blocks * weights.steps * co_block
-                    ..(g + 1) * blocks * weights.steps * co_block],
-                group_out,
-                blocks,
-                steps: weights.steps,
-                bias: epilogue
-                    .bias
-                    .map(|b| &b[g * group_out..(g + 1) * group_out]),
-                output: SendPtr(output[first_out..].as_mut_ptr()),
-                residual: epilogue.residual.map(|r| r[first_out..].as_ptr()),
-                activation: &epilogue.activation,
-                tile_width,
-                tiles_per_super: 1,
-                prefetch_runs: &prefetch,
-            };
-            // Units of (super-tile, channel block), in contiguous runs per task; several tasks
-            // per thread so a slow core does not hold the others up.
-            let work = job.super_tiles(tiles, compute_threads) * blocks;
-            let tasks = if compute_threads <= 1 {
-                1
-            } else {
-                (compute_threads * 4).min(work)
-            };
-            let per_task = work.div_ceil(tasks);
-            let isa = weights.isa;
-            parallel_for(compute_threads, work.div_ceil(per_task), |task| {
-                let range = task * per_task..((task + 1) * per_task).min(work);
-                // SAFETY: `isa` is available (asserted); the scratch, weights and output were
-                // checked against the geometry; each task writes its own tiles' outputs.
-                unsafe {
-                    match isa {
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx512 => run_avx512(&job, range),
-                        #[cfg(target_arch = "x86_64")]
-                        Isa::Avx2Fma => run_avx2(&job, range),
-                        _ => unreachable!("no direct kernel for {isa:?}"),
-                    }
-                }
-            });
+            run_group(n, g, scratch, threads);
         }
     }
+}
+
+thread_local! {
+    /// Phase planes of a group run as one task of many (reused across calls).
+    static GROUP_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Copies the columns `first..` of each channel plane of `image` into `width`-float rows of

@@ -526,7 +526,6 @@ pub fn conv2d_prepacked(
     }
     let group_in = geom.in_channels / geom.group;
     let group_out = geom.out_channels / geom.group;
-    let taps = group_in * geom.kernel_h * geom.kernel_w;
     let layout = match packed.and_then(|p| p.groups.first()) {
         Some(PackedGroup::ChannelMajor(_)) => GemmLayout::ChannelMajor,
         Some(PackedGroup::PixelMajor(_)) => GemmLayout::PixelMajor,
@@ -560,65 +559,55 @@ pub fn conv2d_prepacked(
         });
         return;
     }
-    let (cols, transposed) = scratch.split_at_mut(geom.im2col_len());
+    // Pixel-major groups run side by side too when there are enough of them (ResNeXt's 32
+    // groups of 4 channels, the 8-group 1×1 layers): each group's GEMM is a few hundred
+    // kFLOP, under the split threshold, so run one after another they stayed on one thread
+    // (the calibration grid's 3×3 32-group layers took as long on two threads as on one).
+    // Each task takes its im2col and transposed blocks from a scratch of its own thread.
+    if layout == GemmLayout::PixelMajor && geom.group > 1 && threads > 1 {
+        let tasks = geom.batch * geom.group;
+        if tasks >= threads {
+            assert!(output.len() >= geom.batch * out_image);
+            let out_ptr = SendPtr(output.as_mut_ptr());
+            let per_task = geom.im2col_len() + out_plane * group_out;
+            parallel_for(threads, tasks, |ng| {
+                let (n, g) = (ng / geom.group, ng % geom.group);
+                let start = n * out_image + g * group_out * out_plane;
+                // SAFETY: (image, group) `ng` writes only its own output channels' planes,
+                // inside `output` (checked above).
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(out_ptr.get().add(start), group_out * out_plane)
+                };
+                let mut scratch = GROUP_SCRATCH.with(|cell| cell.take());
+                if scratch.len() < per_task {
+                    scratch.resize(per_task, 0.0);
+                }
+                group.pixel_major(input, n, g, out, &mut scratch[..per_task], 1);
+                GROUP_SCRATCH.with(|cell| cell.replace(scratch));
+            });
+            return;
+        }
+    }
     for n in 0..geom.batch {
         for g in 0..geom.group {
-            let image = &input[n * in_image + g * group_in * geom.in_h * geom.in_w
-                ..n * in_image + (g + 1) * group_in * geom.in_h * geom.in_w];
-            let w = MatRef::row_major(
-                &weights[g * group_out * taps..(g + 1) * group_out * taps],
-                group_out,
-                taps,
-            );
             let start = n * out_image + g * group_out * out_plane;
-            let end = start + group_out * out_plane;
-            let bias = epilogue
-                .bias
-                .map(|b| &b[g * group_out..(g + 1) * group_out]);
-            let residual = epilogue.residual.map(|r| &r[start..end]);
-            let out = &mut output[start..end];
+            let out = &mut output[start..start + group_out * out_plane];
             match layout {
                 GemmLayout::ChannelMajor => {
+                    let image = &input[n * in_image + g * group_in * geom.in_h * geom.in_w
+                        ..n * in_image + (g + 1) * group_in * geom.in_h * geom.in_w];
                     group.channel_major(image, g, start, out, threads);
                 }
-                GemmLayout::PixelMajor => {
-                    let b_data: &[f32] = if geom.is_pointwise() {
-                        image
-                    } else {
-                        im2col_threaded(geom, group_in, image, cols, threads);
-                        cols
-                    };
-                    let x = MatRef::row_major(b_data, taps, out_plane);
-                    // Yᵀ = colsᵀ·Wᵀ with the bias per column; the residual is added (and the
-                    // activation applied after it) in the transpose.
-                    let yt = &mut transposed[..out_plane * group_out];
-                    let ep = Epilogue {
-                        bias: bias.map_or(BiasKind::None, BiasKind::PerCol),
-                        residual: None,
-                        activation: if residual.is_some() {
-                            Activation::None
-                        } else {
-                            epilogue.activation
-                        },
-                    };
-                    match packed.map(|p| &p.groups[g]) {
-                        Some(PackedGroup::PixelMajor(pw)) => {
-                            gemm::sgemm_packed_b(&x.t(), pw, yt, group_out, &ep, threads)
-                        }
-                        _ => gemm::sgemm_with(config, &x.t(), &w.t(), yt, group_out, &ep, threads),
-                    }
-                    let activation = if residual.is_some() {
-                        epilogue.activation
-                    } else {
-                        Activation::None
-                    };
-                    transpose_epilogue(
-                        yt, out_plane, group_out, out, residual, activation, threads,
-                    );
-                }
+                GemmLayout::PixelMajor => group.pixel_major(input, n, g, out, scratch, threads),
             }
         }
     }
+}
+
+thread_local! {
+    /// The im2col and transposed blocks of a pixel-major group run as one task of many
+    /// (reused across calls).
+    static GROUP_SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// What every group of one convolution call shares.
@@ -631,6 +620,75 @@ struct GroupConv<'a> {
 }
 
 impl GroupConv<'_> {
+    /// Group `g` of image `n` as `Yᵀ = colsᵀ·Wᵀ` (pixels as the GEMM's rows, the bias per
+    /// column) into the front of `scratch`'s transposed block, then transposed into `out` (the
+    /// group's output planes) with the residual and activation. `scratch` holds the im2col block
+    /// (`geom.im2col_len()`) and the transposed one (pixels × the group's channels).
+    fn pixel_major(
+        &self,
+        input: &[f32],
+        n: usize,
+        g: usize,
+        out: &mut [f32],
+        scratch: &mut [f32],
+        threads: usize,
+    ) {
+        let geom = self.geom;
+        let epilogue = self.epilogue;
+        let group_in = geom.in_channels / geom.group;
+        let group_out = geom.out_channels / geom.group;
+        let taps = group_in * geom.kernel_h * geom.kernel_w;
+        let out_plane = geom.out_h * geom.out_w;
+        let in_image = geom.in_channels * geom.in_h * geom.in_w;
+        let out_image = geom.out_channels * out_plane;
+        let image = &input[n * in_image + g * group_in * geom.in_h * geom.in_w
+            ..n * in_image + (g + 1) * group_in * geom.in_h * geom.in_w];
+        let (cols, transposed) = scratch.split_at_mut(geom.im2col_len());
+        let w = MatRef::row_major(
+            &self.weights[g * group_out * taps..(g + 1) * group_out * taps],
+            group_out,
+            taps,
+        );
+        let start = n * out_image + g * group_out * out_plane;
+        let bias = epilogue
+            .bias
+            .map(|b| &b[g * group_out..(g + 1) * group_out]);
+        let residual = epilogue
+            .residual
+            .map(|r| &r[start..start + group_out * out_plane]);
+        let b_data: &[f32] = if geom.is_pointwise() {
+            image
+        } else {
+            im2col_threaded(geom, group_in, image, cols, threads);
+            cols
+        };
+        let x = MatRef::row_major(b_data, taps, out_plane);
+        // Yᵀ = colsᵀ·Wᵀ with the bias per column; the residual is added (and the
+        // activation applied after it) in the transpose.
+        let yt = &mut transposed[..out_plane * group_out];
+        let ep = Epilogue {
+            bias: bias.map_or(BiasKind::None, BiasKind::PerCol),
+            residual: None,
+            activation: if residual.is_some() {
+                Activation::None
+            } else {
+                epilogue.activation
+            },
+        };
+        match self.packed.map(|p| &p.groups[g]) {
+            Some(PackedGroup::PixelMajor(pw)) => {
+                gemm::sgemm_packed_b(&x.t(), pw, yt, group_out, &ep, threads)
+            }
+            _ => gemm::sgemm_with(self.config, &x.t(), &w.t(), yt, group_out, &ep, threads),
+        }
+        let activation = if residual.is_some() {
+            epilogue.activation
+        } else {
+            Activation::None
+        };
+        transpose_epilogue(yt, out_plane, group_out, out, residual, activation, threads);
+    }
+
     /// Group `g` of one image as `Y = W·cols` straight into `out` (the group's output planes,
     /// at `start` in the whole output), with the epilogue.
     fn channel_major(

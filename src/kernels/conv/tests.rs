@@ -201,6 +201,9 @@ fn conv_paths_match_the_direct_loop() {
     check(geom(3, 5, 12, 7, 2, 3, 1, 1)); // 7x7 stride 2 stem
     check(geom(8, 6, 9, 1, 2, 0, 1, 1)); // 1x1 stride 2 (im2col, not pointwise)
     check(geom(70, 13, 6, 3, 1, 1, 1, 1)); // K = 630 taps: several k-blocks
+                                           // Direct kernel, groups side by side on two threads (4 and 3 groups: even and uneven).
+    check(geom(16, 16, 16, 3, 1, 1, 4, 1));
+    check(geom(12, 24, 9, 3, 1, 1, 3, 1));
 }
 
 #[test]
@@ -211,6 +214,9 @@ fn small_planes_run_pixel_major_and_match() {
         geom(16, 64, 7, 3, 1, 1, 1, 1), // 7×8 pixels, 3×3
         geom(20, 64, 4, 1, 1, 0, 1, 1), // 4×5 pixels, pointwise
         geom(16, 64, 4, 3, 1, 1, 2, 1), // two groups of 32 channels
+        // Groups run side by side on two threads, each with its own scratch.
+        geom(128, 128, 4, 3, 1, 1, 4, 1), // four groups of 32 channels, 3×3
+        geom(128, 128, 4, 1, 1, 0, 4, 1), // four pointwise groups
     ];
     for g in cases {
         assert_eq!(
