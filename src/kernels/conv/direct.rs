@@ -356,8 +356,6 @@ pub fn direct_conv2d(
     } else {
         Vec::new()
     };
-    // Another thread pays for waking only past ~15 µs of FMAs each (the GEMM driver's rule):
-    // a 16→32 3×3 layer on 16² (2.4 MFLOP) took 17 µs on two threads against 15 µs on one.
     let out_base = SendPtr(output.as_mut_ptr());
     // One (image, group): its phase planes in `scratch`, its tiles over `threads`.
     let run_group = |n: usize, g: usize, scratch: &mut [f32], threads: usize| {
