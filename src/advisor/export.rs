@@ -14,7 +14,7 @@ use crate::analysis::onnx_proto::{
 };
 use crate::analysis::ops::fused::activation::{Operand, StdNode};
 use crate::analysis::ops::fused::chain::{self, UnaryStep};
-use crate::analysis::ops::fused::{Activation, ChainStep, DOMAIN};
+use crate::analysis::ops::fused::{self, Activation, ChainStep, DOMAIN};
 use crate::analysis::tensor::{DType, Dim, Tensor, TensorData};
 
 /// QDQ and Cast forms of the quantized and half-precision ops.
@@ -358,11 +358,7 @@ impl Writer<'_> {
         match node.op_type.as_str() {
             "FusedConv" | "FusedGemm" | "FusedMatMul" => {
                 let act = Activation::from_attrs(&node.attrs).map_err(refuse)?;
-                let base = match node.op_type.as_str() {
-                    "FusedConv" => "Conv",
-                    "FusedGemm" => "Gemm",
-                    _ => "MatMul",
-                };
+                let base = fused::base_of(&node.op_type).unwrap_or("MatMul");
                 let data_inputs = if base == "MatMul" { 2 } else { 3 };
                 let inputs: Vec<String> = node
                     .inputs

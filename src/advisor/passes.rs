@@ -4,7 +4,7 @@
 use crate::analysis::graph::{Node, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::ops::fused::chain::{self, BinaryOp, MathOp, UnaryStep};
-use crate::analysis::ops::fused::{Activation, ChainStep, DOMAIN};
+use crate::analysis::ops::fused::{self, Activation, ChainStep, DOMAIN};
 use crate::analysis::ops::GemmConfig;
 
 use super::{AdvisorError, Change, Pass, PassContext, PassOutput};
@@ -392,11 +392,8 @@ fn to_fused(node: &mut Node) -> bool {
     if !node.domain.is_empty() {
         return false;
     }
-    let fused = match node.op_type.as_str() {
-        "Conv" => "FusedConv",
-        "Gemm" => "FusedGemm",
-        "MatMul" => "FusedMatMul",
-        _ => return false,
+    let Some(fused) = fused::fused_of(&node.op_type) else {
+        return false;
     };
     node.op_type = fused.to_string();
     node.domain = DOMAIN.to_string();
@@ -404,12 +401,8 @@ fn to_fused(node: &mut Node) -> bool {
 }
 
 fn is_fusable_producer(node: &Node) -> bool {
-    (node.domain.is_empty() && matches!(node.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
-        || (node.domain == DOMAIN
-            && matches!(
-                node.op_type.as_str(),
-                "FusedConv" | "FusedGemm" | "FusedMatMul"
-            ))
+    (node.domain.is_empty() && fused::fused_of(&node.op_type).is_some())
+        || (node.domain == DOMAIN && fused::base_of(&node.op_type).is_some())
 }
 
 /// The other input of a binary node, given one of them.

@@ -96,12 +96,7 @@ pub struct NodeAnalysis {
 /// variants' points (VGG-16's F(4×4) layers at 2.4× their bound where their own variant's
 /// points say 2.8×, the plain graph's figure), and its depthwise ones from every kernel size.
 pub fn kernel_op_type(op_type: &str) -> &str {
-    match op_type {
-        "FusedConv" => "Conv",
-        "FusedGemm" => "Gemm",
-        "FusedMatMul" => "MatMul",
-        other => other,
-    }
+    super::ops::fused::base_of(op_type).unwrap_or(op_type)
 }
 
 impl NodeAnalysis {

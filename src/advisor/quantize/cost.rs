@@ -7,7 +7,7 @@ use super::{qerr, MIN_GAIN};
 use crate::advisor::AdvisorError;
 use crate::analysis::edit::Editor;
 use crate::analysis::graph::{Attr, Node};
-use crate::analysis::ops::fused::DOMAIN;
+use crate::analysis::ops::fused::{self, DOMAIN};
 use crate::analysis::ops::{self, CostCtx, OpCost, OpNode};
 use crate::analysis::roofline::{estimate, Bound, Estimate, Roof};
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
@@ -30,13 +30,12 @@ pub(super) struct Candidate {
 }
 
 pub(super) fn is_heavy(node: &Node) -> Option<&'static str> {
-    let base = match (node.domain.as_str(), node.op_type.as_str()) {
-        ("" | "ai.onnx", "Conv") | (DOMAIN, "FusedConv") => "Conv",
-        ("" | "ai.onnx", "Gemm") | (DOMAIN, "FusedGemm") => "Gemm",
-        ("" | "ai.onnx", "MatMul") | (DOMAIN, "FusedMatMul") => "MatMul",
-        _ => return None,
-    };
-    Some(base)
+    match node.domain.as_str() {
+        // The standard op's own (static) name, through its fused form's pair.
+        "" | "ai.onnx" => fused::fused_of(&node.op_type).and_then(fused::base_of),
+        DOMAIN => fused::base_of(&node.op_type),
+        _ => None,
+    }
 }
 
 /// Why an op cannot be converted, or its candidate form.

@@ -21,6 +21,31 @@ use crate::analysis::tensor::TensorFact;
 
 pub const DOMAIN: &str = "roofline";
 
+/// The fused ops with a base op: (fused, base). `FusedConv`, `FusedGemm` and `FusedMatMul`
+/// are their base op with the epilogue applied in registers (the same kernel), which the
+/// advisor writes (`fuse`), export expands back, and the calibration lookup keys by.
+const WITH_BASE: [(&str, &str); 3] = [
+    ("FusedConv", "Conv"),
+    ("FusedGemm", "Gemm"),
+    ("FusedMatMul", "MatMul"),
+];
+
+/// The standard op a fused op (in [`DOMAIN`]) runs with its epilogue, or `None`.
+pub fn base_of(fused_op: &str) -> Option<&'static str> {
+    WITH_BASE
+        .iter()
+        .find(|(fused, _)| *fused == fused_op)
+        .map(|&(_, base)| base)
+}
+
+/// The fused op that runs standard op `base_op` with an epilogue, or `None`.
+pub fn fused_of(base_op: &str) -> Option<&'static str> {
+    WITH_BASE
+        .iter()
+        .find(|(_, base)| *base == base_op)
+        .map(|&(fused, _)| fused)
+}
+
 /// The epilogue activation vocabulary (attributes, cost, ONNX forms).
 pub mod activation;
 /// The `ElementwiseChain` step vocabulary.
