@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::lower::conv::{ConvKernel, PairLayout};
 use super::lower::{self, Cx, Kernel};
 use super::{cpu, dims, eval, memory, node_error, ExecError, RtTensor};
 use crate::analysis::algorithm::ConvAlgorithm;
@@ -34,6 +35,9 @@ pub struct PlanOptions {
     pub concat_in_place: bool,
     /// How each 3×3 convolution's algorithm is chosen (direct or Winograd).
     pub conv_algorithms: ConvAlgorithms,
+    /// Hold the activation between a pointwise convolution and the depthwise one that alone
+    /// reads it NHWC (`nhwc_pairs`); off only to compare against the all-NCHW plan.
+    pub nhwc_pairs: bool,
     /// Float graph inputs keep their buffers for the whole run (no value reuses them), so a
     /// caller can write the next run's inputs from this run's outputs in place: a decode loop
     /// sliding `present` into `past` (`Plan::output_into_input`).
@@ -75,6 +79,7 @@ impl Default for PlanOptions {
             tune: false,
             concat_in_place: true,
             conv_algorithms: ConvAlgorithms::Auto(None),
+            nhwc_pairs: true,
             keep_inputs: false,
         }
     }
@@ -341,6 +346,24 @@ pub fn build_plan(
             }
         }
     }
+    if options.nhwc_pairs {
+        for (pointwise, depthwise) in nhwc_pairs(&steps, &outputs) {
+            for (step, side) in [
+                (pointwise, PairLayout::NhwcOutput),
+                (depthwise, PairLayout::NhwcInput),
+            ] {
+                let step = &mut steps[step];
+                if let Kernel::Conv(ConvKernel::Forward { layout, .. }) = &mut step.kernel {
+                    *layout = side;
+                }
+            }
+            // The pointwise weights are packed again for the pixel-major GEMM.
+            let step = &mut steps[pointwise];
+            weights_bytes -= step.cpu.packed_bytes() as u64;
+            step.cpu = cpu::prepare(&step.kernel, ConvAlgorithm::Direct, &mut gemm_config);
+            weights_bytes += step.cpu.packed_bytes() as u64;
+        }
+    }
     let (placements, in_place) = if options.concat_in_place {
         let eligible = crate::analysis::in_place_concats(graph, order, states);
         concat_placements(&steps, &slots, &outputs, &eligible)
@@ -392,6 +415,60 @@ pub fn build_plan(
         generic_nodes,
         opset: graph.opset,
     })
+}
+
+/// Pointwise → depthwise pairs whose activation between them is held NHWC (`(pointwise
+/// step, depthwise step)`). MobileNet-style blocks expand channels with a 1×1 convolution
+/// and filter each with a 3×3 depthwise one. On small planes the 1×1 runs pixel-major (its
+/// GEMM's rows are pixels) and transposes its result to NCHW, and the depthwise kernel,
+/// sixteen channels per vector, transposes it back: in a pair, neither transpose runs.
+/// A pair is a one-group, one-image pointwise convolution with no residual whose only output
+/// is read by nothing but the depthwise convolution's input (not a graph output, so no
+/// caller sees the NHWC tensor), and a depthwise geometry the NHWC kernel runs
+/// (`depthwise::nhwc_input_applies`: AVX-512, planes of at most 256 outputs).
+fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usize)> {
+    let mut readers: HashMap<ValueId, Vec<(usize, usize)>> = HashMap::new();
+    for (index, step) in steps.iter().enumerate() {
+        for (slot, v) in step.inputs.iter().enumerate() {
+            if let Some(v) = v {
+                readers.entry(*v).or_default().push((index, slot));
+            }
+        }
+    }
+    let forward = |step: &Step| match &step.kernel {
+        Kernel::Conv(ConvKernel::Forward {
+            geom,
+            residual,
+            layout: PairLayout::Nchw,
+            ..
+        }) => Some((*geom, *residual)),
+        _ => None,
+    };
+    let mut pairs = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        let Some((geom, residual)) = forward(step) else {
+            continue;
+        };
+        if residual || !geom.is_pointwise() || geom.group != 1 || geom.batch != 1 {
+            continue;
+        }
+        let [out] = step.outputs[..] else {
+            continue;
+        };
+        if outputs.iter().any(|(v, _)| *v == out) {
+            continue;
+        }
+        let Some([(reader, 0)]) = readers.get(&out).map(|r| &r[..]) else {
+            continue;
+        };
+        let Some((dw, _)) = forward(&steps[*reader]) else {
+            continue;
+        };
+        if crate::kernels::conv::depthwise::nhwc_input_applies(&dw) {
+            pairs.push((index, *reader));
+        }
+    }
+    pairs
 }
 
 /// Runs the buffer planner over the steps and writes each f32 value's buffer into its slot.
@@ -738,6 +815,88 @@ mod tests {
         let got = run(&plan);
         assert_eq!(got, run(&copying));
         assert_eq!(got.len(), 10 * 36);
+    }
+
+    /// A MobileNet-style pair, 1×1 convolution (8 → 40 channels) then a 3×3 depthwise one
+    /// (stride 1 and 2, 14² planes), both with bias: on AVX-512 the activation between them is
+    /// held NHWC (the pointwise side writes it, the depthwise side reads it) and the output is
+    /// the all-NCHW plan's; when the pointwise output is also a graph output, or the CPU has
+    /// no AVX-512, no pair is made.
+    #[test]
+    fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
+        for (stride, pointwise_is_output) in [(1, false), (2, false), (1, true)] {
+            let mut b = GraphBuilder::new(WeightFill::Random(11));
+            let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
+            let x = b.input("x", 1, &dims(&[1, 8, 14, 14]));
+            let pw = b.conv(
+                &x,
+                8,
+                ConvSpec {
+                    bias: true,
+                    ..ConvSpec::new(40, 1, 1)
+                },
+            );
+            let dw = b.conv(
+                &pw,
+                40,
+                ConvSpec {
+                    bias: true,
+                    group: 40,
+                    ..ConvSpec::new(40, 3, stride)
+                },
+            );
+            let side = 14 / stride;
+            b.output(&dw, 1, &dims(&[1, 40, side, side]));
+            if pointwise_is_output {
+                b.output(&pw, 1, &dims(&[1, 40, 14, 14]));
+            }
+            let (prepared, plan) = default_plan(b, "pair");
+            let layouts: Vec<PairLayout> = plan
+                .steps
+                .iter()
+                .map(|s| match &s.kernel {
+                    Kernel::Conv(ConvKernel::Forward { layout, .. }) => *layout,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let paired = !pointwise_is_output && gemm::Isa::detect() == gemm::Isa::Avx512;
+            if paired {
+                assert_eq!(layouts, [PairLayout::NhwcOutput, PairLayout::NhwcInput]);
+            } else {
+                assert_eq!(layouts, [PairLayout::Nchw, PairLayout::Nchw]);
+            }
+            let nchw = build_plan(
+                &prepared.graph,
+                &prepared.order,
+                &prepared.states,
+                &PlanOptions {
+                    nhwc_pairs: false,
+                    ..PlanOptions::default()
+                },
+            )
+            .unwrap();
+            let input: Vec<f32> = (0..8 * 196)
+                .map(|i| ((i * 29 % 23) as f32 - 11.0) / 7.0)
+                .collect();
+            let inputs: HashMap<String, RtTensor> = [(
+                "x".to_string(),
+                RtTensor {
+                    shape: vec![1, 8, 14, 14],
+                    data: super::super::RtData::F32(input),
+                },
+            )]
+            .into_iter()
+            .collect();
+            let run = |plan: &Plan| {
+                let mut ws = plan.workspace();
+                plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+            };
+            let (got, want) = (run(&plan), run(&nchw));
+            assert_eq!(got.len() as i64, 40 * side * side);
+            for (at, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{at}: {g} vs {w}");
+            }
+        }
     }
 
     /// Scaled attention as exporters write it, `MatMul(s·Q, Transpose(K)·t)`: the Transpose

@@ -17,6 +17,18 @@ use crate::kernels::conv::winograd::{self, WinogradTile, WinogradWeights};
 use crate::kernels::conv::{self, Conv2d, ConvEpilogue};
 use crate::kernels::gemm::{self, Activation};
 
+/// Which side of a pointwise → depthwise pair whose activation between them is held NHWC a
+/// convolution is (`exec::plan::nhwc_pairs`); `Nchw` for every other convolution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum PairLayout {
+    #[default]
+    Nchw,
+    /// The pointwise convolution: NCHW input, NHWC output.
+    NhwcOutput,
+    /// The depthwise convolution: NHWC input, NCHW output.
+    NhwcInput,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) enum ConvKernel {
     Forward {
@@ -26,6 +38,8 @@ pub(crate) enum ConvKernel {
         activation: Activation,
         /// Input 3 is added before the activation.
         residual: bool,
+        /// NCHW, or one side of a pointwise → depthwise pair held NHWC between them.
+        layout: PairLayout,
     },
     Transpose {
         geom: Conv2d,
@@ -112,6 +126,7 @@ fn lower_conv(cx: &Cx) -> Result<Lowered, ExecError> {
             bias,
             activation: cx.activation()?,
             residual: cx.input(3).is_some(),
+            layout: PairLayout::Nchw,
         }),
     })
 }
@@ -225,6 +240,16 @@ pub(crate) fn prepare(
                 scratch: winograd::scratch_len(geom, tile),
             }
         }
+        ConvKernel::Forward {
+            geom,
+            weights,
+            layout: PairLayout::NhwcOutput,
+            ..
+        } => {
+            let config = gemm_config(geom.out_h * geom.out_w, geom.out_channels, geom.in_channels);
+            let packed = conv::PackedConvWeights::pixel_major(&config, geom, weights).map(Arc::new);
+            Prepared::Conv { config, packed }
+        }
         ConvKernel::Forward { geom, weights, .. } => {
             let (m, n, k) = geom.gemm_shape(gemm::GemmConfig::default().isa);
             let config = gemm_config(m, n, k);
@@ -243,6 +268,7 @@ pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<()
             bias,
             activation,
             residual,
+            layout,
         } => {
             let residual = if *residual { Some(io.x(3)?) } else { None };
             let ep = ConvEpilogue {
@@ -271,9 +297,33 @@ pub(crate) fn run(kernel: &ConvKernel, cpu: &Prepared, io: &mut Io) -> Result<()
                 );
                 return Ok(());
             }
+            if *layout == PairLayout::NhwcInput {
+                conv::depthwise::depthwise_conv2d_nhwc_input(
+                    geom,
+                    io.x(0)?,
+                    weights,
+                    &ep,
+                    io.outs[0],
+                    io.threads,
+                );
+                return Ok(());
+            }
             let Prepared::Conv { config, packed } = cpu else {
                 return Err("internal: convolution not prepared".into());
             };
+            if *layout == PairLayout::NhwcOutput {
+                conv::pointwise_conv2d_to_nhwc(
+                    config,
+                    geom,
+                    io.x(0)?,
+                    weights,
+                    packed.as_deref(),
+                    &ep,
+                    io.outs[0],
+                    io.threads,
+                );
+                return Ok(());
+            }
             // The workspace scratch only ever grows: kernels sharing it never shrink it.
             if io.scratch.len() < geom.scratch_len() {
                 io.scratch.resize(geom.scratch_len(), 0.0);

@@ -213,6 +213,92 @@ pub fn depthwise_conv2d(
     );
 }
 
+/// Whether [`depthwise_conv2d_nhwc_input`] runs `geom` on this CPU: one image, AVX-512, and
+/// planes small enough for the sixteen-channel kernel.
+pub fn nhwc_input_applies(geom: &Conv2d) -> bool {
+    cfg!(target_arch = "x86_64")
+        && geom.is_depthwise()
+        && geom.batch == 1
+        && Isa::detect() == Isa::Avx512
+        && SmallPlaneTaps::applies(geom)
+}
+
+/// [`depthwise_conv2d`] of an input held NHWC (`input[pixel · C + channel]`, one image), the
+/// output NCHW as usual. The sixteen-channel kernel reads each pixel's channel vector with one
+/// load where the NCHW input needs a 16×16 transpose per sixteen pixels and channels: a
+/// pointwise convolution run pixel-major writes its output so (no transpose back) for the
+/// depthwise convolution that reads it (`exec::plan`'s NHWC pairs).
+///
+/// # Panics
+/// When [`nhwc_input_applies`] is false for `geom`, or a slice is shorter than it says.
+pub fn depthwise_conv2d_nhwc_input(
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    threads: usize,
+) {
+    assert!(
+        nhwc_input_applies(geom),
+        "no NHWC depthwise kernel for this geometry"
+    );
+    let out_len = geom.in_channels * geom.out_h * geom.out_w;
+    assert!(input.len() >= geom.in_channels * geom.in_h * geom.in_w);
+    assert!(weights.len() >= geom.in_channels * geom.kernel_h * geom.kernel_w);
+    assert!(output.len() >= out_len);
+    assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.in_channels));
+    assert!(epilogue.residual.is_none_or(|r| r.len() >= out_len));
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F is available (`nhwc_input_applies`); slices were checked above.
+    unsafe {
+        small_planes(geom, input, true, weights, epilogue, output, threads)
+    };
+}
+
+/// The small-plane kernel over all planes, blocks of sixteen channels split across `threads`.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn small_planes(
+    geom: &Conv2d,
+    input: &[f32],
+    input_nhwc: bool,
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    threads: usize,
+) {
+    let channels = geom.batch * geom.in_channels;
+    let small = SmallPlaneTaps::cached(geom);
+    let blocks = channels.div_ceil(16);
+    let tasks = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(blocks)
+    };
+    let per_task = blocks.div_ceil(tasks.max(1)) * 16;
+    let out = SendPtr(output.as_mut_ptr());
+    let layout = if input_nhwc {
+        SmallPlaneInput::Nhwc
+    } else {
+        SmallPlaneInput::Nchw
+    };
+    parallel_for(threads, channels.div_ceil(per_task), |task| {
+        let range = task * per_task..((task + 1) * per_task).min(channels);
+        // SAFETY: the caller checked the ISA and the slices; each task writes only the planes
+        // of its own channels.
+        unsafe { small_planes_avx512(geom, &small, input, layout, weights, epilogue, out, range) }
+    });
+}
+
+/// How the small-plane kernel's input is laid out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SmallPlaneInput {
+    Nchw,
+    /// One image, channels innermost.
+    Nhwc,
+}
+
 /// As [`depthwise_conv2d`] with a chosen ISA variant (falls back to scalar when the CPU lacks it).
 ///
 /// # Panics
@@ -264,21 +350,8 @@ pub fn depthwise_conv2d_with(
     }
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && SmallPlaneTaps::applies(geom) {
-        let small = SmallPlaneTaps::cached(geom);
-        let blocks = channels.div_ceil(16);
-        let tasks = if threads <= 1 {
-            1
-        } else {
-            (threads * 4).min(blocks)
-        };
-        let per_task = blocks.div_ceil(tasks.max(1)) * 16;
-        let out = SendPtr(output.as_mut_ptr());
-        parallel_for(threads, channels.div_ceil(per_task), |task| {
-            let range = task * per_task..((task + 1) * per_task).min(channels);
-            // SAFETY: AVX-512F is available; slices were checked against the geometry, and
-            // each task writes only the planes of its own channels.
-            unsafe { small_planes_avx512(geom, &small, input, weights, epilogue, out, range) }
-        });
+        // SAFETY: AVX-512F is available; slices were checked against the geometry.
+        unsafe { small_planes(geom, input, false, weights, epilogue, output, threads) };
         return;
     }
     let job = Job {
@@ -765,13 +838,13 @@ impl SmallPlaneTaps {
     }
 }
 
-/// Transposes the 16×16 block `rows` (row `i` = 16 floats) in place: 64 shuffles in four
-/// rounds (pairs of rows, pairs of pairs by 64-bit halves, then 128-bit lanes twice).
+/// Writes the transpose of the 16×16 block `r` (row `i` = 16 floats) to `rows`: 64 shuffles
+/// in four rounds (pairs of rows, pairs of pairs by 64-bit halves, then 128-bit lanes twice).
+/// The source is read in place: copying a block out of memory first is a call to memmove.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn transpose16(rows: &mut [__m512; 16]) {
+unsafe fn transpose16(r: &[__m512; 16], rows: &mut [__m512; 16]) {
     use std::arch::x86_64::*;
-    let r = *rows;
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -806,10 +879,12 @@ unsafe fn transpose16(rows: &mut [__m512; 16]) {
 /// 16-pixel blocks, and the results go back the same way.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn small_planes_avx512(
     g: &Conv2d,
     small: &SmallPlaneTaps,
     input: &[f32],
+    layout: SmallPlaneInput,
     weights: &[f32],
     epilogue: &ConvEpilogue,
     output: SendPtr<f32>,
@@ -856,46 +931,49 @@ unsafe fn small_planes_avx512(
             }
             None => zero,
         };
-        let base = input.as_ptr().add(p0 * in_plane);
-        for q0 in (0..in_plane).step_by(16) {
-            let m = pixel_mask(q0, in_plane);
-            for (l, row) in block.iter_mut().enumerate() {
-                *row = if l < n {
-                    _mm512_maskz_loadu_ps(m, base.add(l * in_plane + q0))
-                } else {
-                    zero
-                };
+        match layout {
+            SmallPlaneInput::Nhwc => {
+                // One image: plane p0 + l is channel p0 + l, and each pixel's sixteen
+                // channels are one (masked) load.
+                let base = input.as_ptr().add(p0);
+                for q in 0..in_plane {
+                    let pixel = _mm512_maskz_loadu_ps(lane_mask, base.add(q * g.in_channels));
+                    *grid.get_unchecked_mut(*small.grid_at.get_unchecked(q) as usize) = pixel;
+                }
             }
-            transpose16(&mut block);
-            for (j, pixel) in block.iter().enumerate().take(in_plane - q0) {
-                *grid.get_unchecked_mut(*small.grid_at.get_unchecked(q0 + j) as usize) = *pixel;
-            }
-        }
-        const P: usize = SMALL_PLANE_PIXELS;
-        for y in 0..g.out_h {
-            let row = y * g.stride_h * small.pitch;
-            for x0 in (0..g.out_w).step_by(P) {
-                let base = row + x0 * g.stride_w;
-                let mut acc = [bias; P];
-                for (k, &off) in kernel.iter().zip(&small.tap_offsets) {
-                    let at = base + off as usize;
-                    for (i, a) in acc.iter_mut().enumerate() {
-                        // In bounds: `grid_len` covers every block's last pixel's widest tap.
-                        let x = *grid.get_unchecked(at + i * g.stride_w);
-                        *a = _mm512_fmadd_ps(*k, x, *a);
+            SmallPlaneInput::Nchw => {
+                let base = input.as_ptr().add(p0 * in_plane);
+                for q0 in (0..in_plane).step_by(16) {
+                    let m = pixel_mask(q0, in_plane);
+                    for (l, row) in block.iter_mut().enumerate() {
+                        *row = if l < n {
+                            _mm512_maskz_loadu_ps(m, base.add(l * in_plane + q0))
+                        } else {
+                            zero
+                        };
+                    }
+                    let loaded = block;
+                    transpose16(&loaded, &mut block);
+                    for (j, pixel) in block.iter().enumerate().take(in_plane - q0) {
+                        let at = *small.grid_at.get_unchecked(q0 + j) as usize;
+                        *grid.get_unchecked_mut(at) = *pixel;
                     }
                 }
-                let valid = (g.out_w - x0).min(P);
-                let first = y * g.out_w + x0;
-                pixels_out[first..first + valid].copy_from_slice(&acc[..valid]);
             }
+        }
+        match g.stride_w {
+            1 => small_planes_grid::<1>(g, small, &grid, &kernel, bias, &mut pixels_out),
+            2 => small_planes_grid::<2>(g, small, &grid, &kernel, bias, &mut pixels_out),
+            _ => small_planes_grid::<0>(g, small, &grid, &kernel, bias, &mut pixels_out),
         }
         let out = output.get().add(p0 * out_plane);
         let residual = epilogue.residual.map(|r| r.as_ptr().add(p0 * out_plane));
         for q0 in (0..out_plane).step_by(16) {
             let m = pixel_mask(q0, out_plane);
-            block.copy_from_slice(&pixels_out[q0..q0 + 16]);
-            transpose16(&mut block);
+            transpose16(
+                &*(pixels_out.as_ptr().add(q0) as *const [__m512; 16]),
+                &mut block,
+            );
             for (l, row) in block.iter().enumerate().take(n) {
                 let at = l * out_plane + q0;
                 let mut v = *row;
@@ -906,6 +984,48 @@ unsafe fn small_planes_avx512(
             }
         }
         p0 += n;
+    }
+}
+
+/// The output pixels of sixteen planes (lane = plane) from their gathered `grid`, bias first.
+/// `STRIDE` is the column stride when it is 1 or 2 (each FMA's address is then the tap's
+/// offset plus a constant: one instruction per FMA instead of four), 0 for any other stride.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn small_planes_grid<const STRIDE: usize>(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    grid: &[__m512],
+    kernel: &[__m512],
+    bias: __m512,
+    pixels_out: &mut [__m512],
+) {
+    use std::arch::x86_64::*;
+    const P: usize = SMALL_PLANE_PIXELS;
+    let stride_w = if STRIDE == 0 { g.stride_w } else { STRIDE };
+    let grid = grid.as_ptr();
+    let out = pixels_out.as_mut_ptr();
+    for y in 0..g.out_h {
+        let row = y * g.stride_h * small.pitch;
+        for x0 in (0..g.out_w).step_by(P) {
+            let base = grid.add(row + x0 * stride_w);
+            let mut acc = [bias; P];
+            for (k, &off) in kernel.iter().zip(&small.tap_offsets) {
+                let at = base.add(off as usize);
+                for (i, a) in acc.iter_mut().enumerate() {
+                    // In bounds: `grid_len` covers every block's last pixel's widest tap.
+                    *a = _mm512_fmadd_ps(*k, *at.add(i * stride_w), *a);
+                }
+            }
+            let valid = (g.out_w - x0).min(P);
+            let first = out.add(y * g.out_w + x0);
+            // Element stores, not `copy_from_slice` (a call to memmove per block).
+            for (i, a) in acc.iter().enumerate() {
+                if i < valid {
+                    *first.add(i) = *a;
+                }
+            }
+        }
     }
 }
 

@@ -457,6 +457,27 @@ impl PackedConvWeights {
         })
     }
 
+    /// The weights of a pointwise convolution packed for [`pointwise_conv2d_to_nhwc`] (`Wᵀ`
+    /// as the GEMM's B operand, whatever [`PackedConvWeights::new`] would choose). `None`
+    /// unless `geom` is a one-group pointwise convolution.
+    pub fn pixel_major(
+        config: &gemm::GemmConfig,
+        geom: &Conv2d,
+        weights: &[f32],
+    ) -> Option<PackedConvWeights> {
+        if !geom.is_pointwise() || geom.group != 1 {
+            return None;
+        }
+        let w = MatRef::row_major(weights, geom.out_channels, geom.in_channels);
+        Some(PackedConvWeights {
+            groups: vec![PackedGroup::PixelMajor(gemm::PackedB::with_config(
+                &w.t(),
+                config,
+            ))],
+            direct: None,
+        })
+    }
+
     /// Bytes held by the packed panels or the reordered direct weights.
     pub fn bytes(&self) -> usize {
         self.groups.iter().map(PackedGroup::bytes).sum::<usize>()
@@ -601,6 +622,55 @@ pub fn conv2d_prepacked(
                 }
                 GemmLayout::PixelMajor => group.pixel_major(input, n, g, out, scratch, threads),
             }
+        }
+    }
+}
+
+/// A one-group pointwise convolution of one NCHW image whose output is written NHWC
+/// (`output[pixel · C_out + channel]`): `Yᵀ = Xᵀ·Wᵀ` straight into the output with the bias
+/// per column and the activation, skipping the transpose back that the pixel-major layout
+/// otherwise pays. For a depthwise convolution that reads NHWC
+/// ([`depthwise::depthwise_conv2d_nhwc_input`]). `packed` comes from
+/// [`PackedConvWeights::pixel_major`] with the same `config`; `None` packs on the fly.
+///
+/// # Panics
+/// On a residual (the residual is NCHW), a geometry that is not a one-image, one-group
+/// pointwise convolution, or slices shorter than the geometry.
+#[allow(clippy::too_many_arguments)]
+pub fn pointwise_conv2d_to_nhwc(
+    config: &gemm::GemmConfig,
+    geom: &Conv2d,
+    input: &[f32],
+    weights: &[f32],
+    packed: Option<&PackedConvWeights>,
+    epilogue: &ConvEpilogue,
+    output: &mut [f32],
+    threads: usize,
+) {
+    assert!(geom.is_pointwise() && geom.group == 1 && geom.batch == 1);
+    assert!(
+        epilogue.residual.is_none(),
+        "an NHWC output takes no residual"
+    );
+    let pixels = geom.out_h * geom.out_w;
+    let x = MatRef::row_major(
+        &input[..geom.in_channels * pixels],
+        geom.in_channels,
+        pixels,
+    );
+    let out = &mut output[..pixels * geom.out_channels];
+    let ep = Epilogue {
+        bias: epilogue.bias.map_or(BiasKind::None, BiasKind::PerCol),
+        residual: None,
+        activation: epilogue.activation,
+    };
+    match packed.and_then(|p| p.groups.first()) {
+        Some(PackedGroup::PixelMajor(pw)) => {
+            gemm::sgemm_packed_b(&x.t(), pw, out, geom.out_channels, &ep, threads)
+        }
+        _ => {
+            let w = MatRef::row_major(weights, geom.out_channels, geom.in_channels);
+            gemm::sgemm_with(config, &x.t(), &w.t(), out, geom.out_channels, &ep, threads)
         }
     }
 }

@@ -246,3 +246,61 @@ fn column_masks_keep_the_lanes_inside_the_row() {
     assert_eq!(column_mask(-20, 14), 0);
     assert_eq!(column_mask(2, 5), 0b111);
 }
+
+/// The NHWC-input kernel against the reference convolution of the same values held NCHW:
+/// channel counts that leave a partial block of sixteen, strides 1 and 2, 7² and 14² planes,
+/// an asymmetric padding, residual and activation, one and two threads. Where the CPU has no
+/// AVX-512 the kernel does not apply and says so.
+#[test]
+fn nhwc_input_kernel_matches_the_reference() {
+    let cases = [
+        geom(40, 14, 14, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+        geom(24, 14, 14, (3, 3), (2, 2), (0, 0, 1, 1), 1),
+        geom(33, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+        geom(16, 10, 13, (5, 5), (1, 2), (2, 2, 2, 2), 1),
+    ];
+    for g in cases {
+        let g = Conv2d { batch: 1, ..g };
+        if !nhwc_input_applies(&g) {
+            assert!(
+                Isa::detect() != Isa::Avx512,
+                "{g:?} should apply on AVX-512"
+            );
+            continue;
+        }
+        let (channels, plane) = (g.in_channels, g.in_h * g.in_w);
+        let nchw: Vec<f32> = (0..channels * plane)
+            .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+            .collect();
+        let mut nhwc = vec![0.0; nchw.len()];
+        for c in 0..channels {
+            for q in 0..plane {
+                nhwc[q * channels + c] = nchw[c * plane + q];
+            }
+        }
+        let weights: Vec<f32> = (0..channels * g.kernel_h * g.kernel_w)
+            .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        let bias: Vec<f32> = (0..channels).map(|i| i as f32 * 0.1 - 0.3).collect();
+        let out_len = channels * g.out_h * g.out_w;
+        let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+        for with_residual in [false, true] {
+            let epi = ConvEpilogue {
+                bias: Some(&bias),
+                residual: with_residual.then_some(&residual[..]),
+                activation: Activation::Relu,
+            };
+            let want = crate::kernels::conv::reference::reference_conv(&g, &nchw, &weights, &epi);
+            for threads in [1, 2] {
+                let mut got = vec![f32::NAN; out_len];
+                depthwise_conv2d_nhwc_input(&g, &nhwc, &weights, &epi, &mut got, threads);
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                        "{g:?} {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}
