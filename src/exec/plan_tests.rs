@@ -1,0 +1,361 @@
+//! Unit tests for `exec::plan`: zero-copy Concats, operand views folded into MatMuls, whole-plane
+//! pools, and pointwise → depthwise NHWC pairs, each against the plan without the rewrite.
+
+use super::*;
+use crate::analysis::{Bindings, Prepared};
+use crate::builtin::builder::{ConvSpec, GraphBuilder, SigDim};
+use crate::builtin::WeightFill;
+
+/// A DenseNet-like block: `x → conv a`, `x → conv b`, `c = concat(a, b)` (channels),
+/// `d = concat(c, conv(relu(c)))`, `y = relu(d)`: both Concats are placed (the inner one
+/// inside the outer), so they run nothing, the block lives in one buffer, and the output
+/// is what copying gives, bit for bit. (A producer reading its own group, `conv(c)` here
+/// without the relu, would keep its Concat copying: the runtime lends a step's output
+/// buffer mutably.)
+#[test]
+fn nested_concats_are_written_in_place() {
+    check_block(true);
+}
+
+/// The same block with `conv(c)` reading the inner Concat directly: the outer Concat
+/// copies (its producer would read the buffer it writes), the inner one is still placed,
+/// and the output is unchanged.
+#[test]
+fn a_producer_reading_its_own_buffer_keeps_the_concat_copying() {
+    check_block(false);
+}
+
+/// The built graph, imported and prepared, and its plan with the default options.
+fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
+    let proto = builder.finish(name);
+    let graph = crate::analysis::import::import_model(
+        &proto,
+        std::path::Path::new("."),
+        std::path::Path::new(&format!("{name}.onnx")),
+    )
+    .unwrap();
+    let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
+    let plan = build_plan(
+        &prepared.graph,
+        &prepared.order,
+        &prepared.states,
+        &PlanOptions::default(),
+    )
+    .unwrap();
+    (prepared, plan)
+}
+
+fn check_block(relu_between: bool) {
+    let mut b = GraphBuilder::new(WeightFill::Random(3));
+    let x = b.input(
+        "x",
+        1,
+        &[
+            SigDim::Fixed(1),
+            SigDim::Fixed(4),
+            SigDim::Fixed(6),
+            SigDim::Fixed(6),
+        ],
+    );
+    let a = b.conv(&x, 4, ConvSpec::new(3, 3, 1));
+    let bb = b.conv(&x, 4, ConvSpec::new(5, 1, 1));
+    let c = b.node(
+        "Concat",
+        &[&a, &bb],
+        vec![crate::builtin::builder::attr_int("axis", 1)],
+    );
+    let r = if relu_between { b.relu(&c) } else { c.clone() };
+    let e = b.conv(&r, 8, ConvSpec::new(2, 3, 1));
+    let d = b.node(
+        "Concat",
+        &[&c, &e],
+        vec![crate::builtin::builder::attr_int("axis", 1)],
+    );
+    let y = b.relu(&d);
+    b.output(
+        &y,
+        1,
+        &[
+            SigDim::Fixed(1),
+            SigDim::Fixed(10),
+            SigDim::Fixed(6),
+            SigDim::Fixed(6),
+        ],
+    );
+    let (prepared, plan) = default_plan(b, "concats");
+    let concats: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| s.info.op_type == "Concat")
+        .collect();
+    assert_eq!(concats.len(), 2);
+    let in_place: Vec<bool> = concats
+        .iter()
+        .map(|s| matches!(s.kernel, Kernel::InPlace))
+        .collect();
+    assert_eq!(in_place, [true, relu_between]);
+    let slot = |v: ValueId| match &plan.slots[v] {
+        Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
+        other => panic!("{other:?}"),
+    };
+    let value = |name: &str| prepared.graph.value_by_name(name).unwrap();
+    // a and b at their offsets of the inner Concat's buffer (0 and 3 planes of 36); with
+    // the outer one placed too, that buffer is d's and e sits 8 planes in.
+    let (inner, inner_offset) = slot(value(&c));
+    assert_eq!(slot(value(&a)), (inner, inner_offset));
+    assert_eq!(slot(value(&bb)), (inner, inner_offset + 3 * 36));
+    if relu_between {
+        let (whole, _) = slot(value(&d));
+        assert_eq!((inner, inner_offset), (whole, 0));
+        assert_eq!(slot(value(&e)), (whole, 8 * 36));
+    } else {
+        assert_ne!(slot(value(&c)).0, slot(value(&d)).0);
+    }
+    // The same values, bit for bit, as the plan whose Concats copy; and less memory.
+    let copying = build_plan(
+        &prepared.graph,
+        &prepared.order,
+        &prepared.states,
+        &PlanOptions {
+            concat_in_place: false,
+            ..PlanOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(copying
+        .steps
+        .iter()
+        .all(|s| !matches!(s.kernel, Kernel::InPlace)));
+    assert!(
+        plan.peak_activation_bytes < copying.peak_activation_bytes || !relu_between,
+        "{} vs {}",
+        plan.peak_activation_bytes,
+        copying.peak_activation_bytes
+    );
+    let input: Vec<f32> = (0..4 * 36)
+        .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
+        .collect();
+    let inputs: HashMap<String, RtTensor> = [(
+        "x".to_string(),
+        RtTensor {
+            shape: vec![1, 4, 6, 6],
+            data: super::super::RtData::F32(input),
+        },
+    )]
+    .into_iter()
+    .collect();
+    let run = |plan: &Plan| {
+        let mut ws = plan.workspace();
+        // Twice on one workspace: a stale slice must not survive into the second run.
+        plan.run(&mut ws, &inputs, None).unwrap();
+        plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+    };
+    let got = run(&plan);
+    assert_eq!(got, run(&copying));
+    assert_eq!(got.len(), 10 * 36);
+}
+
+/// A MobileNet-style pair, 1×1 convolution (8 → 40 channels) then a 3×3 depthwise one
+/// (stride 1 and 2, 14² planes), both with bias: on AVX-512 the activation between them is
+/// held NHWC (the pointwise side writes it, the depthwise side reads it) and the output is
+/// the all-NCHW plan's; when the pointwise output is also a graph output, or the CPU has
+/// no AVX-512, no pair is made.
+#[test]
+fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
+    for (stride, pointwise_is_output) in [(1, false), (2, false), (1, true)] {
+        let mut b = GraphBuilder::new(WeightFill::Random(11));
+        let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
+        let x = b.input("x", 1, &dims(&[1, 8, 14, 14]));
+        let pw = b.conv(
+            &x,
+            8,
+            ConvSpec {
+                bias: true,
+                ..ConvSpec::new(40, 1, 1)
+            },
+        );
+        let dw = b.conv(
+            &pw,
+            40,
+            ConvSpec {
+                bias: true,
+                group: 40,
+                ..ConvSpec::new(40, 3, stride)
+            },
+        );
+        let side = 14 / stride;
+        b.output(&dw, 1, &dims(&[1, 40, side, side]));
+        if pointwise_is_output {
+            b.output(&pw, 1, &dims(&[1, 40, 14, 14]));
+        }
+        let (prepared, plan) = default_plan(b, "pair");
+        let layouts: Vec<PairLayout> = plan
+            .steps
+            .iter()
+            .map(|s| match &s.kernel {
+                Kernel::Conv(ConvKernel::Forward { layout, .. }) => *layout,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let paired = !pointwise_is_output && gemm::Isa::detect() == gemm::Isa::Avx512;
+        if paired {
+            assert_eq!(layouts, [PairLayout::NhwcOutput, PairLayout::NhwcInput]);
+        } else {
+            assert_eq!(layouts, [PairLayout::Nchw, PairLayout::Nchw]);
+        }
+        let nchw = build_plan(
+            &prepared.graph,
+            &prepared.order,
+            &prepared.states,
+            &PlanOptions {
+                nhwc_pairs: false,
+                ..PlanOptions::default()
+            },
+        )
+        .unwrap();
+        let input: Vec<f32> = (0..8 * 196)
+            .map(|i| ((i * 29 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let inputs: HashMap<String, RtTensor> = [(
+            "x".to_string(),
+            RtTensor {
+                shape: vec![1, 8, 14, 14],
+                data: super::super::RtData::F32(input),
+            },
+        )]
+        .into_iter()
+        .collect();
+        let run = |plan: &Plan| {
+            let mut ws = plan.workspace();
+            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+        };
+        let (got, want) = (run(&plan), run(&nchw));
+        assert_eq!(got.len() as i64, 40 * side * side);
+        for (at, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{at}: {g} vs {w}");
+        }
+    }
+}
+
+/// Scaled attention as exporters write it, `MatMul(s·Q, Transpose(K)·t)`: the Transpose
+/// and both scalar Muls fold into the MatMul's read (strides and alpha), so only the MatMul
+/// runs, and its output is the definition's. A second reader that is not a MatMul keeps
+/// the K branch's steps.
+#[test]
+fn scaled_transposed_operands_fold_into_the_matmul() {
+    for other_reader in [false, true] {
+        let mut b = GraphBuilder::new(WeightFill::Random(5));
+        let dims = |d: &[u64]| {
+            d.iter()
+                .map(|&n| SigDim::Fixed(n as i64))
+                .collect::<Vec<_>>()
+        };
+        let q = b.input("q", 1, &dims(&[1, 2, 3, 4]));
+        let k = b.input("k", 1, &dims(&[1, 2, 5, 4]));
+        let q_scale = b.scalar_const("q_scale", 0.25);
+        let k_scale = b.scalar_const("k_scale", 0.5);
+        let qs = b.node("Mul", &[&q_scale, &q], vec![]);
+        let kt = b.transpose(&k, &[0, 1, 3, 2]);
+        let kts = b.node("Mul", &[&kt, &k_scale], vec![]);
+        let scores = b.node("MatMul", &[&qs, &kts], vec![]);
+        b.output(&scores, 1, &dims(&[1, 2, 3, 5]));
+        if other_reader {
+            let relu = b.relu(&kts);
+            b.output(&relu, 1, &dims(&[1, 2, 4, 5]));
+        }
+        let (_, plan) = default_plan(b, "attention");
+        let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();
+        if other_reader {
+            assert_eq!(ops, ["Transpose", "Mul", "MatMul", "Relu"]);
+        } else {
+            assert_eq!(ops, ["MatMul"]);
+        }
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7 + seed) % 11) as f32 / 4.0 - 1.2)
+                .collect()
+        };
+        let (q_data, k_data) = (values(24, 1), values(40, 3));
+        let inputs: HashMap<String, RtTensor> = [
+            ("q", vec![1, 2, 3, 4], q_data.clone()),
+            ("k", vec![1, 2, 5, 4], k_data.clone()),
+        ]
+        .into_iter()
+        .map(|(name, shape, data)| {
+            let data = super::super::RtData::F32(data);
+            (name.to_string(), RtTensor { shape, data })
+        })
+        .collect();
+        let mut ws = plan.workspace();
+        let got = plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32();
+        for head in 0..2 {
+            for row in 0..3 {
+                for col in 0..5 {
+                    let dot: f32 = (0..4)
+                        .map(|d| q_data[head * 12 + row * 4 + d] * k_data[head * 20 + col * 4 + d])
+                        .sum();
+                    let at = head * 15 + row * 5 + col;
+                    assert!(
+                        (got[at] - 0.125 * dot).abs() < 1e-5,
+                        "{at}: {} vs {}",
+                        got[at],
+                        0.125 * dot
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A window covering the whole unpadded plane (`AveragePool` 5×4 over 5×4 planes, as older
+/// exports end ResNets with a 7×7 one) runs as a global pool, with the window's values.
+#[test]
+fn a_whole_plane_window_runs_as_a_global_pool() {
+    let mut b = GraphBuilder::new(WeightFill::Random(7));
+    let dims = [1, 3, 5, 4].map(SigDim::Fixed);
+    let x = b.input("x", 1, &dims);
+    let window = || vec![crate::builtin::builder::attr_ints("kernel_shape", &[5, 4])];
+    let avg = b.node("AveragePool", &[&x], window());
+    let max = b.node("MaxPool", &[&x], window());
+    let out = [1, 3, 1, 1].map(SigDim::Fixed);
+    b.output(&avg, 1, &out);
+    b.output(&max, 1, &out);
+    let (_, plan) = default_plan(b, "whole_plane");
+    let globals = plan
+        .steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.kernel,
+                Kernel::Pool(super::super::lower::pool::PoolKernel::Global { plane: 20, .. })
+            )
+        })
+        .count();
+    assert_eq!(globals, 2);
+    let input: Vec<f32> = (0..60).map(|i| ((i * 7 % 11) as f32) - 5.0).collect();
+    let inputs: HashMap<String, RtTensor> = [(
+        "x".to_string(),
+        RtTensor {
+            shape: vec![1, 3, 5, 4],
+            data: super::super::RtData::F32(input.clone()),
+        },
+    )]
+    .into_iter()
+    .collect();
+    let mut ws = plan.workspace();
+    let outputs = plan.run(&mut ws, &inputs, None).unwrap();
+    let planes: Vec<&[f32]> = input.chunks(20).collect();
+    let mean: Vec<f32> = planes
+        .iter()
+        .map(|p| p.iter().sum::<f32>() / 20.0)
+        .collect();
+    let most: Vec<f32> = planes
+        .iter()
+        .map(|p| p.iter().copied().fold(f32::MIN, f32::max))
+        .collect();
+    let got_mean = outputs[0].1.to_f32();
+    for (g, w) in got_mean.iter().zip(&mean) {
+        assert!((g - w).abs() < 1e-5, "{got_mean:?} vs {mean:?}");
+    }
+    assert_eq!(outputs[1].1.to_f32(), most);
+}
