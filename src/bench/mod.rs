@@ -36,6 +36,9 @@ pub struct BenchOptions {
     /// Only the per-op series: the end-to-end latency is then the sum of each run's op times
     /// (the calibration grid reads per-op times only, and this halves its time).
     pub per_op_only: bool,
+    /// Hold the activation between a 1×1 convolution and the depthwise one that alone reads
+    /// it NHWC (`exec::PlanOptions::nhwc_pairs`); off to measure what the pairs buy.
+    pub nhwc_pairs: bool,
 }
 
 impl Default for BenchOptions {
@@ -50,6 +53,7 @@ impl Default for BenchOptions {
             measure_algorithms: false,
             evict_bytes: 0,
             per_op_only: false,
+            nhwc_pairs: true,
         }
     }
 }
@@ -117,6 +121,7 @@ pub fn bench_graph(
     // that is not a CPU decides nothing: the plan then chooses on its own).
     // A decode loop slides each step's caches into the next step's inputs in place.
     plan_options.keep_inputs = options.decode;
+    plan_options.nhwc_pairs = options.nhwc_pairs;
     plan_options.conv_algorithms = match analyze.conv_algorithms {
         AlgorithmPolicy::DirectOnly => exec::ConvAlgorithms::DirectOnly,
         AlgorithmPolicy::Auto | AlgorithmPolicy::Only(_) if device.kind == DeviceKind::Cpu => {
@@ -279,6 +284,7 @@ pub fn bench_graph(
         peak_activation_bytes: plan.peak_activation_bytes,
         unplanned_activation_bytes: plan.unplanned_activation_bytes,
         weights_bytes: plan.weights_bytes,
+        nhwc_pairs: plan.nhwc_pairs(),
         kernel_isa: format!(
             "gemm {}, vector kernels {}",
             crate::kernels::gemm::isa_name(),

@@ -174,6 +174,7 @@ fn bench_model(
         // measured table.
         measure_algorithms: false,
         per_op_only: true,
+        nhwc_pairs: true,
         evict_bytes: if model.cold_weights {
             crate::exec::conv_timing::evict_bytes(device.largest_cache_bytes())
         } else {

@@ -57,6 +57,10 @@ pub struct BenchArgs {
     /// the oldest entry drops). `--runs` steps are timed; bind the new tokens to 1.
     #[arg(long)]
     pub decode: bool,
+    /// Keep every activation NCHW: no pointwise → depthwise pairs held NHWC between them, to
+    /// measure what the pairs buy.
+    #[arg(long)]
+    pub no_nhwc_pairs: bool,
 }
 
 #[derive(Args, Debug)]
@@ -114,6 +118,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         measure_algorithms: args.device == "local",
         evict_bytes: 0,
         per_op_only: false,
+        nhwc_pairs: !args.no_nhwc_pairs,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

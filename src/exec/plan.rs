@@ -97,6 +97,22 @@ pub struct StepInfo {
 }
 
 impl Plan {
+    /// Pointwise → depthwise pairs whose activation between them is held NHWC (`nhwc_pairs`).
+    pub fn nhwc_pairs(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.kernel,
+                    Kernel::Conv(ConvKernel::Forward {
+                        layout: PairLayout::NhwcOutput,
+                        ..
+                    })
+                )
+            })
+            .count()
+    }
+
     /// The algorithm each convolution step runs, by node index (direct ones included).
     pub fn conv_algorithms(&self) -> Vec<(usize, ConvAlgorithm)> {
         self.steps

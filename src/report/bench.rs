@@ -24,13 +24,17 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
     let a = &report.analysis;
     let _ = writeln!(
         out,
-        "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}",
+        "model  {}   device {} ({:?})   threads {}   runs {}   kernels: {}{}",
         safe(&a.model.source),
         safe(&a.device.id),
         a.device.source,
         report.threads,
         report.runs,
-        safe(&report.kernel_isa)
+        safe(&report.kernel_isa),
+        match report.nhwc_pairs {
+            0 => String::new(),
+            n => format!("; {n} pointwise → depthwise pair(s) NHWC"),
+        }
     );
     let _ = writeln!(
         out,

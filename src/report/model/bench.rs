@@ -89,6 +89,9 @@ pub struct BenchReport {
     pub peak_activation_bytes: u64,
     pub unplanned_activation_bytes: u64,
     pub weights_bytes: u64,
+    /// Pointwise → depthwise pairs that ran with the activation between them held NHWC.
+    #[serde(default)]
+    pub nhwc_pairs: usize,
     pub kernel_isa: String,
     pub analysis: Analysis,
 }
