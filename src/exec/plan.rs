@@ -441,7 +441,9 @@ pub fn build_plan(
 /// A pair is a one-group, one-image pointwise convolution with no residual whose only output
 /// is read by nothing but the depthwise convolution's input (not a graph output, so no
 /// caller sees the NHWC tensor), and a depthwise geometry the NHWC kernel runs
-/// (`depthwise::nhwc_input_applies`: AVX-512, planes of at most 256 outputs).
+/// (`depthwise::nhwc_input_applies`: AVX-512, planes of at most 256 outputs), and the 1×1's
+/// pixel-major GEMM must waste no more of its tiles than the channel-major one
+/// (`conv::pixel_major_fits`).
 fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usize)> {
     let mut readers: HashMap<ValueId, Vec<(usize, usize)>> = HashMap::new();
     for (index, step) in steps.iter().enumerate() {
@@ -480,7 +482,10 @@ fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usiz
         let Some((dw, _)) = forward(&steps[*reader]) else {
             continue;
         };
-        if crate::kernels::conv::depthwise::nhwc_input_applies(&dw) {
+        let isa = gemm::GemmConfig::default().isa;
+        if crate::kernels::conv::depthwise::nhwc_input_applies(&dw)
+            && crate::kernels::conv::pixel_major_fits(isa, &geom)
+        {
             pairs.push((index, *reader));
         }
     }

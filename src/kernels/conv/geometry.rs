@@ -158,6 +158,18 @@ pub(super) enum GemmLayout {
     PixelMajor,
 }
 
+/// Whether the pixel-major GEMM (`Yᵀ = Xᵀ·Wᵀ`) of `geom` computes no more than the
+/// channel-major one once it skips its transpose back (the plan's NHWC pairs): with the
+/// transpose gone, the tiles' waste alone decides. PP-OCR's classifier has 1×1 layers of 104
+/// and 200 channels on 288 and 192 pixels: 32-wide column tiles compute 128 and 224 channels
+/// there, more than the transposes saved (1 thread, Zen 4, alternated: the model 1.4% slower
+/// with those pairs).
+pub fn pixel_major_fits(isa: gemm::Isa, geom: &Conv2d) -> bool {
+    let channels = geom.out_channels / geom.group;
+    let pixels = geom.out_h * geom.out_w;
+    isa.computed_work(pixels, channels) <= isa.computed_work(channels, pixels)
+}
+
 /// The layout whose microkernel tiles waste less; pixel-major needs a clear saving (10%)
 /// to pay for its transpose pass over the output.
 pub(super) fn gemm_layout(isa: gemm::Isa, geom: &Conv2d) -> GemmLayout {

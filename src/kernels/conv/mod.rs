@@ -16,7 +16,7 @@ mod geometry;
 mod reference;
 pub mod winograd;
 
-pub use geometry::{Conv2d, ConvEpilogue};
+pub use geometry::{pixel_major_fits, Conv2d, ConvEpilogue};
 
 /// Revision of the convolution kernels' speed: saved timings of them (the algorithm latency
 /// table of `exec::conv_timing`) measured under another revision are timed again. Bump it when
