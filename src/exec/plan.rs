@@ -462,6 +462,7 @@ fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usiz
         }) => Some((*geom, *residual)),
         _ => None,
     };
+    let isa = gemm::GemmConfig::default().isa;
     let mut pairs = Vec::new();
     for (index, step) in steps.iter().enumerate() {
         let Some((geom, residual)) = forward(step) else {
@@ -482,7 +483,6 @@ fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usiz
         let Some((dw, _)) = forward(&steps[*reader]) else {
             continue;
         };
-        let isa = gemm::GemmConfig::default().isa;
         if crate::kernels::conv::depthwise::nhwc_input_applies(&dw)
             && crate::kernels::conv::pixel_major_fits(isa, &geom)
         {

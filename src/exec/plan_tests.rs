@@ -25,6 +25,15 @@ fn a_producer_reading_its_own_buffer_keeps_the_concat_copying() {
     check_block(false);
 }
 
+/// The inputs of a one-input graph.
+fn one_input(name: &str, shape: &[usize], data: Vec<f32>) -> HashMap<String, RtTensor> {
+    let tensor = RtTensor {
+        shape: shape.to_vec(),
+        data: super::super::RtData::F32(data),
+    };
+    [(name.to_string(), tensor)].into_iter().collect()
+}
+
 /// The built graph, imported and prepared, and its plan with the default options.
 fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
     let proto = builder.finish(name);
@@ -135,15 +144,7 @@ fn check_block(relu_between: bool) {
     let input: Vec<f32> = (0..4 * 36)
         .map(|i| ((i * 13 % 17) as f32 - 8.0) / 8.0)
         .collect();
-    let inputs: HashMap<String, RtTensor> = [(
-        "x".to_string(),
-        RtTensor {
-            shape: vec![1, 4, 6, 6],
-            data: super::super::RtData::F32(input),
-        },
-    )]
-    .into_iter()
-    .collect();
+    let inputs = one_input("x", &[1, 4, 6, 6], input);
     let run = |plan: &Plan| {
         let mut ws = plan.workspace();
         // Twice on one workspace: a stale slice must not survive into the second run.
@@ -223,15 +224,7 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
         let input: Vec<f32> = (0..8 * 196)
             .map(|i| ((i * 29 % 23) as f32 - 11.0) / 7.0)
             .collect();
-        let inputs: HashMap<String, RtTensor> = [(
-            "x".to_string(),
-            RtTensor {
-                shape: vec![1, 8, 14, 14],
-                data: super::super::RtData::F32(input),
-            },
-        )]
-        .into_iter()
-        .collect();
+        let inputs = one_input("x", &[1, 8, 14, 14], input);
         let run = |plan: &Plan| {
             let mut ws = plan.workspace();
             plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()

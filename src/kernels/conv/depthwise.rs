@@ -39,9 +39,9 @@ use rows::rows_3x3_applies;
 use rows::rows_3x3_avx512;
 #[cfg(test)]
 use rows::{column_mask, rows_3x3_kernel_fits};
-#[cfg(target_arch = "x86_64")]
-use small::small_planes;
 use small::SmallPlaneTaps;
+#[cfg(target_arch = "x86_64")]
+use small::{small_planes, SmallPlaneInput};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{__m256, __m512};
@@ -255,7 +255,15 @@ pub fn depthwise_conv2d_nhwc_input(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: AVX-512F is available (`nhwc_input_applies`); slices were checked above.
     unsafe {
-        small_planes(geom, input, true, weights, epilogue, output, threads)
+        small_planes(
+            geom,
+            input,
+            SmallPlaneInput::Nhwc,
+            weights,
+            epilogue,
+            output,
+            threads,
+        )
     };
 }
 
@@ -311,7 +319,17 @@ pub fn depthwise_conv2d_with(
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && SmallPlaneTaps::applies(geom) {
         // SAFETY: AVX-512F is available; slices were checked against the geometry.
-        unsafe { small_planes(geom, input, false, weights, epilogue, output, threads) };
+        unsafe {
+            small_planes(
+                geom,
+                input,
+                SmallPlaneInput::Nchw,
+                weights,
+                epilogue,
+                output,
+                threads,
+            )
+        };
         return;
     }
     let job = Job {

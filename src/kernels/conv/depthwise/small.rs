@@ -19,7 +19,7 @@ use std::arch::x86_64::__m512;
 pub(super) unsafe fn small_planes(
     geom: &Conv2d,
     input: &[f32],
-    input_nhwc: bool,
+    layout: SmallPlaneInput,
     weights: &[f32],
     epilogue: &ConvEpilogue,
     output: &mut [f32],
@@ -35,11 +35,6 @@ pub(super) unsafe fn small_planes(
     };
     let per_task = blocks.div_ceil(tasks.max(1)) * 16;
     let out = SendPtr(output.as_mut_ptr());
-    let layout = if input_nhwc {
-        SmallPlaneInput::Nhwc
-    } else {
-        SmallPlaneInput::Nchw
-    };
     parallel_for(threads, channels.div_ceil(per_task), |task| {
         let range = task * per_task..((task + 1) * per_task).min(channels);
         // SAFETY: the caller checked the ISA and the slices; each task writes only the planes
@@ -50,7 +45,7 @@ pub(super) unsafe fn small_planes(
 
 /// How the small-plane kernel's input is laid out.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum SmallPlaneInput {
+pub(super) enum SmallPlaneInput {
     Nchw,
     /// One image, channels innermost.
     Nhwc,
