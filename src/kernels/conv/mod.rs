@@ -431,9 +431,23 @@ impl PackedConvWeights {
         if geom.is_depthwise() {
             return None;
         }
+        Some(Self::packed_groups(
+            config,
+            geom,
+            weights,
+            gemm_layout(config.isa, geom),
+        ))
+    }
+
+    /// Every group's weights packed for the GEMM in `layout`.
+    fn packed_groups(
+        config: &gemm::GemmConfig,
+        geom: &Conv2d,
+        weights: &[f32],
+        layout: GemmLayout,
+    ) -> PackedConvWeights {
         let group_out = geom.out_channels / geom.group;
         let taps = geom.in_channels / geom.group * geom.kernel_h * geom.kernel_w;
-        let layout = gemm_layout(config.isa, geom);
         let groups = (0..geom.group)
             .map(|g| {
                 let w = MatRef::row_major(
@@ -451,10 +465,10 @@ impl PackedConvWeights {
                 }
             })
             .collect();
-        Some(PackedConvWeights {
+        PackedConvWeights {
             groups,
             direct: None,
-        })
+        }
     }
 
     /// The weights of a pointwise convolution packed for [`pointwise_conv2d_to_nhwc`] (`Wᵀ`
@@ -468,14 +482,12 @@ impl PackedConvWeights {
         if !geom.is_pointwise() || geom.group != 1 {
             return None;
         }
-        let w = MatRef::row_major(weights, geom.out_channels, geom.in_channels);
-        Some(PackedConvWeights {
-            groups: vec![PackedGroup::PixelMajor(gemm::PackedB::with_config(
-                &w.t(),
-                config,
-            ))],
-            direct: None,
-        })
+        Some(Self::packed_groups(
+            config,
+            geom,
+            weights,
+            GemmLayout::PixelMajor,
+        ))
     }
 
     /// Bytes held by the packed panels or the reordered direct weights.
