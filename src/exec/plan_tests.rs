@@ -359,3 +359,53 @@ fn a_whole_plane_window_runs_as_a_global_pool() {
     }
     assert_eq!(outputs[1].1.to_f32(), most);
 }
+
+/// The kernels that split an op's output across threads by planes, rows or a transpose's
+/// outermost axis (LRN over ranges of planes whose channel window crosses the pieces,
+/// InstanceNormalization's channel index per piece, a one-plane NCHW → NHWC transpose split
+/// inside the plane, LayerNormalization by rows, a stride-1 5×5 max pool): sized so every one
+/// of them splits at 2 threads, and the 2-thread plan's output is the 1-thread plan's, bit for
+/// bit (no op changes its arithmetic with the split).
+#[test]
+fn split_norms_pools_and_transposes_match_one_thread() {
+    let (channels, side) = (32i64, 72i64);
+    let mut b = GraphBuilder::new(WeightFill::Random(5));
+    let x = b.input("x", 1, &[1, channels, side, side].map(SigDim::Fixed));
+    let attr = crate::builtin::builder::attr_int;
+    let lrn = b.node("LRN", &[&x], vec![attr("size", 5)]);
+    let scale = b.jitter("in_scale", &[channels], 1.0, 0.2);
+    let bias = b.jitter("in_bias", &[channels], 0.0, 0.2);
+    let inorm = b.node("InstanceNormalization", &[&lrn, &scale, &bias], vec![]);
+    let pooled = b.max_pool(&inorm, 5, 1, 2);
+    let nhwc = b.transpose(&pooled, &[0, 2, 3, 1]);
+    let y = b.layer_norm(&nhwc, channels);
+    b.output(&y, 1, &[1, side, side, channels].map(SigDim::Fixed));
+    let (prepared, one) = default_plan(b, "split");
+    let two = build_plan(
+        &prepared.graph,
+        &prepared.order,
+        &prepared.states,
+        &PlanOptions {
+            threads: 2,
+            ..PlanOptions::default()
+        },
+    )
+    .unwrap();
+    let len = (channels * side * side) as usize;
+    let input: Vec<f32> = (0..len)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 9.0)
+        .collect();
+    let inputs = one_input(
+        "x",
+        &[1, channels as usize, side as usize, side as usize],
+        input,
+    );
+    let run = |plan: &Plan| {
+        let mut ws = plan.workspace();
+        plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+    };
+    let (got, want) = (run(&two), run(&one));
+    assert_eq!(got.len(), len);
+    assert!(got.iter().all(|v| v.is_finite()));
+    assert!(got == want, "2-thread output differs from 1-thread");
+}

@@ -92,8 +92,13 @@ const TILE: usize = 16;
 /// f32 in 8×8 AVX2 register blocks inside 32×32 tiles, other types (and machines without AVX2)
 /// element by element in 16×16 tiles.
 pub fn transpose<T: Copy + 'static>(input: &[T], shape: &[usize], perm: &[usize], out: &mut [T]) {
+    transpose_axes(input, 0, &merged_axes(shape, perm), out);
+}
+
+/// `(extent, source stride)` of each output axis of a transpose, size-1 axes dropped and runs
+/// of output axes that are contiguous in the input merged.
+pub fn merged_axes(shape: &[usize], perm: &[usize]) -> Vec<(usize, usize)> {
     let in_strides = strides(shape);
-    // (extent, source stride) of each output axis after dropping and merging.
     let mut axes: Vec<(usize, usize)> = Vec::new();
     for &p in perm {
         let (extent, stride) = (shape[p], in_strides[p]);
@@ -108,11 +113,23 @@ pub fn transpose<T: Copy + 'static>(input: &[T], shape: &[usize], perm: &[usize]
             _ => axes.push((extent, stride)),
         }
     }
+    axes
+}
+
+/// The transpose of [`merged_axes`] `axes`, reading `input` from `src_offset`: the output is
+/// dense in the order of `axes`. A thread's share of a larger transpose is a range of the
+/// outermost axis (`src_offset` moved by its start, its extent shortened).
+pub fn transpose_axes<T: Copy + 'static>(
+    input: &[T],
+    src_offset: usize,
+    axes: &[(usize, usize)],
+    out: &mut [T],
+) {
     let (out_shape, src_strides): (Vec<usize>, Vec<usize>) = axes.iter().copied().unzip();
     let rank = axes.len();
     let inner_axis = src_strides.iter().position(|&s| s == 1);
     let (Some(j), true) = (inner_axis, rank >= 2 && src_strides.last() != Some(&1)) else {
-        strided_copy(input, 0, &src_strides, &out_shape, out);
+        strided_copy(input, src_offset, &src_strides, &out_shape, out);
         return;
     };
     let out_strides = strides(&out_shape);
@@ -123,7 +140,7 @@ pub fn transpose<T: Copy + 'static>(input: &[T], shape: &[usize], perm: &[usize]
     let count: usize = others.iter().map(|&a| out_shape[a]).product();
     let mut index = vec![0usize; others.len()];
     for _ in 0..count {
-        let (mut src_base, mut out_base) = (0, 0);
+        let (mut src_base, mut out_base) = (src_offset, 0);
         for (k, &a) in others.iter().enumerate() {
             src_base += index[k] * src_strides[a];
             out_base += index[k] * out_strides[a];
@@ -500,8 +517,17 @@ pub fn resize_2d(
             if !linear && repeats_columns {
                 let row = &src[nearest_y[y] * in_w..][..in_w];
                 let out_row = &mut dst[y * out_w..(y + 1) * out_w];
-                for (run, &value) in out_row.chunks_exact_mut(factor).zip(row) {
-                    run.fill(value);
+                if factor == 2 {
+                    // Fixed-size pairs vectorise (interleaving shuffles); a run of a length
+                    // known only at run time was a `memset` call per element.
+                    for (pair, &value) in out_row.chunks_exact_mut(2).zip(row) {
+                        pair[0] = value;
+                        pair[1] = value;
+                    }
+                } else {
+                    for (run, &value) in out_row.chunks_exact_mut(factor).zip(row) {
+                        run.fill(value);
+                    }
                 }
                 continue;
             }

@@ -111,9 +111,11 @@ multiversion! {
 
 multiversion! {
     /// Instance normalisation: each (n, c) plane normalised, then scale[c]/bias[c].
-    pub fn instance_norm(x: &[f32], channels: usize, plane: usize, scale: &[f32], bias: &[f32], eps: f32, y: &mut [f32]) {
+    /// `x` and `y` hold the planes `first_plane..` (plane index n·channels + c).
+    #[allow(clippy::too_many_arguments)]
+    pub fn instance_norm(x: &[f32], channels: usize, plane: usize, first_plane: usize, scale: &[f32], bias: &[f32], eps: f32, y: &mut [f32]) {
         for (i, (xs, ys)) in x.chunks(plane).zip(y.chunks_mut(plane)).enumerate() {
-            let c = i % channels;
+            let c = (first_plane + i) % channels;
             let mean = xs.iter().sum::<f32>() / plane as f32;
             let var = xs.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / plane as f32;
             let inv = 1.0 / (var + eps).sqrt();
@@ -131,44 +133,41 @@ multiversion! {
     #[allow(clippy::too_many_arguments)]
     pub fn lrn(
         x: &[f32],
-        batch: usize,
         channels: usize,
         plane: usize,
+        first_plane: usize,
         size: usize,
         alpha: f32,
         beta: f32,
         bias: f32,
         y: &mut [f32],
     ) {
+        // `y` holds the output planes `first_plane..` (plane index n·channels + c), so threads
+        // can take ranges of planes; the channel window reads `x` across their edges.
         let half_lo = (size - 1) / 2;
         let half_hi = size - 1 - half_lo;
         let scale = alpha / size as f32;
         let mut squares = vec![0.0f32; plane];
-        for n in 0..batch {
+        for (k, out) in y.chunks_exact_mut(plane.max(1)).enumerate() {
+            let (n, c) = ((first_plane + k) / channels, (first_plane + k) % channels);
             let image = &x[n * channels * plane..(n + 1) * channels * plane];
-            let out = &mut y[n * channels * plane..(n + 1) * channels * plane];
-            for c in 0..channels {
-                squares.fill(0.0);
-                let lo = c.saturating_sub(half_lo);
-                let hi = (c + half_hi).min(channels - 1);
-                for cc in lo..=hi {
-                    for (s, &v) in squares.iter_mut().zip(&image[cc * plane..(cc + 1) * plane]) {
-                        *s += v * v;
-                    }
+            squares.fill(0.0);
+            let lo = c.saturating_sub(half_lo);
+            let hi = (c + half_hi).min(channels - 1);
+            for cc in lo..=hi {
+                for (s, &v) in squares.iter_mut().zip(&image[cc * plane..(cc + 1) * plane]) {
+                    *s += v * v;
                 }
-                let rows = out[c * plane..(c + 1) * plane]
-                    .iter_mut()
-                    .zip(&image[c * plane..(c + 1) * plane])
-                    .zip(&squares);
-                if beta == 0.75 {
-                    for ((o, &v), &s) in rows {
-                        let root = (bias + scale * s).sqrt();
-                        *o = v / (root * root.sqrt());
-                    }
-                } else {
-                    for ((o, &v), &s) in rows {
-                        *o = v / (bias + scale * s).powf(beta);
-                    }
+            }
+            let rows = out.iter_mut().zip(&image[c * plane..(c + 1) * plane]).zip(&squares);
+            if beta == 0.75 {
+                for ((o, &v), &s) in rows {
+                    let root = (bias + scale * s).sqrt();
+                    *o = v / (root * root.sqrt());
+                }
+            } else {
+                for ((o, &v), &s) in rows {
+                    *o = v / (bias + scale * s).powf(beta);
                 }
             }
         }
@@ -251,11 +250,13 @@ mod tests {
     use super::*;
 
     /// LRN against its definition in f64, for the β = 0.75 square-root path and a general β,
-    /// on every ISA variant; channel windows clipped at both ends (size 5 over 7 channels).
+    /// on every ISA variant; channel windows clipped at both ends (size 5 over 7 channels), two
+    /// images, computed whole and as two ranges of planes split inside the first image (as the
+    /// threads take them).
     #[test]
     fn lrn_matches_the_definition() {
-        let (channels, plane, size) = (7usize, 13usize, 5usize);
-        let x: Vec<f32> = (0..channels * plane)
+        let (images, channels, plane, size) = (2usize, 7usize, 13usize, 5usize);
+        let x: Vec<f32> = (0..images * channels * plane)
             .map(|i| ((i * 29 % 31) as f32 - 15.0) / 4.0)
             .collect();
         for (alpha, beta, bias) in [
@@ -264,22 +265,32 @@ mod tests {
             (0.3, 0.6, 1.5),
         ] {
             for level in crate::kernels::simd::available_levels() {
-                let mut y = vec![0.0f32; x.len()];
+                let mut whole = vec![0.0f32; x.len()];
                 lrn::at(
-                    level, &x, 1, channels, plane, size, alpha, beta, bias, &mut y,
+                    level, &x, channels, plane, 0, size, alpha, beta, bias, &mut whole,
                 );
-                for c in 0..channels {
-                    for p in 0..plane {
-                        let sum: f64 = (c.saturating_sub(2)..=(c + 2).min(channels - 1))
-                            .map(|cc| f64::from(x[cc * plane + p]).powi(2))
-                            .sum();
-                        let base = f64::from(bias) + f64::from(alpha) / size as f64 * sum;
-                        let want = f64::from(x[c * plane + p]) / base.powf(f64::from(beta));
-                        let got = f64::from(y[c * plane + p]);
-                        assert!(
-                            (got - want).abs() <= 1e-6 * want.abs().max(1e-3),
-                            "{level:?} beta {beta}: {got} vs {want}"
-                        );
+                let mut pieces = vec![0.0f32; x.len()];
+                let (front, back) = pieces.split_at_mut(5 * plane);
+                lrn::at(
+                    level, &x, channels, plane, 0, size, alpha, beta, bias, front,
+                );
+                lrn::at(level, &x, channels, plane, 5, size, alpha, beta, bias, back);
+                assert_eq!(whole, pieces, "{level:?}: planes split across pieces");
+                for n in 0..images {
+                    for c in 0..channels {
+                        let image = &x[n * channels * plane..];
+                        for p in 0..plane {
+                            let sum: f64 = (c.saturating_sub(2)..=(c + 2).min(channels - 1))
+                                .map(|cc| f64::from(image[cc * plane + p]).powi(2))
+                                .sum();
+                            let base = f64::from(bias) + f64::from(alpha) / size as f64 * sum;
+                            let want = f64::from(image[c * plane + p]) / base.powf(f64::from(beta));
+                            let got = f64::from(whole[(n * channels + c) * plane + p]);
+                            assert!(
+                                (got - want).abs() <= 1e-6 * want.abs().max(1e-3),
+                                "{level:?} beta {beta}: {got} vs {want}"
+                            );
+                        }
                     }
                 }
             }

@@ -279,9 +279,22 @@ pub(crate) fn par_pieces(
     threads: usize,
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
+    par_pieces_weighted(out, unit, 1, threads, f)
+}
+
+/// [`par_pieces`] for kernels that do `work_per_element` times an element-wise op's work per
+/// output (a 5×5 pooling window, LRN's channel window): the split threshold is on the work, so
+/// a 50k-output 5×5 max pool splits where a 50k-element Relu would not.
+pub(crate) fn par_pieces_weighted(
+    out: &mut [f32],
+    unit: usize,
+    work_per_element: usize,
+    threads: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
     let units = out.len().div_ceil(unit.max(1));
     let pieces = threads
-        .min(out.len() / MIN_ELEMENTWISE_PER_THREAD)
+        .min(out.len().saturating_mul(work_per_element.max(1)) / MIN_ELEMENTWISE_PER_THREAD)
         .min(units)
         .max(1);
     if pieces == 1 {
@@ -310,7 +323,8 @@ pub(crate) fn par_planes(
     pool: impl Fn(&Pool2d, &[f32], &mut [f32]) + Sync + Send,
 ) {
     let (in_plane, out_plane) = (geom.in_h * geom.in_w, (geom.out_h * geom.out_w).max(1));
-    par_pieces(output, out_plane, threads, |off, y| {
+    let taps = geom.kernel_h * geom.kernel_w;
+    par_pieces_weighted(output, out_plane, taps, threads, |off, y| {
         let (first, planes) = (off / out_plane, y.len() / out_plane);
         let sub = Pool2d { planes, ..*geom };
         pool(

@@ -11,9 +11,10 @@ use crate::kernels::parallel::par_pieces;
 
 #[derive(Clone, Debug)]
 pub(crate) enum MovementKernel {
+    /// The transpose's merged axes (`movement::merged_axes`); threads take ranges of the
+    /// outermost.
     Transpose {
-        shape: Vec<usize>,
-        perm: Vec<usize>,
+        axes: Vec<(usize, usize)>,
     },
     Concat {
         axis: usize,
@@ -87,7 +88,9 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
             .collect(),
         None => (0..x.len()).rev().collect(),
     };
-    movement(MovementKernel::Transpose { shape: x, perm })
+    movement(MovementKernel::Transpose {
+        axes: movement::merged_axes(&x, &perm),
+    })
 }
 
 fn lower_concat(cx: &Cx) -> Result<Lowered, ExecError> {
@@ -302,8 +305,20 @@ fn lower_resize(cx: &Cx) -> Result<Lowered, ExecError> {
 
 pub(crate) fn run(kernel: &MovementKernel, io: &mut Io) -> Result<(), String> {
     match kernel {
-        MovementKernel::Transpose { shape, perm } => {
-            movement::transpose(io.x(0)?, shape, perm, io.outs[0])
+        MovementKernel::Transpose { axes } => {
+            let x = io.x(0)?;
+            match axes.split_first() {
+                Some((&(outer, outer_stride), inner_axes)) if outer > 1 => {
+                    let unit: usize = inner_axes.iter().map(|axis| axis.0).product();
+                    par_pieces(io.outs[0], unit.max(1), io.threads, |off, y| {
+                        let (first, count) = (off / unit.max(1), y.len() / unit.max(1));
+                        let mut piece_axes = axes.clone();
+                        piece_axes[0].0 = count;
+                        movement::transpose_axes(x, first * outer_stride, &piece_axes, y);
+                    });
+                }
+                _ => movement::transpose_axes(x, 0, axes, io.outs[0]),
+            }
         }
         MovementKernel::Concat { axis, shapes } => {
             let parts: Vec<(&[f32], &[usize])> = shapes

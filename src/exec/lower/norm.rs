@@ -7,7 +7,7 @@ use crate::analysis::ops;
 use crate::exec::cpu::{InRef, Io};
 use crate::exec::ExecError;
 use crate::kernels::norm;
-use crate::kernels::parallel::par_pieces;
+use crate::kernels::parallel::{par_pieces, par_pieces_weighted};
 
 #[derive(Clone, Debug)]
 pub(crate) enum NormKernel {
@@ -174,21 +174,24 @@ pub(crate) fn run(kernel: &NormKernel, io: &mut Io) -> Result<(), String> {
                 .flatten()
                 .map(InRef::f32)
                 .transpose()?;
-            norm::layer_norm(io.x(0)?, *row_len, gamma, beta, *eps, io.outs[0]);
+            // Threads take whole rows (three passes over each).
+            let (x, unit) = (io.x(0)?, (*row_len).max(1));
+            par_pieces_weighted(io.outs[0], unit, 3, io.threads, |off, y| {
+                norm::layer_norm(&x[off..off + y.len()], *row_len, gamma, beta, *eps, y)
+            });
         }
         NormKernel::InstanceNorm {
             channels,
             plane,
             eps,
-        } => norm::instance_norm(
-            io.x(0)?,
-            *channels,
-            *plane,
-            io.x(1)?,
-            io.x(2)?,
-            *eps,
-            io.outs[0],
-        ),
+        } => {
+            // Threads take whole planes (three passes over each).
+            let (x, scale, bias, unit) = (io.x(0)?, io.x(1)?, io.x(2)?, (*plane).max(1));
+            par_pieces_weighted(io.outs[0], unit, 3, io.threads, |off, y| {
+                let xs = &x[off..off + y.len()];
+                norm::instance_norm(xs, *channels, *plane, off / unit, scale, bias, *eps, y)
+            });
+        }
         NormKernel::Lrn {
             batch,
             channels,
@@ -197,17 +200,25 @@ pub(crate) fn run(kernel: &NormKernel, io: &mut Io) -> Result<(), String> {
             alpha,
             beta,
             bias,
-        } => norm::lrn(
-            io.x(0)?,
-            *batch,
-            *channels,
-            *plane,
-            *size,
-            *alpha,
-            *beta,
-            *bias,
-            io.outs[0],
-        ),
+        } => {
+            // Threads take ranges of output planes; each output reads `size` squares and
+            // takes two roots and a division.
+            let (x, unit) = (io.x(0)?, (*plane).max(1));
+            let out = &mut io.outs[0][..batch * channels * plane];
+            par_pieces_weighted(out, unit, size + 4, io.threads, |off, y| {
+                norm::lrn(
+                    x,
+                    *channels,
+                    *plane,
+                    off / unit,
+                    *size,
+                    *alpha,
+                    *beta,
+                    *bias,
+                    y,
+                )
+            });
+        }
         NormKernel::Softmax {
             outer,
             axis_len,
