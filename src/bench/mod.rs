@@ -285,11 +285,19 @@ pub fn bench_graph(
         unplanned_activation_bytes: plan.unplanned_activation_bytes,
         weights_bytes: plan.weights_bytes,
         nhwc_pairs: plan.nhwc_pairs(),
-        kernel_isa: format!(
-            "gemm {}, vector kernels {}",
-            crate::kernels::gemm::isa_name(),
-            crate::kernels::simd::isa_level().name()
-        ),
+        kernel_isa: {
+            let gemm = crate::kernels::gemm::GemmConfig::default();
+            let b = gemm.blocking;
+            format!(
+                "gemm {} (blocking mc {} kc {} nc {} nc_short {}), vector kernels {}",
+                gemm.isa.name(),
+                b.mc,
+                b.kc,
+                b.nc,
+                b.nc_short,
+                crate::kernels::simd::isa_level().name()
+            )
+        },
         analysis,
     })
 }

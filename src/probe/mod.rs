@@ -215,6 +215,11 @@ impl Tracker<'_> {
     }
 }
 
+/// This CPU's identification (CPUID, sysfs, stated defaults): nothing is measured.
+pub fn identify_cpu() -> CpuDescription {
+    cpu::identify().description
+}
+
 /// Measures this machine and returns its profile (id `local`, kind CPU, source Probed).
 pub fn run_probe(
     options: &ProbeOptions,

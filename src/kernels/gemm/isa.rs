@@ -341,6 +341,8 @@ pub(crate) static AVX2: Kernel = kernel_table!(
 /// B micro-panel 64 KiB, more than L1, but L2 feeds the ~15 B/cycle the kernel needs and C is
 /// updated half as often: on the development guest (EPYC Zen 4, family 25 model 17) kc 512
 /// vs 256 measured 90% vs 87% of the FMA peak on 1024³ and 89% vs 86% on 2048³.
+/// These are the tuned points; `blocking::for_caches` re-sizes mc, nc and nc_short for the
+/// caches of the machine the kernels run on.
 #[cfg(target_arch = "x86_64")]
 pub(crate) static AVX512: Kernel = kernel_table!(
     avx512,

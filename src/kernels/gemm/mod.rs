@@ -24,6 +24,7 @@
 //! caller, which has validated the model before running it.
 
 pub(crate) mod act;
+pub mod blocking;
 mod buf;
 mod driver;
 mod gemv;
@@ -205,7 +206,7 @@ impl Isa {
 }
 
 /// Cache blocking. Values are rounded up to multiples of the microkernel tile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Blocking {
     /// Rows of the packed A block (`mc × kc`, sized for L2).
     pub mc: usize,
@@ -226,11 +227,20 @@ pub struct GemmConfig {
 }
 
 impl GemmConfig {
-    /// The tuned defaults of `isa`, or `None` when this CPU lacks it.
+    /// The defaults of `isa` on this machine (its table's tuned blocking sized for the detected
+    /// caches, see [`blocking::for_caches`]), or `None` when this CPU lacks it.
     pub fn for_isa(isa: Isa) -> Option<GemmConfig> {
-        isa.is_available().then(|| GemmConfig {
-            isa,
-            blocking: isa::table(isa).blocking,
+        static CACHES: OnceLock<Option<blocking::CacheSizes>> = OnceLock::new();
+        let caches = *CACHES.get_or_init(blocking::detected_caches);
+        isa.is_available().then(|| {
+            let tuned = isa::table(isa).blocking;
+            GemmConfig {
+                isa,
+                blocking: match caches {
+                    Some(caches) => blocking::for_caches(tuned, isa.tile(), caches),
+                    None => tuned,
+                },
+            }
         })
     }
 
