@@ -505,51 +505,98 @@ pub fn resize_2d(
             .iter()
             .enumerate()
             .all(|(x, &source)| source == x / factor);
+    if linear {
+        resize_linear(input, planes, (in_h, in_w), (out_h, out_w), &ys, &xs, out);
+        return;
+    }
     for p in 0..planes {
         let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
         let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
-        for (y, &sy) in ys.iter().enumerate() {
-            if !linear && y > 0 && nearest_y[y] == nearest_y[y - 1] {
+        for y in 0..out_h {
+            if y > 0 && nearest_y[y] == nearest_y[y - 1] {
                 // The same source row as the output row above: copy that row.
                 dst.copy_within((y - 1) * out_w..y * out_w, y * out_w);
                 continue;
             }
-            if !linear && repeats_columns {
-                let row = &src[nearest_y[y] * in_w..][..in_w];
-                let out_row = &mut dst[y * out_w..(y + 1) * out_w];
-                if factor == 2 {
-                    // Fixed-size pairs vectorise (interleaving shuffles); a run of a length
-                    // known only at run time was a `memset` call per element.
-                    for (pair, &value) in out_row.chunks_exact_mut(2).zip(row) {
-                        pair[0] = value;
-                        pair[1] = value;
-                    }
-                } else {
-                    for (run, &value) in out_row.chunks_exact_mut(factor).zip(row) {
-                        run.fill(value);
-                    }
+            let row = &src[nearest_y[y] * in_w..][..in_w];
+            let out_row = &mut dst[y * out_w..(y + 1) * out_w];
+            if repeats_columns && factor == 2 {
+                // Fixed-size pairs vectorise (interleaving shuffles); a run of a length known
+                // only at run time was a `memset` call per element.
+                for (pair, &value) in out_row.chunks_exact_mut(2).zip(row) {
+                    pair[0] = value;
+                    pair[1] = value;
                 }
-                continue;
-            }
-            if linear {
-                let sy = sy.clamp(0.0, (in_h - 1) as f32);
-                let y0 = sy.floor() as usize;
-                let y1 = (y0 + 1).min(in_h - 1);
-                let fy = sy - y0 as f32;
-                for (x, &sx) in xs.iter().enumerate() {
-                    let sx = sx.clamp(0.0, (in_w - 1) as f32);
-                    let x0 = sx.floor() as usize;
-                    let x1 = (x0 + 1).min(in_w - 1);
-                    let fx = sx - x0 as f32;
-                    let top = src[y0 * in_w + x0] * (1.0 - fx) + src[y0 * in_w + x1] * fx;
-                    let bottom = src[y1 * in_w + x0] * (1.0 - fx) + src[y1 * in_w + x1] * fx;
-                    dst[y * out_w + x] = top * (1.0 - fy) + bottom * fy;
+            } else if repeats_columns {
+                for (run, &value) in out_row.chunks_exact_mut(factor).zip(row) {
+                    run.fill(value);
                 }
             } else {
-                let row = &src[nearest_y[y] * in_w..][..in_w];
-                for (d, &ix) in dst[y * out_w..(y + 1) * out_w].iter_mut().zip(&nearest_x) {
+                for (d, &ix) in out_row.iter_mut().zip(&nearest_x) {
                     *d = row[ix];
                 }
+            }
+        }
+    }
+}
+
+/// The two source positions and the weight of the second, for each output position of one
+/// axis of a linear resize (`coords` are the source coordinates, clamped to the axis).
+fn linear_taps(coords: &[f32], len: usize) -> Vec<(usize, usize, f32)> {
+    coords
+        .iter()
+        .map(|&c| {
+            let c = c.clamp(0.0, (len - 1) as f32);
+            let first = c.floor() as usize;
+            (first, (first + 1).min(len - 1), c - first as f32)
+        })
+        .collect()
+}
+
+/// Bilinear resize, separably: each input row a plane's outputs need is interpolated along x
+/// once into a buffer (kept while consecutive output rows read it, as upsampling's do), and
+/// each output row is one vectorised blend of two buffers. Per element the arithmetic is the
+/// definition's (`top·(1−fy) + bottom·fy` of the two x-interpolated rows), so results are
+/// unchanged; computing both taps of every output element, coordinates included, took 5.5 ns
+/// an element (64×40² ×2: 2.3 ms).
+fn resize_linear(
+    input: &[f32],
+    planes: usize,
+    (in_h, in_w): (usize, usize),
+    (out_h, out_w): (usize, usize),
+    ys: &[f32],
+    xs: &[f32],
+    out: &mut [f32],
+) {
+    let columns = linear_taps(xs, in_w);
+    let rows = linear_taps(ys, in_h);
+    let interpolate = |row: &[f32], into: &mut [f32]| {
+        for (value, &(x0, x1, fx)) in into.iter_mut().zip(&columns) {
+            *value = row[x0] * (1.0 - fx) + row[x1] * fx;
+        }
+    };
+    let (mut upper, mut lower) = (vec![0.0f32; out_w], vec![0.0f32; out_w]);
+    for p in 0..planes {
+        let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
+        let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
+        // Source rows now held by `upper` and `lower` (none at a plane's start).
+        let (mut upper_row, mut lower_row) = (usize::MAX, usize::MAX);
+        for (out_row, &(y0, y1, fy)) in dst.chunks_exact_mut(out_w.max(1)).zip(&rows) {
+            if upper_row != y0 {
+                if lower_row == y0 {
+                    std::mem::swap(&mut upper, &mut lower);
+                    std::mem::swap(&mut upper_row, &mut lower_row);
+                } else {
+                    interpolate(&src[y0 * in_w..(y0 + 1) * in_w], &mut upper);
+                    upper_row = y0;
+                }
+            }
+            if lower_row != y1 {
+                interpolate(&src[y1 * in_w..(y1 + 1) * in_w], &mut lower);
+                lower_row = y1;
+            }
+            for ((o, &top), &bottom) in out_row.iter_mut().zip(&upper).zip(&lower) {
+                *o = top * (1.0 - fy) + bottom * fy;
             }
         }
     }
@@ -687,6 +734,64 @@ pub(crate) fn fold_row(kind: Reduction, row: &[f32], init: f32, max: f32) -> f32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The separable bilinear resize against the definition per element (both x taps of both
+    /// rows, then the y blend, in the same f32 operations): equal bit for bit, for up- and
+    /// downsampling, non-integer factors, every coordinate mode and a one-row output.
+    #[test]
+    fn separable_linear_resize_is_the_per_element_definition() {
+        let (planes, in_h, in_w) = (2, 5, 7);
+        let input: Vec<f32> = (0..planes * in_h * in_w)
+            .map(|v| ((v * 37 % 23) as f32 - 11.0) / 3.0)
+            .collect();
+        for (out_h, out_w) in [(10, 14), (13, 9), (3, 4), (1, 7), (5, 7)] {
+            for coord in [
+                CoordMode::HalfPixel,
+                CoordMode::PytorchHalfPixel,
+                CoordMode::AlignCorners,
+                CoordMode::Asymmetric,
+            ] {
+                let scales = (out_h as f32 / in_h as f32, out_w as f32 / in_w as f32);
+                let mut out = vec![f32::NAN; planes * out_h * out_w];
+                resize_2d(
+                    &input,
+                    planes,
+                    (in_h, in_w),
+                    (out_h, out_w),
+                    scales,
+                    true,
+                    coord,
+                    NearestMode::Floor,
+                    &mut out,
+                );
+                let tap = |c: f32, len: usize| {
+                    let c = c.clamp(0.0, (len - 1) as f32);
+                    let first = c.floor() as usize;
+                    (first, (first + 1).min(len - 1), c - first as f32)
+                };
+                for p in 0..planes {
+                    let src = &input[p * in_h * in_w..];
+                    for y in 0..out_h {
+                        let (y0, y1, fy) = tap(source_coord(coord, y, scales.0, in_h, out_h), in_h);
+                        for x in 0..out_w {
+                            let (x0, x1, fx) =
+                                tap(source_coord(coord, x, scales.1, in_w, out_w), in_w);
+                            let top = src[y0 * in_w + x0] * (1.0 - fx) + src[y0 * in_w + x1] * fx;
+                            let bottom =
+                                src[y1 * in_w + x0] * (1.0 - fx) + src[y1 * in_w + x1] * fx;
+                            let want = top * (1.0 - fy) + bottom * fy;
+                            let got = out[(p * out_h + y) * out_w + x];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{out_h}x{out_w} {coord:?} at {p},{y},{x}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn nearest_resize_runs_and_row_copies_match_a_gather_per_element() {
