@@ -11,7 +11,7 @@ use super::{RtData, RtTensor};
 use crate::analysis::algorithm::ConvAlgorithm;
 use crate::kernels::conv::winograd::{self, WinogradWeights};
 use crate::kernels::conv::PackedConvWeights;
-use crate::kernels::gemm::GemmConfig;
+use crate::kernels::gemm::{GemmConfig, PackedB};
 
 /// The blocking of a GEMM of shape (m, n, k) (autotuned, or the defaults).
 pub(crate) type GemmConfigFn<'a> = dyn FnMut(usize, usize, usize) -> GemmConfig + 'a;
@@ -20,7 +20,12 @@ pub(crate) type GemmConfigFn<'a> = dyn FnMut(usize, usize, usize) -> GemmConfig 
 #[derive(Clone, Debug)]
 pub(crate) enum Prepared {
     None,
-    Gemm(GemmConfig),
+    /// A matrix product's blocking, and its constant B packed for it once (see
+    /// `lower::gemm::MatMulSpec::constant_b`).
+    Gemm {
+        config: GemmConfig,
+        packed_b: Option<Arc<PackedB>>,
+    },
     /// Convolution weights are packed for the blocking once, not per run (`None`: depthwise,
     /// which reads them directly).
     Conv {
@@ -43,6 +48,10 @@ impl Prepared {
                 ..
             } => packed.bytes(),
             Prepared::Winograd { weights, .. } => weights.bytes(),
+            Prepared::Gemm {
+                packed_b: Some(packed),
+                ..
+            } => packed.bytes(),
             _ => 0,
         }
     }

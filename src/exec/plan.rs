@@ -273,6 +273,11 @@ pub fn build_plan(
         })?;
         let algorithm = lower::conv::algorithm(&lowered.kernel, index, &options.conv_algorithms);
         let prepared = cpu::prepare(&lowered.kernel, algorithm, &mut gemm_config);
+        let mut kernel = lowered.kernel;
+        if let Kernel::MatMul(spec) = &mut kernel {
+            // The packed copy replaces the constant B's copy the lowering took for packing.
+            spec.release_constant_b();
+        }
         let scratch = lowered.scratch.max(prepared.scratch_len());
         // The packed copy lives next to the constant it was packed from.
         weights_bytes += prepared.packed_bytes() as u64;
@@ -283,7 +288,7 @@ pub fn build_plan(
                 op_type: node.op_type.clone(),
                 flops: lowered.flops,
             },
-            kernel: lowered.kernel,
+            kernel,
             cpu: prepared,
             inputs: step_inputs,
             outputs: node.outputs.clone(),

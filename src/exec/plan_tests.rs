@@ -409,3 +409,71 @@ fn split_norms_pools_and_transposes_match_one_thread() {
     assert!(got.iter().all(|v| v.is_finite()));
     assert!(got == want, "2-thread output differs from 1-thread");
 }
+
+/// A product with a constant B and more rows than the streaming paths take packs B once at
+/// plan time (`Prepared::Gemm::packed_b`), for Gemm's transposed weights and MatMul's plain
+/// ones alike; with 3 rows it does not. Outputs are the definition's either way.
+#[test]
+fn constant_b_is_packed_once_for_products_of_many_rows() {
+    use crate::builtin::builder::attr_int;
+    let (k, n) = (64usize, 48usize);
+    let weights: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 20.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|j| j as f32 / 10.0).collect();
+    for rows in [8usize, 3] {
+        let mut b = GraphBuilder::new(WeightFill::Random(1));
+        let x = b.input("x", 1, &[rows as i64, k as i64].map(SigDim::Fixed));
+        // Gemm reads W as [n, k] with transB; MatMul the same values as [k, n].
+        let w_nk = b.float_const("w_nk", &[n as i64, k as i64], &weights);
+        let w_kn = b.float_const("w_kn", &[k as i64, n as i64], &weights);
+        let c = b.float_const("c", &[n as i64], &bias);
+        let gemm = b.node("Gemm", &[&x, &w_nk, &c], vec![attr_int("transB", 1)]);
+        let matmul = b.node("MatMul", &[&x, &w_kn], vec![]);
+        let out = [rows as i64, n as i64].map(SigDim::Fixed);
+        b.output(&gemm, 1, &out);
+        b.output(&matmul, 1, &out);
+        let (_, plan) = default_plan(b, "constant_b");
+        let packed = plan
+            .steps
+            .iter()
+            .filter(|s| {
+                matches!(
+                    &s.cpu,
+                    super::super::cpu::Prepared::Gemm {
+                        packed_b: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(packed, if rows > 4 { 2 } else { 0 }, "{rows} rows");
+        let input: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 7 % 19) as f32 - 9.0) / 8.0)
+            .collect();
+        let inputs = one_input("x", &[rows, k], input.clone());
+        let mut ws = plan.workspace();
+        let outputs = plan.run(&mut ws, &inputs, None).unwrap();
+        let (got_gemm, got_matmul) = (outputs[0].1.to_f32(), outputs[1].1.to_f32());
+        for r in 0..rows {
+            for j in 0..n {
+                let dot_nk: f64 = (0..k)
+                    .map(|kk| f64::from(input[r * k + kk]) * f64::from(weights[j * k + kk]))
+                    .sum();
+                let dot_kn: f64 = (0..k)
+                    .map(|kk| f64::from(input[r * k + kk]) * f64::from(weights[kk * n + j]))
+                    .sum();
+                let want_gemm = dot_nk + f64::from(bias[j]);
+                let (g, m) = (
+                    f64::from(got_gemm[r * n + j]),
+                    f64::from(got_matmul[r * n + j]),
+                );
+                assert!(
+                    (g - want_gemm).abs() < 1e-4,
+                    "gemm {r},{j}: {g} vs {want_gemm}"
+                );
+                assert!((m - dot_kn).abs() < 1e-4, "matmul {r},{j}: {m} vs {dot_kn}");
+            }
+        }
+    }
+}

@@ -3,6 +3,8 @@
 //! activation in the epilogue). All lower to one batched GEMM description; on the CPU the
 //! blocking per shape comes from the tuning cache.
 
+use std::sync::Arc;
+
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::ops::GemmConfig;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
@@ -29,7 +31,18 @@ pub(crate) struct MatMulSpec {
     c: GemmC,
     beta: f32,
     activation: Activation,
+    /// B when it is a constant that the CPU packs once at plan time instead of on every run
+    /// (one product, more than the few rows that stream B unpacked, at most
+    /// `MAX_PREPACKED_B_BYTES`): a batch-8 classifier head over 1000×2048 transposed weights
+    /// spent two thirds of its time packing them.
+    constant_b: Option<Arc<Vec<f32>>>,
 }
+
+/// Largest constant B packed ahead of time (the packed copy adds its size to the plan's
+/// memory): dense layers of CNN heads and BERT-size transformers pack, a 7B decoder's
+/// 4096×11008 projections (180 MB) keep packing per call, which at prefill's many rows is a
+/// small share of the product.
+const MAX_PREPACKED_B_BYTES: usize = 32 << 20;
 
 #[derive(Clone, Debug, PartialEq)]
 enum GemmC {
@@ -99,7 +112,9 @@ fn lower_gemm(cx: &Cx) -> Result<Lowered, ExecError> {
         c,
         beta,
         activation: cx.activation()?,
+        constant_b: None,
     };
+    let spec = with_constant_b(cx, spec);
     Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (m * n * k) as u64))
 }
 
@@ -209,17 +224,48 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
         },
         beta: 1.0,
         activation: cx.activation()?,
+        constant_b: None,
     };
+    let spec = with_constant_b(cx, spec);
     Ok(Lowered::new(Kernel::MatMul(spec)).with_flops(2 * (batch * m * n * k) as u64))
 }
 
-/// The CPU blocking for the GEMM's shape.
+impl MatMulSpec {
+    /// Drops the copy of a constant B once the CPU has packed it (`prepare`).
+    pub(crate) fn release_constant_b(&mut self) {
+        self.constant_b = None;
+    }
+}
+
+/// `spec` with its B kept for packing at plan time when B is a constant worth it.
+fn with_constant_b(cx: &Cx, spec: MatMulSpec) -> MatMulSpec {
+    let packs = spec.batch == 1
+        && gemm::reads_b_packed(spec.m)
+        && spec.k * spec.n * 4 <= MAX_PREPACKED_B_BYTES;
+    MatMulSpec {
+        constant_b: if packs { cx.const_f32(1) } else { None },
+        ..spec
+    }
+}
+
+/// The CPU blocking for the GEMM's shape, and a constant B packed for it.
 pub(crate) fn prepare(spec: &MatMulSpec, gemm_config: &mut GemmConfigFn) -> Prepared {
-    Prepared::Gemm(gemm_config(spec.m, spec.n, spec.k))
+    let config = gemm_config(spec.m, spec.n, spec.k);
+    let packed_b = spec.constant_b.as_ref().map(|b| {
+        let view = MatRef {
+            data: &b[spec.b_offsets[0]..],
+            rows: spec.k,
+            cols: spec.n,
+            row_stride: spec.b_row_stride,
+            col_stride: spec.b_col_stride,
+        };
+        Arc::new(gemm::PackedB::with_config(&view, &config))
+    });
+    Prepared::Gemm { config, packed_b }
 }
 
 pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), String> {
-    let Prepared::Gemm(config) = cpu else {
+    let Prepared::Gemm { config, packed_b } = cpu else {
         return Err("internal: matrix product not prepared".into());
     };
     let a = io.x(0)?;
@@ -289,7 +335,10 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
                 activation: spec.activation,
             },
         };
-        gemm::sgemm_with(config, &am, &bm, c_tile, spec.n, &ep, threads);
+        match packed_b {
+            Some(packed) => gemm::sgemm_packed_b(&am, packed, c_tile, spec.n, &ep, threads),
+            None => gemm::sgemm_with(config, &am, &bm, c_tile, spec.n, &ep, threads),
+        }
         if let (GemmC::Scalar, Some(c)) = (&spec.c, scaled_c.as_deref()) {
             c_tile.iter_mut().for_each(|v| *v += c[0]);
             gemm::apply_activation(&spec.activation, c_tile);

@@ -588,7 +588,7 @@ fn vector_of<'v>(op: &Opnd<'v>, k: usize, tmp: &'v mut Vec<f32>) -> &'v [f32] {
 /// Up to this many rows of A run on the GEMV kernels instead of the blocked path: attention
 /// against a KV cache multiplies 1-4 query rows (a decode step, grouped queries) by a B that
 /// changes every call, where packing B for the blocked path costs more than streaming it.
-const FEW_ROWS: usize = 4;
+pub(crate) const FEW_ROWS: usize = 4;
 
 /// Rows `0..m` (2-4) of a small-`m` job over an unpacked B, in one pass over B. Returns false
 /// (nothing done) when B is packed or has no unit stride for the GEMV kernels to stream.

@@ -472,6 +472,25 @@ impl PackedA {
     }
 }
 
+impl std::fmt::Debug for PackedB {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PackedB {}x{} ({} bytes)",
+            self.rows,
+            self.cols,
+            self.bytes()
+        )
+    }
+}
+
+/// Whether a product with `m` rows of A reads B through packed panels. With 1-4 rows the
+/// GEMV and few-rows paths stream B once, unpacked, so a B packed ahead of time would only add
+/// memory.
+pub fn reads_b_packed(m: usize) -> bool {
+    m > driver::FEW_ROWS
+}
+
 impl PackedB {
     /// Packs `b` for this CPU's kernel.
     pub fn new(b: &MatRef) -> PackedB {
