@@ -329,12 +329,17 @@ cases = {
     "output_shape_short": dict(strides=[2, 2], output_shape=[6, 5]),
     "output_shape_long": dict(strides=[3, 2], output_shape=[10, 8]),
     "output_padding_dilated": dict(strides=[2, 2], output_padding=[1, 1], dilations=[2, 1]),
+    # Kernel = stride: every output gets one tap (the interleaving path), pairs and a general
+    # width, grouped.
+    "tiled_2x2": dict(strides=[2, 2], kernel=(2, 2)),
+    "tiled_2x3_grouped": dict(strides=[2, 3], kernel=(2, 3)),
 }
 rng = np.random.default_rng(7)
 for name, attrs in cases.items():
-    group = 2 if name == "same_lower" else 1
+    group = 2 if name in ("same_lower", "tiled_2x3_grouped") else 1
+    kh, kw = attrs.pop("kernel", (3, 3))
     # W is [C_in, C_out / group, kh, kw]: 3 output channels per group.
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, kh, kw)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(3 * group).astype(np.float32), "b")
     node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=group, **attrs)
     graph = helper.make_graph(
@@ -519,7 +524,7 @@ fn matmul_nbits_matches_onnxruntime() {
 
 #[test]
 fn conv_transpose_padding_forms_match_onnxruntime() {
-    models_match_onnxruntime(CONV_TRANSPOSE_MODELS, 6);
+    models_match_onnxruntime(CONV_TRANSPOSE_MODELS, 8);
 }
 
 /// Runs `script` (it writes `count` models into the folder given as its argument) and checks

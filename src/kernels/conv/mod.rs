@@ -872,14 +872,68 @@ pub fn conv_transpose2d(
             let out = &mut output[out_start..out_start + group_out * out_plane];
             let cols: &[f32] = scratch;
             // Threads take whole output planes: each plane gathers only its own rows of `cols`.
+            let disjoint = taps_tile_the_output(geom);
             par_pieces(out, out_plane, threads, |offset, planes| {
                 let first = offset / out_plane.max(1);
                 for (k, plane) in planes.chunks_mut(out_plane.max(1)).enumerate() {
                     let m = first + k;
-                    plane.fill(bias.map_or(0.0, |b| b[g * group_out + m]));
-                    col2im_plane(geom, m, cols, plane);
+                    let bias = bias.map_or(0.0, |b| b[g * group_out + m]);
+                    if disjoint {
+                        interleave_plane(geom, m, cols, bias, plane);
+                    } else {
+                        plane.fill(bias);
+                        col2im_plane(geom, m, cols, plane);
+                    }
                 }
             });
+        }
+    }
+}
+
+/// Whether every output position receives exactly one tap: kernel = stride on both axes, no
+/// dilation, padding or extra output rows (the 2×2 stride-2 upsampling of U-Nets and DB text
+/// detectors). The output is then the taps' rows interleaved, written once.
+fn taps_tile_the_output(geom: &Conv2d) -> bool {
+    geom.kernel_h == geom.stride_h
+        && geom.kernel_w == geom.stride_w
+        && geom.dilation_h == 1
+        && geom.dilation_w == 1
+        && geom.pad_top == 0
+        && geom.pad_left == 0
+        && geom.out_h == geom.in_h * geom.kernel_h
+        && geom.out_w == geom.in_w * geom.kernel_w
+}
+
+/// Output channel `m`'s plane where the taps tile the output ([`taps_tile_the_output`]):
+/// output row `oy` is input row `oy / kh`'s `kw` tap rows of kernel row `oy % kh`, interleaved,
+/// plus the bias. The scatter-add (a fill, then one strided add per tap) ran 4× the GEMM's
+/// time on PP-OCR's 24-channel 160² → 320² upsampling.
+fn interleave_plane(geom: &Conv2d, m: usize, cols: &[f32], bias: f32, plane: &mut [f32]) {
+    let (in_w, kh, kw) = (geom.in_w, geom.kernel_h, geom.kernel_w);
+    let in_plane = geom.in_h * in_w;
+    let tap_row = |ky: usize, kx: usize, iy: usize| {
+        let row = (m * kh + ky) * kw + kx;
+        &cols[row * in_plane + iy * in_w..row * in_plane + (iy + 1) * in_w]
+    };
+    for (oy, out_row) in plane.chunks_exact_mut(geom.out_w.max(1)).enumerate() {
+        let (iy, ky) = (oy / kh, oy % kh);
+        if kw == 2 {
+            // Fixed-size pairs vectorise (interleaving shuffles).
+            let (left, right) = (tap_row(ky, 0, iy), tap_row(ky, 1, iy));
+            for ((pair, &l), &r) in out_row.chunks_exact_mut(2).zip(left).zip(right) {
+                pair[0] = l + bias;
+                pair[1] = r + bias;
+            }
+        } else {
+            for kx in 0..kw {
+                for (o, &v) in out_row[kx..]
+                    .iter_mut()
+                    .step_by(kw)
+                    .zip(tap_row(ky, kx, iy))
+                {
+                    *o = v + bias;
+                }
+            }
         }
     }
 }
