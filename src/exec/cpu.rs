@@ -11,7 +11,7 @@ use super::{RtData, RtTensor};
 use crate::analysis::algorithm::ConvAlgorithm;
 use crate::kernels::conv::winograd::{self, WinogradWeights};
 use crate::kernels::conv::PackedConvWeights;
-use crate::kernels::gemm::{GemmConfig, PackedB};
+use crate::kernels::gemm::{blocking, GemmConfig, PackedB};
 
 /// The blocking of a GEMM of shape (m, n, k) (autotuned, or the defaults).
 pub(crate) type GemmConfigFn<'a> = dyn FnMut(usize, usize, usize) -> GemmConfig + 'a;
@@ -75,6 +75,27 @@ impl Prepared {
             _ => None,
         }
     }
+}
+
+/// Tells the GEMM kernels this machine's cache sizes (from the CPU identification: CPUID or
+/// sysfs, never its stated defaults), once per process, before the first plan takes a blocking.
+pub(crate) fn state_machine_caches() {
+    static STATED: std::sync::Once = std::sync::Once::new();
+    STATED.call_once(|| {
+        let description = crate::probe::identify_cpu();
+        let known = |level: u8| {
+            description
+                .caches
+                .iter()
+                .find(|cache| cache.level == level && cache.source != "default")
+                .map(|cache| cache.size_bytes)
+        };
+        let caches = known(2).map(|l2_bytes| blocking::CacheSizes {
+            l2_bytes,
+            l3_bytes: known(3),
+        });
+        blocking::use_caches(caches);
+    });
 }
 
 /// Plan-time preparation of a lowered kernel for the CPU, running a convolution as `algorithm`.

@@ -190,6 +190,7 @@ pub fn build_plan(
     if !missing.is_empty() {
         return Err(ExecError::MissingKernels(missing));
     }
+    cpu::state_machine_caches();
     let threads = options.threads.max(1);
     let mut gemm_config = |m: usize, n: usize, k: usize| -> gemm::GemmConfig {
         match &options.tuning {

@@ -5,6 +5,8 @@
 //! a fixed fraction of the level it is kept in). An Intel core with 2 MiB of L2 gets twice the
 //! A block of a 1 MiB Zen core; a client core with 8 MiB of L3 a quarter of the B block.
 
+use std::sync::OnceLock;
+
 use serde::Serialize;
 
 use super::Blocking;
@@ -55,21 +57,20 @@ pub fn for_caches(tuned: Blocking, (mr, nr): (usize, usize), caches: CacheSizes)
     }
 }
 
-/// This machine's per-core L2 and L3 instance sizes, where CPUID or sysfs state them (`None`
-/// when only the identification's defaults are known: the tuned blocking then stays).
-pub fn detected_caches() -> Option<CacheSizes> {
-    let description = crate::probe::identify_cpu();
-    let known = |level: u8| {
-        description
-            .caches
-            .iter()
-            .find(|cache| cache.level == level && cache.source != "default")
-            .map(|cache| cache.size_bytes)
-    };
-    Some(CacheSizes {
-        l2_bytes: known(2)?,
-        l3_bytes: known(3),
-    })
+/// The caches the default blocking is sized for, once stated ([`use_caches`]).
+static CACHES: OnceLock<Option<CacheSizes>> = OnceLock::new();
+
+/// States this machine's per-core L2 and L3 instance sizes (`None`: unknown, keep the tuned
+/// blockings). The kernels identify nothing themselves: the executor passes what the CPU
+/// identification found before it plans (`exec::plan`). The first call wins; blockings taken
+/// before it are the tuned ones.
+pub fn use_caches(caches: Option<CacheSizes>) {
+    let _ = CACHES.set(caches);
+}
+
+/// The caches stated with [`use_caches`], if any.
+pub fn stated_caches() -> Option<CacheSizes> {
+    CACHES.get().copied().flatten()
 }
 
 #[cfg(test)]

@@ -227,11 +227,11 @@ pub struct GemmConfig {
 }
 
 impl GemmConfig {
-    /// The defaults of `isa` on this machine (its table's tuned blocking sized for the detected
-    /// caches, see [`blocking::for_caches`]), or `None` when this CPU lacks it.
+    /// The defaults of `isa` on this machine (its table's tuned blocking sized for the caches
+    /// stated with [`blocking::use_caches`], see [`blocking::for_caches`]), or `None` when this
+    /// CPU lacks it.
     pub fn for_isa(isa: Isa) -> Option<GemmConfig> {
-        static CACHES: OnceLock<Option<blocking::CacheSizes>> = OnceLock::new();
-        let caches = *CACHES.get_or_init(blocking::detected_caches);
+        let caches = blocking::stated_caches();
         isa.is_available().then(|| {
             let tuned = isa::table(isa).blocking;
             GemmConfig {
@@ -268,11 +268,10 @@ impl GemmConfig {
 }
 
 impl Default for GemmConfig {
+    /// The detected ISA with its blocking for the caches stated so far (not cached: the
+    /// executor states them when it first plans, see [`blocking::use_caches`]).
     fn default() -> Self {
-        static DEFAULT: OnceLock<GemmConfig> = OnceLock::new();
-        *DEFAULT.get_or_init(|| {
-            GemmConfig::for_isa(Isa::detect()).expect("the detected ISA is available")
-        })
+        GemmConfig::for_isa(Isa::detect()).expect("the detected ISA is available")
     }
 }
 
