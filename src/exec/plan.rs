@@ -191,6 +191,9 @@ pub fn build_plan(
         return Err(ExecError::MissingKernels(missing));
     }
     cpu::state_machine_caches();
+    // Constant B operands packed at plan time are a second copy of those weights: at most
+    // 1 GiB of them, and at most an eighth of the memory available now.
+    let mut prepack_budget = (super::sysmem::available_bytes().0 / 8).min(1 << 30) as usize;
     let threads = options.threads.max(1);
     let mut gemm_config = |m: usize, n: usize, k: usize| -> gemm::GemmConfig {
         match &options.tuning {
@@ -273,8 +276,17 @@ pub fn build_plan(
             views: &views,
         })?;
         let algorithm = lower::conv::algorithm(&lowered.kernel, index, &options.conv_algorithms);
-        let prepared = cpu::prepare(&lowered.kernel, algorithm, &mut gemm_config);
         let mut kernel = lowered.kernel;
+        if let Kernel::MatMul(spec) = &mut kernel {
+            // Past the budget, B is packed per call as before (no second copy of it).
+            let bytes = spec.constant_b_bytes();
+            if bytes > prepack_budget {
+                spec.release_constant_b();
+            } else {
+                prepack_budget -= bytes;
+            }
+        }
+        let prepared = cpu::prepare(&kernel, algorithm, &mut gemm_config);
         if let Kernel::MatMul(spec) = &mut kernel {
             // The packed copy replaces the constant B's copy the lowering took for packing.
             spec.release_constant_b();

@@ -33,8 +33,9 @@ pub(crate) struct MatMulSpec {
     activation: Activation,
     /// B when it is a constant that the CPU packs once at plan time instead of on every run
     /// (one product, more than the few rows that stream B unpacked, at most
-    /// `MAX_PREPACKED_B_BYTES`): a batch-8 classifier head over 1000×2048 transposed weights
-    /// spent two thirds of its time packing them.
+    /// `MAX_PREPACKED_B_BYTES`, and while the plan's budget for packed copies lasts, see
+    /// `exec::plan`): a batch-8 classifier head over 1000×2048 transposed weights spent two
+    /// thirds of its time packing them.
     constant_b: Option<Arc<Vec<f32>>>,
 }
 
@@ -234,6 +235,11 @@ impl MatMulSpec {
     /// Drops the copy of a constant B once the CPU has packed it (`prepare`).
     pub(crate) fn release_constant_b(&mut self) {
         self.constant_b = None;
+    }
+
+    /// Bytes a constant B kept for packing takes (0 when none is).
+    pub(crate) fn constant_b_bytes(&self) -> usize {
+        self.constant_b.as_ref().map_or(0, |b| b.len() * 4)
     }
 }
 
