@@ -7,12 +7,10 @@
 
 use std::sync::OnceLock;
 
-use serde::Serialize;
-
 use super::Blocking;
 
 /// The cache sizes a blocking is derived for, in bytes: one core's L2 and one L3 instance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CacheSizes {
     pub l2_bytes: u64,
     pub l3_bytes: Option<u64>,

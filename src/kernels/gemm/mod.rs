@@ -206,7 +206,7 @@ impl Isa {
 }
 
 /// Cache blocking. Values are rounded up to multiples of the microkernel tile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Blocking {
     /// Rows of the packed A block (`mc × kc`, sized for L2).
     pub mc: usize,
