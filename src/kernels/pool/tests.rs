@@ -95,6 +95,10 @@ fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
         (3, 1, 1, 1, 1, 37),
         (2, 1, 0, 1, 1, 33),
         (3, 1, 2, 2, 2, 20),
+        // Windows of more than nine taps on stride 1 (separable on the grid), rows wider than
+        // the narrow-plane kernel takes: YOLO's 5×5 SPPF window, a 7×7 average.
+        (5, 1, 2, 2, 1, 20),
+        (7, 1, 3, 3, 1, 21),
         // The narrow-plane kernel's limits: 32 input and 16 output columns.
         (2, 2, 0, 0, 1, 31),
         (3, 1, 1, 1, 1, 15),
@@ -155,6 +159,10 @@ fn separable_max_pool_matches_the_window_loop_on_every_isa() {
         (1, 1, 0, 1, 4),
         (3, 1, 1, 1, 28),
         (2, 1, 0, 1, 47),
+        // More than nine taps on stride 1, rows past 16 outputs: 5×5 (SPPF), dilated, 7×7.
+        (5, 1, 2, 1, 20),
+        (5, 1, 2, 2, 24),
+        (7, 1, 3, 1, 19),
     ] {
         let out = (hw + 2 * pad - d * (k - 1) - 1) / s + 1;
         let p = Pool2d {
