@@ -44,14 +44,13 @@ fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
     )
     .unwrap();
     let prepared = Prepared::new(graph, &Bindings::default()).unwrap();
-    let plan = build_plan(
-        &prepared.graph,
-        &prepared.order,
-        &prepared.states,
-        &PlanOptions::default(),
-    )
-    .unwrap();
+    let plan = plan_with(&prepared, PlanOptions::default());
     (prepared, plan)
+}
+
+/// The plan of a prepared graph under `options`.
+fn plan_with(prepared: &Prepared, options: PlanOptions) -> Plan {
+    build_plan(&prepared.graph, &prepared.order, &prepared.states, &options).unwrap()
 }
 
 fn check_block(relu_between: bool) {
@@ -121,16 +120,13 @@ fn check_block(relu_between: bool) {
         assert_ne!(slot(value(&c)).0, slot(value(&d)).0);
     }
     // The same values, bit for bit, as the plan whose Concats copy; and less memory.
-    let copying = build_plan(
-        &prepared.graph,
-        &prepared.order,
-        &prepared.states,
-        &PlanOptions {
+    let copying = plan_with(
+        &prepared,
+        PlanOptions {
             concat_in_place: false,
             ..PlanOptions::default()
         },
-    )
-    .unwrap();
+    );
     assert!(copying
         .steps
         .iter()
@@ -211,16 +207,13 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
         } else {
             assert_eq!(layouts, [PairLayout::Nchw, PairLayout::Nchw]);
         }
-        let nchw = build_plan(
-            &prepared.graph,
-            &prepared.order,
-            &prepared.states,
-            &PlanOptions {
+        let nchw = plan_with(
+            &prepared,
+            PlanOptions {
                 nhwc_pairs: false,
                 ..PlanOptions::default()
             },
-        )
-        .unwrap();
+        );
         let input: Vec<f32> = (0..8 * 196)
             .map(|i| ((i * 29 % 23) as f32 - 11.0) / 7.0)
             .collect();
@@ -381,16 +374,13 @@ fn split_norms_pools_and_transposes_match_one_thread() {
     let y = b.layer_norm(&nhwc, channels);
     b.output(&y, 1, &[1, side, side, channels].map(SigDim::Fixed));
     let (prepared, one) = default_plan(b, "split");
-    let two = build_plan(
-        &prepared.graph,
-        &prepared.order,
-        &prepared.states,
-        &PlanOptions {
+    let two = plan_with(
+        &prepared,
+        PlanOptions {
             threads: 2,
             ..PlanOptions::default()
         },
-    )
-    .unwrap();
+    );
     let len = (channels * side * side) as usize;
     let input: Vec<f32> = (0..len)
         .map(|i| ((i * 37 % 101) as f32 - 50.0) / 9.0)

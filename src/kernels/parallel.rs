@@ -314,7 +314,7 @@ pub(crate) fn par_pieces_weighted(
 }
 
 /// A pooling over `geom.planes` planes split into whole planes across the plan's threads
-/// ([`par_pieces`]): `pool(sub, input planes, output planes)` with `sub.planes` the piece's count.
+/// ([`par_pieces_weighted`], the window's taps as the work per output): `pool(sub, input planes, output planes)` with `sub.planes` the piece's count.
 pub(crate) fn par_planes(
     geom: &Pool2d,
     input: &[f32],

@@ -74,6 +74,10 @@ pub fn resize_2d(
     let xs: Vec<f32> = (0..out_w)
         .map(|x| source_coord(coord, x, scale_w, in_w, out_w))
         .collect();
+    if linear {
+        resize_linear(input, planes, (in_h, in_w), (out_h, out_w), &ys, &xs, out);
+        return;
+    }
     // Nearest source column of every output column, computed once.
     let nearest_x: Vec<usize> = xs.iter().map(|&sx| pick(sx, in_w)).collect();
     let nearest_y: Vec<usize> = ys.iter().map(|&sy| pick(sy, in_h)).collect();
@@ -86,10 +90,6 @@ pub fn resize_2d(
             .iter()
             .enumerate()
             .all(|(x, &source)| source == x / factor);
-    if linear {
-        resize_linear(input, planes, (in_h, in_w), (out_h, out_w), &ys, &xs, out);
-        return;
-    }
     for p in 0..planes {
         let src = &input[p * in_h * in_w..(p + 1) * in_h * in_w];
         let dst = &mut out[p * out_h * out_w..(p + 1) * out_h * out_w];
