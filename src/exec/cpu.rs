@@ -79,9 +79,15 @@ impl Prepared {
 
 /// Tells the GEMM kernels this machine's cache sizes (from the CPU identification: CPUID or
 /// sysfs, never its stated defaults), once per process, before the first plan takes a blocking.
+/// `ROOFLINE_GEMM_BLOCKING=tuned` keeps the ISA tables' blockings as tuned, for A/B runs of the
+/// cache-sized blocking on machines unlike the tuned one.
 pub(crate) fn state_machine_caches() {
     static STATED: std::sync::Once = std::sync::Once::new();
     STATED.call_once(|| {
+        if std::env::var_os("ROOFLINE_GEMM_BLOCKING").is_some_and(|choice| choice == "tuned") {
+            blocking::use_caches(None);
+            return;
+        }
         let description = crate::probe::identify_cpu();
         let known = |level: u8| {
             description
