@@ -328,9 +328,9 @@ pub(super) fn measure_bandwidth(
     };
     let mut sweeps = Vec::new();
     let mut extension: Vec<usize> = Vec::new();
-    // Where the read sweep found main memory, for the other ordinary kernels: `None` = by the
-    // cache sizes (no flushed reference), `Some(None)` = nowhere.
-    let mut memory_from: Option<Option<u64>> = None;
+    // The read sweep's plateaus, judged against flushed memory, name the other ordinary
+    // kernels' plateaus; `None` (no flushed reference): those are named by the cache sizes.
+    let mut read_plateaus: Option<Vec<Plateau>> = None;
     for &kernel in &swept {
         let mut sweep = BandwidthSweep {
             kernel,
@@ -389,23 +389,15 @@ pub(super) fn measure_bandwidth(
         sweep.plateaus = if kernel == BandwidthKernel::Read {
             find_plateaus(&sweep.points, &guide, reference)
         } else {
-            match memory_from {
-                Some(from) if !kernel.non_temporal() => {
-                    find_plateaus_past(&sweep.points, &guide, from)
-                }
+            match &read_plateaus {
+                Some(read) if !kernel.non_temporal() => find_plateaus_like(&sweep.points, read),
                 // Non-temporal stores bypass the caches: past the last-level cache is memory.
                 _ => find_plateaus(&sweep.points, &guide, None),
             }
         };
         if kernel == BandwidthKernel::Read {
             if reference.is_some() {
-                memory_from = Some(
-                    sweep
-                        .plateaus
-                        .iter()
-                        .find(|p| p.level == Some(MemoryLevel::Dram))
-                        .map(|p| p.working_set_lo_bytes.min(last_cache)),
-                );
+                read_plateaus = Some(sweep.plateaus.clone());
             }
             let has_dram = sweep
                 .plateaus
@@ -672,14 +664,10 @@ pub(super) fn find_plateaus(
     plateaus
 }
 
-/// The plateaus of another kernel's sweep, main memory being where the read sweep found it.
-fn find_plateaus_past(
-    points: &[SweepPoint],
-    guide: &CacheGuide,
-    memory_from: Option<u64>,
-) -> Vec<Plateau> {
+/// The plateaus of another kernel's sweep, named after the read sweep's (`read`).
+fn find_plateaus_like(points: &[SweepPoint], read: &[Plateau]) -> Vec<Plateau> {
     let mut plateaus = plateau::detect_plateaus(&curve(points), &PlateauSettings::default());
-    plateau::label_plateaus_past(&mut plateaus, guide, memory_from);
+    plateau::label_plateaus_like(&mut plateaus, read);
     plateaus
 }
 

@@ -182,17 +182,48 @@ pub fn label_plateaus_flushed(
     dram
 }
 
-/// Labels another kernel's plateaus where the read sweep decided what main memory is: the
-/// last plateau is DRAM when it starts at `memory_from` or later; `None` = the read sweep
-/// found no main memory, so no plateau is DRAM.
-pub fn label_plateaus_past(plateaus: &mut [Plateau], guide: &CacheGuide, memory_from: Option<u64>) {
-    let dram = memory_from.and_then(|from| {
-        plateaus
-            .len()
-            .checked_sub(1)
-            .filter(|&last| plateaus[last].working_set_lo_bytes >= from)
-    });
-    label(plateaus, guide, Some(dram));
+/// Labels another kernel's plateaus after the read sweep's labelled `read` plateaus: each
+/// plateau takes the level of the read plateau its working sets overlap most (on a log scale),
+/// and where several claim one level the largest overlap keeps it. The read sweep is the
+/// only one judged against flushed memory, so it alone decides which working sets are main
+/// memory and which are cache the CPU does not report; naming the other kernels' plateaus by
+/// the reported cache sizes instead called a write plateau at 45-724 MiB "L3" on a guest
+/// that reports the socket's 300 MiB L3 while its read sweep found memory from 64 MiB.
+/// A plateau overlapping an unnamed read plateau (such unreported cache) or none stays
+/// unnamed.
+pub fn label_plateaus_like(plateaus: &mut [Plateau], read: &[Plateau]) {
+    // Ranges widened by a quarter octave each side, so one-point plateaus have an extent.
+    let log_range = |p: &Plateau| {
+        let lo = (p.working_set_lo_bytes.max(1) as f64).log2() - 0.25;
+        let hi = (p.working_set_hi_bytes.max(1) as f64).log2() + 0.25;
+        (lo, hi)
+    };
+    let overlap = |a: (f64, f64), b: (f64, f64)| (a.1.min(b.1) - a.0.max(b.0)).max(0.0);
+    let mut claims: Vec<(Option<MemoryLevel>, f64)> = plateaus
+        .iter()
+        .map(|plateau| {
+            let range = log_range(plateau);
+            read.iter()
+                .map(|r| (r.level, overlap(range, log_range(r))))
+                .filter(|&(_, shared)| shared > 0.0)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((None, 0.0))
+        })
+        .collect();
+    for index in 0..claims.len() {
+        let (Some(level), shared) = claims[index] else {
+            continue;
+        };
+        let beaten = claims.iter().enumerate().any(|(other, &(l, s))| {
+            other != index && l == Some(level) && (s > shared || (s == shared && other < index))
+        });
+        if beaten {
+            claims[index].0 = None;
+        }
+    }
+    for (plateau, (level, _)) in plateaus.iter_mut().zip(claims) {
+        plateau.level = level;
+    }
 }
 
 /// `known_dram`: `None` = name DRAM by the cache sizes; `Some(d)` = main memory is plateau `d`
@@ -469,6 +500,60 @@ mod tests {
         let hidden = unreported_cache_plateaus(&plateaus, &guide());
         assert_eq!(hidden.len(), 1);
         assert!((hidden[0].bytes_per_s / 35e9 - 1.0).abs() < 0.1);
+    }
+
+    fn plateau(lo: u64, hi: u64, bytes_per_s: f64, level: Option<MemoryLevel>) -> Plateau {
+        Plateau {
+            first_point: 0,
+            last_point: 3,
+            working_set_lo_bytes: lo,
+            working_set_hi_bytes: hi,
+            bytes_per_s,
+            max_bytes_per_s: bytes_per_s,
+            level,
+        }
+    }
+
+    /// The Emerald Rapids guest (reports the socket's 300 MiB L3): the read sweep found L3 at
+    /// 6.3-32 MiB and memory from 64 MiB; a write-allocating kernel's plateaus at 2.8-22.6 MiB
+    /// and 45.3-724 MiB are its L3 and its memory, not two L3 candidates of which the larger
+    /// (in points) won. At 2 threads the read sweep's last plateau was cache (faster than
+    /// flushed memory): another kernel's plateau over the same working sets is not named.
+    #[test]
+    fn other_kernels_follow_the_read_sweep() {
+        use MemoryLevel::*;
+        let read = [
+            plateau(5 * KIB, 40 * KIB, 167e9, Some(L1)),
+            plateau(51 * KIB, 1600 * KIB, 98e9, Some(L2)),
+            plateau(6 * MIB, 32 * MIB, 21e9, Some(L3)),
+            plateau(64 * MIB, 645 * MIB, 9e9, Some(Dram)),
+        ];
+        let mut copy = [
+            plateau(6 * KIB, 45 * KIB, 315e9, None),
+            plateau(64 * KIB, 1400 * KIB, 59e9, None),
+            plateau(2800 * KIB, 22 * MIB, 22e9, None),
+            plateau(45 * MIB, 724 * MIB, 8e9, None),
+        ];
+        label_plateaus_like(&mut copy, &read);
+        let levels: Vec<_> = copy.iter().map(|p| p.level).collect();
+        assert_eq!(levels, [Some(L1), Some(L2), Some(L3), Some(Dram)]);
+
+        // Two plateaus over one read level: the one sharing more of it keeps the name.
+        let mut split = [
+            plateau(6 * MIB, 10 * MIB, 30e9, None),
+            plateau(12 * MIB, 32 * MIB, 20e9, None),
+        ];
+        label_plateaus_like(&mut split, &read);
+        assert_eq!(split[0].level, None);
+        assert_eq!(split[1].level, Some(L3));
+
+        let read_two_threads = [
+            plateau(4 * MIB, 32 * MIB, 27e9, Some(L3)),
+            plateau(80 * MIB, 645 * MIB, 17e9, None),
+        ];
+        let mut write = [plateau(90 * MIB, 724 * MIB, 9.5e9, None)];
+        label_plateaus_like(&mut write, &read_two_threads);
+        assert_eq!(write[0].level, None);
     }
 
     #[test]
