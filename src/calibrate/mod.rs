@@ -90,9 +90,17 @@ pub fn calibrate(
     // The grid is timed in several rounds and each point keeps the median of its rounds: a
     // slow spell of a shared machine then lands on different points in each round instead of
     // on one class.
-    let rounds = if options.quick { 2 } else { 3 };
+    let max_rounds = if options.quick { 2 } else { 3 };
+    // Later rounds and the re-timing of stalled points are left out where they would not fit
+    // the budget: on a slower or busier machine (an Emerald Rapids guest took 88 s for the
+    // full grid) the command keeps its stated time, with fewer rounds per point.
+    let budget = if options.quick {
+        QUICK_BUDGET
+    } else {
+        FULL_BUDGET
+    };
     let mut tables: Vec<ClassTable> = Vec::new();
-    let total = models.len() * options.thread_counts.len() * rounds;
+    let total = models.len() * options.thread_counts.len() * max_rounds;
     let mut completed = 0;
     // Per (threads, grid model, op): the point as the first round's analysis gives it (bound,
     // features: the same in every round) and each round's measured time.
@@ -100,7 +108,13 @@ pub fn calibrate(
     // roofline runs as Winograd calibrates the Winograd table.
     let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
         Default::default();
-    for _ in 0..rounds {
+    let mut rounds = 0;
+    while rounds < max_rounds {
+        // One round always runs: every point needs a time.
+        if rounds > 0 && started.elapsed() + started.elapsed() / rounds as u32 > budget {
+            break;
+        }
+        rounds += 1;
         for &threads in &options.thread_counts {
             for (model_index, model) in models.iter().enumerate() {
                 let report = bench_model(model, device, threads, runs)?;
@@ -147,7 +161,12 @@ pub fn calibrate(
         .iter()
         .map(|&(threads, model, _)| (threads, model))
         .collect();
-    for _ in 0..rounds {
+    let per_model =
+        started.elapsed() / (rounds * models.len() * options.thread_counts.len()).max(1) as u32;
+    let retime_round = per_model * stalled_models.len() as u32;
+    let mut retime_rounds = 0;
+    while retime_rounds < rounds && started.elapsed() + retime_round <= budget {
+        retime_rounds += 1;
         for &(threads, model_index) in &stalled_models {
             let report = bench_model(&models[model_index], device, threads, runs)?;
             for op in &report.ops {
@@ -203,13 +222,21 @@ pub fn calibrate(
              log space; from a class running the same packed GEMM when that has a point \
              nearer than every point of its own class past three doublings; \
              {retimed_points} multi-thread point(s) whose bound expected them to scale and \
-             whose time did not were timed again in {rounds} rounds of their own)",
+             whose time did not were timed again in {retime_rounds} round(s) of their own; \
+             rounds past the first are left out where they would not fit {:.0} s)",
             models.len(),
-            crate::device::calibration::NEIGHBOURS
+            crate::device::calibration::NEIGHBOURS,
+            budget.as_secs_f64()
         ),
         tables,
     })
 }
+
+/// Time the full grid's rounds may take: under the 60 s `calibrate` promises, with room for
+/// start-up and the fit.
+const FULL_BUDGET: std::time::Duration = std::time::Duration::from_secs(48);
+/// The same for `--quick` (under 10 s).
+const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// Benches one grid model on `threads` threads with `runs` timed runs.
 fn bench_model(
