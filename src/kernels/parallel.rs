@@ -248,10 +248,13 @@ pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Syn
     (0..tasks).for_each(f);
 }
 
-/// Least work per thread before another thread is worth waking (about 15 µs of FMAs): a
-/// compute-bound kernel (the GEMM driver, the direct convolution) runs on at most
-/// `flops / MIN_FLOPS_PER_THREAD` of its threads.
-const MIN_FLOPS_PER_THREAD: f64 = 3.0e6;
+/// Least work per thread before another thread is worth waking (10 µs of FMAs at a core's
+/// fp32 peak, 15-20 µs as small GEMMs run; the pool's workers spin between ops, so a fork-join
+/// costs 0.5-2 µs): a compute-bound kernel (the GEMM driver, the direct convolution) runs on at
+/// most `flops / MIN_FLOPS_PER_THREAD` of its threads. At 3 MFLOP MobileNetV2's 192→64
+/// pointwise convolution on 14² (4.8 MFLOP, 55-60 µs on one thread) stayed on one thread of
+/// two; split, it runs in 34-47 µs.
+const MIN_FLOPS_PER_THREAD: f64 = 1.5e6;
 
 /// The threads, of `threads`, that `flops` of compute-bound work is split over (at least one).
 /// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
