@@ -267,9 +267,13 @@ pub(crate) fn threads_for_flops(threads: usize, flops: f64) -> usize {
     threads.min((flops / per_thread) as usize).max(1)
 }
 
-/// Elements per thread below which an element-wise op stays on one thread: waking a worker
-/// costs microseconds, and 64 Ki floats stream in about 10 µs.
-const MIN_ELEMENTWISE_PER_THREAD: usize = 1 << 16;
+/// Elements per thread below which an element-wise op stays on one thread (16 Ki floats
+/// stream in 2-5 µs; a fork-join of the spinning pool costs 0.5-2 µs). Smaller pieces than
+/// they look: an op whose producer was split across the cores finds half its input in the
+/// other core's caches, and one thread then fetches that half alone. At 64 Ki, DenseNet-121's
+/// BatchNorm+ReLU chains over its concatenations (63-125 Ki floats on 14² and 7²) ran twice
+/// as long at 2 threads as at 1; split, n476 took 37 µs instead of 89 (alternated runs).
+const MIN_ELEMENTWISE_PER_THREAD: usize = 1 << 14;
 /// Piece boundaries of flat element-wise ops fall on whole vectors (64 bytes).
 pub(crate) const VECTOR_ALIGN: usize = 16;
 
