@@ -5,6 +5,9 @@
 //! bandwidths stay inside a relative band. The cache sizes from CPU identification are used
 //! afterwards, as a guide to *name* each plateau (L1, L2, L3, DRAM); they never create one.
 //!
+//! The read sweep's plateaus are named first; the other kernels' (write, copy, triad) take the
+//! level of the read plateau they overlap most (`label_plateaus_like`).
+//!
 //! Main memory is named by bandwidth where the probe could measure it apart from the sweep
 //! (`label_plateaus_flushed`: reading a buffer flushed from every cache): the curve's last
 //! plateau is DRAM when it is no faster than that figure (within `DRAM_TOLERANCE`), wherever
