@@ -288,7 +288,7 @@ pub fn build_plan(
         }
         let prepared = cpu::prepare(&kernel, algorithm, &mut gemm_config);
         if let Kernel::MatMul(spec) = &mut kernel {
-            // The packed copy replaces the constant B's copy the lowering took for packing.
+            // Runs read the packed copy only.
             spec.release_constant_b();
         }
         let scratch = lowered.scratch.max(prepared.scratch_len());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::ops::GemmConfig;
 use crate::exec::cpu::{GemmConfigFn, Io, Prepared};
-use crate::exec::ExecError;
+use crate::exec::{ExecError, RtData, RtTensor};
 use crate::kernels::gemm::{self, Activation, BiasKind, Epilogue, MatRef};
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
@@ -35,8 +35,8 @@ pub(crate) struct MatMulSpec {
     /// (one product, more than the few rows that stream B unpacked, at most
     /// `MAX_PREPACKED_B_BYTES`, and while the plan's budget for packed copies lasts, see
     /// `exec::plan`): a batch-8 classifier head over 1000×2048 transposed weights spent two
-    /// thirds of its time packing them.
-    constant_b: Option<Arc<Vec<f32>>>,
+    /// thirds of its time packing them. The plan's own constant, shared (never copied).
+    constant_b: Option<Arc<RtTensor>>,
 }
 
 /// Largest constant B packed ahead of time (the packed copy adds its size to the plan's
@@ -232,14 +232,22 @@ fn lower_matmul(cx: &Cx) -> Result<Lowered, ExecError> {
 }
 
 impl MatMulSpec {
-    /// Drops the copy of a constant B once the CPU has packed it (`prepare`).
+    /// Lets go of a constant B once the CPU has packed it (`prepare`), or when it is not to be
+    /// packed: the run reads only the packed copy.
     pub(crate) fn release_constant_b(&mut self) {
         self.constant_b = None;
     }
 
-    /// Bytes a constant B kept for packing takes (0 when none is).
+    /// Bytes the packed copy of a constant B will take (0 when B is not packed ahead).
     pub(crate) fn constant_b_bytes(&self) -> usize {
-        self.constant_b.as_ref().map_or(0, |b| b.len() * 4)
+        self.constant_b_data().map_or(0, |b| b.len() * 4)
+    }
+
+    fn constant_b_data(&self) -> Option<&[f32]> {
+        match &self.constant_b.as_deref()?.data {
+            RtData::F32(data) => Some(data),
+            RtData::I64(_) => None,
+        }
     }
 }
 
@@ -249,7 +257,7 @@ fn with_constant_b(cx: &Cx, spec: MatMulSpec) -> MatMulSpec {
         && gemm::reads_b_packed(spec.m)
         && spec.k * spec.n * 4 <= MAX_PREPACKED_B_BYTES;
     MatMulSpec {
-        constant_b: if packs { cx.const_f32(1) } else { None },
+        constant_b: if packs { cx.const_f32_tensor(1) } else { None },
         ..spec
     }
 }
@@ -257,7 +265,7 @@ fn with_constant_b(cx: &Cx, spec: MatMulSpec) -> MatMulSpec {
 /// The CPU blocking for the GEMM's shape, and a constant B packed for it.
 pub(crate) fn prepare(spec: &MatMulSpec, gemm_config: &mut GemmConfigFn) -> Prepared {
     let config = gemm_config(spec.m, spec.n, spec.k);
-    let packed_b = spec.constant_b.as_ref().map(|b| {
+    let packed_b = spec.constant_b_data().map(|b| {
         let view = MatRef {
             data: &b[spec.b_offsets[0]..],
             rows: spec.k,

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::plan::Slot;
-use super::{dims, node_error, ExecError, RtData};
+use super::{dims, node_error, ExecError, RtData, RtTensor};
 use crate::analysis::graph::{Attributes, Graph, Node, NodeId, ValueId};
 use crate::analysis::infer::NodeState;
 use crate::analysis::ops::fused;
@@ -301,6 +301,14 @@ impl<'a> Cx<'a> {
                 RtData::F32(d) => Some(Arc::new(d.clone())),
                 RtData::I64(d) => Some(Arc::new(d.iter().map(|&x| x as f32).collect())),
             },
+            _ => None,
+        }
+    }
+
+    /// Constant input `i` itself when it holds floats: shared with the plan's slot, no copy.
+    pub fn const_f32_tensor(&self, i: usize) -> Option<Arc<RtTensor>> {
+        match self.input(i).map(|v| &self.slots[v]) {
+            Some(Slot::Const(t)) if matches!(t.data, RtData::F32(_)) => Some(Arc::clone(t)),
             _ => None,
         }
     }
