@@ -187,6 +187,33 @@ fn resize_linear(
 mod tests {
     use super::*;
 
+    /// `resize_2d` at the scales the sizes imply, into a fresh output (NaN where unwritten);
+    /// returns the scales with it.
+    fn resized(
+        input: &[f32],
+        planes: usize,
+        (in_h, in_w): (usize, usize),
+        (out_h, out_w): (usize, usize),
+        linear: bool,
+        coord: CoordMode,
+        nearest: NearestMode,
+    ) -> ((f32, f32), Vec<f32>) {
+        let scales = (out_h as f32 / in_h as f32, out_w as f32 / in_w as f32);
+        let mut out = vec![f32::NAN; planes * out_h * out_w];
+        resize_2d(
+            input,
+            planes,
+            (in_h, in_w),
+            (out_h, out_w),
+            scales,
+            linear,
+            coord,
+            nearest,
+            &mut out,
+        );
+        (scales, out)
+    }
+
     /// The separable bilinear resize against the definition per element (both x taps of both
     /// rows, then the y blend, in the same f32 operations): equal bit for bit, for up- and
     /// downsampling, non-integer factors, every coordinate mode and a one-row output.
@@ -203,18 +230,14 @@ mod tests {
                 CoordMode::AlignCorners,
                 CoordMode::Asymmetric,
             ] {
-                let scales = (out_h as f32 / in_h as f32, out_w as f32 / in_w as f32);
-                let mut out = vec![f32::NAN; planes * out_h * out_w];
-                resize_2d(
+                let (scales, out) = resized(
                     &input,
                     planes,
                     (in_h, in_w),
                     (out_h, out_w),
-                    scales,
                     true,
                     coord,
                     NearestMode::Floor,
-                    &mut out,
                 );
                 let tap = |c: f32, len: usize| {
                     let c = c.clamp(0.0, (len - 1) as f32);
@@ -255,18 +278,14 @@ mod tests {
                 (CoordMode::Asymmetric, NearestMode::Floor),
                 (CoordMode::HalfPixel, NearestMode::RoundPreferFloor),
             ] {
-                let scales = (out_h as f32 / in_h as f32, out_w as f32 / in_w as f32);
-                let mut out = vec![0.0; planes * out_h * out_w];
-                resize_2d(
+                let (scales, out) = resized(
                     &input,
                     planes,
                     (in_h, in_w),
                     (out_h, out_w),
-                    scales,
                     false,
                     coord,
                     nearest,
-                    &mut out,
                 );
                 let pick = |v: f32, len: usize| {
                     let r = match nearest {
