@@ -253,6 +253,31 @@ impl Tensor {
         Some(values.iter().map(|&v| v as f32).collect())
     }
 
+    /// Every value as i64 (floats truncated), however large the tensor: for the executor,
+    /// which must run an integer weight of any size (an 8-million-element uint8 matrix of a
+    /// dynamically quantized model), where analysis stops at `MAX_MATERIALISED_ELEMENTS`.
+    pub fn all_i64(&self) -> Option<Vec<i64>> {
+        match &self.data {
+            TensorData::Raw(bytes) => {
+                let values = decode_raw(self.dtype, bytes, self.element_count() as usize)?;
+                Some(values.iter().map(|&v| v as i64).collect())
+            }
+            _ => self.to_i64_vec(),
+        }
+    }
+
+    /// Every value as f32, however large the tensor (an fp16 or bf16 weight past
+    /// `MAX_MATERIALISED_ELEMENTS`): for the executor, as [`Tensor::all_i64`].
+    pub fn all_f32(&self) -> Option<Vec<f32>> {
+        match &self.data {
+            TensorData::Raw(bytes) if self.dtype != DType::F32 => {
+                let values = decode_raw(self.dtype, bytes, self.element_count() as usize)?;
+                Some(values.iter().map(|&v| v as f32).collect())
+            }
+            _ => self.to_f32_vec(),
+        }
+    }
+
     /// Bytes this tensor occupies in its own element type.
     pub fn size_bytes(&self) -> u64 {
         self.element_count() * self.dtype.size_bytes()
@@ -396,6 +421,34 @@ mod tests {
             data: TensorData::Raw(Bytes::from(bytes)),
         };
         assert_eq!(tensor.to_i64_vec(), Some(vec![1, -2, 3]));
+    }
+
+    #[test]
+    fn large_weights_decode_for_the_executor_only() {
+        // A uint8 weight one element past the analysis cap (ddddocr's 1024×8210 matrix is
+        // twice that): analysis declines it, the executor's decode takes it whole.
+        let count = MAX_MATERIALISED_ELEMENTS as usize + 1;
+        let bytes: Vec<u8> = (0..count).map(|i| (i % 251) as u8).collect();
+        let weight = Tensor {
+            dtype: DType::U8,
+            shape: vec![count as u64],
+            data: TensorData::Raw(Bytes::from(bytes)),
+        };
+        assert!(weight.to_i64_vec().is_none());
+        let all = weight.all_i64().unwrap();
+        assert_eq!(all.len(), count);
+        assert_eq!(all[count - 1], ((count - 1) % 251) as i64);
+        let half: Vec<u8> = (0..count).flat_map(|_| 0x3c00u16.to_le_bytes()).collect();
+        let fp16 = Tensor {
+            dtype: DType::F16,
+            shape: vec![count as u64],
+            data: TensorData::Raw(Bytes::from(half)),
+        };
+        assert!(fp16.to_f32_vec().is_none());
+        assert_eq!(
+            fp16.all_f32().map(|v| (v.len(), v[count - 1])),
+            Some((count, 1.0))
+        );
     }
 
     #[test]

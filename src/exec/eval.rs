@@ -21,13 +21,13 @@ pub(super) fn materialise(tensor: &Tensor) -> Option<RtTensor> {
             TensorData::Splat(v) => RtData::F32(hugepage::filled(count, *v as f32)),
             TensorData::Opaque => return None,
             // Weights stream from DRAM on every run: on huge pages when large.
-            _ => RtData::F32(hugepage::adopt(tensor.to_f32_vec()?)),
+            _ => RtData::F32(hugepage::adopt(tensor.all_f32()?)),
         }
     } else {
         match &tensor.data {
             TensorData::Splat(v) => RtData::I64(vec![*v as i64; count]),
             TensorData::Opaque => return None,
-            _ => RtData::I64(tensor.to_i64_vec()?),
+            _ => RtData::I64(tensor.all_i64()?),
         }
     };
     Some(RtTensor { shape, data })

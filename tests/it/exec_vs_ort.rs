@@ -229,6 +229,77 @@ fn onnxruntime_optimised_transformers_match_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A float Conv → LSTM → MatMul model (written here, seeded weights) and its form after
+/// onnxruntime's `quantize_dynamic` over Conv, LSTM and MatMul: ConvInteger,
+/// DynamicQuantizeLSTM (com.microsoft), MatMulInteger and DynamicQuantizeLinear, the ops of
+/// dynamically quantized OCR recognisers (ddddocr's `common_old.onnx`). Fails when the
+/// quantizer wrote none of them.
+const DYNAMIC_CONV_LSTM: &str = r#"
+import sys, numpy as np, onnx
+from onnx import helper, TensorProto, numpy_helper
+from onnxruntime.quantization import quantize_dynamic, QuantType
+out = sys.argv[1]
+rng = np.random.default_rng(7)
+C, H, W, K, HID = 3, 6, 20, 8, 16
+def init(name, arr): return numpy_helper.from_array(arr.astype(np.float32), name)
+conv_w = rng.normal(0, 0.3, (K, C, 3, 3)); conv_b = rng.normal(0, 0.1, K)
+feat = K * (H // 2)
+lstm_w = rng.normal(0, 0.2, (2, 4 * HID, feat)); lstm_r = rng.normal(0, 0.2, (2, 4 * HID, HID)); lstm_b = rng.normal(0, 0.1, (2, 8 * HID))
+fc_w = rng.normal(0, 0.2, (2 * HID, 10))
+nodes = [
+    helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 1]),
+    helper.make_node("Relu", ["c"], ["r"]),
+    # [1, K, H/2, W] -> [W, 1, K*H/2]
+    helper.make_node("Transpose", ["r"], ["t"], perm=[3, 0, 1, 2]),
+    helper.make_node("Reshape", ["t", "shape"], ["seq"]),
+    helper.make_node("LSTM", ["seq", "lstm_w", "lstm_r", "lstm_b"], ["y", "yh", "yc"], hidden_size=HID, direction="bidirectional"),
+    helper.make_node("Transpose", ["y"], ["yt"], perm=[0, 2, 1, 3]),
+    helper.make_node("Reshape", ["yt", "shape2"], ["flat"]),
+    helper.make_node("MatMul", ["flat", "fc_w"], ["logits"]),
+]
+inits = [init("conv_w", conv_w), init("conv_b", conv_b), init("lstm_w", lstm_w), init("lstm_r", lstm_r),
+         init("lstm_b", lstm_b), init("fc_w", fc_w),
+         numpy_helper.from_array(np.array([W, 1, feat], np.int64), "shape"),
+         numpy_helper.from_array(np.array([W, 2 * HID], np.int64), "shape2")]
+g = helper.make_graph(nodes, "convlstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
+                      [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [W, 10])], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+onnx.checker.check_model(m)
+onnx.save(m, out + ".float.onnx")
+quantize_dynamic(out + ".float.onnx", out, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "LSTM", "MatMul"])
+import collections
+print(dict(collections.Counter(n.op_type for n in onnx.load(out).graph.node)))
+"#;
+
+#[test]
+fn dynamically_quantized_conv_and_lstm_match_onnxruntime() {
+    let Some(python) = venv_python() else { return };
+    let folder = repo_root().join("target/ort-ref/models/dynamic-quant");
+    std::fs::create_dir_all(&folder).unwrap();
+    let model = folder.join("convlstm_dynamic_int8.onnx");
+    let made = Command::new(&python)
+        .arg("-c")
+        .arg(DYNAMIC_CONV_LSTM)
+        .arg(&model)
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "building the quantized model failed: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let written = String::from_utf8_lossy(&made.stdout);
+    for op in ["ConvInteger", "DynamicQuantizeLSTM", "MatMulInteger"] {
+        assert!(written.contains(op), "quantize_dynamic wrote {written}");
+    }
+    let reference_dir = reference(&python, &model, "convlstm_dynamic_int8", &[], &[]);
+    match compare(&model, &reference_dir) {
+        Ok(summary) => eprintln!("convlstm_dynamic_int8: {summary}"),
+        Err(e) => panic!("convlstm_dynamic_int8: {e}"),
+    }
+}
+
 #[test]
 fn corpus_models_match_onnxruntime() {
     let Some(python) = venv_python() else { return };

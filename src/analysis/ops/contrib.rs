@@ -47,6 +47,7 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
         "GroupQueryAttention" => Some(&GroupQueryAttention),
         "SkipLayerNormalization" | "SkipSimplifiedLayerNormalization" => Some(&SkipNorm),
         "SimplifiedLayerNormalization" => super::norm::lookup("RMSNormalization"),
+        "DynamicQuantizeLSTM" => Some(super::misc::recurrent()),
         _ => super::contrib_fused::lookup(op_type),
     }
 }

@@ -143,12 +143,14 @@ fn inferred_body(
         graph.values[value].fact = fact.clone();
     }
     let inferred = infer_graph(&mut graph).map_err(|e| e.to_string())?;
-    if let Some(reason) = inferred.1.values().find_map(|s| match s {
-        NodeState::Failed(reason) => Some(reason.clone()),
+    // The first failure in the body's order, named: a nested body's message then leads to the
+    // node that failed, not to whichever the state map happened to list first.
+    if let Some((node, reason)) = inferred.0.iter().find_map(|id| match inferred.1.get(id) {
+        Some(NodeState::Failed(reason)) => Some((&graph.dag[*id].name, reason)),
         _ => None,
     }) {
         return Err(format!(
-            "the body `{}` cannot be inferred: {reason}",
+            "the body `{}` cannot be inferred: node `{node}`: {reason}",
             proto.name
         ));
     }

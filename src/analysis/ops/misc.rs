@@ -40,11 +40,28 @@ pub(super) fn lookup(op_type: &str) -> Option<&'static dyn OpDef> {
     })
 }
 
+/// The recurrent layers' definition, for onnxruntime's DynamicQuantizeLSTM (domain
+/// com.microsoft: its `quantize_dynamic` output).
+pub(super) fn recurrent() -> &'static dyn OpDef {
+    &Recurrent
+}
+
+/// `(gates, element-wise ops, transcendentals)` per hidden unit and step.
 fn gates(op_type: &str) -> (u64, u64, u64) {
     match op_type {
-        "LSTM" => (4, 8, 5),
+        "LSTM" | "DynamicQuantizeLSTM" => (4, 8, 5),
         "GRU" => (3, 6, 3),
         _ => (1, 2, 1),
+    }
+}
+
+/// `(directions, gate rows, input size)` of W: `[D, gates·hidden, input]`, or for
+/// DynamicQuantizeLSTM its transposed `[D, input, 4·hidden]`.
+fn weight_geometry<T: Clone>(op_type: &str, w: &[T]) -> (T, T, T) {
+    if op_type == "DynamicQuantizeLSTM" {
+        (w[0].clone(), w[2].clone(), w[1].clone())
+    } else {
+        (w[0].clone(), w[1].clone(), w[2].clone())
     }
 }
 
@@ -62,12 +79,12 @@ impl OpDef for Recurrent {
         } else {
             (xs[0].clone(), xs[1].clone())
         };
-        let dirs = w[0].clone();
+        let (dirs, gate_rows, _) = weight_geometry(ctx.node.op_type, &w);
         let hidden = match ctx.attrs().int("hidden_size") {
             Some(h) => Dim::Known(h.max(0) as u64),
             None => {
                 let (g, _, _) = gates(ctx.node.op_type);
-                Dim::Known(w[1].known().ok_or("W dim 1 unknown")? / g)
+                Dim::Known(gate_rows.known().ok_or("W's gate dim is unknown")? / g)
             }
         };
         let y = if batch_first {
@@ -97,9 +114,8 @@ impl OpDef for Recurrent {
             (x[0], x[1])
         };
         let (g, elementwise, transcendental) = gates(ctx.node.op_type);
-        let dirs = w[0];
-        let hidden = w[1] / g;
-        let input = w[2];
+        let (dirs, gate_rows, input) = weight_geometry(ctx.node.op_type, &w);
+        let hidden = gate_rows / g;
         let steps = seq * batch * dirs;
         let macs = steps * g * hidden * (input + hidden);
         Ok(OpCost {
@@ -244,7 +260,7 @@ impl OpDef for NonMaxSuppression {
 mod tests {
     //! Hand-computed recurrent layers, RoiAlign, and the ops the tool does not cost.
 
-    use super::super::tests::kit::{act, dims, f32s, traffic, w32, Op};
+    use super::super::tests::kit::{act, dims, f32s, traffic, w32, weight, Op};
     use crate::analysis::tensor::{DType, Dim};
 
     #[test]
@@ -291,6 +307,30 @@ mod tests {
         assert_eq!(dims(&out[1]), [2, 1, 16]);
         assert_eq!(cost.macs, 61_440);
         Op::new("LSTM").fails(&[&x, &w32(&[64, 32])]);
+    }
+
+    #[test]
+    fn dynamic_quantize_lstm_reads_transposed_int8_weights() {
+        // onnxruntime's quantize_dynamic form: W [D, input, 4·hidden] and R [D, hidden,
+        // 4·hidden] in int8, B in f32, scales and zero points per direction (inputs 8-11).
+        let (x, w, r, b) = (
+            f32s(&[10, 2, 32]),
+            weight(DType::I8, &[1, 32, 64]),
+            weight(DType::I8, &[1, 16, 64]),
+            w32(&[1, 128]),
+        );
+        let op = Op::contrib("DynamicQuantizeLSTM").outputs(3);
+        let (out, cost) = op.run(&[&x, &w, &r, &b]);
+        // hidden = 64 / 4 from W's last dim (no hidden_size attribute).
+        assert_eq!(dims(&out[0]), [10, 1, 2, 16]);
+        assert_eq!(dims(&out[2]), [1, 2, 16]);
+        // The same work as the float LSTM of that shape.
+        assert_eq!(cost.macs, 61_440);
+        assert_eq!(cost.flops, 125_440);
+        // W, R at a byte each (2,048 + 1,024) + B 128·4 = 3,584; X, Y as the float LSTM.
+        assert_eq!(cost.bytes, traffic(3_584, 2_560, 1_536));
+        // Not an op of the standard domain.
+        assert!(super::super::lookup("", "DynamicQuantizeLSTM").is_none());
     }
 
     #[test]

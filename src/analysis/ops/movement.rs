@@ -15,6 +15,9 @@ use crate::analysis::tensor::{Dim, Tensor, TensorData, TensorFact};
 
 /// Largest constant Split folds into its parts.
 const MAX_FOLDED_SPLIT: u64 = 1 << 16;
+/// Largest integer constant `Transpose` evaluates at analysis time (shape and index
+/// arithmetic; float constants, weights, stay a run-time op the executor's kernel moves).
+const MAX_TRANSPOSED_CONSTANT: u64 = 1 << 12;
 
 struct Concat;
 struct Split;
@@ -381,13 +384,39 @@ impl OpDef for Transpose {
         }
         let out: Vec<Dim> = perm.iter().map(|&p| shape[p].clone()).collect();
         if let (Some(konst), Some(dims)) = (&x.konst, x.concrete_shape()) {
+            let out_dims: Vec<u64> = perm.iter().map(|&p| dims[p]).collect();
             if let TensorData::Splat(v) = konst.data {
-                let out_dims = perm.iter().map(|&p| dims[p]).collect();
                 return Ok(vec![TensorFact::constant(Tensor {
                     dtype: x.dtype,
                     shape: out_dims,
                     data: TensorData::Splat(v),
                 })]);
+            }
+            // Small integer constants (pad amounts an exporter flips: silero-vad's
+            // `[[a, b], [c, d]]ᵀ` before Pad) are evaluated, so the ops reading them see
+            // values; the executor has no integer transpose kernel to fall back on.
+            if !x.dtype.is_float() && konst.element_count() <= MAX_TRANSPOSED_CONSTANT {
+                if let Some(values) = konst.to_f64_vec() {
+                    let in_strides = super::fold::strides(&dims);
+                    let out_strides = super::fold::strides(&out_dims);
+                    let count: u64 = out_dims.iter().product();
+                    let transposed: Vec<f64> = (0..count)
+                        .map(|linear| {
+                            let src: u64 = perm
+                                .iter()
+                                .enumerate()
+                                .map(|(axis, &from)| {
+                                    let coord = (linear / out_strides[axis]) % out_dims[axis];
+                                    coord * in_strides[from]
+                                })
+                                .sum();
+                            values[src as usize]
+                        })
+                        .collect();
+                    return Ok(vec![TensorFact::constant(tensor_from_f64(
+                        x.dtype, out_dims, transposed,
+                    ))]);
+                }
             }
         }
         Ok(vec![TensorFact::new(x.dtype, out)])

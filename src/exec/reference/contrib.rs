@@ -1,7 +1,7 @@
 //! Reference kernels of onnxruntime's contrib ops (`com.microsoft`) that its optimizers write into
 //! saved models: Gelu, BiasGelu, FastGelu, QuickGelu, BiasAdd, FusedMatMul and the skip layer
 //! norms (SkipLayerNormalization, SkipSimplifiedLayerNormalization, with their optional mean,
-//! inverse-std and sum outputs).
+//! inverse-std and sum outputs), and DynamicQuantizeLSTM, which its `quantize_dynamic` writes.
 
 use super::*;
 
@@ -21,6 +21,7 @@ pub(super) fn covers(op: &str) -> bool {
             | "MatMulNBits"
             | "GroupQueryAttention"
             | "RotaryEmbedding"
+            | "DynamicQuantizeLSTM"
     )
 }
 
@@ -84,6 +85,7 @@ pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
         "MatMulNBits" => vec![matmul_nbits(node, inputs)?],
         "GroupQueryAttention" => super::attention::group_query_attention(node, inputs)?,
         "RotaryEmbedding" => vec![contrib_rotary(node, inputs)?],
+        "DynamicQuantizeLSTM" => dynamic_quantize_lstm(node, inputs)?,
         other => return Err(format!("no reference kernel for com.microsoft {other}")),
     })
 }
@@ -325,4 +327,62 @@ fn contrib_rotary(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> 
         }),
     ];
     super::attention::rotary_embedding(&standard, &reordered)
+}
+
+/// DynamicQuantizeLSTM: an LSTM whose W `[directions, input, 4·hidden]` and R `[directions,
+/// hidden, 4·hidden]` are int8 or uint8 with a scale and zero point per direction (`[D]`) or
+/// per gate column (`[D, 4·hidden]`), inputs 8-11. The weights are dequantized and transposed
+/// into the standard LSTM's `[D, 4·hidden, input]` layout, and the LSTM runs on them with X and
+/// each step's hidden state rounded through uint8 as onnxruntime quantizes them for its integer
+/// products (`rnn::run_with`).
+fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let dequantized = |w: usize, scale: usize, zero: usize| -> Result<RtTensor> {
+        let weights = get(w).ok_or(format!("DynamicQuantizeLSTM: input #{w} is missing"))?;
+        let scales = floats(get(scale).ok_or("DynamicQuantizeLSTM: a weight scale is missing")?);
+        let zeros = get(zero).map(ints).unwrap_or_else(|| vec![0]);
+        let [directions, rows, columns] = weights.shape[..] else {
+            return Err("DynamicQuantizeLSTM: W and R must be 3-D".into());
+        };
+        // One scale (zero point) per direction, or per direction and gate column.
+        let at = |table_len: usize, d: usize, column: usize| match table_len {
+            1 => 0,
+            n if n == directions => d,
+            _ => d * columns + column,
+        };
+        for len in [scales.len(), zeros.len()] {
+            if len != 1 && len != directions && len != directions * columns {
+                return Err(format!(
+                    "DynamicQuantizeLSTM: {len} scales or zero points for weights {:?}",
+                    weights.shape
+                ));
+            }
+        }
+        let values = ints(weights);
+        let mut out = vec![0f32; values.len()];
+        for d in 0..directions {
+            for r in 0..rows {
+                for c in 0..columns {
+                    let q = values[(d * rows + r) * columns + c];
+                    let zero = zeros[at(zeros.len(), d, c)];
+                    let scale = scales[at(scales.len(), d, c)];
+                    out[(d * columns + c) * rows + r] = (q - zero) as f32 * scale;
+                }
+            }
+        }
+        Ok(RtTensor {
+            shape: vec![directions, columns, rows],
+            data: RtData::F32(out),
+        })
+    };
+    let w = dequantized(1, 8, 9)?;
+    let r = dequantized(2, 10, 11)?;
+    let mut lstm = node.clone();
+    lstm.op_type = "LSTM".into();
+    lstm.domain = String::new();
+    let mut lstm_inputs: Vec<Option<RtTensor>> = inputs.iter().take(8).cloned().collect();
+    lstm_inputs.resize(8, None);
+    lstm_inputs[1] = Some(w);
+    lstm_inputs[2] = Some(r);
+    super::rnn::run_with(&lstm, &lstm_inputs, true)
 }

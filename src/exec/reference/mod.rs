@@ -117,6 +117,7 @@ fn covers_standard(op: &str) -> bool {
                 | "Pad"
                 | "Tile"
                 | "MatMulInteger"
+                | "ConvInteger"
                 | "NegativeLogLikelihoodLoss"
                 | "SoftmaxCrossEntropyLoss"
                 | "LinearAttention"
@@ -392,6 +393,13 @@ fn run_checked(
             inputs.get(2).and_then(Option::as_ref),
             inputs.get(3).and_then(Option::as_ref),
         )?],
+        "ConvInteger" => vec![quant::conv_integer(
+            node,
+            input(0)?,
+            input(1)?,
+            inputs.get(2).and_then(Option::as_ref),
+            inputs.get(3).and_then(Option::as_ref),
+        )?],
         "SpaceToDepth" => vec![space_to_depth(
             input(0)?,
             attrs.int("blocksize").unwrap_or(1),
@@ -478,6 +486,15 @@ fn ints(t: &RtTensor) -> Vec<i64> {
     match &t.data {
         RtData::I64(v) => v.clone(),
         RtData::F32(v) => v.iter().map(|&x| x as i64).collect(),
+    }
+}
+
+/// The values as i64, borrowed when they are stored so (a large integer weight is not copied
+/// on every run).
+fn int_values(t: &RtTensor) -> std::borrow::Cow<'_, [i64]> {
+    match &t.data {
+        RtData::I64(v) => std::borrow::Cow::Borrowed(v),
+        RtData::F32(v) => std::borrow::Cow::Owned(v.iter().map(|&x| x as i64).collect()),
     }
 }
 

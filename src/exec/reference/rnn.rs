@@ -138,8 +138,37 @@ fn add_product(out: &mut [f32], x: &[f32], w: &[f32]) {
     }
 }
 
+/// Rounds `values` through uint8 with a scale and zero point from their own range (min and max
+/// widened to include 0, round half to even), as a dynamic quantizer does before an integer
+/// product: `(round(v / scale) + zero point, saturated) − zero point) · scale`.
+pub(crate) fn fake_quantize_u8(values: &mut [f32]) {
+    let max = values.iter().copied().fold(0.0f32, f32::max);
+    let min = values.iter().copied().fold(0.0f32, f32::min);
+    let scale = (max - min) / 255.0;
+    if scale == 0.0 || !scale.is_finite() {
+        return;
+    }
+    let zero_point = (-min / scale).round_ties_even().clamp(0.0, 255.0);
+    for v in values {
+        let q = ((*v / scale).round_ties_even() + zero_point).clamp(0.0, 255.0);
+        *v = (q - zero_point) * scale;
+    }
+}
+
 /// Runs LSTM, GRU or RNN; returns Y, Y_h (and Y_c for LSTM).
 pub(crate) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+    run_with(node, inputs, false)
+}
+
+/// [`run`], with `quantized_activations`: X (the whole sequence at once) and each step's
+/// hidden state rounded through uint8 before their products with W and R, as onnxruntime's
+/// DynamicQuantizeLSTM quantizes them for its integer GEMMs (the hidden state per batch row
+/// here, per step over the batch there: the same for batch 1).
+pub(crate) fn run_with(
+    node: &Node,
+    inputs: &[Option<RtTensor>],
+    quantized_activations: bool,
+) -> Result<Vec<RtTensor>> {
     let cell = match node.op_type.as_str() {
         "LSTM" => Cell::Lstm,
         "GRU" => Cell::Gru,
@@ -195,7 +224,10 @@ pub(crate) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
     let acts = activations(node, defaults, directions)?;
     let clip = node.attrs.float("clip");
     let linear_before_reset = node.attrs.int_or("linear_before_reset", 0) != 0;
-    let xs = x.to_f32();
+    let mut xs = x.to_f32();
+    if quantized_activations {
+        fake_quantize_u8(&mut xs);
+    }
     let (ws, rs) = (w.to_f32(), r.to_f32());
     let bias = floats_of(get(3));
     let lengths: Vec<usize> = match get(4) {
@@ -270,7 +302,13 @@ pub(crate) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTens
                 pre.copy_from_slice(&wb);
                 add_product(&mut pre, x_t, w_d);
                 recurrent.copy_from_slice(&rb);
-                add_product(&mut recurrent, h, r_d);
+                if quantized_activations {
+                    let mut rounded = h.to_vec();
+                    fake_quantize_u8(&mut rounded);
+                    add_product(&mut recurrent, &rounded, r_d);
+                } else {
+                    add_product(&mut recurrent, h, r_d);
+                }
                 let clipped = |v: f32| clip.map_or(v, |c| v.clamp(-c, c));
                 match cell {
                     Cell::Rnn => {

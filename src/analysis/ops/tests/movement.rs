@@ -130,6 +130,25 @@ fn transpose_moves_every_element() {
 }
 
 #[test]
+fn transpose_folds_small_integer_constants() {
+    // silero-vad's pad amounts: [[0, 0], [p, p']] reshaped 2×2 and flipped before Pad.
+    let pads = ints_shaped(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    let out = Op::new("Transpose").ints("perm", &[1, 0]).infer(&[&pads]);
+    assert_eq!(dims(&out[0]), [3, 2]);
+    assert_eq!(values(&out[0]), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    // Rank 3, perm [2, 0, 1]: out[k][i][j] = in[i][j][k].
+    let cube = ints_shaped(&[2, 2, 2], &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let out = Op::new("Transpose")
+        .ints("perm", &[2, 0, 1])
+        .infer(&[&cube]);
+    assert_eq!(values(&out[0]), [0.0, 2.0, 4.0, 6.0, 1.0, 3.0, 5.0, 7.0]);
+    // A float constant (a weight) stays a run-time transpose.
+    let weight = floats(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let out = Op::new("Transpose").infer(&[&weight]);
+    assert!(out[0].konst.is_none());
+}
+
+#[test]
 fn gather_from_an_embedding_reads_the_gathered_rows() {
     let (table, ids) = (w32(&[1000, 64]), act(DType::I64, &[2, 8]));
     let (out, cost) = Op::new("Gather").run(&[&table, &ids]);
