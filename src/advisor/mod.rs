@@ -369,13 +369,21 @@ fn left_alone(after: &Analysis) -> Vec<LeftAlone> {
         .take(10)
         .map(|n| {
             let intensity = n.intensity.unwrap_or(0.0);
+            // The op's own ridge, where its compute and memory times cross: the roofs of its
+            // precision and kernel class and of the memory level its data lives in (a small
+            // convolution whose data stays in L2 is compute-bound well left of DRAM's ridge).
+            let ridge = if n.compute_s > 0.0 && n.memory_s > 0.0 && intensity > 0.0 {
+                intensity * n.memory_s / n.compute_s
+            } else {
+                ridge
+            };
             let heavy = matches!(n.op_type.as_str(), "Conv" | "FusedConv" | "Gemm" | "FusedGemm" | "MatMul" | "FusedMatMul" | "ConvTranspose" | "QConv" | "QMatMul" | "HalfConv" | "HalfMatMul");
             let reason = match n.bound {
                 analysis::Bound::Compute => format!(
-                    "compute-bound (intensity {intensity:.1} FLOP/B above the ridge at {ridge:.1}): removing memory traffic cannot speed it up; only a faster compute roof (int8/fp16 where the device has one) or fewer FLOPs (pruning) can"
+                    "compute-bound (intensity {intensity:.2} FLOP/B above its ridge at {ridge:.2}): removing memory traffic cannot speed it up; only a faster compute roof (int8/fp16 where the device has one) or fewer FLOPs (pruning) can"
                 ),
                 analysis::Bound::Memory if heavy => format!(
-                    "memory-bound (intensity {intensity:.1} < ridge {ridge:.1}): its weights or activations dominate; smaller storage (fp16/int8 weights) or a larger batch would raise its intensity"
+                    "memory-bound (intensity {intensity:.2} < its ridge {ridge:.2}): its weights or activations dominate; smaller storage (fp16/int8 weights) or a larger batch would raise its intensity"
                 ),
                 analysis::Bound::Memory => format!(
                     "memory-bound {} with no fusable producer (its input is read by several ops or comes from a graph input): it still streams {:.1} MB",

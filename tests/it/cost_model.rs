@@ -113,3 +113,59 @@ fn convolutions_but_depthwise_ones_are_matched_on_their_output_channels() {
         .collect();
     assert_eq!(channels, [2.0, 0.0]);
 }
+
+/// The advisor's "left alone" reasons cite the ridge of the roofs that bound each op, not the
+/// device's DRAM ridge: a convolution whose data lives in a cache with a ridge of 1 FLOP/B is
+/// compute-bound at an intensity under DRAM's 10 (silero-vad's STFT convolution was reported
+/// "compute-bound, intensity 1.5 above the ridge at 4.3").
+#[test]
+fn left_alone_reasons_cite_the_ridge_that_bounds_the_op() {
+    use roofline::advisor::{advise, AdviseOptions};
+    let mut profile = two_thread_profile().for_threads(1);
+    // L2 of 64 MiB at 100 GB/s: every tensor below fits, ridge 100 GFLOP/s ÷ 100 GB/s = 1.
+    profile.memory.push(MemoryCeiling {
+        level: MemoryLevel::L2,
+        bytes_per_s: 100e9,
+        write_bytes_per_s: None,
+        capacity_bytes: Some(64 << 20),
+        threads: Some(1),
+        source: String::new(),
+    });
+    let mut b = GraphBuilder::new(WeightFill::Random(3));
+    let x = b.input("x", 1, &[1, 8, 32, 32].map(SigDim::Fixed));
+    // 1×1 convolution 8 → 8: intensity about 2 FLOP/B, between the two ridges.
+    let y = b.conv(&x, 8, ConvSpec::new(8, 1, 1));
+    b.output(&y, 1, &[1, 8, 32, 32].map(SigDim::Fixed));
+    let proto = b.finish("pointwise");
+    let graph = import::import_model(&proto, Path::new("."), Path::new("pointwise")).unwrap();
+    let (report, _) = advise(
+        graph,
+        "pointwise",
+        &profile,
+        &AnalyzeOptions::default(),
+        &AdviseOptions::default(),
+    )
+    .unwrap();
+    let number_after = |text: &str, key: &str| -> f64 {
+        let rest = &text[text.find(key).unwrap() + key.len()..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap();
+        rest[..end].parse().unwrap()
+    };
+    let mut checked = 0;
+    for entry in &report.left_alone {
+        let intensity = number_after(&entry.reason, "intensity ");
+        if entry.reason.starts_with("compute-bound") {
+            let ridge = number_after(&entry.reason, "its ridge at ");
+            assert!(intensity >= ridge, "{}", entry.reason);
+            assert!(ridge < 10.0, "the DRAM ridge was cited: {}", entry.reason);
+            checked += 1;
+        } else if entry.reason.starts_with("memory-bound (") {
+            let ridge = number_after(&entry.reason, "its ridge ");
+            assert!(intensity <= ridge, "{}", entry.reason);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "{:?}", report.left_alone);
+}
