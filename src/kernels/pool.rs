@@ -1,13 +1,17 @@
 //! Pooling over NCHW: max and average windows (padding, strides, dilation for max,
-//! `count_include_pad` for average) and global pools. Child: `narrow` (the AVX-512 kernel for
-//! planes whose output rows fit one vector).
+//! `count_include_pad` for average) and global pools. Children: `narrow` (the AVX-512 kernel for
+//! planes whose output rows fit one vector) and `wide` (AVX-512 3×3 stride-1 windows on wider
+//! planes).
 
 use super::movement::{fold_row, Reduction};
 use super::simd::{isa_level, multiversion, IsaLevel};
 
 mod narrow;
+mod wide;
 #[cfg(target_arch = "x86_64")]
 use narrow::{narrow_planes_apply, narrow_planes_avx512};
+#[cfg(target_arch = "x86_64")]
+use wide::{wide_3x3_applies, wide_3x3_avx512};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2d {
@@ -41,6 +45,14 @@ pub fn max_pool_at(level: IsaLevel, p: &Pool2d, input: &[f32], output: &mut [f32
         assert!(output.len() >= p.planes * p.out_h * p.out_w);
         // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
         unsafe { narrow_planes_avx512::<true>(p, input, output, None) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide_3x3_applies(level, p) {
+        assert!(input.len() >= p.planes * p.in_h * p.in_w);
+        assert!(output.len() >= p.planes * p.out_h * p.out_w);
+        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
+        unsafe { wide_3x3_avx512::<true>(p, input, output, None) };
         return;
     }
     max_pool_with::at(level, p, input, output, stride2_rows(level))
@@ -698,6 +710,15 @@ pub fn avg_pool_at(
         let inverse = average_inverse(p, count_include_pad, pad_bottom, pad_right);
         // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
         unsafe { narrow_planes_avx512::<false>(p, input, output, Some(&inverse)) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide_3x3_applies(level, p) {
+        assert!(input.len() >= p.planes * p.in_h * p.in_w);
+        assert!(output.len() >= p.planes * p.out_h * p.out_w);
+        let inverse = average_inverse(p, count_include_pad, pad_bottom, pad_right);
+        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
+        unsafe { wide_3x3_avx512::<false>(p, input, output, Some(&inverse)) };
         return;
     }
     let rows = stride2_rows(level);

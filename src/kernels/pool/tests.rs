@@ -213,3 +213,75 @@ fn global_pools_match_the_folded_scalar_path_on_every_plane_size() {
         }
     }
 }
+
+#[test]
+fn wide_3x3_pools_match_the_window_loop() {
+    // Stride-1 3×3 windows on rows past one vector: GoogLeNet's 28×28 (pad 1), unpadded,
+    // two columns of padding, widths that end mid-vector, one and many planes.
+    for (pad, in_h, in_w, planes) in [
+        (1, 28, 28, 3),
+        (0, 9, 40, 2),
+        (2, 6, 33, 1),
+        (1, 5, 17, 4),
+        (1, 3, 64, 1),
+        (0, 3, 19, 1),
+    ] {
+        let p = Pool2d {
+            planes,
+            in_h,
+            in_w,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: 1,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: in_h + 2 * pad - 2,
+            out_w: in_w + 2 * pad - 2,
+        };
+        let input: Vec<f32> = (0..planes * in_h * in_w)
+            .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+            .collect();
+        let want = naive_max(&p, &input);
+        for level in crate::kernels::simd::available_levels() {
+            let mut got = vec![0.0; want.len()];
+            max_pool_at(level, &p, &input, &mut got);
+            assert_eq!(got, want, "max {p:?} at {level:?}");
+            for include_pad in [false, true] {
+                let want = naive_avg(&p, include_pad, pad, pad, &input);
+                let mut got = vec![0.0; want.len()];
+                avg_pool_at(level, &p, include_pad, pad, pad, &input, &mut got);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "avg {p:?} {g} {w}"
+                    );
+                }
+            }
+        }
+    }
+    // The kernel is the one these geometries take on AVX-512.
+    let p = Pool2d {
+        planes: 1,
+        in_h: 28,
+        in_w: 28,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        out_h: 28,
+        out_w: 28,
+    };
+    if crate::kernels::simd::isa_level() == crate::kernels::simd::IsaLevel::Avx512 {
+        assert!(wide::wide_3x3_applies(
+            crate::kernels::simd::IsaLevel::Avx512,
+            &p
+        ));
+    }
+}
