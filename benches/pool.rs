@@ -64,9 +64,12 @@ fn main() {
             }
             black_box(&output);
         });
-        // Narrow planes run their own kernel on AVX-512: the separable path is its reference.
-        let narrow = side <= 32 && out_side <= 16 && isa_level() == IsaLevel::Avx512;
-        let separable_s = narrow.then(|| {
+        // Narrow planes and wide 3×3 stride-1 windows run their own kernels on AVX-512: the
+        // separable path (the padded grid at stride 1) is their reference.
+        let narrow = side <= 32 && out_side <= 16;
+        let wide_3x3 = kernel == 3 && stride == 1 && out_side > 16;
+        let own_kernel = (narrow || wide_3x3) && isa_level() == IsaLevel::Avx512;
+        let separable_s = own_kernel.then(|| {
             median_seconds(|| {
                 pool_separable_at(
                     IsaLevel::Avx512,
