@@ -79,7 +79,7 @@ impl OpDef for Recurrent {
         } else {
             (xs[0].clone(), xs[1].clone())
         };
-        let (dirs, gate_rows, _) = weight_geometry(ctx.node.op_type, &w);
+        let (dirs, gate_rows, _) = weight_geometry(ctx.node.op_type, w);
         let hidden = match ctx.attrs().int("hidden_size") {
             Some(h) => Dim::Known(h.max(0) as u64),
             None => {
