@@ -117,6 +117,8 @@ pub fn import_model_with(
     graph.ir_version = model.ir_version;
     graph.producer = model.producer_name.clone();
     super::validate::validate_graph(&graph)?;
+    // Opset ≤ 6 `broadcast`/`axis` operands in numpy's form, before anything reads shapes.
+    super::legacy::explicit_broadcasting(&mut graph);
     graph.external_files = external.files();
     Ok(graph)
 }

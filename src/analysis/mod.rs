@@ -9,6 +9,7 @@ mod footprint;
 pub mod graph;
 pub mod import;
 pub mod infer;
+pub mod legacy;
 pub mod llm;
 pub mod measured;
 pub mod model;

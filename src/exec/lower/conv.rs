@@ -100,6 +100,16 @@ fn conv2d(x: &[usize], y: &[usize], window: &Window, group: u64) -> Result<Conv2
 }
 
 fn lower_conv(cx: &Cx) -> Result<Lowered, ExecError> {
+    // An ONNX Conv the kernels do not take (3-D and up, weights or bias computed at run time)
+    // runs on the reference (`reference::geometry::conv_nd`).
+    if cx.node.domain.is_empty() || cx.node.domain == "ai.onnx" {
+        let rank = cx.shape_of(0)?.len();
+        let runtime_operand =
+            cx.const_f32(1).is_none() || (cx.input(2).is_some() && cx.const_f32(2).is_none());
+        if !(rank == 3 || rank == 4) || runtime_operand {
+            return Ok(Lowered::generic());
+        }
+    }
     let geom = conv_geometry(
         cx.attrs(),
         &cx.shape_of(0)?,

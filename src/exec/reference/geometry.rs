@@ -1,6 +1,7 @@
 //! Image-geometry, window, bit-reinterpretation and determinant ops: CenterCropPad, Col2Im,
 //! AffineGrid, Det, HannWindow/HammingWindow/BlackmanWindow and BitCast (shapes and costs in
-//! `analysis/ops/geometry.rs`, `signal.rs` and `shape.rs`).
+//! `analysis/ops/geometry.rs`, `signal.rs` and `shape.rs`), DeformConv, and Conv where the
+//! kernels do not take it (3-D and higher, weights computed at run time).
 
 use super::{floats, ints, Result};
 use crate::analysis::graph::Node;
@@ -246,6 +247,97 @@ fn bilinear(plane: &[f32], height: usize, width: usize, y: f64, x: f64) -> f64 {
         + (1.0 - fy) * fx * at(y0, x0 + 1.0)
         + fy * (1.0 - fx) * at(y0 + 1.0, x0)
         + fy * fx * at(y0 + 1.0, x0 + 1.0)
+}
+
+/// Conv of any spatial rank, direct loops in f64 over the window `ConvConfig` resolves (pads,
+/// `auto_pad`, strides, dilations, groups): what the executor runs for the convolutions its
+/// kernels do not take (3-D video and volume models, weights that are not constants).
+pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    use crate::analysis::ops::spatial::ConvConfig;
+    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = input(0).ok_or("X is missing")?;
+    let w = input(1).ok_or("W is missing")?;
+    let rank = x.shape.len();
+    if rank < 3 || w.shape.len() != rank {
+        return Err(format!("Conv: X {:?} and W {:?}", x.shape, w.shape));
+    }
+    let config = ConvConfig::parse(&node.attrs)?;
+    let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let window = config.window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?;
+    let (n, c, m, cg) = (x.shape[0], x.shape[1], w.shape[0], w.shape[1]);
+    let group = config.group.max(1) as usize;
+    if cg * group != c || m % group != 0 {
+        return Err(format!(
+            "Conv: X {:?} and W {:?} with {group} groups do not match",
+            x.shape, w.shape
+        ));
+    }
+    let spatial = rank - 2;
+    let in_dims = &x.shape[2..];
+    let out_dims: Vec<usize> = window.output.iter().map(|&d| d as usize).collect();
+    let kernel = &w.shape[2..];
+    let (in_plane, out_plane): (usize, usize) =
+        (in_dims.iter().product(), out_dims.iter().product());
+    let taps: usize = kernel.iter().product();
+    // Per tap, its offset along each spatial axis (dilated).
+    let tap_offsets: Vec<Vec<i64>> = (0..taps)
+        .map(|t| {
+            let mut rest = t;
+            let mut coords = vec![0i64; spatial];
+            for axis in (0..spatial).rev() {
+                coords[axis] = (rest % kernel[axis]) as i64 * window.dilations[axis] as i64;
+                rest /= kernel[axis];
+            }
+            coords
+        })
+        .collect();
+    let (xs, ws) = (floats(x), floats(w));
+    let bias = input(2).map(floats);
+    let per_group = m / group;
+    let mut out = vec![0f32; n * m * out_plane];
+    let mut position = vec![0i64; spatial];
+    for b in 0..n {
+        for o in 0..m {
+            let g = o / per_group;
+            for p in 0..out_plane {
+                // The output's position, then its window's origin in the input.
+                let mut rest = p;
+                for axis in (0..spatial).rev() {
+                    let coord = (rest % out_dims[axis]) as i64;
+                    rest /= out_dims[axis];
+                    position[axis] = coord * window.strides[axis] as i64 - window.pads[axis] as i64;
+                }
+                let mut acc = bias.as_ref().map_or(0.0, |v| f64::from(v[o]));
+                for (t, offsets) in tap_offsets.iter().enumerate() {
+                    let mut at = 0usize;
+                    let mut inside = true;
+                    for axis in 0..spatial {
+                        let coord = position[axis] + offsets[axis];
+                        if coord < 0 || coord >= in_dims[axis] as i64 {
+                            inside = false;
+                            break;
+                        }
+                        at = at * in_dims[axis] + coord as usize;
+                    }
+                    if !inside {
+                        continue;
+                    }
+                    for ci in 0..cg {
+                        let value = xs[(b * c + g * cg + ci) * in_plane + at];
+                        let weight = ws[(o * cg + ci) * taps + t];
+                        acc += f64::from(value) * f64::from(weight);
+                    }
+                }
+                out[(b * m + o) * out_plane + p] = acc as f32;
+            }
+        }
+    }
+    let mut shape = vec![n, m];
+    shape.extend(out_dims);
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out),
+    })
 }
 
 /// DeformConv (2-D): every tap of the convolution reads the input at its regular position plus

@@ -118,6 +118,7 @@ fn covers_standard(op: &str) -> bool {
                 | "Tile"
                 | "MatMulInteger"
                 | "ConvInteger"
+                | "Conv"
                 | "NegativeLogLikelihoodLoss"
                 | "SoftmaxCrossEntropyLoss"
                 | "LinearAttention"
@@ -393,6 +394,7 @@ fn run_checked(
             inputs.get(2).and_then(Option::as_ref),
             inputs.get(3).and_then(Option::as_ref),
         )?],
+        "Conv" => vec![geometry::conv_nd(node, inputs)?],
         "ConvInteger" => vec![quant::conv_integer(
             node,
             input(0)?,
