@@ -78,3 +78,99 @@ fn onnx_node_cases_hold_their_pass_rates_without_a_panic() {
     );
     let _ = std::fs::remove_file(&report);
 }
+
+/// Converts the `onnx` package's backend model cases named in argv[2:] (suite/case under
+/// onnx/backend/test/data) into argv[1]/<case>/{model.onnx, in<k>.npy, out<k>.npy} and prints
+/// each case's input names, one line per case: `case name0 name1 ...`.
+const BACKEND_CASES: &str = r#"
+import os, sys, shutil
+import numpy as np, onnx
+from onnx import numpy_helper
+data = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data")
+out = sys.argv[1]
+for case in sys.argv[2:]:
+    src = os.path.join(data, case)
+    dst = os.path.join(out, case.replace("/", "_"))
+    os.makedirs(dst, exist_ok=True)
+    shutil.copy(os.path.join(src, "model.onnx"), os.path.join(dst, "model.onnx"))
+    model = onnx.load(os.path.join(src, "model.onnx"))
+    stored = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in stored]
+    for kind, count in (("input", len(names)), ("output", len(model.graph.output))):
+        for k in range(count):
+            t = onnx.TensorProto()
+            with open(os.path.join(src, "test_data_set_0", f"{kind}_{k}.pb"), "rb") as f:
+                t.ParseFromString(f.read())
+            np.save(os.path.join(dst, f"{kind[:-3] if kind == 'output' else 'in'}{k}.npy"), numpy_helper.to_array(t))
+    print(case.replace("/", "_"), *names)
+"#;
+
+/// Old exporters' models from ONNX's backend suites that need more than the node cases test:
+/// 3-D convolutions (dilated, strided, grouped; no kernel takes them, a reference does) and
+/// PRelu-6's per-channel slope (opset 6 broadcasting, made explicit on import). Each runs and
+/// matches the stored outputs.
+#[test]
+fn old_exporters_backend_models_run_and_match() {
+    let Some(python) = venv_python() else { return };
+    let work = super::cli::tempdir().join("backend-cases");
+    let cases = [
+        "pytorch-converted/test_Conv3d_dilated_strided",
+        "pytorch-converted/test_Conv3d_groups",
+        "pytorch-converted/test_PReLU_2d_multiparam",
+    ];
+    let made = Command::new(&python)
+        .arg("-c")
+        .arg(BACKEND_CASES)
+        .arg(&work)
+        .args(cases)
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let listed = String::from_utf8_lossy(&made.stdout).to_string();
+    assert_eq!(listed.lines().count(), cases.len(), "{listed}");
+    for line in listed.lines() {
+        let mut words = line.split_whitespace();
+        let case = words.next().unwrap();
+        let dir = work.join(case);
+        let mut args: Vec<String> = vec![
+            "run".into(),
+            dir.join("model.onnx").display().to_string(),
+            "-o".into(),
+            dir.join("got").display().to_string(),
+        ];
+        for (k, name) in words.enumerate() {
+            args.push("-i".into());
+            args.push(format!(
+                "{name}={}",
+                dir.join(format!("in{k}.npy")).display()
+            ));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = super::common::roofline(&args);
+        assert!(
+            run.status.success(),
+            "{case}: {}",
+            super::common::stderr(&run)
+        );
+        let want = roofline::exec::npy::read_npy(&dir.join("out0.npy")).unwrap();
+        let got_file = std::fs::read_dir(dir.join("got"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let got = roofline::exec::npy::read_npy(&got_file).unwrap();
+        assert_eq!(got.shape, want.shape, "{case}");
+        let (g, w) = (got.to_f32(), want.to_f32());
+        let worst = g
+            .iter()
+            .zip(&w)
+            .map(|(a, b)| (a - b).abs() / (1e-3 + b.abs()))
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-3, "{case}: relative error {worst}");
+    }
+}
