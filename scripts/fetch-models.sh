@@ -13,6 +13,10 @@
 #   magika==1.0.3               -> .cache/models/extra/magika_standard_v3_3.onnx
 #        (Google Magika file-type classifier, tf2onnx export, int32 input,
 #         dense/MatMul + decomposed LayerNorm/GELU)
+#   silero-vad==6.2.3           -> .cache/models/audio/silero_vad_16k_op15.onnx
+#        (voice activity detector: STFT as a strided Conv after a reflect Pad whose
+#         amounts an int64 Transpose computes, LSTM decoder inside If; kept out of
+#         extra/ so the golden and export suites keep their fixed set)
 #
 # Idempotent: files already present with the right hash are left alone and no
 # network access happens. Wheels are cached in .cache/wheels/.
@@ -53,6 +57,7 @@ rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.on
 rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx|ppocr/ch_PP-OCRv4_rec_infer.onnx|48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b
 rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx|ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx|e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
 magika==1.0.3|magika/models/standard_v3_3/model.onnx|extra/magika_standard_v3_3.onnx|fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c
+silero-vad==6.2.3|silero_vad/data/silero_vad_16k_op15.onnx|audio/silero_vad_16k_op15.onnx|7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49
 "
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }

@@ -1,5 +1,5 @@
 //! The executor against onnxruntime: every built-in model and every corpus model (light models
-//! with random weights, PP-OCR, magika) runs on the same seeded inputs in both; outputs must agree
+//! with random weights, PP-OCR, magika, silero-vad) runs on the same seeded inputs in both; outputs must agree
 //! within max |ours − ort| ≤ 1e-4 + 2e-3 · max |ort| per output tensor.
 //!
 //! References are produced by `scripts/ort_run.py` (onnxruntime, 1 thread) into
@@ -330,6 +330,11 @@ fn corpus_models_match_onnxruntime() {
         dir.join("extra/magika_standard_v3_3.onnx"),
         vec!["bytes=1x2048"],
         vec!["--int-range", "0,257"],
+    ));
+    cases.push((
+        dir.join("audio/silero_vad_16k_op15.onnx"),
+        vec!["input=1x512", "state=2x1x128"],
+        vec![],
     ));
     cases.sort();
     let mut failures = Vec::new();
