@@ -400,9 +400,23 @@ fn to_fused(node: &mut Node) -> bool {
     true
 }
 
-fn is_fusable_producer(node: &Node) -> bool {
-    (node.domain.is_empty() && fused::fused_of(&node.op_type).is_some())
-        || (node.domain == DOMAIN && fused::base_of(&node.op_type).is_some())
+fn is_fusable_producer(ed: &Editor, node: &Node) -> bool {
+    let kind = (node.domain.is_empty() && fused::fused_of(&node.op_type).is_some())
+        || (node.domain == DOMAIN && fused::base_of(&node.op_type).is_some());
+    kind && (node.op_type != "Conv" || conv_on_kernels(ed, node))
+}
+
+/// Whether the executor's convolution kernels run this Conv (1-D or 2-D, constant weights and
+/// bias): the others run on the reference kernel, which has no fused form, so fusing one made
+/// a Conv3d + Relu model fail under `bench --optimize` and `advise --verify`.
+fn conv_on_kernels(ed: &Editor, node: &Node) -> bool {
+    let operand = |i: usize| node.inputs.get(i).copied().flatten();
+    let spatial = operand(0)
+        .and_then(|x| ed.fact(x).rank())
+        .is_some_and(|rank| rank == 3 || rank == 4);
+    let weights = operand(1).is_some_and(|w| ed.fact(w).konst.is_some());
+    let bias = operand(2).is_none_or(|b| ed.fact(b).konst.is_some());
+    spatial && weights && bias
 }
 
 /// The other input of a binary node, given one of them.
@@ -460,6 +474,7 @@ impl Fuse {
         let conv = (node.domain.is_empty() && node.op_type == "Conv")
             || (node.domain == DOMAIN && node.op_type == "FusedConv");
         if !conv
+            || (node.op_type == "Conv" && !conv_on_kernels(ed, &node))
             || Activation::present(&node.attrs)
             || node.inputs.get(3).copied().flatten().is_some()
         {
@@ -503,7 +518,7 @@ impl Fuse {
     /// Producer → activation becomes the producer's epilogue activation.
     fn activation(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.node(i).clone();
-        if !is_fusable_producer(&node) || Activation::present(&node.attrs) {
+        if !is_fusable_producer(ed, &node) || Activation::present(&node.attrs) {
             return None;
         }
         let out = node.outputs[0];
@@ -529,7 +544,7 @@ impl Fuse {
     /// `x·clip(x+3, 0, 6)/6`, erf-GELU `0.5·x·(1 + erf(x/√2))` (either order of the last two muls).
     fn pattern(&self, ed: &mut Editor, i: usize) -> Option<Change> {
         let node = ed.node(i).clone();
-        if !is_fusable_producer(&node)
+        if !is_fusable_producer(ed, &node)
             || Activation::present(&node.attrs)
             || ed.is_graph_output(node.outputs[0])
         {

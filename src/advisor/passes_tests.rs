@@ -553,6 +553,30 @@ fn fuse_conv_residual_and_relu() {
 }
 
 #[test]
+fn convolutions_the_kernels_do_not_run_stay_unfused() {
+    // A 3-D convolution and one whose weights arrive at run time run on the reference kernel,
+    // which has no fused form: their Relu and residual Add stay separate ops.
+    let mut n = Net::new(17);
+    let x = n.input("x", &[1, 2, 3, 4, 4]);
+    let weights: Vec<f32> = (0..4 * 2 * 27).map(|i| (i % 5) as f32 - 2.0).collect();
+    let w = n.konst("w3d", &[4, 2, 3, 3, 3], &weights);
+    let y = n.node("conv3d", "Conv", &[x, w], &[("pads", ints(&[1; 6]))]);
+    let r = n.node("relu", "Relu", &[y], &[]);
+    n.output(r);
+    let (_, g) = run_pass(n, "fuse");
+    assert_eq!(op_types(&g), ["Conv", "Relu"]);
+    let mut n = Net::new(17);
+    let x = n.input("x", &[1, 2, 4, 4]);
+    let w = n.input("w", &[4, 2, 3, 3]);
+    let skip = n.input("skip", &[1, 4, 4, 4]);
+    let y = n.node("conv", "Conv", &[x, w], &[("pads", ints(&[1, 1, 1, 1]))]);
+    let s = n.node("add", "Add", &[y, skip], &[]);
+    n.output(s);
+    let (_, g) = run_pass(n, "fuse");
+    assert_eq!(op_types(&g), ["Conv", "Add"]);
+}
+
+#[test]
 fn a_two_input_sum_fuses_as_a_residual_add() {
     for (op, inputs) in [("Sum", 2), ("Sum", 3)] {
         let mut n = Net::new(8);
