@@ -3,6 +3,7 @@
 //! MatMulInteger and ConvInteger (exact integer products, i32 results).
 
 use super::*;
+use crate::analysis::ops::spatial::ConvConfig;
 
 /// DynamicQuantizeLinear: scale = (max(0, max x) − min(0, min x)) / 255, zero point =
 /// round(−min / scale) saturated to [0, 255], y = saturate(round(x / scale) + zero point), with
@@ -119,9 +120,9 @@ pub(super) fn matmul_integer(
     })
 }
 
-/// ConvInteger (1-D or 2-D): (x − x_zero_point) ⊛ (w − w_zero_point) in integers, the
-/// convolution's pads, strides, dilations, groups and `auto_pad` as Conv has them; the weight
-/// zero point is a scalar or one per output channel.
+/// ConvInteger (1-D or 2-D): (x − x_zero_point) ⊛ (w − w_zero_point) in integers over the
+/// window Conv's attributes resolve to (`ConvConfig`: pads, `auto_pad`, strides, dilations,
+/// groups); the weight zero point is a scalar or one per output channel.
 pub(super) fn conv_integer(
     node: &Node,
     x: &RtTensor,
@@ -142,68 +143,24 @@ pub(super) fn conv_integer(
     let spatial = x.shape.len().saturating_sub(2);
     let [n, c, ih, iw] = lift(&x.shape)?;
     let [m, cg, kh, kw] = lift(&w.shape)?;
-    let attrs = &node.attrs;
-    let group = attrs.int_or("group", 1).max(1) as usize;
+    // The window as Conv resolves it (pads, `auto_pad`, strides, dilations), 1-D as one row.
+    let config = ConvConfig::parse(&node.attrs)?;
+    let group = config.group.max(1) as usize;
     if cg * group != c || m % group != 0 || w.shape.len() != x.shape.len() {
         return Err(format!(
             "ConvInteger: X {:?} and W {:?} with {group} groups do not match",
             x.shape, w.shape
         ));
     }
-    // Per axis (rows, columns) of the lifted 2-D problem.
-    let per_axis = |name: &str, default: i64| -> Vec<i64> {
-        let given = attrs.ints(name).map(<[i64]>::to_vec);
-        match given {
-            Some(v) if v.len() == spatial && spatial == 1 => vec![default, v[0]],
-            Some(v) if v.len() == spatial => v,
-            _ => vec![default; 2],
-        }
-    };
-    let (strides, dilations) = (per_axis("strides", 1), per_axis("dilations", 1));
-    if strides.iter().chain(&dilations).any(|&v| v < 1) {
-        return Err("ConvInteger: strides and dilations must be positive".into());
-    }
-    let (inputs, kernels) = ([ih, iw], [kh, kw]);
-    let auto_pad = attrs.string("auto_pad").unwrap_or("NOTSET");
-    let mut begin = [0i64; 2];
-    let mut out_dims = [0usize; 2];
-    for axis in 0..2 {
-        let (size, kernel) = (inputs[axis] as i64, kernels[axis] as i64);
-        let (stride, dilation) = (strides[axis], dilations[axis]);
-        let reach = (kernel - 1) * dilation + 1;
-        let (pad_begin, pad_end) = match auto_pad {
-            "SAME_UPPER" | "SAME_LOWER" => {
-                let out = (size + stride - 1) / stride;
-                let total = ((out - 1) * stride + reach - size).max(0);
-                let small = total / 2;
-                if auto_pad == "SAME_UPPER" {
-                    (small, total - small)
-                } else {
-                    (total - small, small)
-                }
-            }
-            "VALID" => (0, 0),
-            _ => {
-                let pads = attrs.ints("pads").unwrap_or(&[]);
-                if spatial == 1 && axis == 0 {
-                    (0, 0)
-                } else {
-                    let a = if spatial == 1 { 0 } else { axis };
-                    (
-                        pads.get(a).copied().unwrap_or(0),
-                        pads.get(a + spatial).copied().unwrap_or(0),
-                    )
-                }
-            }
-        };
-        let span = size + pad_begin + pad_end - reach;
-        if span < 0 {
-            return Err("ConvInteger: the kernel is larger than the padded input".into());
-        }
-        begin[axis] = pad_begin;
-        out_dims[axis] = (span / stride + 1) as usize;
-    }
-    let [oh, ow] = out_dims;
+    let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let window = config
+        .window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?
+        .to_2d()
+        .ok_or("ConvInteger: only 1-D and 2-D convolutions run")?;
+    let strides = window.strides.map(|v| v as i64);
+    let dilations = window.dilations.map(|v| v as i64);
+    let begin = window.pads_begin.map(|v| v as i64);
+    let [oh, ow] = window.output;
     let x_zero = x_zero
         .map(ints)
         .and_then(|v| v.first().copied())
