@@ -406,17 +406,17 @@ fn is_fusable_producer(ed: &Editor, node: &Node) -> bool {
     kind && (node.op_type != "Conv" || conv_on_kernels(ed, node))
 }
 
-/// Whether the executor's convolution kernels run this Conv (1-D or 2-D, constant weights and
-/// bias): the others run on the reference kernel, which has no fused form, so fusing one made
-/// a Conv3d + Relu model fail under `bench --optimize` and `advise --verify`.
+/// Whether the executor's convolution kernels run this Conv (`exec::kernels_take_conv`): the
+/// others run on the reference kernel, which has no fused form, so fusing one made a Conv3d +
+/// Relu model fail under `bench --optimize` and `advise --verify`.
 fn conv_on_kernels(ed: &Editor, node: &Node) -> bool {
     let operand = |i: usize| node.inputs.get(i).copied().flatten();
-    let spatial = operand(0)
-        .and_then(|x| ed.fact(x).rank())
-        .is_some_and(|rank| rank == 3 || rank == 4);
-    let weights = operand(1).is_some_and(|w| ed.fact(w).konst.is_some());
-    let bias = operand(2).is_none_or(|b| ed.fact(b).konst.is_some());
-    spatial && weights && bias
+    let constant_operands = operand(1).is_some_and(|w| ed.fact(w).konst.is_some())
+        && operand(2).is_none_or(|b| ed.fact(b).konst.is_some());
+    crate::exec::kernels_take_conv(
+        operand(0).and_then(|x| ed.fact(x).rank()),
+        constant_operands,
+    )
 }
 
 /// The other input of a binary node, given one of them.

@@ -40,22 +40,39 @@ pub fn max_pool(p: &Pool2d, input: &[f32], output: &mut [f32]) {
 /// kernel where it has one.
 pub fn max_pool_at(level: IsaLevel, p: &Pool2d, input: &[f32], output: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if narrow_planes_apply(level, p) {
-        assert!(input.len() >= p.planes * p.in_h * p.in_w);
-        assert!(output.len() >= p.planes * p.out_h * p.out_w);
-        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
-        unsafe { narrow_planes_avx512::<true>(p, input, output, None) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if wide_3x3_applies(level, p) {
-        assert!(input.len() >= p.planes * p.in_h * p.in_w);
-        assert!(output.len() >= p.planes * p.out_h * p.out_w);
-        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
-        unsafe { wide_3x3_avx512::<true>(p, input, output, None) };
+    if own_kernel::<true>(level, p, input, output, || None) {
         return;
     }
     max_pool_with::at(level, p, input, output, stride2_rows(level))
+}
+
+/// Runs `p` on the AVX-512 kernel that takes its geometry, if one does: the narrow-plane kernel,
+/// else the wide 3×3 stride-1 one; max (`MAX`) or sum scaled by `inverse()` (the average's
+/// divisors, computed only when a kernel runs). False when neither applies.
+#[cfg(target_arch = "x86_64")]
+fn own_kernel<const MAX: bool>(
+    level: IsaLevel,
+    p: &Pool2d,
+    input: &[f32],
+    output: &mut [f32],
+    inverse: impl FnOnce() -> Option<Vec<f32>>,
+) -> bool {
+    let narrow = narrow_planes_apply(level, p);
+    if !narrow && !wide_3x3_applies(level, p) {
+        return false;
+    }
+    assert!(input.len() >= p.planes * p.in_h * p.in_w);
+    assert!(output.len() >= p.planes * p.out_h * p.out_w);
+    let inverse = inverse();
+    // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
+    unsafe {
+        if narrow {
+            narrow_planes_avx512::<MAX>(p, input, output, inverse.as_deref());
+        } else {
+            wide_3x3_avx512::<MAX>(p, input, output, inverse.as_deref());
+        }
+    }
+    true
 }
 
 /// [`max_pool_at`] or [`avg_pool_at`] (without padding counted) through the separable path even
@@ -704,21 +721,9 @@ pub fn avg_pool_at(
     output: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if narrow_planes_apply(level, p) {
-        assert!(input.len() >= p.planes * p.in_h * p.in_w);
-        assert!(output.len() >= p.planes * p.out_h * p.out_w);
-        let inverse = average_inverse(p, count_include_pad, pad_bottom, pad_right);
-        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
-        unsafe { narrow_planes_avx512::<false>(p, input, output, Some(&inverse)) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if wide_3x3_applies(level, p) {
-        assert!(input.len() >= p.planes * p.in_h * p.in_w);
-        assert!(output.len() >= p.planes * p.out_h * p.out_w);
-        let inverse = average_inverse(p, count_include_pad, pad_bottom, pad_right);
-        // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
-        unsafe { wide_3x3_avx512::<false>(p, input, output, Some(&inverse)) };
+    if own_kernel::<false>(level, p, input, output, || {
+        Some(average_inverse(p, count_include_pad, pad_bottom, pad_right))
+    }) {
         return;
     }
     let rows = stride2_rows(level);

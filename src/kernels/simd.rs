@@ -107,3 +107,16 @@ pub fn available_levels() -> Vec<IsaLevel> {
         .filter(|&l| l <= isa_level())
         .collect()
 }
+
+/// Lanes `i` of a 16-float load starting at column `first` that fall inside `0..width`: the
+/// mask of a masked load over a row's edges (the depthwise rows kernel, the wide pools).
+#[inline(always)]
+pub fn lanes_inside(first: isize, width: usize) -> u16 {
+    let lo = (-first).clamp(0, 16) as u32;
+    let hi = (width as isize - first).clamp(0, 16) as u32;
+    if hi <= lo {
+        return 0;
+    }
+    let upto = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
+    (upto & !((1u32 << lo) - 1)) as u16
+}

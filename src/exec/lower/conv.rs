@@ -99,14 +99,19 @@ fn conv2d(x: &[usize], y: &[usize], window: &Window, group: u64) -> Result<Conv2
     })
 }
 
+/// Whether the convolution kernels take a Conv whose input has `input_rank` dims: 1-D or 2-D,
+/// with constant weights and bias. The others run on the reference
+/// (`reference::geometry::conv_nd`), which has no fused form: the advisor's `fuse` asks this
+/// before giving a convolution an epilogue.
+pub(crate) fn kernels_take_conv(input_rank: Option<usize>, constant_operands: bool) -> bool {
+    matches!(input_rank, Some(3 | 4)) && constant_operands
+}
+
 fn lower_conv(cx: &Cx) -> Result<Lowered, ExecError> {
-    // An ONNX Conv the kernels do not take (3-D and up, weights or bias computed at run time)
-    // runs on the reference (`reference::geometry::conv_nd`).
     if cx.node.domain.is_empty() || cx.node.domain == "ai.onnx" {
-        let rank = cx.shape_of(0)?.len();
-        let runtime_operand =
-            cx.const_f32(1).is_none() || (cx.input(2).is_some() && cx.const_f32(2).is_none());
-        if !(rank == 3 || rank == 4) || runtime_operand {
+        let constant_operands =
+            cx.const_f32(1).is_some() && (cx.input(2).is_none() || cx.const_f32(2).is_some());
+        if !kernels_take_conv(Some(cx.shape_of(0)?.len()), constant_operands) {
             return Ok(Lowered::generic());
         }
     }

@@ -2,7 +2,7 @@
 //! GoogLeNet's and Inception's 28×28 pools beside their convolutions, YOLO-style 3×3 maxima.
 
 use super::Pool2d;
-use crate::kernels::simd::{isa_level, IsaLevel};
+use crate::kernels::simd::{isa_level, lanes_inside, IsaLevel};
 
 /// Whether [`wide_3x3_avx512`] takes this pool on `level`: AVX-512 (capped by the CPU), a 3×3
 /// window at stride 1 without dilation, at most two columns and rows of leading padding, and
@@ -16,17 +16,6 @@ pub(super) fn wide_3x3_applies(level: IsaLevel, p: &Pool2d) -> bool {
         && p.pad_top <= 2
         && p.out_w > 16
         && p.out_h > 0
-}
-
-/// Lanes of a 16-float load from input column `first` that fall inside `0..width`.
-fn inside_lanes(first: isize, width: usize) -> u16 {
-    let lo = (-first).clamp(0, 16) as u32;
-    let hi = (width as isize - first).clamp(0, 16) as u32;
-    if hi <= lo {
-        return 0;
-    }
-    let upto = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
-    (upto & !((1u32 << lo) - 1)) as u16
 }
 
 /// 3×3 stride-1 max (`MAX`) or sum pooling straight from the NCHW plane, sixteen outputs per
@@ -61,7 +50,7 @@ pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
     let column_masks: Vec<(isize, u16)> = (0..=blocks)
         .map(|j| {
             let first = (16 * j) as isize - p.pad_left as isize;
-            (first, inside_lanes(first, iw))
+            (first, lanes_inside(first, iw))
         })
         .collect();
     let out_masks: Vec<u16> = (0..blocks)

@@ -33,17 +33,8 @@ pub(super) fn rows_3x3_kernel_fits(g: &Conv2d) -> bool {
         && g.pad_top <= 2
 }
 
-/// Lanes `i` of a 16-float load starting at input column `first` that fall inside `0..width`.
-#[inline(always)]
-pub(super) fn column_mask(first: isize, width: usize) -> u16 {
-    let lo = (-first).clamp(0, 16) as u32;
-    let hi = (width as isize - first).clamp(0, 16) as u32;
-    if hi <= lo {
-        return 0;
-    }
-    let upto = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
-    (upto & !((1u32 << lo) - 1)) as u16
-}
+/// Lanes of a 16-float load from input column `first` inside a row of `width` columns.
+pub(super) use crate::kernels::simd::lanes_inside as column_mask;
 
 /// 3×3 depthwise straight from the NCHW rows, sixteen outputs of a row per vector, no copy of
 /// the plane: each output block reads its three input rows with masked loads (the padding is
