@@ -196,8 +196,66 @@ macro_rules! per_unary {
                 let $f = |v: f32| 1.0 / v;
                 $loop
             }
-            other => {
-                let $f = move |v: f32| apply_unary(other, v);
+            // The rest name their variant too: a catch-all arm calling `apply_unary(other, v)`
+            // left its `match` inside the loop, a jump table per element.
+            Unary::Softplus => {
+                let $f = |v: f32| apply_unary(Unary::Softplus, v);
+                $loop
+            }
+            Unary::Log => {
+                let $f = |v: f32| apply_unary(Unary::Log, v);
+                $loop
+            }
+            Unary::Floor => {
+                let $f = |v: f32| apply_unary(Unary::Floor, v);
+                $loop
+            }
+            Unary::Ceil => {
+                let $f = |v: f32| apply_unary(Unary::Ceil, v);
+                $loop
+            }
+            Unary::Round => {
+                let $f = |v: f32| apply_unary(Unary::Round, v);
+                $loop
+            }
+            Unary::Sign => {
+                let $f = |v: f32| apply_unary(Unary::Sign, v);
+                $loop
+            }
+            Unary::Mish => {
+                let $f = |v: f32| apply_unary(Unary::Mish, v);
+                $loop
+            }
+            Unary::Softsign => {
+                let $f = |v: f32| apply_unary(Unary::Softsign, v);
+                $loop
+            }
+            Unary::Sin => {
+                let $f = |v: f32| apply_unary(Unary::Sin, v);
+                $loop
+            }
+            Unary::Cos => {
+                let $f = |v: f32| apply_unary(Unary::Cos, v);
+                $loop
+            }
+            Unary::Identity => {
+                let $f = |v: f32| apply_unary(Unary::Identity, v);
+                $loop
+            }
+            Unary::Elu(alpha) => {
+                let $f = move |v: f32| apply_unary(Unary::Elu(alpha), v);
+                $loop
+            }
+            Unary::Selu(alpha, gamma) => {
+                let $f = move |v: f32| apply_unary(Unary::Selu(alpha, gamma), v);
+                $loop
+            }
+            Unary::PowScalar(c) if c == 2.0 => {
+                let $f = |v: f32| v * v;
+                $loop
+            }
+            Unary::PowScalar(c) => {
+                let $f = move |v: f32| apply_unary(Unary::PowScalar(c), v);
                 $loop
             }
         }
@@ -294,8 +352,18 @@ macro_rules! per_binary {
                 let $f = |a: f32, b: f32| a.min(b);
                 $loop
             }
-            other => {
-                let $f = move |a: f32, b: f32| apply_binary(other, a, b);
+            // A select, so the loop vectorises: through the catch-all arm below, PRelu was a
+            // jump table per element (5 ns each, 50x under its memory roof).
+            Binary::PRelu => {
+                let $f = |a: f32, b: f32| if a >= 0.0 { a } else { a * b };
+                $loop
+            }
+            Binary::Pow => {
+                let $f = |a: f32, b: f32| apply_binary(Binary::Pow, a, b);
+                $loop
+            }
+            Binary::Mod => {
+                let $f = |a: f32, b: f32| apply_binary(Binary::Mod, a, b);
                 $loop
             }
         }

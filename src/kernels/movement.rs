@@ -156,7 +156,8 @@ pub fn transpose_axes<T: Copy + 'static>(
             col_src_stride,
             row_out_stride,
         };
-        if !transpose_plane_simd(input, &plane, out) {
+        if !transpose_plane_simd(input, &plane, out) && !transpose_plane_narrow(input, &plane, out)
+        {
             for r0 in (0..rows).step_by(TILE) {
                 for c0 in (0..cols).step_by(TILE) {
                     for r in r0..(r0 + TILE).min(rows) {
@@ -187,6 +188,70 @@ struct Plane {
     cols: usize,
     col_src_stride: usize,
     row_out_stride: usize,
+}
+
+/// A plane with 2-4 rows interleaved in the source (NHWC → NCHW of an RGB image) or 2-4
+/// columns interleaved in the output (a 2- or 4-channel score map back to NHWC), copied with
+/// the interleave factor as a constant so the compiler turns the stride into vector shuffles;
+/// the scalar tiles took 0.6 ns per element on an image's channel split. Returns false for
+/// other planes.
+fn transpose_plane_narrow<T: Copy>(input: &[T], plane: &Plane, out: &mut [T]) -> bool {
+    let (rows, cols) = (plane.rows, plane.cols);
+    if rows <= 4 && plane.col_src_stride == rows {
+        let Some(src) = input.get(plane.src_base..plane.src_base + rows * cols) else {
+            return false;
+        };
+        let fits = |r: usize| plane.out_base + r * plane.row_out_stride + cols <= out.len();
+        if !fits(rows - 1) {
+            return false;
+        }
+        match rows {
+            2 => deinterleave::<T, 2>(src, out, plane),
+            3 => deinterleave::<T, 3>(src, out, plane),
+            4 => deinterleave::<T, 4>(src, out, plane),
+            _ => return false,
+        }
+        return true;
+    }
+    if cols <= 4 && plane.row_out_stride == cols {
+        let last_src = plane.src_base + (cols - 1) * plane.col_src_stride + rows;
+        let Some(dst) = out.get_mut(plane.out_base..plane.out_base + rows * cols) else {
+            return false;
+        };
+        if last_src > input.len() {
+            return false;
+        }
+        match cols {
+            2 => interleave::<T, 2>(input, dst, plane),
+            3 => interleave::<T, 3>(input, dst, plane),
+            4 => interleave::<T, 4>(input, dst, plane),
+            _ => return false,
+        }
+        return true;
+    }
+    false
+}
+
+/// Output row r of the plane is element r of each group of R in `src`.
+#[inline(always)]
+fn deinterleave<T: Copy, const R: usize>(src: &[T], out: &mut [T], plane: &Plane) {
+    for r in 0..R {
+        let line = &mut out[plane.out_base + r * plane.row_out_stride..][..plane.cols];
+        for (o, group) in line.iter_mut().zip(src.chunks_exact(R)) {
+            *o = group[r];
+        }
+    }
+}
+
+/// Element c of each group of C in `dst` is source line c.
+#[inline(always)]
+fn interleave<T: Copy, const C: usize>(input: &[T], dst: &mut [T], plane: &Plane) {
+    for c in 0..C {
+        let line = &input[plane.src_base + c * plane.col_src_stride..][..plane.rows];
+        for (group, &v) in dst.chunks_exact_mut(C).zip(line) {
+            group[c] = v;
+        }
+    }
 }
 
 /// The f32 plane in 8×8 register transposes (AVX2), edges element by element. Returns false
@@ -580,6 +645,10 @@ mod tests {
             vec![1, 18, 3, 20],
             vec![2, 3, 1, 19, 5],
             vec![4, 1, 1, 35],
+            // Narrow interleaved planes (2-4 channels against a long axis), and 5 (not narrow).
+            vec![2, 37, 3],
+            vec![3, 2, 41],
+            vec![2, 4, 19, 5],
         ] {
             let total: usize = shape.iter().product();
             let x: Vec<u32> = (0..total as u32).collect();
@@ -615,6 +684,8 @@ mod tests {
         for (shape, perm) in [
             (vec![17, 33], vec![1, 0]),
             (vec![8, 8], vec![1, 0]),
+            (vec![2, 50, 3], vec![0, 2, 1]),
+            (vec![2, 4, 50], vec![0, 2, 1]),
             (vec![1, 2, 100, 64], vec![0, 1, 3, 2]),
             (vec![3, 20, 41], vec![0, 2, 1]),
             (vec![2, 9, 8, 16], vec![0, 3, 1, 2]),
