@@ -694,7 +694,7 @@ pub(crate) fn test_node(op: &str, attrs: &[(&str, crate::analysis::graph::Attr)]
 #[cfg(test)]
 mod tests {
     use super::einsum::einsum;
-    use super::index::{cumulative, gather_elements, scatter_elements, top_k, Reduction};
+    use super::index::{cumulative, gather_elements, scatter_elements, tile, top_k, Reduction};
     use super::*;
 
     fn f(shape: &[usize], values: &[f32]) -> RtTensor {
@@ -740,6 +740,82 @@ mod tests {
         assert_eq!(ints(&out[1]), vec![3, 0]);
     }
 
+    /// Tile against its definition, out[i] = x[i mod shape per axis], floats and integers.
+    #[test]
+    fn tile_repeats_every_axis() {
+        let x = f(&[2, 1, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let repeats = [2i64, 3, 2];
+        let out = tile(&x, &repeats).unwrap();
+        assert_eq!(out.shape, vec![4, 3, 6]);
+        let got = out.to_f32();
+        for (n, &v) in got.iter().enumerate() {
+            let (a, c) = (n / 18 % 2, n % 6 % 3);
+            assert_eq!(v, (a * 3 + c + 1) as f32, "at {n}");
+        }
+        let i = RtTensor {
+            shape: vec![3],
+            data: RtData::I64(vec![7, 8, 9]),
+        };
+        assert_eq!(ints(&tile(&i, &[2]).unwrap()), vec![7, 8, 9, 7, 8, 9]);
+        assert_eq!(tile(&x, &[1, 0, 1]).unwrap().shape, vec![2, 0, 3]);
+    }
+
+    /// TopK's selection against a full stable sort, on rows with ties, for several k and both
+    /// directions, along a middle axis.
+    #[test]
+    fn top_k_matches_a_full_sort() {
+        let (outer, len, inner) = (3usize, 40usize, 2usize);
+        let values: Vec<f32> = (0..outer * len * inner)
+            .map(|v| ((v * 37) % 11) as f32)
+            .collect();
+        let x = f(&[outer, len, inner], &values);
+        for k in [1usize, 5, 39, 40] {
+            for largest in [true, false] {
+                let out = top_k(&x, k as i64, 1, largest).unwrap();
+                let indices = ints(&out[1]);
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let mut order: Vec<usize> = (0..len).collect();
+                        let key = |a: usize| values[(o * len + a) * inner + i];
+                        order.sort_by(|&a, &b| {
+                            let by = key(a).total_cmp(&key(b));
+                            if largest {
+                                by.reverse()
+                            } else {
+                                by
+                            }
+                        });
+                        let got: Vec<usize> = (0..k)
+                            .map(|n| indices[(o * k + n) * inner + i] as usize)
+                            .collect();
+                        assert_eq!(got, order[..k], "k {k} largest {largest} line {o},{i}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// CumSum along a middle axis: every line of the inner extent scans on its own.
+    #[test]
+    fn cumulative_scans_each_line_of_a_middle_axis() {
+        let x = f(
+            &[2, 3, 2],
+            &[
+                1.0, 10.0, 2.0, 20.0, 3.0, 30.0, 4.0, 40.0, 5.0, 50.0, 6.0, 60.0,
+            ],
+        );
+        let got = cumulative(&x, 1, false, false, false).unwrap().to_f32();
+        assert_eq!(
+            got,
+            vec![1.0, 10.0, 3.0, 30.0, 6.0, 60.0, 4.0, 40.0, 9.0, 90.0, 15.0, 150.0]
+        );
+        let got = cumulative(&x, 1, true, true, false).unwrap().to_f32();
+        assert_eq!(
+            got,
+            vec![5.0, 50.0, 3.0, 30.0, 0.0, 0.0, 11.0, 110.0, 6.0, 60.0, 0.0, 0.0]
+        );
+    }
+
     #[test]
     fn cumulative_sums_and_products_exclusive_and_reverse() {
         let x = f(&[4], &[1.0, 2.0, 3.0, 4.0]);
@@ -754,6 +830,43 @@ mod tests {
         assert_eq!(sum(true, true), vec![9.0, 7.0, 4.0, 0.0]);
         let product = cumulative(&x, 0, true, false, true).unwrap().to_f32();
         assert_eq!(product, vec![1.0, 1.0, 2.0, 6.0]);
+    }
+
+    #[test]
+    fn einsum_as_gemm_matches_the_element_loop() {
+        // Float operands of a GEMM-shaped equation take the transposes and GEMMs; the same
+        // small integers as int64 take the element-by-element loop: the two must agree exactly.
+        let tensor = |shape: &[usize], seed: usize| {
+            let count: usize = shape.iter().product();
+            let values: Vec<i64> = (0..count)
+                .map(|v| ((v * 7 + seed) % 9) as i64 - 4)
+                .collect();
+            (
+                f(shape, &values.iter().map(|&v| v as f32).collect::<Vec<_>>()),
+                RtTensor {
+                    shape: shape.to_vec(),
+                    data: RtData::I64(values),
+                },
+            )
+        };
+        for (equation, a_shape, b_shape) in [
+            ("bhqd,bhkd->bhqk", &[2, 3, 5, 4][..], &[2, 3, 6, 4][..]),
+            ("bhqk,bhkd->bhqd", &[2, 3, 5, 6], &[2, 3, 6, 4]),
+            ("ij,kj->ki", &[3, 4], &[5, 4]),
+            ("abc,cd->dba", &[2, 3, 4], &[4, 5]),
+            ("i,j->ij", &[3], &[4]),
+            ("ij,j->i", &[3, 4], &[4]),
+            ("bij,bij->b", &[2, 3, 4], &[2, 3, 4]),
+            ("nchw,kc->nkhw", &[1, 3, 2, 2], &[4, 3]),
+        ] {
+            let (a, a_int) = tensor(a_shape, 1);
+            let (b, b_int) = tensor(b_shape, 5);
+            let fast = einsum(equation, &[&a, &b]).unwrap();
+            let loop_ = einsum(equation, &[&a_int, &b_int]).unwrap();
+            assert_eq!(fast.shape, loop_.shape, "{equation}");
+            let want: Vec<f32> = ints(&loop_).iter().map(|&v| v as f32).collect();
+            assert_eq!(fast.to_f32(), want, "{equation}");
+        }
     }
 
     #[test]
