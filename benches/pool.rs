@@ -28,6 +28,10 @@ const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
     ("max 3x3/2 576x14²", true, 576, 14, 3, 2, 1),
     ("max 3x3/1 1024x7²", true, 1024, 7, 3, 1, 1),
     ("avg 3x3/1 1024x7²", false, 1024, 7, 3, 1, 1),
+    // YOLOv5/v8 SPPF at 640² (5×5 stride 1 three times in a row) and YOLOv3's SPP 9 and 13.
+    ("max 5x5/1 256x20²", true, 256, 20, 5, 1, 2),
+    ("max 9x9/1 512x19²", true, 512, 19, 9, 1, 4),
+    ("max 13x13/1 512x19²", true, 512, 19, 13, 1, 6),
 ];
 
 fn main() {
@@ -64,11 +68,11 @@ fn main() {
             }
             black_box(&output);
         });
-        // Narrow planes and wide 3×3 stride-1 windows run their own kernels on AVX-512: the
-        // separable path (the padded grid at stride 1) is their reference.
+        // Narrow planes and wide K×K stride-1 windows (K = 3, 5, 9, 13) run their own kernels
+        // on AVX-512: the separable path (the padded grid at stride 1) is their reference.
         let narrow = side <= 32 && out_side <= 16;
-        let wide_3x3 = kernel == 3 && stride == 1 && out_side > 16;
-        let own_kernel = (narrow || wide_3x3) && isa_level() == IsaLevel::Avx512;
+        let wide = [3, 5, 9, 13].contains(&kernel) && stride == 1 && out_side > 16;
+        let own_kernel = (narrow || wide) && isa_level() == IsaLevel::Avx512;
         let separable_s = own_kernel.then(|| {
             median_seconds(|| {
                 pool_separable_at(

@@ -11,7 +11,7 @@ mod wide;
 #[cfg(target_arch = "x86_64")]
 use narrow::{narrow_planes_apply, narrow_planes_avx512};
 #[cfg(target_arch = "x86_64")]
-use wide::{wide_3x3_applies, wide_3x3_avx512};
+use wide::{wide_applies, wide_pool_avx512};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2d {
@@ -58,7 +58,7 @@ fn own_kernel<const MAX: bool>(
     inverse: impl FnOnce() -> Option<Vec<f32>>,
 ) -> bool {
     let narrow = narrow_planes_apply(level, p);
-    if !narrow && !wide_3x3_applies(level, p) {
+    if !narrow && !wide_applies(level, p) {
         return false;
     }
     assert!(input.len() >= p.planes * p.in_h * p.in_w);
@@ -69,7 +69,7 @@ fn own_kernel<const MAX: bool>(
         if narrow {
             narrow_planes_avx512::<MAX>(p, input, output, inverse.as_deref());
         } else {
-            wide_3x3_avx512::<MAX>(p, input, output, inverse.as_deref());
+            wide_pool_avx512::<MAX>(p, input, output, inverse.as_deref());
         }
     }
     true

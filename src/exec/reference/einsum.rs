@@ -208,7 +208,7 @@ fn as_batched_matmul(
     if a_labels
         .iter()
         .chain(b_labels)
-        .any(|l| !in_out(l) && !(in_a(l) && in_b(l)))
+        .any(|l| !(in_out(l) || in_a(l) && in_b(l)))
     {
         return None;
     }

@@ -215,31 +215,39 @@ fn global_pools_match_the_folded_scalar_path_on_every_plane_size() {
 }
 
 #[test]
-fn wide_3x3_pools_match_the_window_loop() {
-    // Stride-1 3×3 windows on rows past one vector: GoogLeNet's 28×28 (pad 1), unpadded,
-    // two columns of padding, widths that end mid-vector, one and many planes.
-    for (pad, in_h, in_w, planes) in [
-        (1, 28, 28, 3),
-        (0, 9, 40, 2),
-        (2, 6, 33, 1),
-        (1, 5, 17, 4),
-        (1, 3, 64, 1),
-        (0, 3, 19, 1),
+fn wide_pools_match_the_window_loop() {
+    // Stride-1 K×K windows on rows past one vector: GoogLeNet's 28×28 3×3 (pad 1), YOLO's SPP
+    // 5/9/13 (pad K/2) on 20×20 and odd planes, unpadded, padding up to K − 1, widths that end
+    // mid-vector, rows fewer than the window, one and many planes.
+    for (kernel, pad, in_h, in_w, planes) in [
+        (3, 1, 28, 28, 3),
+        (3, 0, 9, 40, 2),
+        (3, 2, 6, 33, 1),
+        (3, 1, 5, 17, 4),
+        (3, 1, 3, 64, 1),
+        (3, 0, 3, 19, 1),
+        (5, 2, 20, 20, 2),
+        (5, 4, 7, 21, 1),
+        (5, 0, 9, 37, 1),
+        (9, 4, 20, 20, 1),
+        (9, 8, 3, 18, 1),
+        (13, 6, 20, 20, 2),
+        (13, 6, 15, 33, 1),
     ] {
         let p = Pool2d {
             planes,
             in_h,
             in_w,
-            kernel_h: 3,
-            kernel_w: 3,
+            kernel_h: kernel,
+            kernel_w: kernel,
             stride_h: 1,
             stride_w: 1,
             dilation_h: 1,
             dilation_w: 1,
             pad_top: pad,
             pad_left: pad,
-            out_h: in_h + 2 * pad - 2,
-            out_w: in_w + 2 * pad - 2,
+            out_h: in_h + 2 * pad + 1 - kernel,
+            out_w: in_w + 2 * pad + 1 - kernel,
         };
         let input: Vec<f32> = (0..planes * in_h * in_w)
             .map(|i| ((i * 7919) % 101) as f32 - 50.0)
@@ -262,8 +270,8 @@ fn wide_3x3_pools_match_the_window_loop() {
             }
         }
     }
-    // The kernel is the one these geometries take on AVX-512.
-    let p = Pool2d {
+    // The kernel is the one these geometries take on AVX-512 (YOLO's SPPF 5×5 too).
+    let mut p = Pool2d {
         planes: 1,
         in_h: 28,
         in_w: 28,
@@ -279,7 +287,12 @@ fn wide_3x3_pools_match_the_window_loop() {
         out_w: 28,
     };
     if crate::kernels::simd::isa_level() == crate::kernels::simd::IsaLevel::Avx512 {
-        assert!(wide::wide_3x3_applies(
+        assert!(wide::wide_applies(
+            crate::kernels::simd::IsaLevel::Avx512,
+            &p
+        ));
+        (p.kernel_h, p.kernel_w, p.pad_top, p.pad_left) = (5, 5, 2, 2);
+        assert!(wide::wide_applies(
             crate::kernels::simd::IsaLevel::Avx512,
             &p
         ));

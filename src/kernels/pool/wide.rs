@@ -1,40 +1,67 @@
-//! The 3×3 stride-1 pooling kernel (AVX-512) for planes wider than the narrow kernel's:
-//! GoogLeNet's and Inception's 28×28 pools beside their convolutions, YOLO-style 3×3 maxima.
+//! The K×K stride-1 pooling kernel (AVX-512) for planes wider than the narrow kernel's:
+//! GoogLeNet's and Inception's 28×28 3×3 pools beside their convolutions, the 5×5, 9×9 and
+//! 13×13 maxima of YOLO's spatial-pyramid poolings.
 
 use super::Pool2d;
 use crate::kernels::simd::{isa_level, lanes_inside, IsaLevel};
 
-/// Whether [`wide_3x3_avx512`] takes this pool on `level`: AVX-512 (capped by the CPU), a 3×3
-/// window at stride 1 without dilation, at most two columns and rows of leading padding, and
-/// output rows wider than one vector (narrower ones go to the narrow-plane kernel).
-pub(super) fn wide_3x3_applies(level: IsaLevel, p: &Pool2d) -> bool {
+/// The window sizes the wide kernel is instantiated for: 3×3 (GoogLeNet, Inception, YOLO
+/// heads) and the 5, 9 and 13 of the spatial-pyramid poolings (YOLOv3-v8 SPP and SPPF).
+pub(super) const WIDE_WINDOWS: [usize; 4] = [3, 5, 9, 13];
+
+/// Whether [`wide_avx512`] takes this pool on `level`: AVX-512 (capped by the CPU), a square
+/// K×K window of [`WIDE_WINDOWS`] at stride 1 without dilation, at most K − 1 columns and rows
+/// of leading padding, and output rows wider than one vector (narrower ones go to the
+/// narrow-plane kernel).
+pub(super) fn wide_applies(level: IsaLevel, p: &Pool2d) -> bool {
     level.min(isa_level()) == IsaLevel::Avx512
-        && (p.kernel_h, p.kernel_w) == (3, 3)
+        && p.kernel_h == p.kernel_w
+        && WIDE_WINDOWS.contains(&p.kernel_w)
         && (p.stride_h, p.stride_w) == (1, 1)
         && (p.dilation_h, p.dilation_w) == (1, 1)
-        && p.pad_left <= 2
-        && p.pad_top <= 2
+        && p.pad_left < p.kernel_w
+        && p.pad_top < p.kernel_h
         && p.out_w > 16
         && p.out_h > 0
 }
 
-/// 3×3 stride-1 max (`MAX`) or sum pooling straight from the NCHW plane, sixteen outputs per
+/// [`wide_avx512`] at the pool's window size.
+///
+/// # Safety
+/// As [`wide_avx512`]; the geometry passes [`wide_applies`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn wide_pool_avx512<const MAX: bool>(
+    p: &Pool2d,
+    input: &[f32],
+    output: &mut [f32],
+    inverse: Option<&[f32]>,
+) {
+    match p.kernel_w {
+        3 => wide_avx512::<MAX, 3>(p, input, output, inverse),
+        5 => wide_avx512::<MAX, 5>(p, input, output, inverse),
+        9 => wide_avx512::<MAX, 9>(p, input, output, inverse),
+        13 => wide_avx512::<MAX, 13>(p, input, output, inverse),
+        other => unreachable!("wide pool of {other}x{other}: not in WIDE_WINDOWS"),
+    }
+}
+
+/// K×K stride-1 max (`MAX`) or sum pooling straight from the NCHW plane, sixteen outputs per
 /// step: the window's input rows are combined vertically once per 16 input columns (masked
 /// loads: the padding and the columns past the row are the masked-off lanes, filled with the
-/// identity), and the three horizontal taps are that vertical vector and its one- and
-/// two-lane shifts into the next one (`valignd`). Three loads and four combines per vector of
-/// outputs, against nine loads and eight combines for the window taps over a padded copy of
-/// the plane (max 3×3 on 256×28², Zen 4, one thread: 154 µs on that grid path, 77 µs here,
-/// onnxruntime 89).
+/// identity), and the K horizontal taps are that vertical vector and its 1 … K − 1 lane shifts
+/// into the next one (`valignd`). K loads and 2(K − 1) combines per vector of outputs, against
+/// K² loads and K² − 1 combines for the window taps over a padded copy of the plane (max 3×3
+/// on 256×28², Zen 4, one thread: 154 µs on that grid path, 77 µs here, onnxruntime 89).
 ///
 /// `inverse` (average only) holds each output's reciprocal tap count, `out_h × out_w`.
 ///
 /// # Safety
 /// AVX-512F must be available; `input` holds `planes × in_h × in_w` floats and `output`
-/// `planes × out_h × out_w`; the geometry passes [`wide_3x3_applies`].
+/// `planes × out_h × out_w`; the geometry passes [`wide_applies`] with `kernel_w == K`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
+unsafe fn wide_avx512<const MAX: bool, const K: usize>(
     p: &Pool2d,
     input: &[f32],
     output: &mut [f32],
@@ -43,6 +70,7 @@ pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
     use std::arch::x86_64::*;
     let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     debug_assert!(input.len() >= p.planes * ih * iw && output.len() >= p.planes * oh * ow);
+    debug_assert!(p.kernel_w == K && K <= 16);
     let identity = _mm512_set1_ps(if MAX { f32::NEG_INFINITY } else { 0.0 });
     let blocks = ow.div_ceil(16);
     // Vertical vector j covers input columns 16·j − pad_left onwards; block b reads j = b and
@@ -61,9 +89,9 @@ pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
         let out = output.as_mut_ptr().add(plane * oh * ow);
         for y in 0..oh {
             // The window's rows inside the plane (rows in the padding contribute nothing).
-            let mut rows = [image; 3];
+            let mut rows = [image; K];
             let mut count = 0;
-            for ky in 0..3 {
+            for ky in 0..K {
                 let iy = (y + ky) as isize - p.pad_top as isize;
                 if iy >= 0 && (iy as usize) < ih {
                     rows[count] = image.add(iy as usize * iw);
@@ -72,18 +100,14 @@ pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
             }
             // No closures: they would not inherit this function's target features.
             let (first, mask) = *column_masks.get_unchecked(0);
-            let mut current = vertical::<MAX>(&rows[..count], first, mask, identity);
+            let mut current = vertical::<MAX, K>(&rows, count, first, mask, identity);
             for (b, &mask) in out_masks.iter().enumerate() {
                 let (first, load_mask) = *column_masks.get_unchecked(b + 1);
-                let next = vertical::<MAX>(&rows[..count], first, load_mask, identity);
-                let (cur, nxt) = (_mm512_castps_si512(current), _mm512_castps_si512(next));
-                let one = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(nxt, cur));
-                let two = _mm512_castsi512_ps(_mm512_alignr_epi32::<2>(nxt, cur));
-                let mut acc = if MAX {
-                    _mm512_max_ps(_mm512_max_ps(current, one), two)
-                } else {
-                    _mm512_add_ps(_mm512_add_ps(current, one), two)
-                };
+                let next = vertical::<MAX, K>(&rows, count, first, load_mask, identity);
+                let mut acc = current;
+                for shift in 1..K {
+                    acc = combine::<MAX>(acc, shifted(current, next, shift));
+                }
                 let at = y * ow + 16 * b;
                 if let Some(inverse) = inverse {
                     let scale = _mm512_maskz_loadu_ps(mask, inverse.as_ptr().add(at));
@@ -96,34 +120,83 @@ pub(super) unsafe fn wide_3x3_avx512<const MAX: bool>(
     }
 }
 
-/// The window rows `rows` combined at the 16 input columns from `first` (lanes outside `mask`
-/// hold the identity). The three-row case is written out: as a loop over a run-time count it
-/// compiled to a counted loop per vector (a third of the kernel's cycles on bookkeeping).
+/// Max or sum of two vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn combine<const MAX: bool>(
+    a: std::arch::x86_64::__m512,
+    b: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    if MAX {
+        _mm512_max_ps(a, b)
+    } else {
+        _mm512_add_ps(a, b)
+    }
+}
+
+/// Lanes `shift ..` of `current` followed by the first `shift` lanes of `next` (`valignd`, whose
+/// shift is an immediate: with K a constant the loop over shifts unrolls and this match folds).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn shifted(
+    current: std::arch::x86_64::__m512,
+    next: std::arch::x86_64::__m512,
+    shift: usize,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let (cur, nxt) = (_mm512_castps_si512(current), _mm512_castps_si512(next));
+    let lanes = match shift {
+        1 => _mm512_alignr_epi32::<1>(nxt, cur),
+        2 => _mm512_alignr_epi32::<2>(nxt, cur),
+        3 => _mm512_alignr_epi32::<3>(nxt, cur),
+        4 => _mm512_alignr_epi32::<4>(nxt, cur),
+        5 => _mm512_alignr_epi32::<5>(nxt, cur),
+        6 => _mm512_alignr_epi32::<6>(nxt, cur),
+        7 => _mm512_alignr_epi32::<7>(nxt, cur),
+        8 => _mm512_alignr_epi32::<8>(nxt, cur),
+        9 => _mm512_alignr_epi32::<9>(nxt, cur),
+        10 => _mm512_alignr_epi32::<10>(nxt, cur),
+        11 => _mm512_alignr_epi32::<11>(nxt, cur),
+        12 => _mm512_alignr_epi32::<12>(nxt, cur),
+        13 => _mm512_alignr_epi32::<13>(nxt, cur),
+        14 => _mm512_alignr_epi32::<14>(nxt, cur),
+        _ => _mm512_alignr_epi32::<15>(nxt, cur),
+    };
+    _mm512_castsi512_ps(lanes)
+}
+
+/// The first `count` of the window rows `rows` combined at the 16 input columns from `first`
+/// (lanes outside `mask` hold the identity). A full window is a loop over the constant K,
+/// unrolled: as a loop over a run-time count it compiled to a counted loop per vector (a third
+/// of the 3×3 kernel's cycles on bookkeeping); only the border rows take that loop.
 ///
 /// # Safety
 /// AVX-512F must be available; the lanes in `mask` lie inside every row.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn vertical<const MAX: bool>(
-    rows: &[*const f32],
+unsafe fn vertical<const MAX: bool, const K: usize>(
+    rows: &[*const f32; K],
+    count: usize,
     first: isize,
     mask: u16,
     identity: std::arch::x86_64::__m512,
 ) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let load = |row: *const f32| _mm512_mask_loadu_ps(identity, mask, row.wrapping_offset(first));
-    let combine = |a, b| {
-        if MAX {
-            _mm512_max_ps(a, b)
-        } else {
-            _mm512_add_ps(a, b)
+    if count == K {
+        let mut acc = load(rows[0]);
+        for &row in &rows[1..] {
+            acc = combine::<MAX>(acc, load(row));
         }
-    };
-    match *rows {
-        [a, b, c] => combine(combine(load(a), load(b)), load(c)),
-        [a, b] => combine(load(a), load(b)),
-        [a] => load(a),
-        _ => identity,
+        return acc;
     }
+    let mut acc = identity;
+    for &row in &rows[..count] {
+        acc = combine::<MAX>(acc, load(row));
+    }
+    acc
 }
