@@ -150,8 +150,8 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.shape_of(0)?;
     let w = cx.shape_of(1)?;
     let y = cx.out_shape(0)?;
-    if x.len() != 4 {
-        return Err(cx.error("only 2-D transposed convolutions have kernels"));
+    if x.len() != 3 && x.len() != 4 {
+        return Err(cx.error("only 1-D and 2-D transposed convolutions have kernels"));
     }
     // Pads as the spec derives them from `output_shape` or `auto_pad` (the same window
     // inference used for the output shape).
@@ -166,9 +166,14 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
         .const_f32(1)
         .ok_or_else(|| cx.error("weights must be constant"))?;
     let bias = cx.const_f32(2);
+    // A 1-D one (a vocoder's upsampling) runs as 2-D with a height of one.
+    let (kernel_area, in_area) = (
+        w[2..].iter().product::<usize>(),
+        x[2..].iter().product::<usize>(),
+    );
     Ok(Lowered {
-        flops: 2 * (x.iter().product::<usize>() * w[1] * w[2] * w[3]) as u64,
-        scratch: w[1] * w[2] * w[3] * x[2] * x[3],
+        flops: 2 * (x.iter().product::<usize>() * w[1] * kernel_area) as u64,
+        scratch: w[1] * kernel_area * in_area,
         kernel: Kernel::Conv(ConvKernel::Transpose {
             geom,
             weights,

@@ -507,24 +507,18 @@ pub(super) fn space_to_depth(x: &RtTensor, block: i64, mode: &str) -> Result<RtT
     }
     let (oh, ow) = (h / b, w / b);
     let out_c = c * b * b;
-    let shape = vec![n, out_c, oh, ow];
-    let mut sources = Vec::with_capacity(x.len());
-    for ni in 0..n {
-        for co in 0..out_c {
-            // DCR: the block offset is the outer part of the channel; CRD: the inner part.
-            let (ci, by, bx) = if mode == "CRD" {
-                (co / (b * b), co / b % b, co % b)
-            } else {
-                (co % c, co / c / b, co / c % b)
-            };
-            for y in 0..oh {
-                for xo in 0..ow {
-                    sources.push(((ni * c + ci) * h + y * b + by) * w + xo * b + bx);
-                }
-            }
-        }
-    }
-    Ok(select(x, shape, &sources))
+    // DCR: the block offset is the outer part of the channel; CRD: the inner part.
+    let perm = if mode == "CRD" {
+        [0, 1, 3, 5, 2, 4]
+    } else {
+        [0, 3, 5, 1, 2, 4]
+    };
+    Ok(super::math::permuted(
+        x,
+        &[n, c, oh, b, ow, b],
+        &perm,
+        vec![n, out_c, oh, ow],
+    ))
 }
 
 /// Pad in every mode (constant, reflect, edge, wrap), pads and value as attributes (before

@@ -197,22 +197,32 @@ pub(super) fn depth_to_space(x: &RtTensor, block: i64, mode: &str) -> Result<RtT
         return Err("DepthToSpace: channels not divisible by blocksize²".into());
     }
     let out_c = c / (bs * bs);
-    let mut sources = Vec::with_capacity(x.len());
-    for ni in 0..n {
-        for co in 0..out_c {
-            for y in 0..h * bs {
-                for xo in 0..w * bs {
-                    let (by, bx) = (y % bs, xo % bs);
-                    let channel = match mode {
-                        "CRD" => co * bs * bs + by * bs + bx,
-                        _ => (by * bs + bx) * out_c + co,
-                    };
-                    sources.push(((ni * c + channel) * h + y / bs) * w + xo / bs);
-                }
-            }
+    // One transpose of the 6-D view: DCR reads the channel as (by, bx, c), CRD as (c, by, bx).
+    let (view, perm): ([usize; 6], [usize; 6]) = if mode == "CRD" {
+        ([n, out_c, bs, bs, h, w], [0, 1, 4, 2, 5, 3])
+    } else {
+        ([n, bs, bs, out_c, h, w], [0, 3, 4, 1, 5, 2])
+    };
+    Ok(permuted(x, &view, &perm, vec![n, out_c, h * bs, w * bs]))
+}
+
+/// `x` viewed as `view`, transposed by `perm` (the movement kernels' tiled and interleaving
+/// paths), reshaped to `shape`. DepthToSpace and SpaceToDepth are this, and as an index per
+/// element they ran at 1.5-2.8x onnxruntime.
+pub(super) fn permuted(x: &RtTensor, view: &[usize], perm: &[usize], shape: Vec<usize>) -> RtTensor {
+    let data = match &x.data {
+        RtData::F32(v) => {
+            let mut out = vec![0f32; v.len()];
+            crate::kernels::movement::transpose(v, view, perm, &mut out);
+            RtData::F32(out)
         }
-    }
-    Ok(select(x, vec![n, out_c, h * bs, w * bs], &sources))
+        RtData::I64(v) => {
+            let mut out = vec![0i64; v.len()];
+            crate::kernels::movement::transpose(v, view, perm, &mut out);
+            RtData::I64(out)
+        }
+    };
+    RtTensor { shape, data }
 }
 
 pub(super) fn eye_like(x: &RtTensor, k: i64, out_types: &[DType]) -> Result<RtTensor> {
