@@ -218,7 +218,9 @@ def onnxruntime_us(path, threads, runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--runs", type=int, default=20)
+    # Enough runs that a second thread is spinning when the op starts (at 15, a 2-thread
+    # Exp took its 1-thread time: the worker was asleep at most starts).
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--filter", default="")
     args = parser.parse_args()
     rows = []
