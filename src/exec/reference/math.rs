@@ -209,7 +209,12 @@ pub(super) fn depth_to_space(x: &RtTensor, block: i64, mode: &str) -> Result<RtT
 /// `x` viewed as `view`, transposed by `perm` (the movement kernels' tiled and interleaving
 /// paths), reshaped to `shape`. DepthToSpace and SpaceToDepth are this, and as an index per
 /// element they ran at 1.5-2.8x onnxruntime.
-pub(super) fn permuted(x: &RtTensor, view: &[usize], perm: &[usize], shape: Vec<usize>) -> RtTensor {
+pub(super) fn permuted(
+    x: &RtTensor,
+    view: &[usize],
+    perm: &[usize],
+    shape: Vec<usize>,
+) -> RtTensor {
     let data = match &x.data {
         RtData::F32(v) => {
             let mut out = vec![0f32; v.len()];

@@ -9,23 +9,27 @@ use crate::kernels::simd::multiversion;
 /// `dst[i] = clamp(round_even(src[i] / scale) + zero_point, 0, 255)` (ONNX QuantizeLinear,
 /// with the division done as a multiplication by `1/scale`; NaN quantizes to the zero point).
 pub fn quantize_u8(src: &[f32], dst: &mut [u8], scale: f32, zero_point: i32) {
+    quantize_u8_inverse(src, dst, 1.0 / scale, zero_point)
+}
+
+/// [`quantize_u8`] given `1/scale` (the GEMMs' activation packing holds the inverse).
+pub(crate) fn quantize_u8_inverse(src: &[f32], dst: &mut [u8], inv_scale: f32, zero_point: i32) {
     #[cfg(target_arch = "x86_64")]
     if super::x86::has_avx512bw() {
         let n = src.len().min(dst.len());
         // SAFETY: AVX-512BW was detected; both slices hold `n` elements.
         return unsafe {
-            super::x86::quantize_slice_512(&src[..n], &mut dst[..n], 1.0 / scale, zero_point)
+            super::x86::quantize_slice_512(&src[..n], &mut dst[..n], inv_scale, zero_point)
         };
     }
-    quantize_u8_generic(src, dst, scale, zero_point)
+    quantize_u8_generic(src, dst, inv_scale, zero_point)
 }
 
 multiversion! {
-    /// The portable [`quantize_u8`].
-    pub fn quantize_u8_generic(src: &[f32], dst: &mut [u8], scale: f32, zero_point: i32) {
-        let inv = 1.0 / scale;
+    /// The portable [`quantize_u8_inverse`].
+    pub fn quantize_u8_generic(src: &[f32], dst: &mut [u8], inv_scale: f32, zero_point: i32) {
         for (d, &s) in dst.iter_mut().zip(src) {
-            *d = quant(s, inv, zero_point);
+            *d = quant(s, inv_scale, zero_point);
         }
     }
 }

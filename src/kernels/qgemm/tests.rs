@@ -675,6 +675,22 @@ fn byte_im2col_and_quantize_fast_paths_match_the_portable_loops() {
     quantize_u8(&src, &mut a, 1.0, 3);
     quantize_u8_generic(&src, &mut b, 1.0, 3);
     assert_eq!(a, b);
+    // Ties to even before the (odd) zero point is added; saturation both ways; NaN to the
+    // zero point.
+    let cases = [
+        (0.5, 3),
+        (1.5, 5),
+        (2.5, 5),
+        (-0.5, 3),
+        (-1.5, 1),
+        (1e10, 255),
+        (-1e10, 0),
+    ];
+    for (value, want) in cases {
+        assert_eq!(quant(value, 1.0, 3), want, "quant({value})");
+    }
+    assert_eq!(quant(f32::NAN, 1.0, 3), 3);
+    assert_eq!(quant(299.6, 1.0, 0), 255);
     let finite: Vec<f32> = src.iter().copied().filter(|v| v.is_finite()).collect();
     let mut h = vec![0u16; finite.len()];
     to_bf16(&finite, &mut h);
