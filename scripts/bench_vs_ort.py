@@ -44,6 +44,7 @@ MODELS = {
     "ppocr-cls": (str(CACHE / "ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx"), {"x": [1, 3, 48, 192]}),
     "resnet50-zoo": (str(CACHE / "light-random/light_resnet50.onnx"), {}),
     "magika": (str(CACHE / "extra/magika_standard_v3_3.onnx"), {"bytes": [1, 2048]}),
+    "smart-turn-int8": (str(CACHE / "audio/smart-turn-v3.2-cpu.onnx"), {"input_features": [1, 80, 800]}),
 }
 
 

@@ -17,6 +17,9 @@
 #        (voice activity detector: STFT as a strided Conv after a reflect Pad whose
 #         amounts an int64 Transpose computes, LSTM decoder inside If; kept out of
 #         extra/ so the golden and export suites keep their fixed set)
+#   pipecat-ai==1.14.0          -> .cache/models/audio/smart-turn-v3.2-cpu.onnx
+#        (end-of-turn classifier: a Whisper-style transformer encoder quantized
+#         QDQ by onnxruntime, uint8 activations and per-channel int8 weights)
 #
 # Idempotent: files already present with the right hash are left alone and no
 # network access happens. Wheels are cached in .cache/wheels/.
@@ -58,6 +61,7 @@ rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.on
 rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx|ppocr/ch_ppocr_mobile_v2.0_cls_infer.onnx|e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
 magika==1.0.3|magika/models/standard_v3_3/model.onnx|extra/magika_standard_v3_3.onnx|fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c
 silero-vad==6.2.3|silero_vad/data/silero_vad_16k_op15.onnx|audio/silero_vad_16k_op15.onnx|7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49
+pipecat-ai==1.14.0|pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx|audio/smart-turn-v3.2-cpu.onnx|2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f
 "
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }

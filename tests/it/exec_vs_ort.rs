@@ -1,5 +1,5 @@
 //! The executor against onnxruntime: every built-in model and every corpus model (light models
-//! with random weights, PP-OCR, magika, silero-vad) runs on the same seeded inputs in both; outputs must agree
+//! with random weights, PP-OCR, magika, silero-vad, smart-turn's QDQ int8 transformer) runs on the same seeded inputs in both; outputs must agree
 //! within max |ours − ort| ≤ 1e-4 + 2e-3 · max |ort| per output tensor.
 //!
 //! References are produced by `scripts/ort_run.py` (onnxruntime, 1 thread) into
@@ -334,6 +334,11 @@ fn corpus_models_match_onnxruntime() {
     cases.push((
         dir.join("audio/silero_vad_16k_op15.onnx"),
         vec!["input=1x512", "state=2x1x128"],
+        vec![],
+    ));
+    cases.push((
+        dir.join("audio/smart-turn-v3.2-cpu.onnx"),
+        vec!["input_features=1x80x800"],
         vec![],
     ));
     cases.sort();
