@@ -150,8 +150,9 @@ fn lower_transpose(cx: &Cx) -> Result<Lowered, ExecError> {
     let x = cx.shape_of(0)?;
     let w = cx.shape_of(1)?;
     let y = cx.out_shape(0)?;
-    if x.len() != 3 && x.len() != 4 {
-        return Err(cx.error("only 1-D and 2-D transposed convolutions have kernels"));
+    // 3-D and wider, or run-time weights: the reference (`geometry::conv_transpose_nd`).
+    if (x.len() != 3 && x.len() != 4) || cx.const_f32(1).is_none() {
+        return Ok(Lowered::generic());
     }
     // Pads as the spec derives them from `output_shape` or `auto_pad` (the same window
     // inference used for the output shape).

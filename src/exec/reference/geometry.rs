@@ -595,3 +595,102 @@ mod tests {
         assert!((out.to_f32()[1] - 12.5).abs() < 1e-6);
     }
 }
+
+/// ConvTranspose of any spatial rank (the 1-D and 2-D ones with constant weights run on the
+/// kernels): every input element scattered through every tap into the output,
+/// `y[o, i·stride − pad + t·dilation] += x[c, i] · w[c, o, t]`, accumulated in f64. 3-D
+/// decoders (volumetric segmentation) and run-time weights land here.
+pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    use crate::analysis::ops::spatial::ConvTransposeConfig;
+    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let x = input(0).ok_or("X is missing")?;
+    let w = input(1).ok_or("W is missing")?;
+    let rank = x.shape.len();
+    if rank < 3 || w.shape.len() != rank {
+        return Err(format!(
+            "ConvTranspose: X {:?} and W {:?}",
+            x.shape, w.shape
+        ));
+    }
+    let config = ConvTransposeConfig::parse(&node.attrs)?;
+    let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
+    let window = config.window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?;
+    let (n, c, per_group) = (x.shape[0], x.shape[1], w.shape[1]);
+    let group = config.group.max(1) as usize;
+    if w.shape[0] != c || c % group != 0 {
+        return Err(format!(
+            "ConvTranspose: X {:?} and W {:?} with {group} groups do not match",
+            x.shape, w.shape
+        ));
+    }
+    let (m, in_group) = (per_group * group, c / group);
+    let spatial = rank - 2;
+    let in_dims = &x.shape[2..];
+    let out_dims: Vec<usize> = window.output.iter().map(|&d| d as usize).collect();
+    let kernel = &w.shape[2..];
+    let (in_plane, out_plane): (usize, usize) =
+        (in_dims.iter().product(), out_dims.iter().product());
+    let taps: usize = kernel.iter().product();
+    let coords = |mut rest: usize, dims: &[usize]| {
+        let mut at = vec![0i64; dims.len()];
+        for axis in (0..dims.len()).rev() {
+            at[axis] = (rest % dims[axis]) as i64;
+            rest /= dims[axis];
+        }
+        at
+    };
+    let tap_offsets: Vec<Vec<i64>> = (0..taps)
+        .map(|t| {
+            let mut at = coords(t, kernel);
+            for (axis, offset) in at.iter_mut().enumerate() {
+                *offset *= window.dilations[axis] as i64;
+            }
+            at
+        })
+        .collect();
+    let (xs, ws) = (floats(x), floats(w));
+    let mut out = vec![0f64; n * m * out_plane];
+    for p in 0..in_plane {
+        // Where this input position's scatter starts in the output.
+        let mut origin = coords(p, in_dims);
+        for (axis, start) in origin.iter_mut().enumerate() {
+            *start = *start * window.strides[axis] as i64 - window.pads[axis] as i64;
+        }
+        for (t, offsets) in tap_offsets.iter().enumerate() {
+            let mut at = 0usize;
+            let mut inside = true;
+            for axis in 0..spatial {
+                let coord = origin[axis] + offsets[axis];
+                if coord < 0 || coord >= out_dims[axis] as i64 {
+                    inside = false;
+                    break;
+                }
+                at = at * out_dims[axis] + coord as usize;
+            }
+            if !inside {
+                continue;
+            }
+            for b in 0..n {
+                for ci in 0..c {
+                    let value = f64::from(xs[(b * c + ci) * in_plane + p]);
+                    let g = ci / in_group;
+                    for oc in 0..per_group {
+                        let weight = f64::from(ws[(ci * per_group + oc) * taps + t]);
+                        out[(b * m + g * per_group + oc) * out_plane + at] += value * weight;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(bias) = input(2).map(floats) {
+        for (k, v) in out.iter_mut().enumerate() {
+            *v += f64::from(bias[k / out_plane % m]);
+        }
+    }
+    let mut shape = vec![n, m];
+    shape.extend(&out_dims);
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(out.into_iter().map(|v| v as f32).collect()),
+    })
+}

@@ -119,6 +119,7 @@ fn covers_standard(op: &str) -> bool {
                 | "MatMulInteger"
                 | "ConvInteger"
                 | "Conv"
+                | "ConvTranspose"
                 | "NegativeLogLikelihoodLoss"
                 | "SoftmaxCrossEntropyLoss"
                 | "LinearAttention"
@@ -395,6 +396,7 @@ fn run_checked(
             inputs.get(3).and_then(Option::as_ref),
         )?],
         "Conv" => vec![geometry::conv_nd(node, inputs)?],
+        "ConvTranspose" => vec![geometry::conv_transpose_nd(node, inputs)?],
         "ConvInteger" => vec![quant::conv_integer(
             node,
             input(0)?,
@@ -741,6 +743,44 @@ mod tests {
     }
 
     /// Tile against its definition, out[i] = x[i mod shape per axis], floats and integers.
+    /// ConvTranspose's N-D reference by hand: a 1-D scatter at stride 2, cropped by its pads,
+    /// two groups, and the same problem as 3-D with unit depth and height.
+    #[test]
+    fn conv_transpose_nd_scatters_crops_and_groups() {
+        use crate::analysis::graph::Attr;
+        let x = f(&[1, 2, 3], &[1.0, 2.0, 3.0, -1.0, 0.0, 1.0]);
+        // [C_in = 2, M/g = 1, k = 2]: group 0 scatters (1, 10), group 1 (100, 1000).
+        let w = f(&[2, 1, 2], &[1.0, 10.0, 100.0, 1000.0]);
+        let node = test_node(
+            "ConvTranspose",
+            &[
+                ("strides", Attr::Ints(vec![2])),
+                ("pads", Attr::Ints(vec![1, 1])),
+                ("group", Attr::Int(2)),
+            ],
+        );
+        let out = geometry::conv_transpose_nd(&node, &[Some(x.clone()), Some(w.clone())]).unwrap();
+        assert_eq!(out.shape, vec![1, 2, 4]);
+        // Full scatters [1, 10, 2, 20, 3, 30] and [-100, -1000, 0, 0, 100, 1000], pads cropped.
+        assert_eq!(
+            out.to_f32(),
+            vec![10.0, 2.0, 20.0, 3.0, -1000.0, 0.0, 0.0, 100.0]
+        );
+        let x3 = f(&[1, 2, 1, 1, 3], &x.to_f32());
+        let w3 = f(&[2, 1, 1, 1, 2], &w.to_f32());
+        let node3 = test_node(
+            "ConvTranspose",
+            &[
+                ("strides", Attr::Ints(vec![1, 1, 2])),
+                ("pads", Attr::Ints(vec![0, 0, 1, 0, 0, 1])),
+                ("group", Attr::Int(2)),
+            ],
+        );
+        let out3 = geometry::conv_transpose_nd(&node3, &[Some(x3), Some(w3)]).unwrap();
+        assert_eq!(out3.shape, vec![1, 2, 1, 1, 4]);
+        assert_eq!(out3.to_f32(), out.to_f32());
+    }
+
     #[test]
     fn tile_repeats_every_axis() {
         let x = f(&[2, 1, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
