@@ -3,7 +3,7 @@
 //! and `roofline run` (outputs within the case's tolerance). No case may panic either command,
 //! and the pass rates may not fall below their floors. The floors sit one point under the rates
 //! reached when they were last raised (shapes 95.8% of all judged cases and 99.9% of those
-//! onnxruntime passes, run 99.1%), so that another CPU's rounding on a case at the edge of its
+//! onnxruntime passes, run 99.3%), so that another CPU's rounding on a case at the edge of its
 //! tolerance does not fail the suite while a real loss of cases does; a change that gains
 //! cases raises them (the script prints the rates).
 
@@ -16,7 +16,7 @@ const SHAPES_FLOOR: f64 = 0.948;
 /// The same share over the cases onnxruntime passes (the acceptance figure).
 const SHAPES_OF_ORT_FLOOR: f64 = 0.989;
 /// Share of the cases onnxruntime passes whose outputs `run` reproduces.
-const RUN_FLOOR: f64 = 0.981;
+const RUN_FLOOR: f64 = 0.983;
 
 #[test]
 fn onnx_node_cases_hold_their_pass_rates_without_a_panic() {
