@@ -192,8 +192,15 @@ fn import_graph(
     // Values a node read before any producer was seen, with the first reader: in a valid (sorted)
     // graph no node ever produces one of them.
     let mut forward_refs: HashMap<usize, (String, String, String)> = HashMap::new();
-    for proto in &graph_proto.node {
-        let attrs = attributes_from_proto(proto, opset, external)?;
+    let mut parsed = graph_proto
+        .node
+        .iter()
+        .map(|proto| attributes_from_proto(proto, opset, external).map(Some))
+        .collect::<Result<Vec<_>, _>>()?;
+    let order = topological_order(&graph_proto.node, &parsed);
+    for index in order {
+        let proto = &graph_proto.node[index];
+        let attrs = parsed[index].take().unwrap_or_default();
         let node_name = if proto.name.is_empty() {
             format!(
                 "{}_{}",
@@ -257,8 +264,7 @@ fn import_graph(
                         });
                     }
                     if let Some((reader, reader_op, _)) = forward_refs.get(&id) {
-                        // The spec requires the node list in topological order; onnx's checker
-                        // and therefore onnxruntime refuse anything else.
+                        // Only a cycle gets here: an unsorted but acyclic list was sorted.
                         return Err(AnalysisError::Node {
                             node: reader.clone(),
                             op_type: reader_op.clone(),
@@ -348,6 +354,82 @@ fn import_graph(
 /// no negative dims, but some exporters (Paddle's) write -1 for a dynamic one, which onnx's
 /// checker and onnxruntime accept: -1 becomes a symbol whose name says so; any other negative
 /// dim is an error.
+/// The nodes' indices in an order where every node comes after the producers of what it reads
+/// (its inputs and the names its bodies take from this graph): the file's own order when it is
+/// one, else the file's order as far as the dependencies allow (Kahn's algorithm taking the
+/// earliest ready node first). The spec asks for a sorted list, but onnxruntime sorts what it
+/// is given, and exporters ship unsorted graphs (IS-Net's background remover reads its input's
+/// Cast before the Cast node appears). A cycle keeps the file's order, and the import then
+/// names the node that reads a tensor before it is written.
+fn topological_order(nodes: &[pb::NodeProto], attrs: &[Option<Attributes>]) -> Vec<usize> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (index, node) in nodes.iter().enumerate() {
+        for name in node.output.iter().filter(|n| !n.is_empty()) {
+            producer.entry(name.as_str()).or_insert(index);
+        }
+    }
+    let free: Vec<Vec<String>> = attrs
+        .iter()
+        .map(|a| {
+            a.as_ref()
+                .filter(|a| a.has_subgraph())
+                .map(super::ops::control::free_names)
+                .unwrap_or_default()
+        })
+        .collect();
+    let depends_on: Vec<Vec<usize>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            let mut before: Vec<usize> = node
+                .input
+                .iter()
+                .map(String::as_str)
+                .chain(free[index].iter().map(String::as_str))
+                .filter_map(|name| producer.get(name).copied())
+                .filter(|&p| p != index)
+                .collect();
+            before.sort_unstable();
+            before.dedup();
+            before
+        })
+        .collect();
+    let file_order: Vec<usize> = (0..nodes.len()).collect();
+    if depends_on
+        .iter()
+        .enumerate()
+        .all(|(index, before)| before.iter().all(|&p| p < index))
+    {
+        return file_order;
+    }
+    let mut waiting: Vec<usize> = depends_on.iter().map(Vec::len).collect();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (index, before) in depends_on.iter().enumerate() {
+        for &p in before {
+            readers[p].push(index);
+        }
+    }
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<usize>> = (0..nodes.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(std::cmp::Reverse)
+        .collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(std::cmp::Reverse(index)) = ready.pop() {
+        order.push(index);
+        for &reader in &readers[index] {
+            waiting[reader] -= 1;
+            if waiting[reader] == 0 {
+                ready.push(std::cmp::Reverse(reader));
+            }
+        }
+    }
+    if order.len() == nodes.len() {
+        order
+    } else {
+        file_order
+    }
+}
+
 pub fn fact_from_value_info(info: &ValueInfoProto) -> Result<Option<TensorFact>, AnalysisError> {
     let Some(type_proto) = info.r#type.as_ref() else {
         return Ok(None);

@@ -450,6 +450,13 @@ fn inconsistent_graphs_are_refused_without_strict() {
             });
             "group = 0".into()
         }),
+        ("a cycle", |m| {
+            // The first node reads the last one's output: no order puts producers first.
+            let g = m.graph.as_mut().unwrap();
+            let last = g.node.last().unwrap().output[0].clone();
+            g.node[0].input[0] = last.clone();
+            format!("reads tensor `{last}` before node")
+        }),
         ("undefined input", |m| {
             let g = m.graph.as_mut().unwrap();
             let relu = g.node.iter_mut().find(|n| n.op_type == "Relu").unwrap();
@@ -515,6 +522,63 @@ fn inconsistent_graphs_are_refused_without_strict() {
         assert!(err.contains(&mention), "{what}: `{mention}` not in {err}");
         assert!(!err.contains("panicked"), "{what}: {err}");
     }
+}
+
+/// The spec asks for nodes in topological order, but onnxruntime sorts what it is given and
+/// exporters ship unsorted lists: reversed, the model analyses to the same ops and FLOPs and
+/// runs to the same outputs as in its file's order.
+#[test]
+fn unsorted_node_lists_are_sorted_on_import() {
+    let dir = tempdir();
+    let sorted = tinycnn();
+    let mut reversed = sorted.clone();
+    reversed.graph.as_mut().unwrap().node.reverse();
+    let paths = [
+        save(&dir, "sorted.onnx", &sorted),
+        save(&dir, "reversed.onnx", &reversed),
+    ];
+    let analyses: Vec<serde_json::Value> = paths
+        .iter()
+        .map(|path| {
+            let output =
+                run_with_deadline(&["analyze", path, "--batch", "1", "--format", "json"], &[]);
+            assert!(output.status.success(), "{path}: {}", stderr(&output));
+            serde_json::from_str(&stdout(&output)).unwrap()
+        })
+        .collect();
+    let summary = |a: &serde_json::Value| {
+        let nodes = a["nodes"].as_array().unwrap();
+        let mut ops: Vec<(String, u64)> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap().to_string(),
+                    n["flops"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        ops.sort();
+        ops
+    };
+    assert_eq!(summary(&analyses[0]), summary(&analyses[1]));
+    let outputs: Vec<Vec<u8>> = paths
+        .iter()
+        .enumerate()
+        .map(|(k, path)| {
+            let out_dir = dir.join(format!("out{k}"));
+            let out = out_dir.to_str().unwrap();
+            let output = run_with_deadline(&["run", path, "--batch", "1", "-o", out], &[]);
+            assert!(output.status.success(), "{path}: {}", stderr(&output));
+            let file = std::fs::read_dir(&out_dir)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path();
+            std::fs::read(file).unwrap()
+        })
+        .collect();
+    assert_eq!(outputs[0], outputs[1]);
 }
 
 #[test]
