@@ -11,23 +11,42 @@ use crate::kernels::gemm::Activation;
 /// round(−min / scale) saturated to [0, 255], y = saturate(round(x / scale) + zero point), with
 /// round-half-to-even throughout (the spec's rounding).
 pub(super) fn dynamic_quantize(x: &RtTensor) -> Result<Vec<RtTensor>> {
-    let values = floats(x);
-    let max = values.iter().copied().fold(0.0f32, f32::max);
-    let min = values.iter().copied().fold(0.0f32, f32::min);
+    let copied;
+    let values: &[f32] = match &x.data {
+        RtData::F32(v) => v,
+        RtData::I64(_) => {
+            copied = floats(x);
+            &copied
+        }
+    };
+    // Sixteen running minima and maxima (they vectorise; one running value per bound was a
+    // dependent chain), then the range always including zero as the spec asks.
+    let (mut lows, mut highs) = ([0f32; 16], [0f32; 16]);
+    let chunks = values.chunks_exact(16);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for ((low, high), &v) in lows.iter_mut().zip(highs.iter_mut()).zip(chunk) {
+            *low = low.min(v);
+            *high = high.max(v);
+        }
+    }
+    let min = lows.iter().chain(tail).copied().fold(0.0f32, f32::min);
+    let max = highs.iter().chain(tail).copied().fold(0.0f32, f32::max);
     let scale = (max - min) / 255.0;
     let zero_point = if scale == 0.0 {
         0.0
     } else {
         (-min / scale).round_ties_even().clamp(0.0, 255.0)
     };
+    // round(x / scale) by adding and removing 1.5·2^23 (ties to even, exact in the clamped
+    // range), not `round_ties_even`, a `rintf` call per element without SSE4.1: with the
+    // running bounds it made the op 18 ns an element (600 ms on IS-Net's largest tensor).
+    const ROUND: f32 = 12_582_912.0;
+    let divisor = if scale == 0.0 { f32::INFINITY } else { scale };
     let quantized = values
         .iter()
         .map(|&v| {
-            let q = if scale == 0.0 {
-                0.0
-            } else {
-                (v / scale).round_ties_even()
-            };
+            let q = ((v / divisor).clamp(-512.0, 512.0) + ROUND) - ROUND;
             (q + zero_point).clamp(0.0, 255.0) as i64
         })
         .collect();
