@@ -498,104 +498,6 @@ pub(super) fn bit_cast(x: &RtTensor, from: DType, to: DType) -> Result<RtTensor>
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::analysis::graph::Attr;
-    use crate::exec::reference::test_node as node;
-
-    fn f(shape: &[usize], values: Vec<f32>) -> RtTensor {
-        RtTensor {
-            shape: shape.to_vec(),
-            data: RtData::F32(values),
-        }
-    }
-
-    fn i(values: &[i64]) -> RtTensor {
-        RtTensor {
-            shape: vec![values.len()],
-            data: RtData::I64(values.to_vec()),
-        }
-    }
-
-    #[test]
-    fn center_crop_pad_crops_left_and_pads_right() {
-        let x = f(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]);
-        // Crop 5 → 2: start ⌊3/2⌋ = 1.
-        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[2])).unwrap();
-        assert_eq!(out.to_f32(), [2.0, 3.0]);
-        // Pad 5 → 8: 1 before, 2 after.
-        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[8])).unwrap();
-        assert_eq!(out.to_f32(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]);
-    }
-
-    #[test]
-    fn col2im_sums_overlapping_blocks() {
-        // 1-channel 1×3 image from 1×2 blocks at stride 1: 2 positions; columns [a b], [c d]
-        // land at (0,1) and (1,2).
-        let x = f(&[1, 2, 2], vec![1.0, 10.0, 2.0, 20.0]);
-        let out = col2im(&node("Col2Im", &[]), &x, &i(&[1, 3]), &i(&[1, 2])).unwrap();
-        assert_eq!(out.shape, [1, 1, 1, 3]);
-        assert_eq!(out.to_f32(), [1.0, 12.0, 20.0]);
-    }
-
-    #[test]
-    fn affine_grid_identity_gives_the_base_grid() {
-        let theta = f(&[1, 2, 3], vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
-        let out = affine_grid(&node("AffineGrid", &[]), &theta, &i(&[1, 1, 1, 2])).unwrap();
-        assert_eq!(out.shape, [1, 1, 2, 2]);
-        // Width 2 without aligned corners: x = −0.5, 0.5; height 1: y = 0.
-        assert_eq!(out.to_f32(), [-0.5, 0.0, 0.5, 0.0]);
-        let aligned = node("AffineGrid", &[("align_corners", Attr::Int(1))]);
-        let out = affine_grid(&aligned, &theta, &i(&[1, 1, 1, 2])).unwrap();
-        assert_eq!(out.to_f32(), [-1.0, -1.0, 1.0, -1.0]);
-    }
-
-    #[test]
-    fn det_of_known_matrices() {
-        let x = f(&[2, 2, 2], vec![1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 1.0, 0.0]);
-        assert_eq!(det(&x).unwrap().to_f32(), [-2.0, -1.0]);
-        let singular = f(&[2, 2], vec![1.0, 2.0, 2.0, 4.0]);
-        assert_eq!(det(&singular).unwrap().to_f32(), [0.0]);
-    }
-
-    #[test]
-    fn bit_cast_keeps_the_bits() {
-        let x = f(&[2], vec![1.0, -2.0]);
-        let out = bit_cast(&x, DType::F32, DType::I32).unwrap();
-        assert_eq!(ints(&out), [0x3f80_0000, 0xc000_0000u32 as i32 as i64]);
-        let back = bit_cast(&out, DType::I32, DType::F32).unwrap();
-        assert_eq!(back.to_f32(), [1.0, -2.0]);
-        let bytes = bit_cast(&i(&[-1, 5]), DType::I8, DType::U8).unwrap();
-        assert_eq!(ints(&bytes), [255, 5]);
-        assert!(bit_cast(&x, DType::F32, DType::I64).is_err());
-    }
-
-    #[test]
-    fn deform_conv_with_zero_offsets_is_a_convolution() {
-        // 1×1×3×3 input, a 2×2 kernel of ones, no padding: each output sums a 2×2 window.
-        let x = f(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect());
-        let w = f(&[1, 1, 2, 2], vec![1.0; 4]);
-        let offset = f(&[1, 8, 2, 2], vec![0.0; 32]);
-        let n = node("DeformConv", &[]);
-        let out = deform_conv(&n, &[Some(x.clone()), Some(w.clone()), Some(offset)]).unwrap();
-        assert_eq!(out.to_f32(), [12.0, 16.0, 24.0, 28.0]);
-        // Every tap shifted by half a pixel right: the window's values interpolate.
-        let mut shifted = vec![0.0; 32];
-        for t in 0..4 {
-            for p in 0..4 {
-                shifted[(2 * t + 1) * 4 + p] = 0.5;
-            }
-        }
-        let out = deform_conv(&n, &[Some(x), Some(w), Some(f(&[1, 8, 2, 2], shifted))]).unwrap();
-        // The top-left window (1, 2, 4, 5) moves to (1.5, 2.5, 4.5, 5.5): 14.
-        assert!((out.to_f32()[0] - 14.0).abs() < 1e-6);
-        // The top-right one reads x = 1.5 and 2.5: (2.5, 1.5, 5.5, 3.0), half of column 2 and
-        // half of the zero beyond it: 12.5.
-        assert!((out.to_f32()[1] - 12.5).abs() < 1e-6);
-    }
-}
-
 /// ConvTranspose of any spatial rank (the 1-D and 2-D ones with constant weights run on the
 /// kernels): every input element scattered through every tap into the output,
 /// `y[o, i·stride − pad + t·dilation] += x[c, i] · w[c, o, t]`, accumulated in f64. 3-D
@@ -693,4 +595,102 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
         shape,
         data: RtData::F32(out.into_iter().map(|v| v as f32).collect()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::graph::Attr;
+    use crate::exec::reference::test_node as node;
+
+    fn f(shape: &[usize], values: Vec<f32>) -> RtTensor {
+        RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::F32(values),
+        }
+    }
+
+    fn i(values: &[i64]) -> RtTensor {
+        RtTensor {
+            shape: vec![values.len()],
+            data: RtData::I64(values.to_vec()),
+        }
+    }
+
+    #[test]
+    fn center_crop_pad_crops_left_and_pads_right() {
+        let x = f(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+        // Crop 5 → 2: start ⌊3/2⌋ = 1.
+        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[2])).unwrap();
+        assert_eq!(out.to_f32(), [2.0, 3.0]);
+        // Pad 5 → 8: 1 before, 2 after.
+        let out = center_crop_pad(&node("CenterCropPad", &[]), &x, &i(&[8])).unwrap();
+        assert_eq!(out.to_f32(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn col2im_sums_overlapping_blocks() {
+        // 1-channel 1×3 image from 1×2 blocks at stride 1: 2 positions; columns [a b], [c d]
+        // land at (0,1) and (1,2).
+        let x = f(&[1, 2, 2], vec![1.0, 10.0, 2.0, 20.0]);
+        let out = col2im(&node("Col2Im", &[]), &x, &i(&[1, 3]), &i(&[1, 2])).unwrap();
+        assert_eq!(out.shape, [1, 1, 1, 3]);
+        assert_eq!(out.to_f32(), [1.0, 12.0, 20.0]);
+    }
+
+    #[test]
+    fn affine_grid_identity_gives_the_base_grid() {
+        let theta = f(&[1, 2, 3], vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
+        let out = affine_grid(&node("AffineGrid", &[]), &theta, &i(&[1, 1, 1, 2])).unwrap();
+        assert_eq!(out.shape, [1, 1, 2, 2]);
+        // Width 2 without aligned corners: x = −0.5, 0.5; height 1: y = 0.
+        assert_eq!(out.to_f32(), [-0.5, 0.0, 0.5, 0.0]);
+        let aligned = node("AffineGrid", &[("align_corners", Attr::Int(1))]);
+        let out = affine_grid(&aligned, &theta, &i(&[1, 1, 1, 2])).unwrap();
+        assert_eq!(out.to_f32(), [-1.0, -1.0, 1.0, -1.0]);
+    }
+
+    #[test]
+    fn det_of_known_matrices() {
+        let x = f(&[2, 2, 2], vec![1.0, 2.0, 3.0, 4.0, 0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(det(&x).unwrap().to_f32(), [-2.0, -1.0]);
+        let singular = f(&[2, 2], vec![1.0, 2.0, 2.0, 4.0]);
+        assert_eq!(det(&singular).unwrap().to_f32(), [0.0]);
+    }
+
+    #[test]
+    fn bit_cast_keeps_the_bits() {
+        let x = f(&[2], vec![1.0, -2.0]);
+        let out = bit_cast(&x, DType::F32, DType::I32).unwrap();
+        assert_eq!(ints(&out), [0x3f80_0000, 0xc000_0000u32 as i32 as i64]);
+        let back = bit_cast(&out, DType::I32, DType::F32).unwrap();
+        assert_eq!(back.to_f32(), [1.0, -2.0]);
+        let bytes = bit_cast(&i(&[-1, 5]), DType::I8, DType::U8).unwrap();
+        assert_eq!(ints(&bytes), [255, 5]);
+        assert!(bit_cast(&x, DType::F32, DType::I64).is_err());
+    }
+
+    #[test]
+    fn deform_conv_with_zero_offsets_is_a_convolution() {
+        // 1×1×3×3 input, a 2×2 kernel of ones, no padding: each output sums a 2×2 window.
+        let x = f(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect());
+        let w = f(&[1, 1, 2, 2], vec![1.0; 4]);
+        let offset = f(&[1, 8, 2, 2], vec![0.0; 32]);
+        let n = node("DeformConv", &[]);
+        let out = deform_conv(&n, &[Some(x.clone()), Some(w.clone()), Some(offset)]).unwrap();
+        assert_eq!(out.to_f32(), [12.0, 16.0, 24.0, 28.0]);
+        // Every tap shifted by half a pixel right: the window's values interpolate.
+        let mut shifted = vec![0.0; 32];
+        for t in 0..4 {
+            for p in 0..4 {
+                shifted[(2 * t + 1) * 4 + p] = 0.5;
+            }
+        }
+        let out = deform_conv(&n, &[Some(x), Some(w), Some(f(&[1, 8, 2, 2], shifted))]).unwrap();
+        // The top-left window (1, 2, 4, 5) moves to (1.5, 2.5, 4.5, 5.5): 14.
+        assert!((out.to_f32()[0] - 14.0).abs() < 1e-6);
+        // The top-right one reads x = 1.5 and 2.5: (2.5, 1.5, 5.5, 3.0), half of column 2 and
+        // half of the zero beyond it: 12.5.
+        assert!((out.to_f32()[1] - 12.5).abs() < 1e-6);
+    }
 }
