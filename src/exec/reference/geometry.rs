@@ -309,19 +309,9 @@ pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTens
                 }
                 let mut acc = bias.as_ref().map_or(0.0, |v| f64::from(v[o]));
                 for (t, offsets) in tap_offsets.iter().enumerate() {
-                    let mut at = 0usize;
-                    let mut inside = true;
-                    for axis in 0..spatial {
-                        let coord = position[axis] + offsets[axis];
-                        if coord < 0 || coord >= in_dims[axis] as i64 {
-                            inside = false;
-                            break;
-                        }
-                        at = at * in_dims[axis] + coord as usize;
-                    }
-                    if !inside {
+                    let Some(at) = flat_index_inside(&position, offsets, in_dims) else {
                         continue;
-                    }
+                    };
                     for ci in 0..cg {
                         let value = xs[(b * c + g * cg + ci) * in_plane + at];
                         let weight = ws[(o * cg + ci) * taps + t];
@@ -498,6 +488,20 @@ pub(super) fn bit_cast(x: &RtTensor, from: DType, to: DType) -> Result<RtTensor>
     })
 }
 
+/// The row-major flat index of `origin + offsets` within `dims`, or None outside them: a
+/// window tap's place in a convolution's input, or a scatter's in a transposed one's output.
+fn flat_index_inside(origin: &[i64], offsets: &[i64], dims: &[usize]) -> Option<usize> {
+    let mut at = 0usize;
+    for ((&start, &offset), &dim) in origin.iter().zip(offsets).zip(dims) {
+        let coord = start + offset;
+        if coord < 0 || coord >= dim as i64 {
+            return None;
+        }
+        at = at * dim + coord as usize;
+    }
+    Some(at)
+}
+
 /// ConvTranspose of any spatial rank (the 1-D and 2-D ones with constant weights run on the
 /// kernels): every input element scattered through every tap into the output,
 /// `y[o, i·stride − pad + t·dilation] += x[c, i] · w[c, o, t]`, accumulated in f64. 3-D
@@ -526,7 +530,6 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
         ));
     }
     let (m, in_group) = (per_group * group, c / group);
-    let spatial = rank - 2;
     let in_dims = &x.shape[2..];
     let out_dims: Vec<usize> = window.output.iter().map(|&d| d as usize).collect();
     let kernel = &w.shape[2..];
@@ -559,19 +562,9 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
             *start = *start * window.strides[axis] as i64 - window.pads[axis] as i64;
         }
         for (t, offsets) in tap_offsets.iter().enumerate() {
-            let mut at = 0usize;
-            let mut inside = true;
-            for axis in 0..spatial {
-                let coord = origin[axis] + offsets[axis];
-                if coord < 0 || coord >= out_dims[axis] as i64 {
-                    inside = false;
-                    break;
-                }
-                at = at * out_dims[axis] + coord as usize;
-            }
-            if !inside {
+            let Some(at) = flat_index_inside(&origin, offsets, &out_dims) else {
                 continue;
-            }
+            };
             for b in 0..n {
                 for ci in 0..c {
                     let value = f64::from(xs[(b * c + ci) * in_plane + p]);
