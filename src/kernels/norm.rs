@@ -78,6 +78,10 @@ fn lane_max(xs: &[f32]) -> f32 {
 multiversion! {
     /// Normalises each row of `row_len` elements; `gamma`/`beta` have `row_len` (or are absent).
     pub fn layer_norm(x: &[f32], row_len: usize, gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32, y: &mut [f32]) {
+        // Rows of no elements (a model may declare a 0 dim): nothing to normalise.
+        if row_len == 0 {
+            return;
+        }
         for (xs, ys) in x.chunks(row_len).zip(y.chunks_mut(row_len)) {
             let mean = lane_sum(xs, |v| v) / row_len as f32;
             let var = lane_sum(xs, |v| (v - mean) * (v - mean)) / row_len as f32;
@@ -114,6 +118,9 @@ multiversion! {
     /// `x` and `y` hold the planes `first_plane..` (plane index n·channels + c).
     #[allow(clippy::too_many_arguments)]
     pub fn instance_norm(x: &[f32], channels: usize, plane: usize, first_plane: usize, scale: &[f32], bias: &[f32], eps: f32, y: &mut [f32]) {
+        if plane == 0 || channels == 0 {
+            return;
+        }
         for (i, (xs, ys)) in x.chunks(plane).zip(y.chunks_mut(plane)).enumerate() {
             let c = (first_plane + i) % channels;
             // Lane-parallel sums: a sequential f32 sum does not vectorise (5x onnxruntime).
@@ -358,6 +365,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// LayerNormalization over empty rows and InstanceNormalization over empty planes (a model
+    /// may declare a 0 dim) write nothing and do not panic.
+    #[test]
+    fn norms_of_empty_extents_are_no_ops() {
+        let mut y: Vec<f32> = Vec::new();
+        layer_norm(&[], 0, None, None, 1e-5, &mut y);
+        instance_norm(&[], 4, 0, 0, &[1.0; 4], &[0.0; 4], 1e-5, &mut y);
+        assert!(y.is_empty());
     }
 
     /// A zero-length axis or an empty inner extent (a model may declare a 0 dim) is a no-op,
