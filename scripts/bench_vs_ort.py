@@ -70,7 +70,9 @@ def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
     feeds = {}
     for inp in session.get_inputs():
         shape = shapes.get(inp.name) or [d if isinstance(d, int) else 1 for d in inp.shape]
-        if "int" in inp.type:
+        if "bool" in inp.type:
+            feeds[inp.name] = rng.random(shape) > 0.5
+        elif "int" in inp.type:
             feeds[inp.name] = rng.integers(0, 10, size=shape).astype(np.int64 if "int64" in inp.type else np.int32)
         else:
             feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)

@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_vs_ort import ort_latency  # noqa: E402
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
@@ -194,25 +196,8 @@ def ours(path, threads, runs):
 
 
 def onnxruntime_us(path, threads, runs):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {}
-    for i in session.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        if i.type == "tensor(bool)":
-            feeds[i.name] = RNG.random(shape) > 0.5
-        else:
-            feeds[i.name] = RNG.standard_normal(shape).astype(np.float32)
-    for _ in range(3):
-        session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e6
+    """onnxruntime's median in µs, timed as `bench_vs_ort.py` times whole models."""
+    return ort_latency(Path(path), {}, threads, runs) * 1e3
 
 
 def main():

@@ -74,7 +74,12 @@ pub(crate) fn conv_geometry(
 }
 
 /// The kernels' 2-D geometry of a convolution (forward or transposed) whose window is resolved.
-fn conv2d(x: &[usize], y: &[usize], window: &Window, group: u64) -> Result<Conv2d, String> {
+pub(crate) fn conv2d(
+    x: &[usize],
+    y: &[usize],
+    window: &Window,
+    group: u64,
+) -> Result<Conv2d, String> {
     let w = window
         .to_2d()
         .ok_or("only 1-D and 2-D convolutions have kernels")?;

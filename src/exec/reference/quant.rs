@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::analysis::ops::spatial::ConvConfig;
-use crate::kernels::conv::{conv2d, Conv2d, ConvEpilogue};
+use crate::kernels::conv::{conv2d, ConvEpilogue};
 use crate::kernels::gemm::Activation;
 
 /// DynamicQuantizeLinear: scale = (max(0, max x) − min(0, min x)) / 255, zero point =
@@ -162,7 +162,7 @@ pub(super) fn conv_integer(
         }
     };
     let spatial = x.shape.len().saturating_sub(2);
-    let [n, c, ih, iw] = lift(&x.shape)?;
+    let [n, c, _, _] = lift(&x.shape)?;
     let [m, cg, kh, kw] = lift(&w.shape)?;
     // The window as Conv resolves it (pads, `auto_pad`, strides, dilations), 1-D as one row.
     let config = ConvConfig::parse(&node.attrs)?;
@@ -174,8 +174,8 @@ pub(super) fn conv_integer(
         ));
     }
     let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
-    let window = config
-        .window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?
+    let full_window = config.window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?;
+    let window = full_window
         .to_2d()
         .ok_or("ConvInteger: only 1-D and 2-D convolutions run")?;
     let [oh, ow] = window.output;
@@ -205,24 +205,13 @@ pub(super) fn conv_integer(
             (v - zero) as f32
         })
         .collect();
-    let geom = Conv2d {
-        batch: n,
-        in_channels: c,
-        in_h: ih,
-        in_w: iw,
-        out_channels: m,
-        kernel_h: kh,
-        kernel_w: kw,
-        stride_h: window.strides[0],
-        stride_w: window.strides[1],
-        dilation_h: window.dilations[0],
-        dilation_w: window.dilations[1],
-        pad_top: window.pads_begin[0],
-        pad_left: window.pads_begin[1],
-        out_h: oh,
-        out_w: ow,
-        group,
-    };
+    let mut shape = vec![n, m];
+    if spatial == 2 {
+        shape.push(oh);
+    }
+    shape.push(ow);
+    // The same geometry a Conv of these shapes lowers to (1-D as one row).
+    let geom = crate::exec::lower::conv::conv2d(&x.shape, &shape, &full_window, group as u64)?;
     let mut sums = vec![0f32; n * m * oh * ow];
     let mut scratch = vec![0f32; geom.scratch_len()];
     let epilogue = ConvEpilogue {
@@ -231,13 +220,8 @@ pub(super) fn conv_integer(
         activation: Activation::None,
     };
     conv2d(&geom, &xs, &ws, &epilogue, &mut sums, &mut scratch, 1);
-    let out: Vec<i32> = sums.iter().map(|&v| v.round() as i32).collect();
-    let out: Vec<i64> = out.into_iter().map(i64::from).collect();
-    let mut shape = vec![n, m];
-    if spatial == 2 {
-        shape.push(oh);
-    }
-    shape.push(ow);
+    // Rounded to the i32 the spec's output holds, stored as the reference's int64.
+    let out: Vec<i64> = sums.iter().map(|&v| i64::from(v.round() as i32)).collect();
     Ok(RtTensor {
         shape,
         data: RtData::I64(out),
