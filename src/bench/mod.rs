@@ -11,7 +11,7 @@ use crate::exec::{self, build_plan, ExecError};
 pub mod decode;
 
 pub use crate::report::model::bench::{
-    BenchReport, DecodeInfo, ErrorSummary, Latency, OpMeasurement, BENCH_SCHEMA,
+    BenchReport, DecodeInfo, ErrorSummary, ExchangeCheck, Latency, OpMeasurement, BENCH_SCHEMA,
     BENCH_SCHEMA_VERSION,
 };
 
@@ -39,6 +39,9 @@ pub struct BenchOptions {
     /// Hold the activation between a 1×1 convolution and the depthwise one that alone reads
     /// it NHWC (`exec::PlanOptions::nhwc_pairs`); off to measure what the pairs buy.
     pub nhwc_pairs: bool,
+    /// Measure the cores' data exchange before and after a multi-thread run and compare it
+    /// with the device's (`BenchReport::core_exchange`); about 4 ms.
+    pub check_exchange: bool,
 }
 
 impl Default for BenchOptions {
@@ -54,6 +57,7 @@ impl Default for BenchOptions {
             evict_bytes: 0,
             per_op_only: false,
             nhwc_pairs: true,
+            check_exchange: true,
         }
     }
 }
@@ -165,6 +169,8 @@ pub fn bench_graph(
         plan.run_staged(&mut workspace, None)?;
         feed(&mut workspace, &mut inputs)?;
     }
+    let exchange_before = (options.check_exchange && options.threads > 1)
+        .then(|| crate::probe::exchange_now(options.threads));
     // End-to-end latency with per-op timing off, then a second series with it on.
     let runs = options.runs.max(1);
     let mut latencies = Vec::with_capacity(runs);
@@ -210,6 +216,8 @@ pub fn bench_graph(
         }
         feed(&mut workspace, &mut inputs)?;
     }
+    let core_exchange =
+        exchange_before.map(|before| exchange_check(device, before, options.threads));
     let mut ops = Vec::with_capacity(steps.len());
     for (step, mut samples) in steps.into_iter().zip(per_step) {
         let node = &analysis.nodes[step.node_index];
@@ -298,6 +306,125 @@ pub fn bench_graph(
                 crate::kernels::simd::isa_level().name()
             )
         },
+        core_exchange,
         analysis,
     })
+}
+
+/// Measures the exchange again after the runs and judges both against the figure the device's
+/// multi-thread predictions were measured in.
+fn exchange_check(
+    device: &DeviceProfile,
+    before: Option<crate::probe::ExchangeRecord>,
+    threads: usize,
+) -> ExchangeCheck {
+    let after = crate::probe::exchange_now(threads);
+    judge_exchange(device, before, after)
+}
+
+/// The check from its two measurements (pure, for the tests).
+fn judge_exchange(
+    device: &DeviceProfile,
+    before: Option<crate::probe::ExchangeRecord>,
+    after: Option<crate::probe::ExchangeRecord>,
+) -> ExchangeCheck {
+    let calibrated = device.calibration.as_ref().and_then(|c| c.exchange.clone());
+    let probed = device
+        .probe
+        .as_ref()
+        .and_then(|p| p.dispatch.exchange.clone());
+    let (reference, reference_source) = match (calibrated, probed) {
+        (Some(c), _) => (Some(c), Some("calibration".to_string())),
+        (None, Some(p)) => (Some(p), Some("probe".to_string())),
+        (None, None) => (None, None),
+    };
+    let slowdown = reference.as_ref().and_then(|reference| {
+        [&before, &after]
+            .into_iter()
+            .flatten()
+            .map(|now| now.slowdown_against(reference))
+            .reduce(f64::max)
+    });
+    let warning = match (&reference, slowdown) {
+        (Some(reference), Some(slowdown)) if slowdown >= EXCHANGE_MOVED => {
+            let now = [&before, &after]
+                .into_iter()
+                .flatten()
+                .max_by(|a, b| a.round_trip_s.total_cmp(&b.round_trip_s));
+            now.map(|now| {
+                format!(
+                    "the cores exchanged data {slowdown:.1}x slower during this run than when the \
+                     {} figures were measured ({:.0} ns round trip and {:.0} GB/s against {:.0} ns \
+                     and {:.0} GB/s): the threads ran on cores farther apart (another core \
+                     complex or socket; a host moving vCPUs), so multi-thread times are longer \
+                     than predicted for the placement measured",
+                    reference_source.as_deref().unwrap_or("device"),
+                    now.round_trip_s * 1e9,
+                    now.read_gbs,
+                    reference.round_trip_s * 1e9,
+                    reference.read_gbs
+                )
+            })
+        }
+        _ => None,
+    };
+    ExchangeCheck {
+        before,
+        after,
+        reference,
+        reference_source,
+        slowdown,
+        warning,
+    }
+}
+
+/// Slowdown of the core exchange (`ExchangeRecord::slowdown_against`) from which a run is said
+/// to have had another placement of its threads than the prediction's.
+pub const EXCHANGE_MOVED: f64 = 1.8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::calibration::Calibration;
+    use crate::probe::ExchangeRecord;
+
+    fn record(ns: f64, gbs: f64) -> ExchangeRecord {
+        ExchangeRecord {
+            round_trip_s: ns * 1e-9,
+            read_gbs: gbs,
+            slowest_pair: vec![0, 1],
+            buffer_bytes: 131072,
+            pairs: 1,
+        }
+    }
+
+    /// The calibration's exchange is the reference when it has one; a run whose check after
+    /// the runs is 4× slower is flagged with both figures, one within the quiet spread is not,
+    /// and without any reference nothing is judged.
+    #[test]
+    fn a_run_with_the_cores_placed_apart_is_flagged() {
+        let mut device = crate::device::catalog()[0].to_profile();
+        let quiet = judge_exchange(&device, Some(record(60.0, 70.0)), Some(record(65.0, 68.0)));
+        assert!(quiet.reference.is_none() && quiet.slowdown.is_none());
+        assert!(quiet.warning.is_none());
+        device.calibration = Some(Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 0.0,
+            method: String::new(),
+            tables: Vec::new(),
+            exchange: Some(record(60.0, 70.0)),
+        });
+        let apart = judge_exchange(&device, Some(record(62.0, 69.0)), Some(record(350.0, 25.0)));
+        assert_eq!(apart.reference_source.as_deref(), Some("calibration"));
+        assert!((apart.slowdown.unwrap() - 4.041).abs() < 1e-3);
+        let warning = apart.warning.expect("flagged");
+        assert!(
+            warning.contains("350 ns") && warning.contains("60 ns"),
+            "{warning}"
+        );
+        let near = judge_exchange(&device, Some(record(99.0, 66.0)), None);
+        assert!(near.slowdown.unwrap() < EXCHANGE_MOVED && near.warning.is_none());
+    }
 }

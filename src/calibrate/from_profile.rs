@@ -229,6 +229,8 @@ pub fn fit(
             fixed_s * 1e6
         ),
         tables,
+        // The profiles come from elsewhere: their threads' placement is unknown.
+        exchange: None,
     })
 }
 

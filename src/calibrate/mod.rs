@@ -11,8 +11,9 @@ use std::path::Path;
 use std::time::{Instant, SystemTime};
 
 use crate::analysis::{import, AnalyzeOptions, NodeStatus};
-use crate::bench::{bench_graph, BenchError, BenchOptions};
+use crate::bench::{bench_graph, BenchError, BenchOptions, EXCHANGE_MOVED};
 use crate::device::calibration::{Calibration, CalibrationPoint, ClassTable, KernelClass};
+use crate::device::probe_record::ExchangeRecord;
 use crate::device::DeviceProfile;
 
 #[derive(Clone, Debug)]
@@ -108,6 +109,7 @@ pub fn calibrate(
     // roofline runs as Winograd calibrates the Winograd table.
     let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
         Default::default();
+    let mut placement = PlacementWatch::default();
     let mut rounds = 0;
     while rounds < max_rounds {
         // One round always runs: every point needs a time.
@@ -116,8 +118,10 @@ pub fn calibrate(
         }
         rounds += 1;
         for &threads in &options.thread_counts {
+            placement.start_pass(threads);
             for (model_index, model) in models.iter().enumerate() {
                 let report = bench_model(model, device, threads, runs)?;
+                placement.timed(threads, model_index);
                 // The one timed op of the model (its costed node).
                 for op in &report.ops {
                     let node = &report.analysis.nodes[op.node_index];
@@ -149,12 +153,24 @@ pub fn calibrate(
                     shape: &model.shape,
                 });
             }
+            placement.end_pass(threads);
         }
     }
     // Points that should have scaled and did not ran while the other vCPUs were taken (a
     // shared host): they are timed again, in rounds of their own after the grid, and those
     // rounds' times replace theirs; a point that still does not scale keeps what it measures.
-    let stalled = stalled_points(&points);
+    let mut stalled = stalled_points(&points);
+    let stalled_count = stalled.len();
+    // Points timed while the cores exchanged data far slower than at the grid's best check
+    // (a host that moved a vCPU to another core complex) are timed again the same way.
+    let apart_models = placement.apart_models();
+    stalled.extend(
+        points
+            .keys()
+            .filter(|(threads, model, _)| apart_models.contains(&(*threads, *model)))
+            .copied(),
+    );
+    let apart_points = stalled.len() - stalled_count;
     let retimed_points = stalled.len();
     let mut retimed: std::collections::BTreeMap<PointKey, Vec<f64>> = Default::default();
     let stalled_models: std::collections::BTreeSet<(usize, usize)> = stalled
@@ -165,16 +181,36 @@ pub fn calibrate(
         started.elapsed() / (rounds * models.len() * options.thread_counts.len()).max(1) as u32;
     let retime_round = per_model * stalled_models.len() as u32;
     let mut retime_rounds = 0;
-    while retime_rounds < rounds && started.elapsed() + retime_round <= budget {
-        retime_rounds += 1;
+    let mut discarded_rounds = 0;
+    while retime_rounds + discarded_rounds < rounds && started.elapsed() + retime_round <= budget {
+        let mut round_times: Vec<(PointKey, f64)> = Vec::new();
+        let threads_retimed: std::collections::BTreeSet<usize> =
+            stalled_models.iter().map(|&(threads, _)| threads).collect();
+        let before: Vec<bool> = threads_retimed
+            .iter()
+            .map(|&threads| placement.is_apart_now(threads))
+            .collect();
         for &(threads, model_index) in &stalled_models {
             let report = bench_model(&models[model_index], device, threads, runs)?;
             for op in &report.ops {
                 let key = (threads, model_index, op.node_index);
                 if stalled.contains(&key) {
-                    retimed.entry(key).or_default().push(op.measured_s);
+                    round_times.push((key, op.measured_s));
                 }
             }
+        }
+        let after: Vec<bool> = threads_retimed
+            .iter()
+            .map(|&threads| placement.is_apart_now(threads))
+            .collect();
+        // A re-timing round run apart itself would only replace apart times with apart times.
+        if before.iter().chain(&after).any(|&apart| apart) {
+            discarded_rounds += 1;
+            continue;
+        }
+        retime_rounds += 1;
+        for (key, time) in round_times {
+            retimed.entry(key).or_default().push(time);
         }
     }
     for (key, times) in retimed {
@@ -221,15 +257,117 @@ pub fn calibrate(
              elements and, for convolutions but depthwise ones, output channels, averaged in \
              log space; from a class running the same packed GEMM when that has a point \
              nearer than every point of its own class past three doublings; \
-             {retimed_points} multi-thread point(s) whose bound expected them to scale and \
-             whose time did not were timed again in {retime_rounds} round(s) of their own; \
-             rounds past the first are left out where they would not fit {:.0} s)",
+             {retimed_points} multi-thread point(s) ({stalled_count} whose bound expected \
+             them to scale and whose time did not, {apart_points} timed while the cores \
+             exchanged data at least {EXCHANGE_MOVED}x slower than at the grid's best \
+             check, see `exchange`) were timed again in {retime_rounds} round(s) of their \
+             own ({discarded_rounds} round(s) run apart themselves discarded); rounds past \
+             the first are left out where they would not fit {:.0} s)",
             models.len(),
             crate::device::calibration::NEIGHBOURS,
             budget.as_secs_f64()
         ),
         tables,
+        exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
     })
+}
+
+/// Checks of the cores' data exchange (`probe::exchange_now`) every `CHECK_EVERY` of
+/// multi-thread grid time, so the points timed between two checks can be judged by the
+/// placement the threads had: a host that moves a vCPU to another core complex for a while
+/// doubles some multi-thread times and leaves the 1-thread ones alone.
+#[derive(Default)]
+struct PlacementWatch {
+    /// (threads, the check; `None` when a vCPU was taken away during it).
+    checks: Vec<(usize, Option<ExchangeRecord>)>,
+    /// (threads, check before, check after, grid models timed between them).
+    segments: Vec<(usize, usize, usize, Vec<usize>)>,
+    open: Option<(usize, usize, Vec<usize>)>,
+    last_check: Option<Instant>,
+}
+
+const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl PlacementWatch {
+    fn check(&mut self, threads: usize) -> usize {
+        self.checks
+            .push((threads, crate::probe::exchange_now(threads)));
+        self.last_check = Some(Instant::now());
+        self.checks.len() - 1
+    }
+
+    fn start_pass(&mut self, threads: usize) {
+        if threads > 1 {
+            let check = self.check(threads);
+            self.open = Some((threads, check, Vec::new()));
+        }
+    }
+
+    fn close(&mut self, threads: usize) {
+        if let Some((open_threads, before, models)) = self.open.take() {
+            let after = self.check(threads);
+            self.segments.push((open_threads, before, after, models));
+        }
+    }
+
+    fn timed(&mut self, threads: usize, model: usize) {
+        let Some((_, _, models)) = self.open.as_mut() else {
+            return;
+        };
+        models.push(model);
+        if self
+            .last_check
+            .is_some_and(|last| last.elapsed() >= CHECK_EVERY)
+        {
+            self.close(threads);
+            let before = self.checks.len() - 1;
+            self.open = Some((threads, before, Vec::new()));
+        }
+    }
+
+    fn end_pass(&mut self, threads: usize) {
+        self.close(threads);
+    }
+
+    /// The fastest exchange seen at `threads` (the placement the points are kept for).
+    fn best(&self, threads: usize) -> Option<ExchangeRecord> {
+        self.checks
+            .iter()
+            .filter(|(t, _)| *t == threads)
+            .filter_map(|(_, record)| record.clone())
+            .max_by(|a, b| (a.read_gbs / a.round_trip_s).total_cmp(&(b.read_gbs / b.round_trip_s)))
+    }
+
+    fn is_apart(&self, threads: usize, record: &Option<ExchangeRecord>) -> bool {
+        match (record, self.best(threads)) {
+            (Some(record), Some(best)) => record.slowdown_against(&best) >= EXCHANGE_MOVED,
+            // A check a vCPU was taken away from: the points around it are suspect too.
+            (None, Some(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// Checks the exchange now and says whether it is apart from the best seen.
+    fn is_apart_now(&mut self, threads: usize) -> bool {
+        if threads < 2 {
+            return false;
+        }
+        let check = self.check(threads);
+        let record = self.checks[check].1.clone();
+        self.is_apart(threads, &record)
+    }
+
+    /// (threads, grid model) of every model timed next to a check that was apart.
+    fn apart_models(&self) -> std::collections::BTreeSet<(usize, usize)> {
+        self.segments
+            .iter()
+            .filter(|(threads, before, after, _)| {
+                self.is_apart(*threads, &self.checks[*before].1)
+                    || self.is_apart(*threads, &self.checks[*after].1)
+            })
+            .flat_map(|(threads, _, _, models)| models.iter().map(move |m| (*threads, *m)))
+            .collect()
+    }
 }
 
 /// Time the full grid's rounds may take: under the 60 s `calibrate` promises, with room for
@@ -262,6 +400,8 @@ fn bench_model(
         measure_algorithms: false,
         per_op_only: true,
         nhwc_pairs: true,
+        // The grid checks the placement itself, every half second (`PlacementWatch`).
+        check_exchange: false,
         evict_bytes: if model.cold_weights {
             crate::exec::conv_timing::evict_bytes(device.largest_cache_bytes())
         } else {
@@ -324,6 +464,44 @@ mod tests {
         assert_eq!(
             stalled_points(&points).into_iter().collect::<Vec<_>>(),
             [(2, 0, 0)]
+        );
+    }
+
+    /// Models timed between two checks are apart when either check is 1.8× or more slower
+    /// than the best check of their thread count, or was interrupted (`None`); the best check
+    /// is the placement kept.
+    #[test]
+    fn models_timed_next_to_an_apart_check_are_retimed() {
+        let record = |ns: f64, gbs: f64| ExchangeRecord {
+            round_trip_s: ns * 1e-9,
+            read_gbs: gbs,
+            ..ExchangeRecord::default()
+        };
+        let watch = PlacementWatch {
+            checks: vec![
+                (2, Some(record(60.0, 70.0))),
+                (2, Some(record(90.0, 66.0))),
+                (2, Some(record(350.0, 25.0))),
+                (2, Some(record(62.0, 71.0))),
+                (2, None),
+                (2, Some(record(58.0, 69.0))),
+            ],
+            segments: vec![
+                (2, 0, 1, vec![0, 1]),
+                (2, 1, 2, vec![2, 3]),
+                (2, 2, 3, vec![4]),
+                (2, 3, 5, vec![5]),
+                (2, 4, 5, vec![6]),
+            ],
+            open: None,
+            last_check: None,
+        };
+        let best = watch.best(2).expect("a best check");
+        assert_eq!(best, record(58.0, 69.0));
+        assert!(watch.best(4).is_none());
+        assert_eq!(
+            watch.apart_models().into_iter().collect::<Vec<_>>(),
+            [(2, 2), (2, 3), (2, 4), (2, 6)]
         );
     }
 

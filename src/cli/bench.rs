@@ -119,6 +119,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         evict_bytes: 0,
         per_op_only: false,
         nhwc_pairs: !args.no_nhwc_pairs,
+        check_exchange: true,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

@@ -469,6 +469,10 @@ pub struct Calibration {
     /// How the points were measured and how they are interpolated, in words.
     pub method: String,
     pub tables: Vec<ClassTable>,
+    /// Data exchange between the cores, measured right before the multi-thread points
+    /// (`probe::exchange`): their times hold for that placement of the threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<crate::device::probe_record::ExchangeRecord>,
 }
 
 impl Calibration {

@@ -451,6 +451,39 @@ pub struct DispatchRecord {
     pub threads: u32,
     /// Which figure became `launch_overhead_s`, and why.
     pub chosen: String,
+    /// Data exchange between the threads' cores (`probe::exchange`); absent with one thread,
+    /// in profiles probed before it was measured, or when a vCPU was taken away meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<ExchangeRecord>,
+}
+
+/// How fast the cores of a multi-thread run exchange data: the slowest of the pairs measured
+/// (the first CPU with the others).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeRecord {
+    /// A cache line written by one core and answered by the other, round trip in seconds
+    /// (median).
+    pub round_trip_s: f64,
+    /// One core reading `buffer_bytes` the other has just written, GB/s (median, the slower
+    /// direction).
+    pub read_gbs: f64,
+    /// The pair with the longest round trip.
+    pub slowest_pair: Vec<usize>,
+    pub buffer_bytes: u64,
+    pub pairs: usize,
+}
+
+impl ExchangeRecord {
+    /// How much slower this exchange is than `reference`: the geometric mean of the
+    /// round-trip ratio and the read-rate ratio (1 = the same placement). A single round trip
+    /// wanders by up to 1.8× between quiet checks on a shared host, the read rate by 10%; the
+    /// mean of the two stays under 1.5 there and reaches 4 when the host puts the vCPUs in
+    /// different core complexes (Zen 4 guest: 60 → 350 ns, 70 → 25 GB/s).
+    pub fn slowdown_against(&self, reference: &ExchangeRecord) -> f64 {
+        let trip = self.round_trip_s / reference.round_trip_s.max(1e-12);
+        let read = reference.read_gbs / self.read_gbs.max(1e-12);
+        (trip * read).sqrt()
+    }
 }
 
 /// Hardware performance counters during the compute kernels.

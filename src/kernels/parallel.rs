@@ -253,8 +253,12 @@ pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Syn
 /// costs 0.5-2 µs): a compute-bound kernel (the GEMM driver, the direct convolution) runs on at
 /// most `flops / MIN_FLOPS_PER_THREAD` of its threads. At 3 MFLOP MobileNetV2's 192→64
 /// pointwise convolution on 14² (4.8 MFLOP, 55-60 µs on one thread) stayed on one thread of
-/// two; split, it runs in 34-47 µs.
-const MIN_FLOPS_PER_THREAD: f64 = 1.5e6;
+/// two; split, it runs in 34-47 µs. At 1.5 MFLOP the PP-OCR classifier's 1×1 convolutions on
+/// 2×96 and 3×96 planes (1-2.5 MFLOP, K = 16-32, 12-28 µs on one thread: small K runs far
+/// below peak) stayed on one thread; at 0.5 MFLOP the classifier took 0.458 ms instead of
+/// 0.522 at 2 threads and tinycnn 34 µs instead of 42; at 0.2 MFLOP tinycnn lost again (44 µs;
+/// medians of 3 alternated rounds, Zen 4 guest, runs with the cores placed apart left out).
+const MIN_FLOPS_PER_THREAD: f64 = 0.5e6;
 
 /// The threads, of `threads`, that `flops` of compute-bound work is split over (at least one).
 /// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.

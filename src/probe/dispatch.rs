@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use super::bandwidth::BandwidthKernels;
+use super::exchange::{self, ExchangeEffort};
 use super::plateau::median_sorted;
 use super::record::DispatchRecord;
 use super::team::run_team;
@@ -103,7 +105,11 @@ fn call_cost() -> f64 {
     start.elapsed().as_secs_f64() / f64::from(calls)
 }
 
-pub fn measure(cpus: &[usize], rounds: u64) -> Result<DispatchRecord, ProbeError> {
+pub fn measure(
+    cpus: &[usize],
+    rounds: u64,
+    kernels: &BandwidthKernels,
+) -> Result<DispatchRecord, ProbeError> {
     let call_s = call_cost();
     let threads = cpus.len() as u32;
     if cpus.len() < 2 {
@@ -113,6 +119,7 @@ pub fn measure(cpus: &[usize], rounds: u64) -> Result<DispatchRecord, ProbeError
             call_s,
             threads,
             chosen: "one thread: an op is dispatched by a function call".into(),
+            exchange: None,
         });
     }
     let spin = spin_fork_join(cpus, rounds)?;
@@ -132,6 +139,7 @@ pub fn measure(cpus: &[usize], rounds: u64) -> Result<DispatchRecord, ProbeError
         call_s,
         threads,
         chosen,
+        exchange: exchange::measure(kernels, cpus, ExchangeEffort::PROBE)?,
     })
 }
 

@@ -17,6 +17,7 @@ mod compute;
 mod counters;
 mod cpu;
 mod dispatch;
+mod exchange;
 mod gpu;
 mod microarch;
 pub mod plateau;
@@ -218,6 +219,21 @@ impl Tracker<'_> {
 /// This CPU's identification (CPUID, sysfs, stated defaults): nothing is measured.
 pub fn identify_cpu() -> CpuDescription {
     cpu::identify().description
+}
+
+/// Measures the data exchange between the first `threads` CPUs this process may use, as the
+/// probe does but in about 2 ms: what `bench` and `calibrate` check around their multi-thread
+/// runs. `None` with fewer than two usable CPUs or when a vCPU was taken away meanwhile.
+pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
+    let cores = cpu::usable_cores();
+    let cpus: Vec<usize> = cores.affinity_cpus.iter().take(threads).copied().collect();
+    if cpus.len() < 2 {
+        return None;
+    }
+    let kernels = BandwidthKernels::select(&cpu::identify().isa);
+    exchange::measure(&kernels, &cpus, exchange::ExchangeEffort::CHECK)
+        .ok()
+        .flatten()
 }
 
 /// Measures this machine and returns its profile (id `local`, kind CPU, source Probed).
@@ -575,7 +591,7 @@ pub fn run_probe(
         end_phase(&format!("bandwidth, {threads} thread(s)"));
     }
 
-    let dispatch = dispatch::measure(&cpus, settings.dispatch_rounds)?;
+    let dispatch = dispatch::measure(&cpus, settings.dispatch_rounds, &bandwidth_kernels)?;
     tracker.step("dispatch overhead".into());
     end_phase("dispatch");
     let gpus = gpu::discover();

@@ -45,6 +45,29 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
         report.predicted_latency_ms,
         report.errors.end_to_end_error * 100.0
     );
+    if let Some(check) = &report.core_exchange {
+        let describe = |record: &Option<crate::device::probe_record::ExchangeRecord>| match record {
+            Some(r) => format!("{:.0} ns, {:.0} GB/s", r.round_trip_s * 1e9, r.read_gbs),
+            None => "not measured (a vCPU was away)".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "cores    data exchange before {}, after {}{}",
+            describe(&check.before),
+            describe(&check.after),
+            match (&check.reference, &check.reference_source) {
+                (Some(_), Some(source)) => format!(
+                    "   ({source}: {}; slowdown {:.1}x)",
+                    describe(&check.reference),
+                    check.slowdown.unwrap_or(1.0)
+                ),
+                _ => String::new(),
+            }
+        );
+        if let Some(warning) = &check.warning {
+            let _ = writeln!(out, "warning: {warning}");
+        }
+    }
     if let Some(decode) = &report.decode {
         let _ = writeln!(
             out,

@@ -425,6 +425,19 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
             .unwrap_or_else(|| "-".into()),
         dispatch.call_s * 1e9
     );
+    if let Some(exchange) = &dispatch.exchange {
+        let _ = writeln!(
+            out,
+            "Exchange  cache-line round trip {:.0} ns, {} read just after another core wrote \
+             it {:.1} GB/s (slowest of {} pair(s): CPUs {:?}); `bench` and `calibrate` check it \
+             again around multi-thread runs",
+            exchange.round_trip_s * 1e9,
+            format_bytes(exchange.buffer_bytes),
+            exchange.read_gbs,
+            exchange.pairs,
+            exchange.slowest_pair
+        );
+    }
     let counters = &record.counters;
     if counters.available {
         for check in &counters.checks {

@@ -20,6 +20,7 @@ fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
         wall_time_s: 1.0,
         method: String::new(),
         tables,
+        exchange: None,
     }
 }
 
@@ -314,6 +315,7 @@ fn the_table_of_the_thread_count_in_use_is_chosen() {
         wall_time_s: 1.0,
         method: "test".into(),
         tables: vec![one, two],
+        exchange: None,
     };
     let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
     let expected = |threads| {
@@ -353,6 +355,7 @@ fn impossible_points_are_refused() {
         wall_time_s: 0.0,
         method: "m".into(),
         tables: vec![table(vec![point(4, 4, 1.0, 0.0)])],
+        exchange: None,
     };
     assert!(c.validate().is_err());
     c.tables[0].points[0].measured_s = 1.0;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::Analysis;
+use crate::device::probe_record::ExchangeRecord;
 
 pub const BENCH_SCHEMA: &str = "roofline-bench";
 pub const BENCH_SCHEMA_VERSION: u32 = 1;
@@ -93,5 +94,26 @@ pub struct BenchReport {
     #[serde(default)]
     pub nhwc_pairs: usize,
     pub kernel_isa: String,
+    /// How fast the threads' cores exchanged data around a multi-thread run, against the
+    /// figure the predictions were made with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_exchange: Option<ExchangeCheck>,
     pub analysis: Analysis,
+}
+
+/// The cores' data exchange (`probe::exchange`) measured before and after the timed runs,
+/// next to the one the device's multi-thread figures were measured in (the calibration's, else
+/// the probe's). A host that moves vCPUs between core complexes changes multi-thread times
+/// by up to 2× while single-thread ones stay put; this says which placement a run had.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExchangeCheck {
+    pub before: Option<ExchangeRecord>,
+    pub after: Option<ExchangeRecord>,
+    /// The figure the predictions assume, and where it comes from (`calibration`, `probe`).
+    pub reference: Option<ExchangeRecord>,
+    pub reference_source: Option<String>,
+    /// The larger slowdown of `before` and `after` against `reference` (1 = same placement).
+    pub slowdown: Option<f64>,
+    /// Set when the exchange moved by 1.8× or more against the reference, in words.
+    pub warning: Option<String>,
 }
