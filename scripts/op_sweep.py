@@ -76,6 +76,16 @@ def cases():
         [h.make_tensor_value_info("y", F, None)]), opset_imports=[h.make_opsetid("", 17)])
     yield "Equal", single("Equal", [img, img], out_type=T.BOOL)
     yield "Cast f->i64", single("Cast", [img], {"to": T.INT64}, out_type=T.INT64)
+    # One-hot by comparison, as JAX exports write it (magika: bytes against 0..256).
+    yield "Equal one-hot i32", h.make_model(h.make_graph(
+        [h.make_node("Equal", ["a", "b"], ["y"])], "e",
+        [h.make_tensor_value_info("a", T.INT32, [1, 2048, 1]),
+         h.make_tensor_value_info("b", T.INT32, [1, 1, 257])],
+        [h.make_tensor_value_info("y", T.BOOL, None)]), opset_imports=[h.make_opsetid("", 17)])
+    yield "Cast bool->f", h.make_model(h.make_graph(
+        [h.make_node("Cast", ["m"], ["y"], to=F)], "c",
+        [h.make_tensor_value_info("m", T.BOOL, [1, 2048, 257])],
+        [h.make_tensor_value_info("y", F, None)]), opset_imports=[h.make_opsetid("", 17)])
     for axis, name in [(-1, "last"), (1, "middle")]:
         yield f"Softmax {name}", single("Softmax", [[1, 12, 128, 128]], {"axis": axis})
     yield "Softmax 2-class", single("Softmax", [[1, 8400, 2]], {"axis": -1})

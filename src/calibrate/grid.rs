@@ -28,6 +28,9 @@ pub struct GridModel {
     pub cold_weights: bool,
     /// Whether [`with_cold_weights`] adds the point's cold twin.
     cold_twin: bool,
+    /// Run the advisor's rewrites first, so a chain of element-wise ops is timed as the one
+    /// fused node `bench --optimize` runs (`chain`).
+    pub fuse_elementwise: bool,
 }
 
 fn fixed(dims: &[i64]) -> Vec<SigDim> {
@@ -56,6 +59,7 @@ fn one_op(
         policy: AlgorithmPolicy::Auto,
         cold_weights: false,
         cold_twin: true,
+        fuse_elementwise: false,
     }
 }
 
@@ -194,6 +198,69 @@ fn elementwise(op: &str, elements: i64, binary: bool) -> GridModel {
             b.node(&op_name, &refs, vec![])
         },
     )
+}
+
+/// An activation written as several element-wise ops, fused into one chain node by the
+/// advisor (`bench --optimize` runs models so). Single-op points predicted magika's 9-op
+/// tanh GELU over 260k elements at 22 µs; it takes 175 (each op is a pass of the chain's
+/// vector loop, and the tanh a division).
+fn chain(name: &str, elements: i64, build: fn(&mut GraphBuilder, &str) -> String) -> GridModel {
+    let dims = [1, elements / 64, 64];
+    let mut point = one_op(
+        KernelClass::Elementwise,
+        format!("{name} chain {elements}"),
+        &[&dims],
+        &dims,
+        |b, x| build(b, &x[0]),
+    );
+    point.fuse_elementwise = true;
+    point
+}
+
+/// GELU, tanh form (GPT-2, magika), as exporters write it, each op reading the one before
+/// and x or a constant: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), nine ops.
+fn gelu_tanh(b: &mut GraphBuilder, x: &str) -> String {
+    let c = b.scalar_const("gelu_c", 0.044715);
+    let cx = b.node("Mul", &[x, &c], vec![]);
+    let cx2 = b.node("Mul", &[x, &cx], vec![]);
+    let cx3 = b.node("Mul", &[x, &cx2], vec![]);
+    let inner = b.node("Add", &[x, &cx3], vec![]);
+    let k = b.scalar_const("gelu_k", 0.797_884_6);
+    let scaled = b.node("Mul", &[&k, &inner], vec![]);
+    let t = b.node("Tanh", &[&scaled], vec![]);
+    let one = b.scalar_const("one", 1.0);
+    let t1 = b.node("Add", &[&one, &t], vec![]);
+    let half = b.scalar_const("half", 0.5);
+    let h = b.node("Mul", &[&half, &t1], vec![]);
+    b.node("Mul", &[&h, x], vec![])
+}
+
+/// GELU, erf form (BERT exports): x·0.5·(1 + erf(x/√2)), five ops.
+fn gelu_erf(b: &mut GraphBuilder, x: &str) -> String {
+    let k = b.scalar_const("inv_sqrt2", std::f32::consts::FRAC_1_SQRT_2);
+    let scaled = b.node("Mul", &[x, &k], vec![]);
+    let e = b.node("Erf", &[&scaled], vec![]);
+    let one = b.scalar_const("one", 1.0);
+    let e1 = b.node("Add", &[&e, &one], vec![]);
+    let half = b.scalar_const("half", 0.5);
+    let h = b.node("Mul", &[&e1, &half], vec![]);
+    b.node("Mul", &[x, &h], vec![])
+}
+
+/// SiLU / swish (YOLOv5-v8, EfficientNet): x·sigmoid(x).
+fn silu(b: &mut GraphBuilder, x: &str) -> String {
+    let s = b.node("Sigmoid", &[x], vec![]);
+    b.node("Mul", &[x, &s], vec![])
+}
+
+/// Hard swish as older exports write it (MobileNetV3): x·clip(x + 3, 0, 6)/6.
+fn hard_swish(b: &mut GraphBuilder, x: &str) -> String {
+    let three = b.scalar_const("three", 3.0);
+    let shifted = b.node("Add", &[x, &three], vec![]);
+    let clipped = b.relu6(&shifted);
+    let gated = b.node("Mul", &[x, &clipped], vec![]);
+    let six = b.scalar_const("six", 6.0);
+    b.node("Div", &[&gated, &six], vec![])
 }
 
 /// A per-channel multiply or add broadcast over the plane (squeeze-excitation gates, scales,
@@ -664,6 +731,12 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         models.push(elementwise("Sigmoid", elements, false));
         models.push(elementwise("Mul", elements, true));
     }
+    for &elements in &[1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22] {
+        models.push(chain("gelu tanh", elements, gelu_tanh));
+        models.push(chain("gelu erf", elements, gelu_erf));
+        models.push(chain("silu", elements, silu));
+        models.push(chain("hard swish", elements, hard_swish));
+    }
     for &(channels, size) in &[(32, 112), (96, 56), (256, 28), (672, 14), (1280, 7)] {
         models.push(channel_binary("Mul", channels, size));
         models.push(channel_binary("Add", channels, size));
@@ -786,6 +859,40 @@ mod tests {
             }
         }
         assert!(grid(true).len() * 2 < grid(false).len());
+    }
+
+    /// Every chain point becomes one fused node once advised, so it is timed as the chain
+    /// `bench --optimize` runs and not as its separate ops.
+    #[test]
+    fn chain_points_fuse_into_one_node() {
+        let device = crate::device::catalog()[0].to_profile();
+        let chains: Vec<GridModel> = grid(false)
+            .into_iter()
+            .filter(|m| m.fuse_elementwise && m.shape.ends_with(" 4096"))
+            .collect();
+        assert_eq!(chains.len(), 4);
+        for model in chains {
+            let graph = crate::analysis::import::import_model(
+                &model.model,
+                std::path::Path::new("."),
+                std::path::Path::new("calibration.onnx"),
+            )
+            .expect("imports");
+            let (_, fused) = crate::advisor::advise(
+                graph,
+                &model.shape,
+                &device,
+                &Default::default(),
+                &Default::default(),
+            )
+            .expect("advises");
+            let ops: Vec<String> = fused
+                .nodes_in_order()
+                .into_iter()
+                .map(|n| n.op_type)
+                .collect();
+            assert_eq!(ops.len(), 1, "{}: {ops:?}", model.shape);
+        }
     }
 
     #[test]

@@ -413,6 +413,16 @@ fn bench_model(
         weights_in_dram: model.cold_weights,
         ..AnalyzeOptions::default()
     };
+    let graph = if model.fuse_elementwise {
+        crate::advisor::advise(graph, &model.shape, device, &analyze, &Default::default())
+            .map(|(_, rewritten)| rewritten)
+            .map_err(|e| CalibrateError::Import {
+                shape: model.shape.clone(),
+                reason: e.to_string(),
+            })?
+    } else {
+        graph
+    };
     bench_graph(graph, &model.shape, device, &analyze, &options).map_err(|source| {
         CalibrateError::Model {
             shape: model.shape.clone(),

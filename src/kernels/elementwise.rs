@@ -274,6 +274,31 @@ multiversion! {
 }
 
 multiversion! {
+    /// y[i] = x[i] as f32, for the executor's integer tensors (bools and indices are held as
+    /// i64). A block whose values all fit in i32 converts through i32, which vectorises with
+    /// AVX-512F/AVX2 (an i64 → f32 conversion needs AVX-512DQ, so it compiled to one scalar
+    /// conversion per element: casting a 2048×257 one-hot mask took 116 µs, onnxruntime 57).
+    /// Values past i32 take the exact i64 conversion.
+    pub fn i64_to_f32(x: &[i64], y: &mut [f32]) {
+        const BLOCK: usize = 64;
+        for (out, values) in y.chunks_mut(BLOCK).zip(x.chunks(BLOCK)) {
+            let fits = values
+                .iter()
+                .fold(true, |fits, &v| fits & (v == i64::from(v as i32)));
+            if fits {
+                for (o, &v) in out.iter_mut().zip(values) {
+                    *o = v as i32 as f32;
+                }
+            } else {
+                for (o, &v) in out.iter_mut().zip(values) {
+                    *o = v as f32;
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
     /// In place: x[i] = op(x[i]).
     pub fn unary_in_place(op: Unary, x: &mut [f32]) {
         per_unary!(op, |f| {
@@ -615,19 +640,40 @@ multiversion! {
         channels: usize,
         channel_size: usize,
     ) {
-        let block = channel_size.max(1);
+        // Channel blocks only matter to per-channel constants; without any, the whole range is
+        // one block (cut into L1 pieces below), so no block ends in a scalar tail: magika's
+        // 512×508 GELU ran 508-element blocks, 12 elements of each through scalar tanh.
+        let per_channel = steps.iter().any(|step| {
+            matches!(step, ChainStep::WithConstant { values, .. } if values.len() > 1)
+        });
+        let block = if per_channel {
+            channel_size.max(1)
+        } else {
+            x.len().max(1)
+        };
         for (b, (xs, ys)) in x.chunks(block).zip(y.chunks_mut(block)).enumerate() {
             let channel = if channels > 0 {
                 (first_block + b) % channels
             } else {
                 0
             };
-            chain_block(steps, xs, ys, channel);
+            // Every step passes over its piece, so a piece must stay in L1 between steps: a
+            // whole 512×508 block (1 MB) made magika's nine-step GELU nine trips through L3,
+            // 175 µs where one pass over L1-sized pieces takes a fraction of that.
+            let mut start = 0;
+            while start < xs.len() {
+                let end = (start + CHAIN_PIECE).min(xs.len());
+                chain_block(steps, &xs[start..end], &mut ys[start..end], channel);
+                start = end;
+            }
         }
     }
 }
 
-/// One channel block of `chain`, inlined into each ISA's variant.
+/// Elements of one piece of a chain (16 KiB in and 16 KiB out: both in any L1d).
+const CHAIN_PIECE: usize = 4096;
+
+/// One piece of a channel block of `chain`, inlined into each ISA's variant.
 #[inline(always)]
 fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
     {
@@ -686,6 +732,26 @@ fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every ISA variant equals the scalar `as f32` conversion, on blocks that fit i32 and on
+    /// blocks holding one value past it (exact i64 rounding there), with a ragged tail.
+    #[test]
+    fn i64_to_f32_matches_the_scalar_conversion_at_every_isa() {
+        let mut values: Vec<i64> = (0..300).map(|i| (i * 7919) % 513 - 256).collect();
+        values[70] = i64::from(i32::MAX) + 1;
+        values[150] = -(1i64 << 40) - 3;
+        values[299] = i64::MAX;
+        let expected: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        for level in [
+            crate::kernels::simd::IsaLevel::Scalar,
+            crate::kernels::simd::IsaLevel::Avx2,
+            crate::kernels::simd::IsaLevel::Avx512,
+        ] {
+            let mut out = vec![f32::NAN; values.len()];
+            i64_to_f32::at(level, &values, &mut out);
+            assert_eq!(out, expected, "{level:?}");
+        }
+    }
 
     #[test]
     fn broadcast_channel_add() {
@@ -849,6 +915,93 @@ mod tests {
                 let mut got = vec![0.0; x.len()];
                 binary_same::at(level, op, &x, &b, &mut got);
                 assert_eq!(got, want, "{op:?} at {level:?}");
+            }
+        }
+    }
+
+    /// Long chains are cut into L1 pieces: with scalar constants across the whole range, with
+    /// per-channel constants inside each channel block (blocks longer than a piece, and a
+    /// thread's share starting mid-tensor), equal to the steps applied one by one over the
+    /// whole tensor, at every ISA.
+    #[test]
+    fn long_chains_equal_their_steps_applied_one_by_one() {
+        let (channels, channel_size) = (3usize, 5000usize);
+        let x: Vec<f32> = (0..channels * channel_size)
+            .map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0)
+            .collect();
+        let scalar = vec![
+            ChainStep::Unary(Unary::Tanh),
+            ChainStep::WithConstant {
+                op: Binary::Sub,
+                values: vec![0.25],
+                swapped: true,
+            },
+            ChainStep::WithInput {
+                op: Binary::Mul,
+                swapped: false,
+            },
+        ];
+        let per_channel = vec![
+            ChainStep::WithConstant {
+                op: Binary::Add,
+                values: vec![1.0, -2.0, 3.5],
+                swapped: false,
+            },
+            ChainStep::Unary(Unary::Sigmoid),
+        ];
+        let reference = |steps: &[ChainStep], first_block: usize| -> Vec<f32> {
+            x.iter()
+                .enumerate()
+                .map(|(i, &orig)| {
+                    let channel = (first_block + i / channel_size) % channels;
+                    steps.iter().fold(orig, |v, step| match step {
+                        ChainStep::Unary(op) => apply_unary(*op, v),
+                        ChainStep::WithConstant {
+                            op,
+                            values,
+                            swapped,
+                        } => {
+                            let c = values[if values.len() == 1 { 0 } else { channel }];
+                            if *swapped {
+                                apply_binary(*op, c, v)
+                            } else {
+                                apply_binary(*op, v, c)
+                            }
+                        }
+                        ChainStep::WithInput { op, swapped } => {
+                            if *swapped {
+                                apply_binary(*op, orig, v)
+                            } else {
+                                apply_binary(*op, v, orig)
+                            }
+                        }
+                    })
+                })
+                .collect()
+        };
+        for level in [
+            crate::kernels::simd::IsaLevel::Scalar,
+            crate::kernels::simd::IsaLevel::Avx2,
+            crate::kernels::simd::IsaLevel::Avx512,
+        ] {
+            for (steps, first_block) in [(&scalar, 0), (&per_channel, 0), (&per_channel, 1)] {
+                let mut y = vec![f32::NAN; x.len()];
+                chain::at(
+                    level,
+                    steps,
+                    &x,
+                    &mut y,
+                    first_block,
+                    channels,
+                    channel_size,
+                );
+                let expected = reference(steps, first_block);
+                for (i, (got, want)) in y.iter().zip(&expected).enumerate() {
+                    assert!(
+                        (got - want).abs() <= 1e-5,
+                        "{level:?} element {i}: {got} vs {want}"
+                    );
+                }
             }
         }
     }

@@ -56,10 +56,7 @@ pub(crate) fn run_view(io: &mut Io) -> Result<(), String> {
 pub(crate) fn run_cast(to_float: bool, io: &mut Io) -> Result<(), String> {
     match (io.input(0)?, to_float) {
         (InRef::F32(v), true) => io.outs[0].copy_from_slice(v),
-        (InRef::I64(v), true) => io.outs[0]
-            .iter_mut()
-            .zip(v)
-            .for_each(|(o, &i)| *o = i as f32),
+        (InRef::I64(v), true) => crate::kernels::elementwise::i64_to_f32(v, io.outs[0]),
         (InRef::F32(v), false) => io.dynamic_out.push(RtTensor {
             shape: vec![v.len()],
             data: RtData::I64(v.iter().map(|&f| f as i64).collect()),
