@@ -231,6 +231,7 @@ pub fn fit(
         tables,
         // The profiles come from elsewhere: their threads' placement is unknown.
         exchange: None,
+        warnings: Vec::new(),
     })
 }
 

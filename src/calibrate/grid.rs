@@ -202,8 +202,8 @@ fn elementwise(op: &str, elements: i64, binary: bool) -> GridModel {
 
 /// An activation written as several element-wise ops, fused into one chain node by the
 /// advisor (`bench --optimize` runs models so). Single-op points predicted magika's 9-op
-/// tanh GELU over 260k elements at 22 µs; it takes 175 (each op is a pass of the chain's
-/// vector loop, and the tanh a division).
+/// tanh GELU over 260k elements at 22 µs; it took 175 (every step is a pass of the chain's
+/// vector loop over an L1 piece, a load and a store per vector, and the tanh a division).
 fn chain(name: &str, elements: i64, build: fn(&mut GraphBuilder, &str) -> String) -> GridModel {
     let dims = [1, elements / 64, 64];
     let mut point = one_op(

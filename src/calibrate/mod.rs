@@ -121,7 +121,7 @@ pub fn calibrate(
             placement.start_pass(threads);
             for (model_index, model) in models.iter().enumerate() {
                 let report = bench_model(model, device, threads, runs)?;
-                placement.timed(threads, model_index);
+                placement.timed(threads, model_index, rounds - 1);
                 // The one timed op of the model (its costed node).
                 for op in &report.ops {
                     let node = &report.analysis.nodes[op.node_index];
@@ -159,17 +159,36 @@ pub fn calibrate(
     // Points that should have scaled and did not ran while the other vCPUs were taken (a
     // shared host): they are timed again, in rounds of their own after the grid, and those
     // rounds' times replace theirs; a point that still does not scale keeps what it measures.
+    // Times taken while the cores exchanged data far slower than at the grid's best check (a
+    // host that moved a vCPU to another core complex) describe another placement: a point
+    // keeps the times of its quiet rounds, and one timed apart in every round is timed again
+    // after the grid like the stalled ones.
+    let apart_timings = placement.apart_timings();
+    let mut apart_everywhere = std::collections::BTreeSet::new();
+    let mut apart_times_dropped = 0;
+    for (&(threads, model, node), (_, _, times)) in points.iter_mut() {
+        let apart: Vec<bool> = (0..times.len())
+            .map(|round| apart_timings.contains(&(threads, model, round)))
+            .collect();
+        if !apart.contains(&true) {
+            continue;
+        }
+        let quiet: Vec<f64> = times
+            .iter()
+            .zip(&apart)
+            .filter(|(_, &was_apart)| !was_apart)
+            .map(|(&time, _)| time)
+            .collect();
+        if quiet.is_empty() {
+            apart_everywhere.insert((threads, model, node));
+        } else {
+            apart_times_dropped += times.len() - quiet.len();
+            *times = quiet;
+        }
+    }
     let mut stalled = stalled_points(&points);
     let stalled_count = stalled.len();
-    // Points timed while the cores exchanged data far slower than at the grid's best check
-    // (a host that moved a vCPU to another core complex) are timed again the same way.
-    let apart_models = placement.apart_models();
-    stalled.extend(
-        points
-            .keys()
-            .filter(|(threads, model, _)| apart_models.contains(&(*threads, *model)))
-            .copied(),
-    );
+    stalled.extend(apart_everywhere.iter().copied());
     let apart_points = stalled.len() - stalled_count;
     let retimed_points = stalled.len();
     let mut retimed: std::collections::BTreeMap<PointKey, Vec<f64>> = Default::default();
@@ -213,10 +232,24 @@ pub fn calibrate(
             retimed.entry(key).or_default().push(time);
         }
     }
+    let apart_kept = apart_everywhere
+        .iter()
+        .filter(|key| !retimed.contains_key(key))
+        .count();
     for (key, times) in retimed {
         if let Some((_, _, kept)) = points.get_mut(&key) {
             *kept = times;
         }
+    }
+    let mut warnings = Vec::new();
+    if apart_kept > 0 {
+        warnings.push(format!(
+            "{apart_kept} multi-thread point(s) were timed only while the cores exchanged data \
+             at least {EXCHANGE_MOVED}x slower than at the grid's best check (the threads on \
+             cores farther apart: another core complex, a host moving vCPUs), and no quiet \
+             re-timing fitted the time budget: their tables predict that placement; run \
+             `roofline calibrate` again in a quieter spell"
+        ));
     }
     for ((threads, _, _), (mut point, class, mut times)) in points {
         times.sort_by(f64::total_cmp);
@@ -257,18 +290,21 @@ pub fn calibrate(
              elements and, for convolutions but depthwise ones, output channels, averaged in \
              log space; from a class running the same packed GEMM when that has a point \
              nearer than every point of its own class past three doublings; \
-             {retimed_points} multi-thread point(s) ({stalled_count} whose bound expected \
-             them to scale and whose time did not, {apart_points} timed while the cores \
-             exchanged data at least {EXCHANGE_MOVED}x slower than at the grid's best \
-             check, see `exchange`) were timed again in {retime_rounds} round(s) of their \
-             own ({discarded_rounds} round(s) run apart themselves discarded); rounds past \
-             the first are left out where they would not fit {:.0} s)",
+             {apart_times_dropped} multi-thread time(s) taken while the cores exchanged data \
+             at least {EXCHANGE_MOVED}x slower than at the grid's best check (see \
+             `exchange`) left out of their points' medians; {retimed_points} multi-thread \
+             point(s) ({stalled_count} whose bound expected them to scale and whose time did \
+             not, {apart_points} timed apart in every round) timed again in {retime_rounds} \
+             round(s) of their own ({discarded_rounds} round(s) run apart themselves \
+             discarded; {apart_kept} point(s) left apart); rounds past the first are left out \
+             where they would not fit {:.0} s)",
             models.len(),
             crate::device::calibration::NEIGHBOURS,
             budget.as_secs_f64()
         ),
         tables,
         exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
+        warnings,
     })
 }
 
@@ -280,9 +316,9 @@ pub fn calibrate(
 struct PlacementWatch {
     /// (threads, the check; `None` when a vCPU was taken away during it).
     checks: Vec<(usize, Option<ExchangeRecord>)>,
-    /// (threads, check before, check after, grid models timed between them).
-    segments: Vec<(usize, usize, usize, Vec<usize>)>,
-    open: Option<(usize, usize, Vec<usize>)>,
+    /// (threads, check before, check after, (grid model, round) timed between them).
+    segments: Vec<(usize, usize, usize, Vec<(usize, usize)>)>,
+    open: Option<(usize, usize, Vec<(usize, usize)>)>,
     last_check: Option<Instant>,
 }
 
@@ -310,11 +346,11 @@ impl PlacementWatch {
         }
     }
 
-    fn timed(&mut self, threads: usize, model: usize) {
+    fn timed(&mut self, threads: usize, model: usize, round: usize) {
         let Some((_, _, models)) = self.open.as_mut() else {
             return;
         };
-        models.push(model);
+        models.push((model, round));
         if self
             .last_check
             .is_some_and(|last| last.elapsed() >= CHECK_EVERY)
@@ -357,15 +393,19 @@ impl PlacementWatch {
         self.is_apart(threads, &record)
     }
 
-    /// (threads, grid model) of every model timed next to a check that was apart.
-    fn apart_models(&self) -> std::collections::BTreeSet<(usize, usize)> {
+    /// (threads, grid model, round) of every timing taken next to a check that was apart.
+    fn apart_timings(&self) -> std::collections::BTreeSet<(usize, usize, usize)> {
         self.segments
             .iter()
             .filter(|(threads, before, after, _)| {
                 self.is_apart(*threads, &self.checks[*before].1)
                     || self.is_apart(*threads, &self.checks[*after].1)
             })
-            .flat_map(|(threads, _, _, models)| models.iter().map(move |m| (*threads, *m)))
+            .flat_map(|(threads, _, _, models)| {
+                models
+                    .iter()
+                    .map(move |&(model, round)| (*threads, model, round))
+            })
             .collect()
     }
 }
@@ -497,11 +537,11 @@ mod tests {
                 (2, Some(record(58.0, 69.0))),
             ],
             segments: vec![
-                (2, 0, 1, vec![0, 1]),
-                (2, 1, 2, vec![2, 3]),
-                (2, 2, 3, vec![4]),
-                (2, 3, 5, vec![5]),
-                (2, 4, 5, vec![6]),
+                (2, 0, 1, vec![(0, 0), (1, 0)]),
+                (2, 1, 2, vec![(2, 0), (3, 0)]),
+                (2, 2, 3, vec![(4, 0)]),
+                (2, 3, 5, vec![(5, 0), (0, 1)]),
+                (2, 4, 5, vec![(6, 1)]),
             ],
             open: None,
             last_check: None,
@@ -510,8 +550,8 @@ mod tests {
         assert_eq!(best, record(58.0, 69.0));
         assert!(watch.best(4).is_none());
         assert_eq!(
-            watch.apart_models().into_iter().collect::<Vec<_>>(),
-            [(2, 2), (2, 3), (2, 4), (2, 6)]
+            watch.apart_timings().into_iter().collect::<Vec<_>>(),
+            [(2, 2, 0), (2, 3, 0), (2, 4, 0), (2, 6, 1)]
         );
     }
 

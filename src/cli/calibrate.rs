@@ -103,6 +103,9 @@ pub fn run(args: &CalibrateArgs) -> Result<ExitCode> {
     calibration
         .validate()
         .map_err(|reason| anyhow::anyhow!("calibration is unusable: {reason}"))?;
+    for warning in &calibration.warnings {
+        eprintln!("warning: {warning}");
+    }
     let summary = roofline::report::calibration::render_calibration(&calibration);
     profile.calibration = Some(calibration);
 

@@ -473,6 +473,9 @@ pub struct Calibration {
     /// (`probe::exchange`): their times hold for that placement of the threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchange: Option<crate::device::probe_record::ExchangeRecord>,
+    /// What the calibration could not make right, in words (printed by `calibrate`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Calibration {

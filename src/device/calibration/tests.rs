@@ -21,6 +21,7 @@ fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
         method: String::new(),
         tables,
         exchange: None,
+        warnings: Vec::new(),
     }
 }
 
@@ -316,6 +317,7 @@ fn the_table_of_the_thread_count_in_use_is_chosen() {
         method: "test".into(),
         tables: vec![one, two],
         exchange: None,
+        warnings: Vec::new(),
     };
     let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
     let expected = |threads| {
@@ -356,6 +358,7 @@ fn impossible_points_are_refused() {
         method: "m".into(),
         tables: vec![table(vec![point(4, 4, 1.0, 0.0)])],
         exchange: None,
+        warnings: Vec::new(),
     };
     assert!(c.validate().is_err());
     c.tables[0].points[0].measured_s = 1.0;
