@@ -316,11 +316,14 @@ pub fn calibrate(
 struct PlacementWatch {
     /// (threads, the check; `None` when a vCPU was taken away during it).
     checks: Vec<(usize, Option<ExchangeRecord>)>,
-    /// (threads, check before, check after, (grid model, round) timed between them).
-    segments: Vec<(usize, usize, usize, Vec<(usize, usize)>)>,
-    open: Option<(usize, usize, Vec<(usize, usize)>)>,
+    /// (threads, check before, check after, the timings between them).
+    segments: Vec<(usize, usize, usize, Timings)>,
+    open: Option<(usize, usize, Timings)>,
     last_check: Option<Instant>,
 }
+
+/// (grid model, round) of the timings taken between two checks.
+type Timings = Vec<(usize, usize)>;
 
 const CHECK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
