@@ -366,6 +366,16 @@ fn judge_exchange(
                 )
             })
         }
+        (Some(reference), Some(slowdown)) if slowdown <= 1.0 / EXCHANGE_MOVED => Some(format!(
+            "the cores exchanged data {:.1}x faster during this run than when the {} figures \
+                 were measured ({:.0} ns and {:.0} GB/s then): those were measured with the \
+                 threads on cores farther apart (a host moving vCPUs), so multi-thread \
+                 predictions are slow for this placement; measure them again",
+            1.0 / slowdown,
+            reference_source.as_deref().unwrap_or("device"),
+            reference.round_trip_s * 1e9,
+            reference.read_gbs
+        )),
         _ => None,
     };
     ExchangeCheck {
@@ -389,13 +399,7 @@ mod tests {
     use crate::probe::ExchangeRecord;
 
     fn record(ns: f64, gbs: f64) -> ExchangeRecord {
-        ExchangeRecord {
-            round_trip_s: ns * 1e-9,
-            read_gbs: gbs,
-            slowest_pair: vec![0, 1],
-            buffer_bytes: 131072,
-            pairs: 1,
-        }
+        ExchangeRecord::with_figures(ns, gbs)
     }
 
     /// The calibration's exchange is the reference when it has one; a run whose check after
@@ -427,5 +431,13 @@ mod tests {
         );
         let near = judge_exchange(&device, Some(record(99.0, 66.0)), None);
         assert!(near.slowdown.unwrap() < EXCHANGE_MOVED && near.warning.is_none());
+        // A calibration timed apart, judged from a quiet run: said the other way round.
+        device.calibration.as_mut().unwrap().exchange = Some(record(350.0, 25.0));
+        let quiet = judge_exchange(&device, Some(record(60.0, 70.0)), Some(record(62.0, 69.0)));
+        let warning = quiet.warning.expect("flagged");
+        assert!(
+            warning.contains("faster") && warning.contains("350 ns"),
+            "{warning}"
+        );
     }
 }

@@ -525,11 +525,7 @@ mod tests {
     /// is the placement kept.
     #[test]
     fn models_timed_next_to_an_apart_check_are_retimed() {
-        let record = |ns: f64, gbs: f64| ExchangeRecord {
-            round_trip_s: ns * 1e-9,
-            read_gbs: gbs,
-            ..ExchangeRecord::default()
-        };
+        let record = ExchangeRecord::with_figures;
         let watch = PlacementWatch {
             checks: vec![
                 (2, Some(record(60.0, 70.0))),

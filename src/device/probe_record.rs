@@ -474,6 +474,18 @@ pub struct ExchangeRecord {
 }
 
 impl ExchangeRecord {
+    /// A record of one pair with these figures (tests).
+    #[cfg(test)]
+    pub fn with_figures(round_trip_ns: f64, read_gbs: f64) -> ExchangeRecord {
+        ExchangeRecord {
+            round_trip_s: round_trip_ns * 1e-9,
+            read_gbs,
+            slowest_pair: vec![0, 1],
+            buffer_bytes: 128 * 1024,
+            pairs: 1,
+        }
+    }
+
     /// How much slower this exchange is than `reference`: the geometric mean of the
     /// round-trip ratio and the read-rate ratio (1 = the same placement). A single round trip
     /// wanders by up to 1.8× between quiet checks on a shared host, the read rate by 10%; the

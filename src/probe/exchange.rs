@@ -120,13 +120,11 @@ fn handoff_read(
 ) -> Result<Option<f64>, ProbeError> {
     let mut buffer = AlignedBuffer::new(HANDOFF_BYTES + 4096)?;
     buffer.prefault_prefix(HANDOFF_BYTES + 4096);
-    // The two threads take turns on the buffer (the turn counter orders every access), so
-    // only one of them holds it at a time.
+    // The two threads take turns on the buffer (the turn counter orders every access), and
+    // each makes its reference only for its turn.
     let shared = &mut buffer as *mut AlignedBuffer as usize;
     let turn = AtomicU64::new(0);
     let (results, _) = run_team(&pair, |worker| {
-        // SAFETY: see above; the buffer outlives the team (scoped threads).
-        let buffer = unsafe { &mut *(shared as *mut AlignedBuffer) };
         let mut times = Vec::with_capacity(handoffs as usize);
         worker.sync();
         for round in 0..handoffs {
@@ -137,12 +135,18 @@ fn handoff_read(
                 turn.store(u64::MAX, Ordering::Release);
                 return None;
             }
-            if mine > 0 {
-                let start = Instant::now();
-                kernels.run(BandwidthKernel::Read, buffer, HANDOFF_BYTES, 1);
-                times.push(start.elapsed().as_secs_f64());
+            {
+                // SAFETY: it is this thread's turn (acquired above, released below), so this is
+                // the only reference to the buffer until the store; the buffer outlives the
+                // team (scoped threads).
+                let buffer = unsafe { &mut *(shared as *mut AlignedBuffer) };
+                if mine > 0 {
+                    let start = Instant::now();
+                    kernels.run(BandwidthKernel::Read, buffer, HANDOFF_BYTES, 1);
+                    times.push(start.elapsed().as_secs_f64());
+                }
+                kernels.run(BandwidthKernel::Write, buffer, HANDOFF_BYTES, 1);
             }
-            kernels.run(BandwidthKernel::Write, buffer, HANDOFF_BYTES, 1);
             turn.store(mine + 1, Ordering::Release);
         }
         median(times).map(|seconds| HANDOFF_BYTES as f64 / seconds / 1e9)
@@ -206,7 +210,10 @@ mod tests {
     /// limits: a round trip between 5 ns and 100 µs, a read rate between 0.1 and 2000 GB/s.
     #[test]
     fn the_check_measures_a_round_trip_and_a_read_rate() {
-        let Some(record) = crate::probe::exchange_now(2) else {
+        let started = Instant::now();
+        let measured = crate::probe::exchange_now(2);
+        println!("exchange check: {:?}", started.elapsed());
+        let Some(record) = measured else {
             assert!(
                 super::super::cpu::usable_cores().affinity_cpus.len() < 2,
                 "two CPUs are usable, so the exchange must be measured"
@@ -224,11 +231,7 @@ mod tests {
     /// 1.06) = 1.32.
     #[test]
     fn slowdown_is_the_geometric_mean_of_both_ratios() {
-        let record = |ns: f64, gbs: f64| ExchangeRecord {
-            round_trip_s: ns * 1e-9,
-            read_gbs: gbs,
-            ..ExchangeRecord::default()
-        };
+        let record = ExchangeRecord::with_figures;
         let near = record(60.0, 70.0);
         assert!((record(350.0, 25.0).slowdown_against(&near) - 4.041).abs() < 1e-3);
         assert!((record(99.0, 66.0).slowdown_against(&near) - 1.3229).abs() < 1e-3);
