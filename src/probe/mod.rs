@@ -230,8 +230,11 @@ pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
     if cpus.len() < 2 {
         return None;
     }
-    let kernels = BandwidthKernels::select(&cpu::identify().isa);
-    exchange::measure(&kernels, &cpus, exchange::ExchangeEffort::CHECK)
+    // Identifying the CPU reads CPUID and sysfs; `calibrate` checks twice a second, so the
+    // kernels are chosen once per process.
+    static KERNELS: std::sync::OnceLock<BandwidthKernels> = std::sync::OnceLock::new();
+    let kernels = KERNELS.get_or_init(|| BandwidthKernels::select(&cpu::identify().isa));
+    exchange::measure(kernels, &cpus, exchange::ExchangeEffort::CHECK)
         .ok()
         .flatten()
 }

@@ -249,21 +249,34 @@ fn bilinear(plane: &[f32], height: usize, width: usize, y: f64, x: f64) -> f64 {
         + fy * fx * at(y0 + 1.0, x0 + 1.0)
 }
 
-/// Conv of any spatial rank, direct loops in f64 over the window `ConvConfig` resolves (pads,
-/// `auto_pad`, strides, dilations, groups): what the executor runs for the convolutions its
-/// kernels do not take (3-D video and volume models, weights that are not constants).
-pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    use crate::analysis::ops::spatial::ConvConfig;
+/// X and W of a windowed op (Conv, ConvTranspose) and their rank, checked to agree and to
+/// have a spatial axis.
+fn window_operands<'a>(
+    op: &str,
+    inputs: &'a [Option<RtTensor>],
+) -> Result<(&'a RtTensor, &'a RtTensor, usize)> {
     let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
     let x = input(0).ok_or("X is missing")?;
     let w = input(1).ok_or("W is missing")?;
     let rank = x.shape.len();
     if rank < 3 || w.shape.len() != rank {
-        return Err(format!("Conv: X {:?} and W {:?}", x.shape, w.shape));
+        return Err(format!("{op}: X {:?} and W {:?}", x.shape, w.shape));
     }
+    Ok((x, w, rank))
+}
+
+fn dims_u64(dims: &[usize]) -> Vec<u64> {
+    dims.iter().map(|&d| d as u64).collect()
+}
+
+/// Conv of any spatial rank, direct loops in f64 over the window `ConvConfig` resolves (pads,
+/// `auto_pad`, strides, dilations, groups): what the executor runs for the convolutions its
+/// kernels do not take (3-D video and volume models, weights that are not constants).
+pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+    use crate::analysis::ops::spatial::ConvConfig;
+    let (x, w, rank) = window_operands("Conv", inputs)?;
     let config = ConvConfig::parse(&node.attrs)?;
-    let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
-    let window = config.window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?;
+    let window = config.window(&dims_u64(&x.shape[2..]), &dims_u64(&w.shape[2..]))?;
     let (n, c, m, cg) = (x.shape[0], x.shape[1], w.shape[0], w.shape[1]);
     let group = config.group.max(1) as usize;
     if cg * group != c || m % group != 0 {
@@ -292,7 +305,7 @@ pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTens
         })
         .collect();
     let (xs, ws) = (floats(x), floats(w));
-    let bias = input(2).map(floats);
+    let bias = inputs.get(2).and_then(Option::as_ref).map(floats);
     let per_group = m / group;
     let mut out = vec![0f32; n * m * out_plane];
     let mut position = vec![0i64; spatial];
@@ -508,19 +521,9 @@ fn flat_index_inside(origin: &[i64], offsets: &[i64], dims: &[usize]) -> Option<
 /// decoders (volumetric segmentation) and run-time weights land here.
 pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
     use crate::analysis::ops::spatial::ConvTransposeConfig;
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
-    let x = input(0).ok_or("X is missing")?;
-    let w = input(1).ok_or("W is missing")?;
-    let rank = x.shape.len();
-    if rank < 3 || w.shape.len() != rank {
-        return Err(format!(
-            "ConvTranspose: X {:?} and W {:?}",
-            x.shape, w.shape
-        ));
-    }
+    let (x, w, _) = window_operands("ConvTranspose", inputs)?;
     let config = ConvTransposeConfig::parse(&node.attrs)?;
-    let to_u64 = |dims: &[usize]| dims.iter().map(|&d| d as u64).collect::<Vec<u64>>();
-    let window = config.window(&to_u64(&x.shape[2..]), &to_u64(&w.shape[2..]))?;
+    let window = config.window(&dims_u64(&x.shape[2..]), &dims_u64(&w.shape[2..]))?;
     let (n, c, per_group) = (x.shape[0], x.shape[1], w.shape[1]);
     let group = config.group.max(1) as usize;
     if w.shape[0] != c || c % group != 0 {
@@ -577,7 +580,7 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
             }
         }
     }
-    if let Some(bias) = input(2).map(floats) {
+    if let Some(bias) = inputs.get(2).and_then(Option::as_ref).map(floats) {
         for (k, v) in out.iter_mut().enumerate() {
             *v += f64::from(bias[k / out_plane % m]);
         }
