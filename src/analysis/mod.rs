@@ -719,7 +719,7 @@ pub fn drop_self_reading_concats<K: Copy>(
 
 /// What the calibration matches an op on: its work, bytes (weights + activations read, written)
 /// and output elements, at the memory levels `roof` charges its traffic at, and a
-/// convolution's output channels.
+/// convolution's output channels (a depthwise one's output row width instead).
 fn shape_features(
     node: &graph::Node,
     cost: &ops::OpCost,
@@ -728,25 +728,8 @@ fn shape_features(
 ) -> crate::device::calibration::ShapeFeatures {
     let output_elements = output_facts.iter().filter_map(|f| f.element_count()).sum();
     let (activation_level, weight_level) = roof.level_numbers(&cost.bytes);
-    let convolution = matches!(
-        node.op_type.as_str(),
-        "Conv" | "FusedConv" | "ConvTranspose"
-    );
-    let output_channels = output_facts
-        .first()
-        .filter(|_| convolution)
-        .and_then(|fact| fact.concrete_shape())
-        .and_then(|shape| shape.get(1).copied())
-        .unwrap_or(0);
-    // A depthwise convolution's channels are its whole width, not a ratio of output to input
-    // work: on the calibration grid the feature made its leave-one-out error worse (2 threads:
-    // median 8% → 15%) where it helped every other convolution class.
-    let group = node.attrs.int_or("group", 1).max(1) as u64;
-    let output_channels = if group > 1 && group == output_channels {
-        0
-    } else {
-        output_channels
-    };
+    let (output_channels, output_width) =
+        classify::window_extents(&node.op_type, &node.attrs, output_facts.first().copied());
     crate::device::calibration::ShapeFeatures::new(
         cost.flops + cost.transcendental,
         cost.bytes.weights_read + cost.bytes.act_read + cost.bytes.act_written,
@@ -755,6 +738,7 @@ fn shape_features(
     )
     .at_levels(activation_level, weight_level)
     .with_output_channels(output_channels)
+    .with_output_width(output_width)
 }
 
 /// The part of an op's activation reads that are graph inputs: its `act_read` split in

@@ -281,6 +281,50 @@ fn channel_binary(op: &str, channels: i64, size: i64) -> GridModel {
 }
 
 /// A transposed convolution (decoder and FPN upsampling), weights [in, out, k, k].
+/// A depthwise convolution on a `height × width` plane with strides `(stride_h, stride_w)`:
+/// text-line models (OCR recognisers, orientation classifiers, keyword spotting on
+/// spectrograms) keep planes a few rows high and a hundred or more wide, and stride only the
+/// rows. On such a plane the flat kernel's rows are long and its per-channel fixed cost is
+/// spread over a few hundred outputs: square planes of the same work are 7-14 wide (the
+/// sixteen-channel small-plane path) or 28+ wide, and predicted a 5×5 depthwise on 3×96 at
+/// 1.5× its measured time.
+fn depthwise_plane(
+    channels: i64,
+    (height, width): (i64, i64),
+    kernel: i64,
+    (stride_h, stride_w): (i64, i64),
+) -> GridModel {
+    let (out_h, out_w) = (
+        conv_out(height, kernel, stride_h),
+        conv_out(width, kernel, stride_w),
+    );
+    let pad = kernel / 2;
+    one_op(
+        KernelClass::Depthwise,
+        format!(
+            "conv {channels}→{channels} {kernel}x{kernel} s{stride_h}x{stride_w} g{channels} \
+             {height}x{width}"
+        ),
+        &[&[1, channels, height, width]],
+        &[1, channels, out_h, out_w],
+        |b, x| {
+            let w = b.weight("conv_w", &[channels, 1, kernel, kernel], kernel * kernel);
+            let bias = b.jitter("conv_b", &[channels], 0.0, 0.05);
+            b.node(
+                "Conv",
+                &[&x[0], &w, &bias],
+                vec![
+                    attr_ints("kernel_shape", &[kernel, kernel]),
+                    attr_ints("strides", &[stride_h, stride_w]),
+                    attr_ints("pads", &[pad, pad, pad, pad]),
+                    attr_ints("dilations", &[1, 1]),
+                    attr_int("group", channels),
+                ],
+            )
+        },
+    )
+}
+
 fn conv_transpose(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64) -> GridModel {
     let out = (size - 1) * stride + kernel;
     one_op(
@@ -611,6 +655,14 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (1024, 128, 7, 1),
         (58, 58, 28, 1),
         (232, 232, 7, 1),
+        // Small ones (tiny classifiers, early stages on small inputs): 0.1-2 MFLOP, where the
+        // fixed cost per call and the split across threads weigh most.
+        (16, 64, 16, 1),
+        (48, 16, 20, 1),
+        (64, 128, 10, 1),
+        (96, 32, 12, 1),
+        (128, 256, 6, 1),
+        (32, 96, 24, 1),
     ] {
         models.push(conv(cin, cout, size, 1, stride, 1));
     }
@@ -642,6 +694,19 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (960, 14, 3, 2),
     ] {
         models.push(conv(channels, channels, size, kernel, stride, channels));
+    }
+    // Depthwise on text-line planes (a few rows, long rows; rows-only strides).
+    for &(channels, plane, kernel, strides) in &[
+        (64, (4, 80), 5, (1, 1)),
+        (160, (2, 64), 5, (1, 1)),
+        (128, (6, 128), 5, (2, 1)),
+        (48, (8, 160), 3, (2, 1)),
+        (96, (4, 200), 3, (1, 1)),
+        (256, (2, 40), 3, (1, 1)),
+        (32, (12, 256), 3, (1, 1)),
+        (320, (5, 50), 5, (1, 1)),
+    ] {
+        models.push(depthwise_plane(channels, plane, kernel, strides));
     }
     // Grouped convolutions with several channels per group: ShuffleNet's 1×1 group
     // convolutions (3 and 8 groups), ResNeXt's 3×3 with 32 groups, two-tower 3×3 and 5×5.

@@ -137,6 +137,13 @@ pub struct ShapeFeatures {
     /// → 11%.
     #[serde(default)]
     pub log2_output_channels: f64,
+    /// log2 of a depthwise convolution's output row width; 0 for other ops and points saved
+    /// before the feature existed, and then not compared. Its kernel computes whole rows per
+    /// channel, so its cost per output falls as rows lengthen: text-line planes (3×3 on
+    /// 24×160, 5×5 on 12×80) ran at 1.6-2.2× their bound where square planes of the same
+    /// work (28² to 56²) ran at 2.4-3.2×, and were predicted from those 1.3-1.6× too slow.
+    #[serde(default)]
+    pub log2_output_width: f64,
 }
 
 /// Doublings of a size feature that one memory level of difference counts as.
@@ -167,6 +174,19 @@ impl ShapeFeatures {
             activation_level: 0,
             weight_level: 0,
             log2_output_channels: 0.0,
+            log2_output_width: 0.0,
+        }
+    }
+
+    /// The same features with a depthwise convolution's output row width.
+    pub fn with_output_width(self, width: u64) -> ShapeFeatures {
+        ShapeFeatures {
+            log2_output_width: if width == 0 {
+                0.0
+            } else {
+                (width as f64).log2().max(f64::MIN_POSITIVE)
+            },
+            ..self
         }
     }
 
@@ -232,12 +252,18 @@ impl ShapeFeatures {
         } else {
             0.0
         };
+        let width = if self.log2_output_width > 0.0 && other.log2_output_width > 0.0 {
+            (self.log2_output_width - other.log2_output_width).powi(2)
+        } else {
+            0.0
+        };
         let reuse = match (self.log2_weight_reuse(), other.log2_weight_reuse()) {
             (Some(a), Some(b)) => (a - b).powi(2),
             _ => 0.0,
         };
         sizes
             + channels
+            + width
             + reuse
             + level(self.activation_level, other.activation_level).powi(2)
             + level(self.weight_level, other.weight_level).powi(2)

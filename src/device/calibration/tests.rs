@@ -90,6 +90,26 @@ fn output_channels_count_only_where_both_sides_have_them() {
 }
 
 #[test]
+fn a_depthwise_row_width_picks_points_of_its_plane_shape() {
+    // Square planes (28 wide) at 3× the bound and a text-line plane (160 wide) at 1.7×, of
+    // equal work and traffic: an op on 128-wide rows takes the long-row ratio.
+    let base = ShapeFeatures::new(1 << 22, 1 << 20, 1 << 10, 1 << 17);
+    let with_width = |width: u64, ratio: f64| CalibrationPoint {
+        features: base.with_output_width(width),
+        ..point(1 << 22, 1 << 20, 1.0, ratio)
+    };
+    let t = table(vec![with_width(28, 3.0), with_width(160, 1.7)]);
+    let ratio = t.ratio_at("", &base.with_output_width(128)).unwrap();
+    assert!(ratio < 1.9, "{ratio}");
+    // Doublings count like the other features'; without the feature on one side (a point saved
+    // before it existed, an op that is not depthwise) only the other features are compared.
+    let narrow = base.with_output_width(16);
+    assert!((narrow.distance_squared(&base.with_output_width(64)) - 4.0).abs() < 1e-9);
+    assert_eq!(narrow.distance_squared(&base), 0.0);
+    assert_eq!(base.with_output_width(0), base);
+}
+
+#[test]
 fn a_fixed_cost_is_added_once_not_scaled_with_the_bound() {
     // A runtime whose ops cost 3 µs plus twice their bound: the ratio of the time above
     // the fixed cost is 2 everywhere, and an op a thousand times smaller than every point
