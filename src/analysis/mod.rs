@@ -486,13 +486,40 @@ pub fn analyze_prepared(
                     if let (Some(class), Some(calibration)) =
                         (record.kernel_class, &device.calibration)
                     {
-                        record.expected_s = calibration.expected_s(
-                            class,
-                            &record.calibration_op_type(),
-                            calibration_threads,
-                            &features,
-                            est.predicted_s,
-                        );
+                        // An op the tool's kernels keep on one thread of several is predicted
+                        // as one thread runs it: from the one-thread table, against the
+                        // one-thread roof (a 0.3 MFLOP 1×1 convolution took its one-thread
+                        // 11 µs at 2 threads, and the 2-thread table, whose points all split,
+                        // expected 4).
+                        let alone = single_thread.zip(roof_alone.as_ref()).filter(|_| {
+                            calibration.of_own_kernels()
+                                && calibration_threads > 1
+                                && calibration_threads != u32::MAX
+                                && class.splits_by_compute()
+                                && crate::kernels::parallel::compute_threads(
+                                    calibration_threads as usize,
+                                    cost.flops as f64,
+                                ) == 1
+                        });
+                        record.expected_s = match alone {
+                            Some((alone_device, alone_roof)) => {
+                                let alone_roof = at_precision(alone_roof, alone_device);
+                                calibration.expected_s(
+                                    class,
+                                    &record.calibration_op_type(),
+                                    1,
+                                    &shape_features(node, &cost, &alone_roof, &output_facts),
+                                    estimate(&cost, &alone_roof).predicted_s,
+                                )
+                            }
+                            None => calibration.expected_s(
+                                class,
+                                &record.calibration_op_type(),
+                                calibration_threads,
+                                &features,
+                                est.predicted_s,
+                            ),
+                        };
                         record.efficiency = record
                             .expected_s
                             .filter(|&e| e > 0.0)

@@ -131,6 +131,17 @@ pub fn calibrate(
                     if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
                         continue;
                     }
+                    // A multi-thread table holds ops that split: one the kernels keep on one
+                    // thread is predicted from the one-thread table (`analysis`), and its
+                    // one-thread time against a multi-thread bound would skew its neighbours.
+                    let class = node.kernel_class.unwrap_or(model.class);
+                    if threads > 1
+                        && class.splits_by_compute()
+                        && crate::kernels::parallel::compute_threads(threads, node.flops as f64)
+                            == 1
+                    {
+                        continue;
+                    }
                     let (_, _, times) = points
                         .entry((threads, model_index, op.node_index))
                         .or_insert_with(|| {
@@ -141,7 +152,7 @@ pub fn calibrate(
                                 measured_s: 0.0,
                                 op_type: node.calibration_op_type(),
                             };
-                            (point, node.kernel_class.unwrap_or(model.class), Vec::new())
+                            (point, class, Vec::new())
                         });
                     times.push(op.measured_s);
                 }

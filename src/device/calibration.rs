@@ -84,6 +84,17 @@ impl KernelClass {
         }
     }
 
+    /// Whether the tool's kernel of this class splits across threads by its compute work
+    /// (`kernels::parallel::compute_threads`): the GEMM driver (GEMMs against weights, 1×1
+    /// convolutions, im2col convolutions) and the direct convolution. Depthwise, grouped and
+    /// Winograd convolutions split by channels, groups or tiles whatever their size.
+    pub fn splits_by_compute(self) -> bool {
+        matches!(
+            self,
+            KernelClass::Conv | KernelClass::Pointwise | KernelClass::Gemm
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             KernelClass::Conv => "conv",
@@ -505,6 +516,12 @@ pub struct Calibration {
 }
 
 impl Calibration {
+    /// Whether the tables describe the tool's own kernels (`roofline calibrate`), whose
+    /// threading rule the analysis knows, rather than another runtime's profiles.
+    pub fn of_own_kernels(&self) -> bool {
+        matches!(self.mode.as_str(), "full" | "quick")
+    }
+
     /// The table of `class` at the most threads not above `threads` (or the fewest measured
     /// when all are above).
     pub fn table(&self, class: KernelClass, threads: u32) -> Option<&ClassTable> {

@@ -260,15 +260,22 @@ pub(crate) fn parallel_for(threads: usize, tasks: usize, f: impl Fn(usize) + Syn
 /// medians of 3 alternated rounds, Zen 4 guest, runs with the cores placed apart left out).
 const MIN_FLOPS_PER_THREAD: f64 = 0.5e6;
 
-/// The threads, of `threads`, that `flops` of compute-bound work is split over (at least one).
-/// The unit tests thread even tiny problems, so the threaded paths are covered cheaply.
+/// The threads, of `threads`, that the compute-bound kernels (the GEMM driver, the direct
+/// convolution) split `flops` of work over (at least one). The cost model reads the same rule
+/// (`analysis`): an op that stays on one thread of several is predicted from the one-thread
+/// calibration, not from multi-thread points that all split.
+pub fn compute_threads(threads: usize, flops: f64) -> usize {
+    threads.min((flops / MIN_FLOPS_PER_THREAD) as usize).max(1)
+}
+
+/// [`compute_threads`] as the kernels apply it: the unit tests thread even tiny problems, so
+/// the threaded paths are covered cheaply.
 pub(crate) fn threads_for_flops(threads: usize, flops: f64) -> usize {
-    let per_thread = if cfg!(test) {
-        1.0
+    if cfg!(test) {
+        threads.min(flops as usize).max(1)
     } else {
-        MIN_FLOPS_PER_THREAD
-    };
-    threads.min((flops / per_thread) as usize).max(1)
+        compute_threads(threads, flops)
+    }
 }
 
 /// Elements per thread below which an element-wise op stays on one thread (16 Ki floats
