@@ -112,6 +112,89 @@ fn convolutions_but_depthwise_ones_are_matched_on_their_output_channels() {
         .map(|n| n.features.unwrap().log2_output_channels)
         .collect();
     assert_eq!(channels, [2.0, 0.0]);
+    // The depthwise one is matched on its output row width instead.
+    let widths: Vec<f64> = analysis
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Conv")
+        .map(|n| n.features.unwrap().log2_output_width)
+        .collect();
+    assert_eq!(widths, [0.0, 4.0]);
+}
+
+/// Two 1×1 convolutions on two threads: one of 33 kFLOP, which the tool's kernels keep on one
+/// thread (`kernels::parallel::compute_threads`), one of 8.4 MFLOP, which they split. The
+/// pointwise tables say one thread runs at 3× its bound and two at 1.5×.
+#[test]
+fn an_op_the_kernels_keep_on_one_thread_is_expected_from_the_one_thread_table() {
+    use roofline::device::calibration::{
+        Calibration, CalibrationPoint, ClassTable, KernelClass, ShapeFeatures,
+    };
+    use roofline::kernels::parallel::compute_threads;
+    assert_eq!(compute_threads(2, 2.0 * 8.0 * 8.0 * 256.0), 1);
+    assert_eq!(compute_threads(2, 2.0 * 64.0 * 64.0 * 1024.0), 2);
+    let table = |threads: u32, ratio: f64| ClassTable {
+        class: KernelClass::Pointwise,
+        threads,
+        points: vec![CalibrationPoint {
+            shape: "pointwise".into(),
+            features: ShapeFeatures::new(1 << 20, 1 << 16, 1 << 12, 1 << 12),
+            bound_s: 1e-6,
+            measured_s: ratio * 1e-6,
+            op_type: "Conv".into(),
+        }],
+        fit_error: None,
+        fixed_s: 0.0,
+    };
+    let calibration = |mode: &str| Calibration {
+        tool_version: String::new(),
+        measured_at: String::new(),
+        mode: mode.into(),
+        wall_time_s: 0.0,
+        method: String::new(),
+        tables: vec![table(1, 3.0), table(2, 1.5)],
+        exchange: None,
+        warnings: vec![],
+    };
+    let analyse = |profile: &DeviceProfile| {
+        let mut b = GraphBuilder::new(WeightFill::Zeros);
+        let small = b.input("small", 1, &[1, 8, 16, 16].map(SigDim::Fixed));
+        let large = b.input("large", 1, &[1, 64, 32, 32].map(SigDim::Fixed));
+        let small = b.conv(&small, 8, ConvSpec::new(8, 1, 1));
+        let large = b.conv(&large, 64, ConvSpec::new(64, 1, 1));
+        b.output(&small, 1, &[1, 8, 16, 16].map(SigDim::Fixed));
+        b.output(&large, 1, &[1, 64, 32, 32].map(SigDim::Fixed));
+        let proto = b.finish("two");
+        let graph = import::import_model(&proto, Path::new("."), Path::new("two")).unwrap();
+        let analysis = analyze_graph(graph, "two", profile, &AnalyzeOptions::default()).unwrap();
+        let convs: Vec<(f64, Option<f64>)> = analysis
+            .nodes
+            .iter()
+            .filter(|n| n.op_type == "Conv")
+            .map(|n| (n.predicted_s, n.expected_s))
+            .collect();
+        (convs[0], convs[1])
+    };
+    let mut profile = two_thread_profile();
+    profile.calibration = Some(calibration("full"));
+    let ((small_alone, _), _) = analyse(&profile.for_threads(1));
+    let ((_, small), (large_bound, large)) = analyse(&profile.for_threads(2));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+    assert!(
+        close(small.unwrap(), 3.0 * small_alone),
+        "{small:?} {small_alone}"
+    );
+    assert!(
+        close(large.unwrap(), 1.5 * large_bound),
+        "{large:?} {large_bound}"
+    );
+    // Another runtime's tables (`calibrate --from-profile`) do not follow the tool's rule.
+    profile.calibration = Some(calibration("onnxruntime"));
+    let ((small_bound, small), _) = analyse(&profile.for_threads(2));
+    assert!(
+        close(small.unwrap(), 1.5 * small_bound),
+        "{small:?} {small_bound}"
+    );
 }
 
 /// The advisor's "left alone" reasons cite the ridge of the roofs that bound each op, not the
