@@ -12,6 +12,7 @@ use crate::builtin::builder::{
 use crate::device::calibration::KernelClass;
 
 const FLOAT: i32 = 1;
+const INT64: i32 = 7;
 
 /// One grid point: a model with one costed op.
 #[derive(Clone)]
@@ -403,6 +404,31 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
         &[1, size, size, channels],
         |b, x| b.transpose(&x[0], &[0, 2, 3, 1]),
     )
+}
+
+/// A one-hot encoding as exporters write it (JAX's `one_hot`, TensorFlow's through tf2onnx):
+/// integer ids `[1, rows, 1]` compared with the classes `0..depth` (`Equal`, broadcast to a
+/// boolean `[1, rows, depth]`), then cast to float. Two timed ops, both element-wise: the
+/// executor holds integers and booleans as 64-bit values, so they move more bytes than the
+/// bound's one-byte booleans, and from float points alone a byte classifier's one-hot of
+/// 2048 × 257 was expected at 15 + 29 µs where it took 120 + 112.
+fn one_hot(rows: i64, depth: i64) -> GridModel {
+    let mut b = GraphBuilder::new(WeightFill::Random(7));
+    let ids = b.input("ids", INT64, &fixed(&[1, rows, 1]));
+    let classes: Vec<i64> = (0..depth).collect();
+    let classes = b.int64_const("classes", &classes);
+    let hot = b.node("Equal", &[&ids, &classes], vec![]);
+    let y = b.node("Cast", &[&hot], vec![attr_int("to", i64::from(FLOAT))]);
+    b.output(&y, FLOAT, &fixed(&[1, rows, depth]));
+    GridModel {
+        class: KernelClass::Elementwise,
+        shape: format!("one-hot {rows}x{depth} (Equal, Cast)"),
+        model: b.finish("calibration"),
+        policy: AlgorithmPolicy::Auto,
+        cold_weights: false,
+        cold_twin: false,
+        fuse_elementwise: false,
+    }
 }
 
 /// Clip to [0, 6] (MobileNet's activation), with its two scalar bounds.
@@ -813,6 +839,9 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     }
     for &(channels, size) in &[(32, 112), (144, 56), (192, 28), (576, 14), (960, 7)] {
         models.push(relu6(channels, size));
+    }
+    for &(rows, depth) in &[(128, 64), (1024, 256), (4096, 100), (512, 1000)] {
+        models.push(one_hot(rows, depth));
     }
     for &(channels, size) in &[
         (64, 112),
