@@ -157,6 +157,16 @@ pub struct ShapeFeatures {
     pub log2_output_width: f64,
 }
 
+/// log2 of an optional extent: 0 (absent, not compared) for 0, and above 0 for 1, so a
+/// single channel or a one-wide row still counts as present.
+fn log2_present(count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        (count as f64).log2().max(f64::MIN_POSITIVE)
+    }
+}
+
 /// Doublings of a size feature that one memory level of difference counts as.
 const LEVEL_DISTANCE: f64 = 3.0;
 
@@ -192,11 +202,7 @@ impl ShapeFeatures {
     /// The same features with a depthwise convolution's output row width.
     pub fn with_output_width(self, width: u64) -> ShapeFeatures {
         ShapeFeatures {
-            log2_output_width: if width == 0 {
-                0.0
-            } else {
-                (width as f64).log2().max(f64::MIN_POSITIVE)
-            },
+            log2_output_width: log2_present(width),
             ..self
         }
     }
@@ -204,11 +210,7 @@ impl ShapeFeatures {
     /// The same features with a convolution's output channel count.
     pub fn with_output_channels(self, channels: u64) -> ShapeFeatures {
         ShapeFeatures {
-            log2_output_channels: if channels == 0 {
-                0.0
-            } else {
-                (channels as f64).log2().max(f64::MIN_POSITIVE)
-            },
+            log2_output_channels: log2_present(channels),
             ..self
         }
     }

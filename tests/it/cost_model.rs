@@ -88,7 +88,7 @@ fn an_op_too_small_to_split_is_bounded_by_one_thread() {
 }
 
 #[test]
-fn convolutions_but_depthwise_ones_are_matched_on_their_output_channels() {
+fn convolutions_are_matched_on_output_channels_depthwise_ones_on_row_width() {
     let mut b = GraphBuilder::new(WeightFill::Zeros);
     let x = b.input("x", 1, &[1, 8, 16, 16].map(SigDim::Fixed));
     let dense = b.conv(&x, 8, ConvSpec::new(4, 3, 1));
@@ -105,21 +105,15 @@ fn convolutions_but_depthwise_ones_are_matched_on_their_output_channels() {
     let graph = import::import_model(&proto, Path::new("."), Path::new("convs")).unwrap();
     let profile = two_thread_profile().for_threads(1);
     let analysis = analyze_graph(graph, "convs", &profile, &AnalyzeOptions::default()).unwrap();
-    let channels: Vec<f64> = analysis
+    // (channels, row width): the depthwise one is matched on its 16-wide rows instead.
+    let extents: Vec<(f64, f64)> = analysis
         .nodes
         .iter()
         .filter(|n| n.op_type == "Conv")
-        .map(|n| n.features.unwrap().log2_output_channels)
+        .map(|n| n.features.unwrap())
+        .map(|f| (f.log2_output_channels, f.log2_output_width))
         .collect();
-    assert_eq!(channels, [2.0, 0.0]);
-    // The depthwise one is matched on its output row width instead.
-    let widths: Vec<f64> = analysis
-        .nodes
-        .iter()
-        .filter(|n| n.op_type == "Conv")
-        .map(|n| n.features.unwrap().log2_output_width)
-        .collect();
-    assert_eq!(widths, [0.0, 4.0]);
+    assert_eq!(extents, [(2.0, 0.0), (0.0, 4.0)]);
 }
 
 /// Two 1×1 convolutions on two threads: one of 33 kFLOP, which the tool's kernels keep on one
