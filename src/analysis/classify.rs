@@ -94,6 +94,17 @@ fn conv_class(attrs: &Attributes, inputs: &[Option<&TensorFact>]) -> KernelClass
     }
 }
 
+/// Whether the tool's kernel for an op of `class` with `flops` of work runs it on one thread
+/// when the plan has `threads`: classes that split by compute work
+/// (`KernelClass::splits_by_compute`) under the kernels' own rule
+/// (`kernels::parallel::compute_threads`). Such an op is predicted from the one-thread table
+/// (`analyze_prepared`), and `calibrate` keeps it out of its multi-thread tables.
+pub fn stays_on_one_thread(class: KernelClass, threads: usize, flops: u64) -> bool {
+    threads > 1
+        && class.splits_by_compute()
+        && crate::kernels::parallel::compute_threads(threads, flops as f64) == 1
+}
+
 /// The convolution extents the calibration matches on besides work and traffic
 /// (`ShapeFeatures::with_output_channels`, `with_output_width`): `(output channels, 0)` for a
 /// convolution, `(0, output row width)` for a depthwise 2-D one, `(0, 0)` for other ops or

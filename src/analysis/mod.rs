@@ -493,13 +493,12 @@ pub fn analyze_prepared(
                         // expected 4).
                         let alone = single_thread.zip(roof_alone.as_ref()).filter(|_| {
                             calibration.of_own_kernels()
-                                && calibration_threads > 1
                                 && calibration_threads != u32::MAX
-                                && class.splits_by_compute()
-                                && crate::kernels::parallel::compute_threads(
+                                && classify::stays_on_one_thread(
+                                    class,
                                     calibration_threads as usize,
-                                    cost.flops as f64,
-                                ) == 1
+                                    cost.flops,
+                                )
                         });
                         record.expected_s = match alone {
                             Some((alone_device, alone_roof)) => {

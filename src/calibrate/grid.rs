@@ -53,14 +53,22 @@ fn one_op(
         .collect();
     let y = build(&mut b, &names);
     b.output(&y, FLOAT, &fixed(output));
-    GridModel {
-        class,
-        shape,
-        model: b.finish("calibration"),
-        policy: AlgorithmPolicy::Auto,
-        cold_weights: false,
-        cold_twin: true,
-        fuse_elementwise: false,
+    GridModel::new(class, shape, b.finish("calibration"))
+}
+
+impl GridModel {
+    /// A point of `class` run as the planner chooses, weights warm, with a cold twin where its
+    /// class reads weights, unfused.
+    fn new(class: KernelClass, shape: String, model: ModelProto) -> GridModel {
+        GridModel {
+            class,
+            shape,
+            model,
+            policy: AlgorithmPolicy::Auto,
+            cold_weights: false,
+            cold_twin: true,
+            fuse_elementwise: false,
+        }
     }
 }
 
@@ -420,15 +428,11 @@ fn one_hot(rows: i64, depth: i64) -> GridModel {
     let hot = b.node("Equal", &[&ids, &classes], vec![]);
     let y = b.node("Cast", &[&hot], vec![attr_int("to", i64::from(FLOAT))]);
     b.output(&y, FLOAT, &fixed(&[1, rows, depth]));
-    GridModel {
-        class: KernelClass::Elementwise,
-        shape: format!("one-hot {rows}x{depth} (Equal, Cast)"),
-        model: b.finish("calibration"),
-        policy: AlgorithmPolicy::Auto,
-        cold_weights: false,
-        cold_twin: false,
-        fuse_elementwise: false,
-    }
+    GridModel::new(
+        KernelClass::Elementwise,
+        format!("one-hot {rows}x{depth} (Equal, Cast)"),
+        b.finish("calibration"),
+    )
 }
 
 /// Clip to [0, 6] (MobileNet's activation), with its two scalar bounds.

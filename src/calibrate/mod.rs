@@ -135,11 +135,7 @@ pub fn calibrate(
                     // thread is predicted from the one-thread table (`analysis`), and its
                     // one-thread time against a multi-thread bound would skew its neighbours.
                     let class = node.kernel_class.unwrap_or(model.class);
-                    if threads > 1
-                        && class.splits_by_compute()
-                        && crate::kernels::parallel::compute_threads(threads, node.flops as f64)
-                            == 1
-                    {
+                    if crate::analysis::classify::stays_on_one_thread(class, threads, node.flops) {
                         continue;
                     }
                     let (_, _, times) = points
@@ -298,9 +294,11 @@ pub fn calibrate(
              time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel \
              class, of its op type where the class has it (a Winograd variant's own points) \
              (inverse squared distance in log2 of work, bytes, weight bytes, output \
-             elements and, for convolutions but depthwise ones, output channels, averaged in \
-             log space; from a class running the same packed GEMM when that has a point \
-             nearer than every point of its own class past three doublings; \
+             elements and, for convolutions, output channels (depthwise ones: output row \
+             width), averaged in log space; from a class running the same packed GEMM when \
+             that has a point nearer than every point of its own class past three doublings; \
+             the multi-thread tables hold only ops the kernels split across threads, those \
+             kept on one thread are predicted from the one-thread table; \
              {apart_times_dropped} multi-thread time(s) taken while the cores exchanged data \
              at least {EXCHANGE_MOVED}x slower than at the grid's best check (see \
              `exchange`) left out of their points' medians; {retimed_points} multi-thread \
