@@ -345,7 +345,30 @@ fn judge_exchange(
             .map(|now| now.slowdown_against(reference))
             .reduce(f64::max)
     });
+    let shared_now = [&before, &after]
+        .into_iter()
+        .flatten()
+        .filter(|now| now.shares_a_core())
+        .filter_map(|now| now.compute_share)
+        .reduce(f64::min);
+    let shared_then = reference.as_ref().filter(|r| r.shares_a_core());
     let warning = match (&reference, slowdown) {
+        (Some(reference), _) if shared_now.is_some() && !reference.shares_a_core() => {
+            Some(format!(
+                "the two threads shared one physical core during this run (SMT siblings: an FMA \
+                 block on both at once ran at {:.2} of its rate alone), while the {} figures \
+                 were measured on separate cores: compute-bound multi-thread ops took up to \
+                 twice their predicted time",
+                shared_now.unwrap_or(1.0),
+                reference_source.as_deref().unwrap_or("device"),
+            ))
+        }
+        (Some(_), _) if shared_then.is_some() && shared_now.is_none() => Some(format!(
+            "the {} figures were measured with the two threads sharing one physical core (SMT \
+             siblings), and this run had separate cores: multi-thread predictions are slow for \
+             this placement; measure them again",
+            reference_source.as_deref().unwrap_or("device"),
+        )),
         (Some(reference), Some(slowdown)) if slowdown >= EXCHANGE_MOVED => {
             let now = [&before, &after]
                 .into_iter()
@@ -437,6 +460,29 @@ mod tests {
         let warning = quiet.warning.expect("flagged");
         assert!(
             warning.contains("faster") && warning.contains("350 ns"),
+            "{warning}"
+        );
+        // SMT siblings: flagged against a calibration on separate cores however fast their
+        // exchange, and the other way round.
+        let sharing = |ns, gbs, share| ExchangeRecord {
+            compute_share: Some(share),
+            ..record(ns, gbs)
+        };
+        device.calibration.as_mut().unwrap().exchange = Some(sharing(68.0, 67.0, 0.98));
+        let siblings = judge_exchange(&device, Some(sharing(27.0, 114.0, 0.51)), None);
+        let warning = siblings.warning.expect("flagged");
+        assert!(
+            warning.contains("0.51") && warning.contains("SMT"),
+            "{warning}"
+        );
+        let separate = judge_exchange(&device, Some(sharing(66.0, 69.0, 0.97)), None);
+        assert!(separate.warning.is_none(), "{:?}", separate.warning);
+        device.calibration.as_mut().unwrap().exchange = Some(sharing(27.0, 114.0, 0.51));
+        let warning = judge_exchange(&device, Some(sharing(66.0, 69.0, 0.97)), None)
+            .warning
+            .expect("flagged");
+        assert!(
+            warning.contains("measured with the two threads sharing"),
             "{warning}"
         );
     }

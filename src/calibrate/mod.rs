@@ -13,7 +13,7 @@ use std::time::{Instant, SystemTime};
 use crate::analysis::{import, AnalyzeOptions, NodeStatus};
 use crate::bench::{bench_graph, BenchError, BenchOptions, EXCHANGE_MOVED};
 use crate::device::calibration::{Calibration, CalibrationPoint, ClassTable, KernelClass};
-use crate::device::probe_record::ExchangeRecord;
+use crate::device::probe_record::{ExchangeRecord, SHARED_CORE_BELOW};
 use crate::device::DeviceProfile;
 
 #[derive(Clone, Debug)]
@@ -253,9 +253,18 @@ pub fn calibrate(
         warnings.push(format!(
             "{apart_kept} multi-thread point(s) were timed only while the cores exchanged data \
              at least {EXCHANGE_MOVED}x slower than at the grid's best check (the threads on \
-             cores farther apart: another core complex, a host moving vCPUs), and no quiet \
-             re-timing fitted the time budget: their tables predict that placement; run \
-             `roofline calibrate` again in a quieter spell"
+             cores farther apart: another core complex, a host moving vCPUs) or shared one \
+             core, and no quiet re-timing fitted the time budget: their tables predict that \
+             placement; run `roofline calibrate` again in a quieter spell"
+        ));
+    }
+    let (shared_checks, all_checks) = placement.shared_core_checks();
+    if shared_checks > 0 {
+        warnings.push(format!(
+            "{shared_checks} of {all_checks} placement checks found the threads on one \
+             physical core's SMT siblings (an FMA block on both at once at under \
+             {SHARED_CORE_BELOW} of its rate alone): the timings next to them were left out \
+             or timed again, since the tables describe threads on separate cores"
         ));
     }
     for ((threads, _, _), (mut point, class, mut times)) in points {
@@ -300,8 +309,8 @@ pub fn calibrate(
              the multi-thread tables hold only ops the kernels split across threads, those \
              kept on one thread are predicted from the one-thread table; \
              {apart_times_dropped} multi-thread time(s) taken while the cores exchanged data \
-             at least {EXCHANGE_MOVED}x slower than at the grid's best check (see \
-             `exchange`) left out of their points' medians; {retimed_points} multi-thread \
+             at least {EXCHANGE_MOVED}x slower than at the grid's best check with the threads \
+             on separate cores, or while they shared one core (see `exchange`), left out of their points' medians; {retimed_points} multi-thread \
              point(s) ({stalled_count} whose bound expected them to scale and whose time did \
              not, {apart_points} timed apart in every round) timed again in {retime_rounds} \
              round(s) of their own ({discarded_rounds} round(s) run apart themselves \
@@ -377,22 +386,43 @@ impl PlacementWatch {
         self.close(threads);
     }
 
-    /// The fastest exchange seen at `threads` (the placement the points are kept for).
+    /// The fastest exchange seen at `threads` with the threads on separate cores (the
+    /// placement the points are kept for). Two SMT siblings exchange fastest of all, through
+    /// their shared L1 and L2, but run compute-bound work at one core's rate: their checks are
+    /// the best only when no check found separate cores.
     fn best(&self, threads: usize) -> Option<ExchangeRecord> {
-        self.checks
-            .iter()
-            .filter(|(t, _)| *t == threads)
-            .filter_map(|(_, record)| record.clone())
-            .max_by(|a, b| (a.read_gbs / a.round_trip_s).total_cmp(&(b.read_gbs / b.round_trip_s)))
+        let checks = || {
+            self.checks
+                .iter()
+                .filter(move |(t, _)| *t == threads)
+                .filter_map(|(_, record)| record.clone())
+        };
+        let fastest = |records: Vec<ExchangeRecord>| {
+            records.into_iter().max_by(|a, b| {
+                (a.read_gbs / a.round_trip_s).total_cmp(&(b.read_gbs / b.round_trip_s))
+            })
+        };
+        fastest(checks().filter(|r| !r.shares_a_core()).collect())
+            .or_else(|| fastest(checks().collect()))
     }
 
     fn is_apart(&self, threads: usize, record: &Option<ExchangeRecord>) -> bool {
         match (record, self.best(threads)) {
+            // Threads on one core's siblings when the best check found separate cores.
+            (Some(record), Some(best)) if record.shares_a_core() && !best.shares_a_core() => true,
             (Some(record), Some(best)) => record.slowdown_against(&best) >= EXCHANGE_MOVED,
             // A check a vCPU was taken away from: the points around it are suspect too.
             (None, Some(_)) => true,
             _ => false,
         }
+    }
+
+    /// (checks that found the threads sharing one core, checks that measured anything).
+    fn shared_core_checks(&self) -> (usize, usize) {
+        let measured: Vec<&ExchangeRecord> =
+            self.checks.iter().filter_map(|(_, r)| r.as_ref()).collect();
+        let shared = measured.iter().filter(|r| r.shares_a_core()).count();
+        (shared, measured.len())
     }
 
     /// Checks the exchange now and says whether it is apart from the best seen.
@@ -561,6 +591,46 @@ mod tests {
             watch.apart_timings().into_iter().collect::<Vec<_>>(),
             [(2, 2, 0), (2, 3, 0), (2, 4, 0), (2, 6, 1)]
         );
+    }
+
+    /// The Zen 4 guest's SMT-sibling spells (27 ns, 114 GB/s: the siblings' shared L2, one
+    /// core's FMA pipes) exchange fastest but are not the best placement: a check that found
+    /// separate cores is, and the timings next to a shared-core check are apart. When every
+    /// check shared a core, the fastest of them is kept and nothing is apart for that alone.
+    #[test]
+    fn models_timed_on_smt_siblings_are_retimed() {
+        let record = |ns, gbs, share| ExchangeRecord {
+            compute_share: Some(share),
+            ..ExchangeRecord::with_figures(ns, gbs)
+        };
+        let siblings = record(27.0, 114.0, 0.52);
+        let cores = record(68.0, 67.0, 0.98);
+        let watch = PlacementWatch {
+            checks: vec![
+                (2, Some(cores.clone())),
+                (2, Some(siblings.clone())),
+                (2, Some(record(70.0, 65.0, 0.97))),
+            ],
+            segments: vec![(2, 0, 2, vec![(0, 0)]), (2, 1, 2, vec![(1, 0), (2, 0)])],
+            open: None,
+            last_check: None,
+        };
+        assert_eq!(watch.best(2), Some(cores));
+        assert_eq!(
+            watch.apart_timings().into_iter().collect::<Vec<_>>(),
+            [(2, 1, 0), (2, 2, 0)]
+        );
+        let all_siblings = PlacementWatch {
+            checks: vec![
+                (2, Some(siblings.clone())),
+                (2, Some(record(29.0, 110.0, 0.55))),
+            ],
+            segments: vec![(2, 0, 1, vec![(0, 0)])],
+            open: None,
+            last_check: None,
+        };
+        assert_eq!(all_siblings.best(2), Some(siblings));
+        assert!(all_siblings.apart_timings().is_empty());
     }
 
     /// A CPU-like profile with a cache hierarchy (the catalogue lists GPUs only).

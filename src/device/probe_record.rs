@@ -471,6 +471,11 @@ pub struct ExchangeRecord {
     pub slowest_pair: Vec<usize>,
     pub buffer_bytes: u64,
     pub pairs: usize,
+    /// Per-thread rate of an FMA block run on both CPUs at once ÷ run on each alone (the
+    /// lowest over threads and pairs): about 1 on separate physical cores, about 0.5 when the
+    /// two threads share one core (SMT siblings). `None` when not measured (older records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_share: Option<f64>,
 }
 
 impl ExchangeRecord {
@@ -483,7 +488,16 @@ impl ExchangeRecord {
             slowest_pair: vec![0, 1],
             buffer_bytes: 128 * 1024,
             pairs: 1,
+            compute_share: None,
         }
+    }
+
+    /// Whether the threads shared one physical core's vector units during the check (SMT
+    /// siblings): their compute-bound work runs at about half the rate of two cores, however
+    /// fast they exchange data.
+    pub fn shares_a_core(&self) -> bool {
+        self.compute_share
+            .is_some_and(|share| share < SHARED_CORE_BELOW)
     }
 
     /// How much slower this exchange is than `reference`: the geometric mean of the
@@ -497,6 +511,10 @@ impl ExchangeRecord {
         (trip * read).sqrt()
     }
 }
+
+/// Per-thread compute share (`ExchangeRecord::compute_share`) under which two threads are said
+/// to share one core: two cores measure 0.95-1.0 (a noisy host 0.85), SMT siblings 0.5-0.6.
+pub const SHARED_CORE_BELOW: f64 = 0.75;
 
 /// Hardware performance counters during the compute kernels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -307,6 +307,15 @@ fn build(spec: Spec) -> ComputeKernel {
     }
 }
 
+/// The kernel of the shared-core check (`exchange`): the widest fp32 FMA kernel, the one
+/// that keeps a core's FMA pipes busiest.
+pub fn shared_core_kernel(isa: &IsaFlags, model: &CoreModel) -> Option<ComputeKernel> {
+    select_kernels(isa, model)
+        .into_iter()
+        .filter(|k| k.precision == Precision::Fp32 && k.mix == ComputeMix::Fma)
+        .max_by_key(|k| k.vector_bits)
+}
+
 /// The best kernel per precision and mix this CPU can run. FMA+ADD kernels are only chosen
 /// where the core has adders separate from the FMA pipes (otherwise the mix is slower than
 /// FMAs alone and says nothing new).

@@ -10,6 +10,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use super::bandwidth::BandwidthKernels;
+use super::compute::ComputeKernel;
 use super::exchange::{self, ExchangeEffort};
 use super::plateau::median_sorted;
 use super::record::DispatchRecord;
@@ -109,6 +110,7 @@ pub fn measure(
     cpus: &[usize],
     rounds: u64,
     kernels: &BandwidthKernels,
+    fma: Option<&ComputeKernel>,
 ) -> Result<DispatchRecord, ProbeError> {
     let call_s = call_cost();
     let threads = cpus.len() as u32;
@@ -139,7 +141,7 @@ pub fn measure(
         call_s,
         threads,
         chosen,
-        exchange: exchange::measure(kernels, cpus, ExchangeEffort::PROBE)?,
+        exchange: exchange::measure(kernels, fma, cpus, ExchangeEffort::PROBE)?,
     })
 }
 

@@ -11,12 +11,20 @@
 //! GEMM moved by 3%). The probe records the figure; `bench` and `calibrate` measure it again
 //! around their multi-thread runs and say when it has moved, because the calibrated
 //! multi-thread times only hold for the placement they were measured in.
+//!
+//! A fast exchange is not always the good placement: a host can also put both vCPUs on one
+//! physical core's SMT siblings, where the exchange is fastest of all (the same L1 and L2:
+//! 26-28 ns and 114 GB/s on the Zen 4 guest, the rate of its own L2) while the two threads
+//! share one core's vector units, so compute-bound work gets no faster with the second
+//! thread. The check therefore also runs an FMA block on both CPUs at once and on each alone:
+//! the per-thread rate together ÷ alone is about 1 on two cores and about 0.5 on one core.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::bandwidth::BandwidthKernels;
 use super::buffer::AlignedBuffer;
+use super::compute::ComputeKernel;
 use super::plateau::median_sorted;
 use super::team::run_team;
 use super::ProbeError;
@@ -39,6 +47,8 @@ pub struct ExchangeEffort {
     pub handoffs: u64,
     /// Pairs at most (the first CPU with others spread over the list).
     pub max_pairs: usize,
+    /// Samples of the shared-core check (each an FMA block on either CPU alone, then on both).
+    pub core_share_samples: u64,
 }
 
 impl ExchangeEffort {
@@ -47,12 +57,14 @@ impl ExchangeEffort {
         round_trip_samples: 400,
         handoffs: 200,
         max_pairs: 8,
+        core_share_samples: 40,
     };
     /// The check `bench` and `calibrate` run around their multi-thread runs (about 2 ms).
     pub const CHECK: ExchangeEffort = ExchangeEffort {
         round_trip_samples: 60,
         handoffs: 40,
         max_pairs: 4,
+        core_share_samples: 12,
     };
 }
 
@@ -155,6 +167,46 @@ fn handoff_read(
     Ok(results.into_iter().flatten().reduce(f64::min))
 }
 
+/// Loop iterations of one FMA block: about 16 µs with a 16-chain FMA kernel at one vector FMA
+/// per cycle and 4 GHz, long against the barrier's skew, short against a host's placement
+/// spells.
+const CORE_SHARE_ITERATIONS: u64 = 4096;
+
+/// Per-thread rate of an FMA block run on both CPUs at once ÷ run on each alone (the lower of
+/// the two threads' medians): about 1 on two physical cores, about 0.5 on SMT siblings.
+fn core_share(
+    kernel: &ComputeKernel,
+    pair: [usize; 2],
+    samples: u64,
+) -> Result<Option<f64>, ProbeError> {
+    let (results, _) = run_team(&pair, |worker| {
+        let mut alone = Vec::with_capacity(samples as usize);
+        let mut together = Vec::with_capacity(samples as usize);
+        let block = || {
+            let start = Instant::now();
+            kernel.run(CORE_SHARE_ITERATIONS);
+            start.elapsed().as_secs_f64()
+        };
+        // Warm the vector units (their power-up on first use) before anything is timed.
+        block();
+        for _ in 0..samples {
+            // Each worker alone while the other waits at the barrier (its spin-wait pauses,
+            // which leaves a sibling's pipes free), then both together.
+            for turn in 0..2 {
+                worker.sync();
+                if worker.index == turn {
+                    alone.push(block());
+                }
+            }
+            worker.sync();
+            together.push(block());
+        }
+        worker.sync();
+        Some(median(alone)? / median(together)?)
+    })?;
+    Ok(results.into_iter().flatten().reduce(f64::min))
+}
+
 /// Pairs measured: the first CPU with up to `max_pairs` others spread over the list (the
 /// executor's threads exchange with every other, and the farthest pair sets the pace).
 fn pairs(cpus: &[usize], max_pairs: usize) -> Vec<[usize; 2]> {
@@ -171,9 +223,11 @@ fn pairs(cpus: &[usize], max_pairs: usize) -> Vec<[usize; 2]> {
 }
 
 /// Measures the exchange between `cpus[0]` and the others; `None` with one CPU or when a vCPU
-/// was taken away during the measurement.
+/// was taken away during the measurement. With `fma` (an FMA kernel of this CPU) each pair's
+/// shared-core check runs too.
 pub fn measure(
     kernels: &BandwidthKernels,
+    fma: Option<&ComputeKernel>,
     cpus: &[usize],
     effort: ExchangeEffort,
 ) -> Result<Option<ExchangeRecord>, ProbeError> {
@@ -185,14 +239,22 @@ pub fn measure(
         ) else {
             return Ok(None);
         };
+        let compute_share = match fma {
+            Some(kernel) => core_share(kernel, pair, effort.core_share_samples)?,
+            None => None,
+        };
         let record = worst.get_or_insert_with(|| ExchangeRecord {
             round_trip_s,
             read_gbs,
             slowest_pair: pair.to_vec(),
             buffer_bytes: HANDOFF_BYTES as u64,
             pairs: 0,
+            compute_share: None,
         });
         record.pairs += 1;
+        if let Some(share) = compute_share {
+            record.compute_share = Some(record.compute_share.map_or(share, |s| s.min(share)));
+        }
         if round_trip_s > record.round_trip_s {
             record.round_trip_s = round_trip_s;
             record.slowest_pair = pair.to_vec();
@@ -222,6 +284,12 @@ mod tests {
         };
         assert!((5e-9..1e-4).contains(&record.round_trip_s), "{record:?}");
         assert!((0.1..2000.0).contains(&record.read_gbs), "{record:?}");
+        // Two threads on one core at worst halve each other's FMA rate; a noisy host may slow
+        // either side, never make the pair faster than alone by half.
+        let share = record
+            .compute_share
+            .expect("an FMA kernel exists on every target");
+        assert!((0.2..1.5).contains(&share), "{record:?}");
         assert_eq!(record.pairs, 1);
         assert_eq!(record.buffer_bytes, HANDOFF_BYTES as u64);
     }

@@ -232,11 +232,23 @@ pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
     }
     // Identifying the CPU reads CPUID and sysfs; `calibrate` checks twice a second, so the
     // kernels are chosen once per process.
-    static KERNELS: std::sync::OnceLock<BandwidthKernels> = std::sync::OnceLock::new();
-    let kernels = KERNELS.get_or_init(|| BandwidthKernels::select(&cpu::identify().isa));
-    exchange::measure(kernels, &cpus, exchange::ExchangeEffort::CHECK)
-        .ok()
-        .flatten()
+    static KERNELS: std::sync::OnceLock<(BandwidthKernels, Option<compute::ComputeKernel>)> =
+        std::sync::OnceLock::new();
+    let (kernels, fma) = KERNELS.get_or_init(|| {
+        let cpu = cpu::identify();
+        (
+            BandwidthKernels::select(&cpu.isa),
+            compute::shared_core_kernel(&cpu.isa, &cpu.core_model),
+        )
+    });
+    exchange::measure(
+        kernels,
+        fma.as_ref(),
+        &cpus,
+        exchange::ExchangeEffort::CHECK,
+    )
+    .ok()
+    .flatten()
 }
 
 /// Measures this machine and returns its profile (id `local`, kind CPU, source Probed).
@@ -594,7 +606,12 @@ pub fn run_probe(
         end_phase(&format!("bandwidth, {threads} thread(s)"));
     }
 
-    let dispatch = dispatch::measure(&cpus, settings.dispatch_rounds, &bandwidth_kernels)?;
+    let dispatch = dispatch::measure(
+        &cpus,
+        settings.dispatch_rounds,
+        &bandwidth_kernels,
+        compute::shared_core_kernel(&cpu.isa, &cpu.core_model).as_ref(),
+    )?;
     tracker.step("dispatch overhead".into());
     end_phase("dispatch");
     let gpus = gpu::discover();

@@ -429,13 +429,25 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
         let _ = writeln!(
             out,
             "Exchange  cache-line round trip {:.0} ns, {} read just after another core wrote \
-             it {:.1} GB/s (slowest of {} pair(s): CPUs {:?}); `bench` and `calibrate` check it \
-             again around multi-thread runs",
+             it {:.1} GB/s (slowest of {} pair(s): CPUs {:?}){}; `bench` and `calibrate` check \
+             it again around multi-thread runs",
             exchange.round_trip_s * 1e9,
             format_bytes(exchange.buffer_bytes),
             exchange.read_gbs,
             exchange.pairs,
-            exchange.slowest_pair
+            exchange.slowest_pair,
+            match exchange.compute_share {
+                Some(share) if exchange.shares_a_core() => format!(
+                    "; an FMA block on both CPUs at once ran at {share:.2} of its rate alone: \
+                     the two threads shared one physical core (SMT siblings), so the \
+                     multi-thread compute figures above are one core's"
+                ),
+                Some(share) => format!(
+                    "; an FMA block on both CPUs at once ran at {share:.2} of its rate alone \
+                     (separate cores)"
+                ),
+                None => String::new(),
+            }
         );
     }
     let counters = &record.counters;
