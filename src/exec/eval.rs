@@ -166,6 +166,34 @@ pub(super) fn element_types(
     )
 }
 
+/// Attribute the plan adds to its copy of a control-flow node: the indices of the node's
+/// inputs that are constants of the enclosing graph (weights a branch reads), which its bodies
+/// take as constants (packed once, folded) rather than as run-time inputs. Not an ONNX
+/// attribute: the copy lives in the plan only and is never exported.
+pub(crate) const CONSTANT_INPUTS_ATTR: &str = "roofline.constant_inputs";
+
+/// The plan's copy of a generic step's node (see [`CONSTANT_INPUTS_ATTR`]).
+pub(super) fn generic_node(
+    graph: &Graph,
+    inputs: &[Option<crate::analysis::graph::ValueId>],
+    node: &Node,
+) -> Node {
+    let mut node = node.clone();
+    if node.attrs.has_subgraph() {
+        let constant: Vec<i64> = inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.is_some_and(|v| graph.values[v].fact.konst.is_some()))
+            .map(|(index, _)| index as i64)
+            .collect();
+        node.attrs.0.insert(
+            CONSTANT_INPUTS_ATTR.to_string(),
+            crate::analysis::graph::Attr::Ints(constant),
+        );
+    }
+    node
+}
+
 /// Evaluates an op on owned tensors: through its reference kernel when it has one
 /// (`reference.rs`), else through the analysis layer's constant evaluator (small integer
 /// tensors). `in_types` and `out_types` are the element types of the node's inputs and outputs.

@@ -431,7 +431,8 @@ pub fn build_plan(
         .map(|s| {
             let node = &graph.dag[s.node];
             let (in_types, out_types) = eval::element_types(graph, &s.inputs, &node.outputs);
-            (s.node, (node.clone(), in_types, out_types))
+            let node = eval::generic_node(graph, &s.inputs, node);
+            (s.node, (node, in_types, out_types))
         })
         .collect();
     Ok(Plan {

@@ -1,11 +1,15 @@
 //! Control flow: If, Loop and Scan run their subgraphs with the executor itself. A body is
 //! imported as a graph (`import::import_subgraph`) in which the enclosing values it reads
-//! (passed to the node as implicit inputs, after its own) are constants; its formal inputs
-//! stay run-time inputs; it is planned once per set of input shapes and run per iteration.
+//! (passed to the node as implicit inputs, after its own) enter as constants when they are
+//! integers (the shape arithmetic a body's Reshapes need) and as run-time inputs when they are
+//! floats, like its formal inputs. A body is planned once per set of input shapes and kept in
+//! a process-wide cache, so a model run again (`bench`) runs its branches' plans instead of
+//! importing and planning them each time: a Silero VAD, whose whole network sits in If
+//! branches, took 3.0 ms per run that way, nearly all of it planning.
 //! Shapes and costs are in `analysis/ops/control.rs`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{ints, Result};
 use crate::analysis::graph::{Attr, Node};
@@ -13,6 +17,7 @@ use crate::analysis::import::import_subgraph;
 use crate::analysis::onnx_proto::GraphProto;
 use crate::analysis::ops::control::free_names;
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
+use crate::exec::eval::CONSTANT_INPUTS_ATTR;
 use crate::exec::{build_plan, Plan, PlanOptions, RtData, RtTensor};
 
 /// Iterations a Loop may run before it is taken for a runaway (the spec allows unbounded loops;
@@ -23,20 +28,83 @@ const MAX_ITERATIONS: usize = 1 << 20;
 /// is planned for its values (a Slice by the iteration number: shapes that depend on them).
 type PlanKey = (Vec<Vec<usize>>, Vec<Option<Vec<i64>>>);
 
+/// Where a body's run-time input comes from.
+#[derive(Clone, Copy, Debug)]
+enum Feed {
+    /// The body's formal input of that index.
+    Formal(usize),
+    /// The enclosing float value of that index (`Outer::fed`).
+    Outer(usize),
+}
+
+/// A planned body with its run-time inputs by name.
+type Planned = (Plan, Vec<(String, Feed)>);
+
+/// The enclosing values a body reads.
+struct Outer {
+    /// Integer and boolean values, entered as constants.
+    constants: HashMap<String, TensorFact>,
+    /// The same, for the plan cache's key: (name, shape, values) of the integers, (name,
+    /// shape, sampled fingerprint) of the float constants (weights).
+    constant_key: Vec<(String, Vec<usize>, Vec<i64>)>,
+    /// Float values, fed at run time: (name, value, element type).
+    fed: Vec<(String, RtTensor, DType)>,
+}
+
+/// Process-wide cache key of a body's plan: the body (its address, kept alive by the entry),
+/// the opset, the formal inputs' key, the fed enclosing values' names and shapes, and the
+/// constant ones.
+type CacheKey = (
+    usize,
+    i64,
+    PlanKey,
+    Vec<(String, Vec<usize>)>,
+    Vec<(String, Vec<usize>, Vec<i64>)>,
+);
+
+/// A float constant's fingerprint for the cache key: its length and 64 elements spread over it
+/// (hashing every weight on every run would cost what the cache saves). The same body with
+/// rewritten weights (an advisor pass that folded or pruned them) differs in nearly all of
+/// them.
+fn fingerprint(values: &[f32]) -> Vec<i64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let samples = values.len().min(64);
+    for k in 0..samples {
+        values[k * values.len() / samples]
+            .to_bits()
+            .hash(&mut hasher);
+    }
+    vec![values.len() as i64, hasher.finish() as i64]
+}
+
+/// A cached plan, holding the body it was planned from so its address stays its own.
+struct CachedPlan {
+    _body: Arc<GraphProto>,
+    planned: Planned,
+}
+
+/// Entries before the cache is emptied (a process that runs many models with branches).
+const CACHE_ENTRIES: usize = 256;
+
+fn plan_cache() -> &'static Mutex<HashMap<CacheKey, Arc<CachedPlan>>> {
+    static PLANS: OnceLock<Mutex<HashMap<CacheKey, Arc<CachedPlan>>>> = OnceLock::new();
+    PLANS.get_or_init(Default::default)
+}
+
 /// One subgraph, planned per set of input shapes (and integer values, where needed).
 struct Body<'a> {
-    proto: &'a GraphProto,
+    proto: &'a Arc<GraphProto>,
     opset: i64,
-    /// The enclosing values it reads, as constant facts.
-    outer: &'a HashMap<String, TensorFact>,
+    outer: &'a Outer,
     /// Whether integer inputs are bound as constants (set once planning without them failed).
     by_value: bool,
-    /// Plans by key, with the names of the formal inputs they take at run time.
-    plans: HashMap<PlanKey, (Plan, Vec<String>)>,
+    /// Plans by key of this run, where they depend on integer inputs' values.
+    plans: HashMap<PlanKey, Arc<CachedPlan>>,
 }
 
 impl<'a> Body<'a> {
-    fn new(proto: &'a GraphProto, opset: i64, outer: &'a HashMap<String, TensorFact>) -> Body<'a> {
+    fn new(proto: &'a Arc<GraphProto>, opset: i64, outer: &'a Outer) -> Body<'a> {
         Body {
             proto,
             opset,
@@ -44,6 +112,20 @@ impl<'a> Body<'a> {
             by_value: false,
             plans: HashMap::new(),
         }
+    }
+
+    fn cache_key(&self, key: &PlanKey) -> CacheKey {
+        (
+            Arc::as_ptr(self.proto) as usize,
+            self.opset,
+            key.clone(),
+            self.outer
+                .fed
+                .iter()
+                .map(|(name, t, _)| (name.clone(), t.shape.clone()))
+                .collect(),
+            self.outer.constant_key.clone(),
+        )
     }
 
     fn key(&self, inputs: &[RtTensor], types: &[DType]) -> PlanKey {
@@ -58,12 +140,7 @@ impl<'a> Body<'a> {
     }
 
     /// Imports, infers and plans the body for `key`.
-    fn plan(
-        &self,
-        key: &PlanKey,
-        inputs: &[RtTensor],
-        types: &[DType],
-    ) -> Result<(Plan, Vec<String>)> {
+    fn plan(&self, key: &PlanKey, inputs: &[RtTensor], types: &[DType]) -> Result<Planned> {
         let (graph, (order, states, _), names) = self.inferred(key, inputs, types)?;
         let plan = build_plan(&graph, &order, &states, &PlanOptions::default())
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
@@ -79,9 +156,15 @@ impl<'a> Body<'a> {
     ) -> Result<(
         crate::analysis::Graph,
         crate::analysis::infer::Inferred,
-        Vec<String>,
+        Vec<(String, Feed)>,
     )> {
-        let lookup = |name: &str| self.outer.get(name).cloned();
+        let lookup = |name: &str| {
+            self.outer.constants.get(name).cloned().or_else(|| {
+                let (_, value, dtype) = self.outer.fed.iter().find(|(n, _, _)| n == name)?;
+                let dims: Vec<u64> = value.shape.iter().map(|&d| d as u64).collect();
+                Some(TensorFact::known(*dtype, &dims))
+            })
+        };
         let mut graph = import_subgraph(self.proto, self.opset, &lookup)
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
         if graph.inputs.len() != inputs.len() {
@@ -94,13 +177,14 @@ impl<'a> Body<'a> {
         }
         let mut names = Vec::new();
         let mut kept = Vec::new();
-        for (((&value, shape), &dtype), (tensor, bound)) in graph
+        for (index, (((&value, shape), &dtype), (tensor, bound))) in graph
             .inputs
             .clone()
             .iter()
             .zip(&key.0)
             .zip(types)
             .zip(inputs.iter().zip(&key.1))
+            .enumerate()
         {
             if bound.is_some() {
                 graph.values[value].fact = constant_of(tensor, dtype);
@@ -108,8 +192,19 @@ impl<'a> Body<'a> {
             }
             let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
             graph.values[value].fact = TensorFact::known(dtype, &dims);
-            names.push(graph.values[value].name.clone());
+            names.push((graph.values[value].name.clone(), Feed::Formal(index)));
             kept.push(value);
+        }
+        // The fed enclosing values the body reads become run-time inputs too.
+        for (index, (name, _, _)) in self.outer.fed.iter().enumerate() {
+            let read = graph
+                .values
+                .iter()
+                .position(|v| &v.name == name && v.producer.is_none() && v.fact.konst.is_none());
+            if let Some(value) = read.filter(|value| !kept.contains(value)) {
+                names.push((name.clone(), Feed::Outer(index)));
+                kept.push(value);
+            }
         }
         graph.inputs = kept;
         let inferred = crate::analysis::infer::infer_graph(&mut graph)
@@ -142,40 +237,76 @@ impl<'a> Body<'a> {
 
     /// Runs the body on `inputs` (its formal inputs in order); returns its outputs in order.
     fn run(&mut self, inputs: &[RtTensor], types: &[DType]) -> Result<Vec<RtTensor>> {
-        let mut key = self.key(inputs, types);
-        if !self.plans.contains_key(&key) {
-            let planned = match self.plan(&key, inputs, types) {
-                Ok(planned) => planned,
-                Err(_) if !self.by_value && types.iter().any(|d| !d.is_float()) => {
-                    // Shapes inside depend on an integer input's value: plan per value.
-                    self.by_value = true;
-                    key = self.key(inputs, types);
-                    self.plan(&key, inputs, types)?
-                }
-                Err(e) => return Err(e),
-            };
-            if self.by_value {
-                // Planned per value (an iteration number): keep only the latest plan.
-                self.plans.clear();
-            }
-            self.plans.insert(key.clone(), planned);
-        }
-        let (plan, names) = &self.plans[&key];
+        let cached = self.planned(inputs, types)?;
+        let (plan, names) = &cached.planned;
         let feeds: HashMap<String, RtTensor> = names
             .iter()
-            .cloned()
-            .zip(
-                inputs
-                    .iter()
-                    .zip(&key.1)
-                    .filter(|(_, bound)| bound.is_none())
-                    .map(|(t, _)| t.clone()),
-            )
+            .map(|(name, feed)| {
+                let value = match *feed {
+                    Feed::Formal(index) => &inputs[index],
+                    Feed::Outer(index) => &self.outer.fed[index].1,
+                };
+                (name.clone(), value.clone())
+            })
             .collect();
         let outputs = plan
             .run(&mut plan.workspace(), &feeds, None)
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
         Ok(outputs.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// The plan for `inputs`: from the process-wide cache, this run's per-value plans, or
+    /// planned now.
+    fn planned(&mut self, inputs: &[RtTensor], types: &[DType]) -> Result<Arc<CachedPlan>> {
+        let key = self.key(inputs, types);
+        if self.by_value {
+            return self.planned_by_value(key, inputs, types);
+        }
+        let cache_key = self.cache_key(&key);
+        let lock = || plan_cache().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cached) = lock().get(&cache_key) {
+            return Ok(Arc::clone(cached));
+        }
+        match self.plan(&key, inputs, types) {
+            Ok(planned) => {
+                let cached = Arc::new(CachedPlan {
+                    _body: Arc::clone(self.proto),
+                    planned,
+                });
+                let mut cache = lock();
+                if cache.len() >= CACHE_ENTRIES {
+                    cache.clear();
+                }
+                cache.insert(cache_key, Arc::clone(&cached));
+                Ok(cached)
+            }
+            Err(_) if types.iter().any(|d| !d.is_float()) => {
+                // Shapes inside depend on an integer input's value: plan per value.
+                self.by_value = true;
+                let key = self.key(inputs, types);
+                self.planned_by_value(key, inputs, types)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn planned_by_value(
+        &mut self,
+        key: PlanKey,
+        inputs: &[RtTensor],
+        types: &[DType],
+    ) -> Result<Arc<CachedPlan>> {
+        if let Some(cached) = self.plans.get(&key) {
+            return Ok(Arc::clone(cached));
+        }
+        let cached = Arc::new(CachedPlan {
+            _body: Arc::clone(self.proto),
+            planned: self.plan(&key, inputs, types)?,
+        });
+        // Planned per value (an iteration number): keep only the latest plan.
+        self.plans.clear();
+        self.plans.insert(key, Arc::clone(&cached));
+        Ok(cached)
     }
 }
 
@@ -210,16 +341,45 @@ pub(super) fn run(
         .len()
         .checked_sub(names.len())
         .ok_or("implicit inputs missing")?;
-    let mut outer = HashMap::new();
-    for ((name, value), dtype) in names.iter().zip(&inputs[own..]).zip(&in_types[own..]) {
+    let mut outer = Outer {
+        constants: HashMap::new(),
+        constant_key: Vec::new(),
+        fed: Vec::new(),
+    };
+    // Inputs the plan marked constant (weights of the enclosing graph); without the mark
+    // (a node evaluated once, outside a plan) float values are fed.
+    let constant_inputs = node.attrs.ints(CONSTANT_INPUTS_ATTR).unwrap_or_default();
+    for (k, ((name, value), dtype)) in names
+        .iter()
+        .zip(&inputs[own..])
+        .zip(&in_types[own..])
+        .enumerate()
+    {
         let value = value
             .as_ref()
             .ok_or_else(|| format!("the enclosing value `{name}` is not available"))?;
-        outer.insert(
-            name.clone(),
-            constant_of(value, dtype.unwrap_or(DType::F32)),
-        );
+        let dtype = dtype.unwrap_or(DType::F32);
+        match &value.data {
+            RtData::F32(values) if constant_inputs.contains(&((own + k) as i64)) => {
+                outer
+                    .constants
+                    .insert(name.clone(), constant_of(value, dtype));
+                outer
+                    .constant_key
+                    .push((name.clone(), value.shape.clone(), fingerprint(values)));
+            }
+            RtData::F32(_) => outer.fed.push((name.clone(), value.clone(), dtype)),
+            RtData::I64(values) => {
+                outer
+                    .constants
+                    .insert(name.clone(), constant_of(value, dtype));
+                outer
+                    .constant_key
+                    .push((name.clone(), value.shape.clone(), values.clone()));
+            }
+        }
     }
+    outer.constant_key.sort();
     let inputs = &inputs[..own];
     let in_types = &in_types[..own];
     match node.op_type.as_str() {
@@ -234,7 +394,7 @@ fn run_if(
     node: &Node,
     opset: i64,
     inputs: &[Option<RtTensor>],
-    outer: &HashMap<String, TensorFact>,
+    outer: &Outer,
 ) -> Result<Vec<RtTensor>> {
     let cond = inputs
         .first()
@@ -334,7 +494,7 @@ fn run_loop(
     opset: i64,
     inputs: &[Option<RtTensor>],
     in_types: &[Option<DType>],
-    outer: &HashMap<String, TensorFact>,
+    outer: &Outer,
 ) -> Result<Vec<RtTensor>> {
     let proto = subgraph(node, "body")?;
     let trips = match inputs.first().and_then(Option::as_ref) {
@@ -403,7 +563,7 @@ fn run_scan(
     opset: i64,
     inputs: &[Option<RtTensor>],
     in_types: &[Option<DType>],
-    outer: &HashMap<String, TensorFact>,
+    outer: &Outer,
 ) -> Result<Vec<RtTensor>> {
     let proto = subgraph(node, "body")?;
     let attrs = &node.attrs;
@@ -595,6 +755,71 @@ mod tests {
                 data: RtData::F32(vec![0.0, 10.0, 20.0]),
             }),
         ]
+    }
+
+    /// If branches `y = x + w` and `y = x`, reading `x` (an activation, fed at run time) and
+    /// `w` (marked a constant of the enclosing graph, so baked into the plan) from outside.
+    /// The plan is cached across calls: a second call with another `x` must see that `x`, and
+    /// one with another `w` of the same shape (a rewritten weight) must not reuse the plan.
+    #[test]
+    fn a_cached_branch_reads_this_calls_enclosing_values() {
+        use crate::analysis::onnx_proto::{NodeProto, ValueInfoProto};
+        let branch = |name: &str, op: &str, inputs: &[&str]| {
+            Attr::Graph(Arc::new(GraphProto {
+                name: name.into(),
+                node: vec![NodeProto {
+                    input: inputs.iter().map(|s| s.to_string()).collect(),
+                    output: vec![format!("{name}_y")],
+                    op_type: op.into(),
+                    ..Default::default()
+                }],
+                output: vec![ValueInfoProto {
+                    name: format!("{name}_y"),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }))
+        };
+        let node = test_node(
+            "If",
+            &[
+                ("then_branch", branch("then", "Add", &["x", "w"])),
+                ("else_branch", branch("else", "Identity", &["x"])),
+                // Inputs: cond, then the free names in order: w (1), x (2).
+                (CONSTANT_INPUTS_ATTR, Attr::Ints(vec![1])),
+            ],
+        );
+        let vector = |values: [f32; 3]| {
+            Some(RtTensor {
+                shape: vec![3],
+                data: RtData::F32(values.to_vec()),
+            })
+        };
+        let types = [Some(DType::Bool), Some(DType::F32), Some(DType::F32)];
+        let call = |cond: i64, w: [f32; 3], x: [f32; 3]| {
+            run(
+                &node,
+                13,
+                &[Some(scalar(cond)), vector(w), vector(x)],
+                &types,
+            )
+            .unwrap()[0]
+                .to_f32()
+        };
+        assert_eq!(
+            call(1, [1.0, 2.0, 3.0], [10.0, 20.0, 30.0]),
+            [11.0, 22.0, 33.0]
+        );
+        assert_eq!(call(1, [1.0, 2.0, 3.0], [5.0, 6.0, 7.0]), [6.0, 8.0, 10.0]);
+        assert_eq!(call(1, [0.5, 0.5, 0.5], [5.0, 6.0, 7.0]), [5.5, 6.5, 7.5]);
+        assert_eq!(call(0, [0.5, 0.5, 0.5], [5.0, 6.0, 7.0]), [5.0, 6.0, 7.0]);
+        // Two plans of the then-branch (one per weight), none per activation.
+        let Some(Attr::Graph(then)) = node.attrs.get("then_branch") else {
+            unreachable!()
+        };
+        let address = Arc::as_ptr(then) as usize;
+        let cache = plan_cache().lock().unwrap_or_else(|p| p.into_inner());
+        assert_eq!(cache.keys().filter(|key| key.0 == address).count(), 2);
     }
 
     #[test]
