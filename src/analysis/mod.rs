@@ -804,11 +804,12 @@ fn summarize(nodes: &mut [NodeAnalysis], params: u64) -> Summary {
         if total_time <= 0.0 {
             return 0.0;
         }
+        // A fold from +0: `Sum` for floats starts at −0, which an empty class printed as "-0.0%".
         nodes
             .iter()
             .filter(|n| n.bound == bound)
             .map(|n| n.predicted_s)
-            .sum::<f64>()
+            .fold(0.0, |total, time| total + time)
             / total_time
     };
     let count = |status: NodeStatus| nodes.iter().filter(|n| n.status == status).count();
