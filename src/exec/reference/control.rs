@@ -41,14 +41,15 @@ enum Feed {
 type Planned = (Plan, Vec<(String, Feed)>);
 
 /// The enclosing values a body reads.
-struct Outer {
-    /// Integer and boolean values, entered as constants.
-    constants: HashMap<String, TensorFact>,
+struct Outer<'a> {
+    /// Weights and integer values, entered as constants (made facts only when a body is
+    /// planned: a cached plan needs no copy of them).
+    constants: HashMap<String, (&'a RtTensor, DType)>,
     /// The same, for the plan cache's key: (name, shape, values) of the integers, (name,
     /// shape, sampled fingerprint) of the float constants (weights).
     constant_key: Vec<(String, Vec<usize>, Vec<i64>)>,
     /// Float values, fed at run time: (name, value, element type).
-    fed: Vec<(String, RtTensor, DType)>,
+    fed: Vec<(String, &'a RtTensor, DType)>,
 }
 
 /// Process-wide cache key of a body's plan: the body (its address, kept alive by the entry),
@@ -96,7 +97,7 @@ fn plan_cache() -> &'static Mutex<HashMap<CacheKey, Arc<CachedPlan>>> {
 struct Body<'a> {
     proto: &'a Arc<GraphProto>,
     opset: i64,
-    outer: &'a Outer,
+    outer: &'a Outer<'a>,
     /// Whether integer inputs are bound as constants (set once planning without them failed).
     by_value: bool,
     /// Plans by key of this run, where they depend on integer inputs' values.
@@ -104,7 +105,7 @@ struct Body<'a> {
 }
 
 impl<'a> Body<'a> {
-    fn new(proto: &'a Arc<GraphProto>, opset: i64, outer: &'a Outer) -> Body<'a> {
+    fn new(proto: &'a Arc<GraphProto>, opset: i64, outer: &'a Outer<'a>) -> Body<'a> {
         Body {
             proto,
             opset,
@@ -159,11 +160,14 @@ impl<'a> Body<'a> {
         Vec<(String, Feed)>,
     )> {
         let lookup = |name: &str| {
-            self.outer.constants.get(name).cloned().or_else(|| {
-                let (_, value, dtype) = self.outer.fed.iter().find(|(n, _, _)| n == name)?;
-                let dims: Vec<u64> = value.shape.iter().map(|&d| d as u64).collect();
-                Some(TensorFact::known(*dtype, &dims))
-            })
+            let constant = self.outer.constants.get(name);
+            constant
+                .map(|&(value, dtype)| constant_of(value, dtype))
+                .or_else(|| {
+                    let (_, value, dtype) = self.outer.fed.iter().find(|(n, _, _)| n == name)?;
+                    let dims: Vec<u64> = value.shape.iter().map(|&d| d as u64).collect();
+                    Some(TensorFact::known(*dtype, &dims))
+                })
         };
         let mut graph = import_subgraph(self.proto, self.opset, &lookup)
             .map_err(|e| format!("body `{}`: {e}", self.proto.name))?;
@@ -244,7 +248,7 @@ impl<'a> Body<'a> {
             .map(|(name, feed)| {
                 let value = match *feed {
                     Feed::Formal(index) => &inputs[index],
-                    Feed::Outer(index) => &self.outer.fed[index].1,
+                    Feed::Outer(index) => self.outer.fed[index].1,
                 };
                 (name.clone(), value.clone())
             })
@@ -361,18 +365,14 @@ pub(super) fn run(
         let dtype = dtype.unwrap_or(DType::F32);
         match &value.data {
             RtData::F32(values) if constant_inputs.contains(&((own + k) as i64)) => {
-                outer
-                    .constants
-                    .insert(name.clone(), constant_of(value, dtype));
+                outer.constants.insert(name.clone(), (value, dtype));
                 outer
                     .constant_key
                     .push((name.clone(), value.shape.clone(), fingerprint(values)));
             }
-            RtData::F32(_) => outer.fed.push((name.clone(), value.clone(), dtype)),
+            RtData::F32(_) => outer.fed.push((name.clone(), value, dtype)),
             RtData::I64(values) => {
-                outer
-                    .constants
-                    .insert(name.clone(), constant_of(value, dtype));
+                outer.constants.insert(name.clone(), (value, dtype));
                 outer
                     .constant_key
                     .push((name.clone(), value.shape.clone(), values.clone()));
@@ -394,7 +394,7 @@ fn run_if(
     node: &Node,
     opset: i64,
     inputs: &[Option<RtTensor>],
-    outer: &Outer,
+    outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
     let cond = inputs
         .first()
@@ -494,7 +494,7 @@ fn run_loop(
     opset: i64,
     inputs: &[Option<RtTensor>],
     in_types: &[Option<DType>],
-    outer: &Outer,
+    outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
     let proto = subgraph(node, "body")?;
     let trips = match inputs.first().and_then(Option::as_ref) {
@@ -563,7 +563,7 @@ fn run_scan(
     opset: i64,
     inputs: &[Option<RtTensor>],
     in_types: &[Option<DType>],
-    outer: &Outer,
+    outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
     let proto = subgraph(node, "body")?;
     let attrs = &node.attrs;

@@ -133,9 +133,31 @@ fn floats_of(t: Option<&RtTensor>) -> Option<Vec<f32>> {
 fn add_product(out: &mut [f32], x: &[f32], w: &[f32]) {
     let width = x.len();
     for (g, o) in out.iter_mut().enumerate() {
-        let row = &w[g * width..(g + 1) * width];
-        *o += row.iter().zip(x).map(|(a, b)| a * b).sum::<f32>();
+        *o += dot(&w[g * width..(g + 1) * width], x);
     }
+}
+
+/// Lanes of independent partial sums in [`dot`].
+const DOT_LANES: usize = 16;
+
+/// A dot product over `DOT_LANES` partial sums, which the compiler keeps in vector registers:
+/// one running sum is a chain of dependent adds that it may not reorder, so it ran one
+/// multiply-add per add latency (Silero VAD's 512×256 LSTM step took 150 µs of its 0.23 ms).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; DOT_LANES];
+    let (a_body, b_body) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+    let tail: f32 = a_body
+        .remainder()
+        .iter()
+        .zip(b_body.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (a_chunk, b_chunk) in a_body.zip(b_body) {
+        for lane in 0..DOT_LANES {
+            lanes[lane] += a_chunk[lane] * b_chunk[lane];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Rounds `values` through uint8 with a scale and zero point from their own range (min and max
@@ -228,7 +250,15 @@ pub(crate) fn run_with(
     if quantized_activations {
         fake_quantize_u8(&mut xs);
     }
-    let (ws, rs) = (w.to_f32(), r.to_f32());
+    // Borrowed where they are floats already: a copy of the weights per call cost as much as
+    // a step's products.
+    fn borrow(t: &RtTensor) -> std::borrow::Cow<'_, [f32]> {
+        match t.as_f32() {
+            Some(values) => std::borrow::Cow::Borrowed(values),
+            None => std::borrow::Cow::Owned(t.to_f32()),
+        }
+    }
+    let (ws, rs) = (borrow(w), borrow(r));
     let bias = floats_of(get(3));
     let lengths: Vec<usize> = match get(4) {
         Some(t) => match &t.data {
