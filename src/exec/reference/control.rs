@@ -40,6 +40,13 @@ enum Feed {
 /// A planned body with its run-time inputs by name.
 type Planned = (Plan, Vec<(String, Feed)>);
 
+/// A body imported and inferred for one key, with its run-time inputs by name.
+type InferredBody = (
+    crate::analysis::Graph,
+    crate::analysis::infer::Inferred,
+    Vec<(String, Feed)>,
+);
+
 /// The enclosing values a body reads.
 struct Outer<'a> {
     /// Weights and integer values, entered as constants (made facts only when a body is
@@ -154,11 +161,7 @@ impl<'a> Body<'a> {
         key: &PlanKey,
         inputs: &[RtTensor],
         types: &[DType],
-    ) -> Result<(
-        crate::analysis::Graph,
-        crate::analysis::infer::Inferred,
-        Vec<(String, Feed)>,
-    )> {
+    ) -> Result<InferredBody> {
         let lookup = |name: &str| {
             let constant = self.outer.constants.get(name);
             constant
