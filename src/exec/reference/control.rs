@@ -1,8 +1,10 @@
 //! Control flow: If, Loop and Scan run their subgraphs with the executor itself. A body is
 //! imported as a graph (`import::import_subgraph`) in which the enclosing values it reads
 //! (passed to the node as implicit inputs, after its own) enter as constants when they are
-//! integers (the shape arithmetic a body's Reshapes need) and as run-time inputs when they are
-//! floats, like its formal inputs. A body is planned once per set of input shapes and kept in
+//! integers (the shape arithmetic a body's Reshapes need) or the enclosing graph's weights
+//! (the plan marks them), and as run-time inputs when they are float activations, like its
+//! formal inputs; a body whose shapes depend on such a float's values is planned with them
+//! as constants, per call. A body is planned once per set of input shapes and kept in
 //! a process-wide cache, so a model run again (`bench`) runs its branches' plans instead of
 //! importing and planning them each time: a Silero VAD, whose whole network sits in If
 //! branches, took 3.0 ms per run that way, nearly all of it planning.
@@ -107,6 +109,8 @@ struct Body<'a> {
     outer: &'a Outer<'a>,
     /// Whether integer inputs are bound as constants (set once planning without them failed).
     by_value: bool,
+    /// Whether the enclosing float values are constants too (set with `by_value`).
+    bake_floats: bool,
     /// Plans by key of this run, where they depend on integer inputs' values.
     plans: HashMap<PlanKey, Arc<CachedPlan>>,
 }
@@ -118,6 +122,7 @@ impl<'a> Body<'a> {
             opset,
             outer,
             by_value: false,
+            bake_floats: false,
             plans: HashMap::new(),
         }
     }
@@ -168,6 +173,9 @@ impl<'a> Body<'a> {
                 .map(|&(value, dtype)| constant_of(value, dtype))
                 .or_else(|| {
                     let (_, value, dtype) = self.outer.fed.iter().find(|(n, _, _)| n == name)?;
+                    if self.bake_floats {
+                        return Some(constant_of(value, *dtype));
+                    }
                     let dims: Vec<u64> = value.shape.iter().map(|&d| d as u64).collect();
                     Some(TensorFact::known(*dtype, &dims))
                 })
@@ -203,7 +211,12 @@ impl<'a> Body<'a> {
             kept.push(value);
         }
         // The fed enclosing values the body reads become run-time inputs too.
-        for (index, (name, _, _)) in self.outer.fed.iter().enumerate() {
+        let fed = if self.bake_floats {
+            &[][..]
+        } else {
+            &self.outer.fed[..]
+        };
+        for (index, (name, _, _)) in fed.iter().enumerate() {
             let read = graph
                 .values
                 .iter()
@@ -287,9 +300,11 @@ impl<'a> Body<'a> {
                 cache.insert(cache_key, Arc::clone(&cached));
                 Ok(cached)
             }
-            Err(_) if types.iter().any(|d| !d.is_float()) => {
-                // Shapes inside depend on an integer input's value: plan per value.
+            Err(_) if types.iter().any(|d| !d.is_float()) || !self.outer.fed.is_empty() => {
+                // Shapes inside depend on an integer input's value, or on an enclosing float's
+                // (Resize scales computed outside): plan per value, this call only.
                 self.by_value = true;
+                self.bake_floats = true;
                 let key = self.key(inputs, types);
                 self.planned_by_value(key, inputs, types)
             }
@@ -823,6 +838,80 @@ mod tests {
         let address = Arc::as_ptr(then) as usize;
         let cache = plan_cache().lock().unwrap_or_else(|p| p.into_inner());
         assert_eq!(cache.keys().filter(|key| key.0 == address).count(), 2);
+    }
+
+    /// A branch whose output shape depends on an enclosing float's values (`Reshape(x,
+    /// Cast(s))`): planning with `s` fed fails, so the call plans with it as a constant, and a
+    /// second call with other values of `s` gets its own shape, not the first call's plan.
+    #[test]
+    fn a_branch_shaped_by_an_enclosing_float_is_planned_per_call() {
+        use crate::analysis::onnx_proto::{AttributeProto, NodeProto, ValueInfoProto};
+        let node_of = |op: &str, inputs: &[&str], output: &str| NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            op_type: op.into(),
+            ..Default::default()
+        };
+        let mut cast = node_of("Cast", &["s"], "dims");
+        cast.attribute.push(AttributeProto {
+            name: "to".into(),
+            r#type: 2,
+            i: 7,
+            ..Default::default()
+        });
+        let graph = |name: &str, nodes: Vec<NodeProto>, output: &str| {
+            Attr::Graph(Arc::new(GraphProto {
+                name: name.into(),
+                node: nodes,
+                output: vec![ValueInfoProto {
+                    name: output.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }))
+        };
+        let node = test_node(
+            "If",
+            &[
+                (
+                    "then_branch",
+                    graph(
+                        "then",
+                        vec![cast, node_of("Reshape", &["x", "dims"], "y")],
+                        "y",
+                    ),
+                ),
+                (
+                    "else_branch",
+                    graph("else", vec![node_of("Identity", &["x"], "z")], "z"),
+                ),
+            ],
+        );
+        let floats = |values: &[f32]| {
+            Some(RtTensor {
+                shape: vec![values.len()],
+                data: RtData::F32(values.to_vec()),
+            })
+        };
+        let types = [Some(DType::Bool), Some(DType::F32), Some(DType::F32)];
+        // Inputs: cond, then the free names in order: s, x.
+        let x = floats(&[1.0, 2.0, 3.0]);
+        let tall = run(
+            &node,
+            13,
+            &[Some(scalar(1)), floats(&[3.0, 1.0]), x.clone()],
+            &types,
+        );
+        assert_eq!(tall.unwrap()[0].shape, [3, 1]);
+        let wide = run(
+            &node,
+            13,
+            &[Some(scalar(1)), floats(&[1.0, 3.0]), x],
+            &types,
+        );
+        let wide = wide.unwrap();
+        assert_eq!(wide[0].shape, [1, 3]);
+        assert_eq!(wide[0].to_f32(), [1.0, 2.0, 3.0]);
     }
 
     #[test]
