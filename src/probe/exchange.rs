@@ -59,7 +59,7 @@ impl ExchangeEffort {
         max_pairs: 8,
         core_share_samples: 40,
     };
-    /// The check `bench` and `calibrate` run around their multi-thread runs (about 2 ms).
+    /// The check `bench` and `calibrate` run around their multi-thread runs (about 3 ms, the shared-core check included).
     pub const CHECK: ExchangeEffort = ExchangeEffort {
         round_trip_samples: 60,
         handoffs: 40,

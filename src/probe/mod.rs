@@ -222,7 +222,7 @@ pub fn identify_cpu() -> CpuDescription {
 }
 
 /// Measures the data exchange between the first `threads` CPUs this process may use, as the
-/// probe does but in about 2 ms: what `bench` and `calibrate` check around their multi-thread
+/// probe does but in about 3 ms: what `bench` and `calibrate` check around their multi-thread
 /// runs. `None` with fewer than two usable CPUs or when a vCPU was taken away meanwhile.
 pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
     let cores = cpu::usable_cores();
