@@ -307,11 +307,11 @@ fn build(spec: Spec) -> ComputeKernel {
     }
 }
 
-/// The kernel of the shared-core check (`exchange`): the widest fp32 FMA kernel, the one
-/// that keeps a core's FMA pipes busiest.
-pub fn shared_core_kernel(isa: &IsaFlags, model: &CoreModel) -> Option<ComputeKernel> {
-    select_kernels(isa, model)
-        .into_iter()
+/// The kernel of the shared-core check (`exchange`) among `kernels` ([`select_kernels`]):
+/// the widest fp32 FMA kernel, the one that keeps a core's FMA pipes busiest.
+pub fn shared_core_kernel(kernels: &[ComputeKernel]) -> Option<&ComputeKernel> {
+    kernels
+        .iter()
         .filter(|k| k.precision == Precision::Fp32 && k.mix == ComputeMix::Fma)
         .max_by_key(|k| k.vector_bits)
 }

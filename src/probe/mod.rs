@@ -238,7 +238,8 @@ pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
         let cpu = cpu::identify();
         (
             BandwidthKernels::select(&cpu.isa),
-            compute::shared_core_kernel(&cpu.isa, &cpu.core_model),
+            compute::shared_core_kernel(&compute::select_kernels(&cpu.isa, &cpu.core_model))
+                .cloned(),
         )
     });
     exchange::measure(
@@ -610,7 +611,7 @@ pub fn run_probe(
         &cpus,
         settings.dispatch_rounds,
         &bandwidth_kernels,
-        compute::shared_core_kernel(&cpu.isa, &cpu.core_model).as_ref(),
+        compute::shared_core_kernel(&compute_kernels),
     )?;
     tracker.step("dispatch overhead".into());
     end_phase("dispatch");

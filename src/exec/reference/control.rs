@@ -775,28 +775,42 @@ mod tests {
         ]
     }
 
+    /// A node of a hand-built body: `op` reading `inputs`, writing `output`.
+    fn onnx_node(
+        op: &str,
+        inputs: &[&str],
+        output: &str,
+    ) -> crate::analysis::onnx_proto::NodeProto {
+        crate::analysis::onnx_proto::NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            op_type: op.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A body attribute of `nodes` whose one output is `output`.
+    fn body(name: &str, nodes: Vec<crate::analysis::onnx_proto::NodeProto>, output: &str) -> Attr {
+        Attr::Graph(Arc::new(GraphProto {
+            name: name.into(),
+            node: nodes,
+            output: vec![crate::analysis::onnx_proto::ValueInfoProto {
+                name: output.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    }
+
     /// If branches `y = x + w` and `y = x`, reading `x` (an activation, fed at run time) and
     /// `w` (marked a constant of the enclosing graph, so baked into the plan) from outside.
     /// The plan is cached across calls: a second call with another `x` must see that `x`, and
     /// one with another `w` of the same shape (a rewritten weight) must not reuse the plan.
     #[test]
     fn a_cached_branch_reads_this_calls_enclosing_values() {
-        use crate::analysis::onnx_proto::{NodeProto, ValueInfoProto};
         let branch = |name: &str, op: &str, inputs: &[&str]| {
-            Attr::Graph(Arc::new(GraphProto {
-                name: name.into(),
-                node: vec![NodeProto {
-                    input: inputs.iter().map(|s| s.to_string()).collect(),
-                    output: vec![format!("{name}_y")],
-                    op_type: op.into(),
-                    ..Default::default()
-                }],
-                output: vec![ValueInfoProto {
-                    name: format!("{name}_y"),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }))
+            let output = format!("{name}_y");
+            body(name, vec![onnx_node(op, inputs, &output)], &output)
         };
         let node = test_node(
             "If",
@@ -845,13 +859,8 @@ mod tests {
     /// second call with other values of `s` gets its own shape, not the first call's plan.
     #[test]
     fn a_branch_shaped_by_an_enclosing_float_is_planned_per_call() {
-        use crate::analysis::onnx_proto::{AttributeProto, NodeProto, ValueInfoProto};
-        let node_of = |op: &str, inputs: &[&str], output: &str| NodeProto {
-            input: inputs.iter().map(|s| s.to_string()).collect(),
-            output: vec![output.into()],
-            op_type: op.into(),
-            ..Default::default()
-        };
+        use crate::analysis::onnx_proto::AttributeProto;
+        let node_of = onnx_node;
         let mut cast = node_of("Cast", &["s"], "dims");
         cast.attribute.push(AttributeProto {
             name: "to".into(),
@@ -859,17 +868,7 @@ mod tests {
             i: 7,
             ..Default::default()
         });
-        let graph = |name: &str, nodes: Vec<NodeProto>, output: &str| {
-            Attr::Graph(Arc::new(GraphProto {
-                name: name.into(),
-                node: nodes,
-                output: vec![ValueInfoProto {
-                    name: output.into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }))
-        };
+        let graph = body;
         let node = test_node(
             "If",
             &[

@@ -169,19 +169,16 @@ pub(super) fn matmul_integer(
     })
 }
 
-/// `out[j] += Σ_t a[t] · (b[t][j] − zeros[j])` in wrapping i32 (a ring: the zero points come
-/// off as `zeros[j] · Σ a`): the inner loop of MatMulInteger, four rows of B at a time (a row
-/// repeated past the end of K has its `a` at 0).
-fn add_scaled_rows(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
-    #[inline(always)]
-    fn update(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
+crate::kernels::simd::multiversion! {
+    /// `out[j] += Σ_t a[t] · (b[t][j] − zeros[j])` in wrapping i32 (a ring: the zero points
+    /// come off as `zeros[j] · Σ a`): the inner loop of MatMulInteger, four rows of B at a time
+    /// (a row repeated past the end of K has its `a` at 0). Compiled per ISA: on the baseline
+    /// ISA the reference kernels are built for, it ran about one multiply-add per two cycles
+    /// (ddddocr's 32×1024×8210 product: 122 ms); with wide vectors it vectorizes, the i64 → i32
+    /// narrowing included.
+    fn add_scaled_rows(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
         let width = out.len();
-        let (b0, b1, b2, b3) = (
-            &b[0][..width],
-            &b[1][..width],
-            &b[2][..width],
-            &b[3][..width],
-        );
+        let (b0, b1, b2, b3) = (&b[0][..width], &b[1][..width], &b[2][..width], &b[3][..width]);
         let zeros = &zeros[..width];
         let a_sum = a.iter().fold(0i32, |sum, &v| sum.wrapping_add(v));
         for j in 0..width {
@@ -194,29 +191,6 @@ fn add_scaled_rows(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4])
                 .wrapping_sub(zeros[j].wrapping_mul(a_sum));
         }
     }
-    // The reference kernels are built for the baseline ISA, where this loop ran about one
-    // multiply-add per two cycles (ddddocr's 32×1024×8210 product: 122 ms); built for the
-    // widest vectors the CPU has, the compiler vectorizes it (i64 → i32 narrowing included).
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f")]
-        unsafe fn update_avx512(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
-            update(out, b, zeros, a)
-        }
-        #[target_feature(enable = "avx2")]
-        unsafe fn update_avx2(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
-            update(out, b, zeros, a)
-        }
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked just above).
-            return unsafe { update_avx512(out, b, zeros, a) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { update_avx2(out, b, zeros, a) };
-        }
-    }
-    update(out, b, zeros, a)
 }
 
 /// ConvInteger (1-D or 2-D): (x − x_zero_point) ⊛ (w − w_zero_point) in integers over the

@@ -140,24 +140,27 @@ fn add_product(out: &mut [f32], x: &[f32], w: &[f32]) {
 /// Lanes of independent partial sums in [`dot`].
 const DOT_LANES: usize = 16;
 
-/// A dot product over `DOT_LANES` partial sums, which the compiler keeps in vector registers:
-/// one running sum is a chain of dependent adds that it may not reorder, so it ran one
-/// multiply-add per add latency (Silero VAD's 512×256 LSTM step took 150 µs of its 0.23 ms).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; DOT_LANES];
-    let (a_body, b_body) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
-    let tail: f32 = a_body
-        .remainder()
-        .iter()
-        .zip(b_body.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (a_chunk, b_chunk) in a_body.zip(b_body) {
-        for lane in 0..DOT_LANES {
-            lanes[lane] += a_chunk[lane] * b_chunk[lane];
+crate::kernels::simd::multiversion! {
+    /// A dot product over `DOT_LANES` partial sums, which the compiler keeps in vector
+    /// registers (compiled per ISA): one running sum is a chain of dependent adds that it may
+    /// not reorder, so it ran one multiply-add per add latency (Silero VAD's 512×256 LSTM step
+    /// took 150 µs of its 0.23 ms).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let mut lanes = [0.0f32; DOT_LANES];
+        let (a_body, b_body) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+        let tail: f32 = a_body
+            .remainder()
+            .iter()
+            .zip(b_body.remainder())
+            .map(|(x, y)| x * y)
+            .sum();
+        for (a_chunk, b_chunk) in a_body.zip(b_body) {
+            for lane in 0..DOT_LANES {
+                lanes[lane] += a_chunk[lane] * b_chunk[lane];
+            }
         }
+        lanes.iter().sum::<f32>() + tail
     }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// Rounds `values` through uint8 with a scale and zero point from their own range (min and max
