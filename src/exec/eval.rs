@@ -57,12 +57,12 @@ pub(super) fn run_once(
     threads: usize,
     opset: i64,
 ) -> Result<Vec<RtTensor>, ExecError> {
-    let ins: Vec<Option<RtTensor>> = step
+    let ins: Vec<Option<&RtTensor>> = step
         .inputs
         .iter()
         .map(|s| {
             s.and_then(|v| match &slots[v] {
-                Slot::Const(t) => Some((**t).clone()),
+                Slot::Const(t) => Some(&**t),
                 _ => None,
             })
         })
@@ -90,7 +90,7 @@ fn execute_owned(
     step: &Step,
     node: &Node,
     opset: i64,
-    ins: &[Option<RtTensor>],
+    ins: &[Option<&RtTensor>],
     (in_types, out_types): (&[Option<DType>], &[DType]),
     out_shapes: &[Vec<usize>],
     threads: usize,
@@ -102,10 +102,7 @@ fn execute_owned(
         .iter()
         .map(|s| vec![0.0; s.iter().product()])
         .collect();
-    let in_refs: Vec<Option<InRef>> = ins
-        .iter()
-        .map(|t| t.as_ref().map(InRef::from_tensor))
-        .collect();
+    let in_refs: Vec<Option<InRef>> = ins.iter().map(|t| t.map(InRef::from_tensor)).collect();
     let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
     let mut scratch = vec![0.0; step.scratch];
     let mut dynamic_out = Vec::new();
@@ -200,7 +197,7 @@ pub(super) fn generic_node(
 pub(super) fn generic_eval(
     node: &Node,
     opset: i64,
-    ins: &[Option<RtTensor>],
+    ins: &[Option<&RtTensor>],
     in_types: &[Option<DType>],
     out_types: &[DType],
 ) -> Result<Vec<RtTensor>, ExecError> {

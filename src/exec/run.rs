@@ -351,10 +351,29 @@ impl Plan {
             return Ok(());
         }
         if matches!(step.kernel, Kernel::Generic) {
-            let ins: Vec<Option<RtTensor>> = step
+            // Constants and integer values are lent as they are (a quantized layer's weights
+            // are megabytes); only activations held in the float arena are copied out.
+            let copied: Vec<Option<RtTensor>> = step
                 .inputs
                 .iter()
-                .map(|s| s.and_then(|v| self.read_value(v, ws)))
+                .map(|s| {
+                    s.filter(|&v| matches!(self.slots[v], Slot::Buffer { .. }))
+                        .and_then(|v| self.read_value(v, ws))
+                })
+                .collect();
+            let ins: Vec<Option<&RtTensor>> = step
+                .inputs
+                .iter()
+                .zip(&copied)
+                .map(|(s, copy)| {
+                    copy.as_ref().or_else(|| {
+                        s.and_then(|v| match &self.slots[v] {
+                            Slot::Const(t) => Some(&**t),
+                            Slot::Dynamic { .. } => ws.dynamic.get(&v),
+                            _ => None,
+                        })
+                    })
+                })
                 .collect();
             let (node, in_types, out_types) = self
                 .generic_nodes

@@ -141,9 +141,9 @@ fn staged(
         );
         let needed: Vec<ValueId> = slots.iter().flatten().copied().collect();
         let inputs = evaluate(&graph, &needed, options)?;
-        let ins: Vec<Option<RtTensor>> = slots
+        let ins: Vec<Option<&RtTensor>> = slots
             .iter()
-            .map(|slot| slot.and_then(|v| inputs.get(&v).cloned()))
+            .map(|slot| slot.and_then(|v| inputs.get(&v)))
             .collect();
         let (in_types, out_types) = eval::element_types(&graph, &slots, &node.outputs);
         let results = eval::generic_eval(&node, graph.opset, &ins, &in_types, &out_types)?;

@@ -9,6 +9,7 @@ pub mod compare;
 pub mod elementwise;
 pub mod gemm;
 pub mod hugepage;
+pub mod integer;
 pub mod math;
 pub mod movement;
 pub mod norm;

@@ -57,9 +57,9 @@ pub(super) fn concat_seq(
 /// keys), the causal mask aligned to the bottom right (a query attends keys up to its own
 /// position after the cache), the sliding window of opset 25 and the non-pad KV lengths; rows
 /// with every key masked give 0.
-pub(super) fn attention(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
+pub(super) fn attention(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
     let attrs = &node.attrs;
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let (q_in, k_in, v_in) = (
         get(0).ok_or("Attention: no Q")?,
         get(1).ok_or("Attention: no K")?,
@@ -257,8 +257,8 @@ pub(super) fn attention(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<
 /// RotaryEmbedding (opset 23+): rotates the first `rotary_embedding_dim` elements of every head
 /// by the angle cached for its position (`position_ids` into the caches, or caches given per
 /// batch and position), pairs taken as halves or, `interleaved`, as neighbours.
-pub(super) fn rotary_embedding(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn rotary_embedding(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = get(0).ok_or("RotaryEmbedding: no input")?;
     let (cos, sin) = (
         floats(get(1).ok_or("no cos_cache")?),
@@ -340,10 +340,10 @@ pub(super) fn exps_weight(y: &mut [f32], v: &[f32], p: f64, at: usize, from: usi
 /// and an additive `attention_bias` apply to the scores.
 pub(super) fn group_query_attention(
     node: &Node,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
 ) -> Result<Vec<RtTensor>> {
     let attrs = &node.attrs;
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let q_heads = attrs.int("num_heads").ok_or("no num_heads")?.max(1) as usize;
     let kv_heads = attrs.int("kv_num_heads").ok_or("no kv_num_heads")?.max(1) as usize;
     if !q_heads.is_multiple_of(kv_heads) {

@@ -131,16 +131,10 @@ pub(super) fn tfidf_vectorizer(node: &Node, x: &RtTensor) -> Result<RtTensor> {
 
 /// MaxUnpool: zeros of the unpooled shape with each input value written at its index (indices
 /// address the whole output tensor, as MaxPool's do).
-pub(super) fn max_unpool(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let x = inputs
-        .first()
-        .and_then(Option::as_ref)
-        .ok_or("X is missing")?;
-    let positions = inputs
-        .get(1)
-        .and_then(Option::as_ref)
-        .ok_or("I is missing")?;
-    let shape: Vec<usize> = match inputs.get(2).and_then(Option::as_ref) {
+pub(super) fn max_unpool(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let x = inputs.first().and_then(|t| *t).ok_or("X is missing")?;
+    let positions = inputs.get(1).and_then(|t| *t).ok_or("I is missing")?;
+    let shape: Vec<usize> = match inputs.get(2).and_then(|t| *t) {
         Some(target) => ints(target).iter().map(|&d| d.max(0) as usize).collect(),
         None => {
             if x.shape.len() < 3 {
@@ -173,6 +167,7 @@ pub(super) fn max_unpool(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtT
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
+    use crate::exec::reference::lend;
     use crate::exec::reference::test_node as node;
 
     #[test]
@@ -217,7 +212,7 @@ mod tests {
             shape: vec![1, 1, 1, 1],
             data: RtData::I64(vec![3]),
         };
-        let out = max_unpool(&n, &[Some(x), Some(i)]).unwrap();
+        let out = max_unpool(&n, &lend(&[Some(x), Some(i)])).unwrap();
         assert_eq!(out.shape, [1, 1, 2, 2]);
         assert_eq!(out.to_f32(), [0.0, 0.0, 0.0, 5.0]);
     }

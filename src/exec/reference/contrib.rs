@@ -61,8 +61,8 @@ fn map(t: RtTensor, f: impl Fn(f64) -> f64) -> RtTensor {
     }
 }
 
-pub(super) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    let given: Vec<&RtTensor> = inputs.iter().flatten().collect();
+pub(super) fn run(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    let given: Vec<&RtTensor> = inputs.iter().flatten().copied().collect();
     let first = given.first().copied().ok_or("no input")?;
     let attrs = &node.attrs;
     Ok(match node.op_type.as_str() {
@@ -165,8 +165,8 @@ fn fused_matmul(node: &Node, given: &[&RtTensor]) -> Result<RtTensor> {
 
 /// y = LayerNorm(x + skip (+ bias)) · γ (+ β), or RMSNorm for the simplified form, over the last
 /// axis; outputs y, mean, inverse std and the sum, as many as the node names.
-fn skip_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+fn skip_norm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let simplified = node.op_type == "SkipSimplifiedLayerNormalization";
     let (x, skip, gamma) = (
         get(0).ok_or("no input")?,
@@ -192,8 +192,8 @@ fn skip_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> 
 
 /// SimplifiedLayerNormalization (RMSNorm as onnxruntime's exporters write it): Y and, when
 /// named, the inverse RMS per row.
-pub(super) fn simplified_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn simplified_norm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let (x, scale) = (get(0).ok_or("no input")?, get(1).ok_or("no scale")?);
     let axis = node.attrs.int_or("axis", -1);
     let epsilon = node.attrs.float_or("epsilon", 1e-5);
@@ -206,8 +206,8 @@ pub(super) fn simplified_norm(node: &Node, inputs: &[Option<RtTensor>]) -> Resul
 /// MatMulNBits: Y = A · dequant(B)ᵀ (+ bias), B holding N rows of blocks of `block_size`
 /// `bits`-bit weights packed low bits first, one scale per block, zero points packed the same
 /// way (or as floats), 2^(bits−1) when absent.
-pub(super) fn matmul_nbits(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn matmul_nbits(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let attrs = &node.attrs;
     let (k, n) = (
         attrs.int("K").ok_or("no K")? as usize,
@@ -289,8 +289,8 @@ pub(super) fn matmul_nbits(node: &Node, inputs: &[Option<RtTensor>]) -> Result<R
 /// onnxruntime's RotaryEmbedding (`com.microsoft`): inputs (input, position_ids, cos_cache,
 /// sin_cache), position_ids [B, S] or one offset; the head size from the caches when
 /// `num_heads` is not given. Runs as the standard op on the reordered inputs.
-fn contrib_rotary(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+fn contrib_rotary(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = get(0).ok_or("no input")?;
     let positions = ints(get(1).ok_or("no position_ids")?);
     let cos = get(2).ok_or("no cos_cache")?;
@@ -317,26 +317,22 @@ fn contrib_rotary(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> 
             crate::analysis::graph::Attr::Int((x.shape[2] / head) as i64),
         );
     }
-    let reordered = vec![
-        Some(x.clone()),
-        get(2).cloned(),
-        get(3).cloned(),
-        Some(RtTensor {
-            shape: vec![batch, seq],
-            data: RtData::I64(expanded),
-        }),
-    ];
+    let positions = RtTensor {
+        shape: vec![batch, seq],
+        data: RtData::I64(expanded),
+    };
+    let reordered = vec![Some(x), get(2), get(3), Some(&positions)];
     super::attention::rotary_embedding(&standard, &reordered)
 }
 
 /// DynamicQuantizeLSTM: an LSTM whose W `[directions, input, 4·hidden]` and R `[directions,
 /// hidden, 4·hidden]` are int8 or uint8 with a scale and zero point per direction (`[D]`) or
-/// per gate column (`[D, 4·hidden]`), inputs 8-11. The weights are dequantized and transposed
-/// into the standard LSTM's `[D, 4·hidden, input]` layout, and the LSTM runs on them with X and
+/// per gate column (`[D, 4·hidden]`), inputs 8-11. The weights are dequantized in their own
+/// input-major layout (a transpose per run cost half the op), and the LSTM runs on them with X and
 /// each step's hidden state rounded through uint8 as onnxruntime quantizes them for its integer
 /// products (`rnn::run_with`).
-fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let dequantized = |w: usize, scale: usize, zero: usize| -> Result<RtTensor> {
         let weights = get(w).ok_or(format!("DynamicQuantizeLSTM: input #{w} is missing"))?;
         let scales = floats(get(scale).ok_or("DynamicQuantizeLSTM: a weight scale is missing")?);
@@ -358,20 +354,28 @@ fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec
                 ));
             }
         }
-        let values = ints(weights);
+        let values = super::int_values(weights);
+        if values.len() != directions * rows * columns {
+            return Err(format!("DynamicQuantizeLSTM: weights {:?}", weights.shape));
+        }
         let mut out = vec![0f32; values.len()];
         for d in 0..directions {
-            for r in 0..rows {
-                for c in 0..columns {
-                    let q = values[(d * rows + r) * columns + c];
-                    let zero = zeros[at(zeros.len(), d, c)];
-                    let scale = scales[at(scales.len(), d, c)];
-                    out[(d * columns + c) * rows + r] = (q - zero) as f32 * scale;
-                }
+            // This direction's zero point and scale per column, looked up once.
+            let column_zeros: Vec<f32> = (0..columns)
+                .map(|c| zeros[at(zeros.len(), d, c)] as f32)
+                .collect();
+            let column_scales: Vec<f32> = (0..columns)
+                .map(|c| scales[at(scales.len(), d, c)])
+                .collect();
+            for (source, target) in values[d * rows * columns..][..rows * columns]
+                .chunks_exact(columns)
+                .zip(out[d * rows * columns..][..rows * columns].chunks_exact_mut(columns))
+            {
+                dequantize_row(target, source, &column_zeros, &column_scales);
             }
         }
         Ok(RtTensor {
-            shape: vec![directions, columns, rows],
+            shape: vec![directions, rows, columns],
             data: RtData::F32(out),
         })
     };
@@ -380,9 +384,26 @@ fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec
     let mut lstm = node.clone();
     lstm.op_type = "LSTM".into();
     lstm.domain = String::new();
-    let mut lstm_inputs: Vec<Option<RtTensor>> = inputs.iter().take(8).cloned().collect();
+    let mut lstm_inputs: Vec<Option<&RtTensor>> = inputs.iter().take(8).copied().collect();
     lstm_inputs.resize(8, None);
-    lstm_inputs[1] = Some(w);
-    lstm_inputs[2] = Some(r);
-    super::rnn::run_with(&lstm, &lstm_inputs, true)
+    lstm_inputs[1] = Some(&w);
+    lstm_inputs[2] = Some(&r);
+    super::rnn::run_with(
+        &lstm,
+        &lstm_inputs,
+        true,
+        super::rnn::WeightLayout::InputMajor,
+    )
+}
+
+crate::kernels::simd::multiversion! {
+    /// `target[c] = (source[c] − zeros[c]) · scales[c]`: one row of 8-bit weights dequantized
+    /// (compiled per ISA, so the i64 → f32 conversion vectorizes).
+    fn dequantize_row(target: &mut [f32], source: &[i64], zeros: &[f32], scales: &[f32]) {
+        let width = target.len();
+        let (source, zeros, scales) = (&source[..width], &zeros[..width], &scales[..width]);
+        for c in 0..width {
+            target[c] = (source[c] as f32 - zeros[c]) * scales[c];
+        }
+    }
 }

@@ -355,7 +355,7 @@ fn constant_of(tensor: &RtTensor, dtype: DType) -> TensorFact {
 pub(super) fn run(
     node: &Node,
     opset: i64,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
     in_types: &[Option<DType>],
 ) -> Result<Vec<RtTensor>> {
     let names = free_names(&node.attrs);
@@ -411,13 +411,10 @@ pub(super) fn run(
 fn run_if(
     node: &Node,
     opset: i64,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
     outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
-    let cond = inputs
-        .first()
-        .and_then(Option::as_ref)
-        .ok_or("cond is missing")?;
+    let cond = inputs.first().and_then(|t| *t).ok_or("cond is missing")?;
     let truth = *ints(cond).first().ok_or("cond is empty")? != 0;
     let branch = subgraph(node, if truth { "then_branch" } else { "else_branch" })?;
     Body::new(branch, opset, outer).run(&[], &[])
@@ -510,16 +507,16 @@ fn scalar(value: i64) -> RtTensor {
 fn run_loop(
     node: &Node,
     opset: i64,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
     in_types: &[Option<DType>],
     outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
     let proto = subgraph(node, "body")?;
-    let trips = match inputs.first().and_then(Option::as_ref) {
+    let trips = match inputs.first().and_then(|t| *t) {
         Some(m) => Some(*ints(m).first().ok_or("M is empty")?),
         None => None,
     };
-    let mut cond = match inputs.get(1).and_then(Option::as_ref) {
+    let mut cond = match inputs.get(1).and_then(|t| *t) {
         Some(c) => *ints(c).first().ok_or("cond is empty")? != 0,
         None => true,
     };
@@ -527,7 +524,7 @@ fn run_loop(
         .iter()
         .skip(2)
         .map(|t| {
-            t.clone()
+            t.cloned()
                 .ok_or_else(|| "a loop-carried input is missing".to_string())
         })
         .collect::<Result<_>>()?;
@@ -579,7 +576,7 @@ fn run_loop(
 fn run_scan(
     node: &Node,
     opset: i64,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
     in_types: &[Option<DType>],
     outer: &Outer<'_>,
 ) -> Result<Vec<RtTensor>> {
@@ -594,7 +591,7 @@ fn run_scan(
         .iter()
         .zip(in_types)
         .skip(skip)
-        .filter_map(|(t, d)| t.as_ref().map(|t| (t, d.unwrap_or(DType::F32))))
+        .filter_map(|(t, d)| t.map(|t| (t, d.unwrap_or(DType::F32))))
         .collect();
     let scans = attrs.int("num_scan_inputs").unwrap_or(0).max(0) as usize;
     if scans == 0 || scans > given.len() {
@@ -746,6 +743,7 @@ mod tests {
 
     use super::*;
     use crate::builtin::{GraphBuilder, SigDim, WeightFill};
+    use crate::exec::reference::lend;
     use crate::exec::reference::test_node;
 
     /// Loop body: (i, cond, v [3]) → (cond, v + 1, v).
@@ -832,7 +830,7 @@ mod tests {
             run(
                 &node,
                 13,
-                &[Some(scalar(cond)), vector(w), vector(x)],
+                &lend(&[Some(scalar(cond)), vector(w), vector(x)]),
                 &types,
             )
             .unwrap()[0]
@@ -898,14 +896,14 @@ mod tests {
         let tall = run(
             &node,
             13,
-            &[Some(scalar(1)), floats(&[3.0, 1.0]), x.clone()],
+            &lend(&[Some(scalar(1)), floats(&[3.0, 1.0]), x.clone()]),
             &types,
         );
         assert_eq!(tall.unwrap()[0].shape, [3, 1]);
         let wide = run(
             &node,
             13,
-            &[Some(scalar(1)), floats(&[1.0, 3.0]), x],
+            &lend(&[Some(scalar(1)), floats(&[1.0, 3.0]), x]),
             &types,
         );
         let wide = wide.unwrap();
@@ -917,12 +915,12 @@ mod tests {
     fn loop_carries_and_stacks() {
         let node = test_node("Loop", &[("body", counter())]);
         let types = [Some(DType::I64), Some(DType::Bool), Some(DType::F32)];
-        let out = run(&node, 13, &loop_inputs(3), &types).unwrap();
+        let out = run(&node, 13, &lend(&loop_inputs(3)), &types).unwrap();
         assert_eq!(out[0].to_f32(), [3.0, 13.0, 23.0]);
         assert_eq!(out[1].shape, [3, 3]);
         assert_eq!(out[1].to_f32()[3..6], [1.0, 11.0, 21.0]);
         // No iteration: the initial value, and a scan output with no rows.
-        let out = run(&node, 13, &loop_inputs(0), &types).unwrap();
+        let out = run(&node, 13, &lend(&loop_inputs(0)), &types).unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].to_f32(), [0.0, 10.0, 20.0]);
         assert_eq!(out[1].shape, [0, 3]);

@@ -165,8 +165,8 @@ fn overlaps(a: [f32; 4], b: [f32; 4], threshold: f32) -> bool {
 /// NonMaxSuppression: per batch and class, boxes scoring above `score_threshold` taken in
 /// descending score (ties: lower index first), each kept unless it overlaps a kept one by more
 /// than `iou_threshold`, at most `max_output_boxes_per_class`; [selected, 3] (batch, class, box).
-pub(super) fn non_max_suppression(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn non_max_suppression(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let (boxes, scores) = (get(0).ok_or("no boxes")?, get(1).ok_or("no scores")?);
     let [batches, count, 4] = boxes.shape[..] else {
         return Err("boxes must be [batch, boxes, 4]".into());

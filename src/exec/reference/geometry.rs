@@ -253,9 +253,9 @@ fn bilinear(plane: &[f32], height: usize, width: usize, y: f64, x: f64) -> f64 {
 /// have a spatial axis.
 fn window_operands<'a>(
     op: &str,
-    inputs: &'a [Option<RtTensor>],
+    inputs: &'a [Option<&'a RtTensor>],
 ) -> Result<(&'a RtTensor, &'a RtTensor, usize)> {
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let input = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = input(0).ok_or("X is missing")?;
     let w = input(1).ok_or("W is missing")?;
     let rank = x.shape.len();
@@ -272,7 +272,7 @@ fn dims_u64(dims: &[usize]) -> Vec<u64> {
 /// Conv of any spatial rank, direct loops in f64 over the window `ConvConfig` resolves (pads,
 /// `auto_pad`, strides, dilations, groups): what the executor runs for the convolutions its
 /// kernels do not take (3-D video and volume models, weights that are not constants).
-pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+pub(super) fn conv_nd(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
     use crate::analysis::ops::spatial::ConvConfig;
     let (x, w, rank) = window_operands("Conv", inputs)?;
     let config = ConvConfig::parse(&node.attrs)?;
@@ -305,7 +305,7 @@ pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTens
         })
         .collect();
     let (xs, ws) = (floats(x), floats(w));
-    let bias = inputs.get(2).and_then(Option::as_ref).map(floats);
+    let bias = inputs.get(2).and_then(|t| *t).map(floats);
     let per_group = m / group;
     let mut out = vec![0f32; n * m * out_plane];
     let mut position = vec![0i64; spatial];
@@ -346,8 +346,8 @@ pub(super) fn conv_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTens
 /// DeformConv (2-D): every tap of the convolution reads the input at its regular position plus
 /// a learned offset (bilinear), scaled by the mask when one is given; offsets [N, G·K·2, oH,
 /// oW] hold (dy, dx) per offset group G and tap K, the mask [N, G·K, oH, oW].
-pub(super) fn deform_conv(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn deform_conv(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let input = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = input(0).ok_or("X is missing")?;
     let w = input(1).ok_or("W is missing")?;
     let offset = input(2).ok_or("offset is missing")?;
@@ -519,7 +519,7 @@ fn flat_index_inside(origin: &[i64], offsets: &[i64], dims: &[usize]) -> Option<
 /// kernels): every input element scattered through every tap into the output,
 /// `y[o, i·stride − pad + t·dilation] += x[c, i] · w[c, o, t]`, accumulated in f64. 3-D
 /// decoders (volumetric segmentation) and run-time weights land here.
-pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
     use crate::analysis::ops::spatial::ConvTransposeConfig;
     let (x, w, _) = window_operands("ConvTranspose", inputs)?;
     let config = ConvTransposeConfig::parse(&node.attrs)?;
@@ -580,7 +580,7 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
             }
         }
     }
-    if let Some(bias) = inputs.get(2).and_then(Option::as_ref).map(floats) {
+    if let Some(bias) = inputs.get(2).and_then(|t| *t).map(floats) {
         for (k, v) in out.iter_mut().enumerate() {
             *v += f64::from(bias[k / out_plane % m]);
         }
@@ -597,6 +597,7 @@ pub(super) fn conv_transpose_nd(node: &Node, inputs: &[Option<RtTensor>]) -> Res
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
+    use crate::exec::reference::lend;
     use crate::exec::reference::test_node as node;
 
     fn f(shape: &[usize], values: Vec<f32>) -> RtTensor {
@@ -673,7 +674,8 @@ mod tests {
         let w = f(&[1, 1, 2, 2], vec![1.0; 4]);
         let offset = f(&[1, 8, 2, 2], vec![0.0; 32]);
         let n = node("DeformConv", &[]);
-        let out = deform_conv(&n, &[Some(x.clone()), Some(w.clone()), Some(offset)]).unwrap();
+        let out =
+            deform_conv(&n, &lend(&[Some(x.clone()), Some(w.clone()), Some(offset)])).unwrap();
         assert_eq!(out.to_f32(), [12.0, 16.0, 24.0, 28.0]);
         // Every tap shifted by half a pixel right: the window's values interpolate.
         let mut shifted = vec![0.0; 32];
@@ -682,7 +684,11 @@ mod tests {
                 shifted[(2 * t + 1) * 4 + p] = 0.5;
             }
         }
-        let out = deform_conv(&n, &[Some(x), Some(w), Some(f(&[1, 8, 2, 2], shifted))]).unwrap();
+        let out = deform_conv(
+            &n,
+            &lend(&[Some(x), Some(w), Some(f(&[1, 8, 2, 2], shifted))]),
+        )
+        .unwrap();
         // The top-left window (1, 2, 4, 5) moves to (1.5, 2.5, 4.5, 5.5): 14.
         assert!((out.to_f32()[0] - 14.0).abs() < 1e-6);
         // The top-right one reads x = 1.5 and 2.5: (2.5, 1.5, 5.5, 3.0), half of column 2 and

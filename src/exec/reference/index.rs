@@ -523,8 +523,8 @@ pub(super) fn space_to_depth(x: &RtTensor, block: i64, mode: &str) -> Result<RtT
 
 /// Pad in every mode (constant, reflect, edge, wrap), pads and value as attributes (before
 /// opset 11) or inputs, an `axes` input (18+), negative pads cropping.
-pub(super) fn pad(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn pad(node: &Node, opset: i64, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = get(0).ok_or("no input")?;
     let rank = x.shape.len();
     let (given_pads, value) = if opset < 11 {

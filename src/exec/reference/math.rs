@@ -254,13 +254,13 @@ pub(super) fn eye_like(x: &RtTensor, k: i64, out_types: &[DType]) -> Result<RtTe
 pub(super) fn reduce_log_sum(
     node: &Node,
     opset: i64,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
 ) -> Result<RtTensor> {
-    let x = inputs.first().and_then(Option::as_ref).ok_or("no input")?;
+    let x = inputs.first().and_then(|t| *t).ok_or("no input")?;
     let rank = x.shape.len();
     let attrs = &node.attrs;
     let given: Option<Vec<i64>> = if opset >= 18 {
-        inputs.get(1).and_then(Option::as_ref).map(ints)
+        inputs.get(1).and_then(|t| *t).map(ints)
     } else {
         attrs.ints("axes").map(<[i64]>::to_vec)
     };

@@ -188,8 +188,12 @@ pub(super) fn nll_loss(
 
 /// GroupNormalization: statistics over each group of channels and the spatial dims, then the
 /// per-channel (opset 21) or per-group (opset 18) scale and bias.
-pub(super) fn group_norm(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn group_norm(
+    node: &Node,
+    opset: i64,
+    inputs: &[Option<&RtTensor>],
+) -> Result<RtTensor> {
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = get(0).ok_or("no input")?;
     let (scale, bias) = (
         floats(get(1).ok_or("no scale")?),

@@ -119,6 +119,7 @@ pub(super) fn matmul_integer(
         .map(|index| (av[index] - a_zero_at(index / k % m)) as i32)
         .collect();
     let mut out = vec![0i32; batches * m * n];
+    let mut b_block = vec![0i16; 4 * COLUMN_BLOCK];
     // One B for every batch of A (a weight): A's batches are rows of one product, so B is
     // streamed once, not once per batch (ddddocr multiplies 32 batches of one row each).
     let shared_b = b_matrices == 1 && batch_a.iter().product::<usize>() == batches;
@@ -141,21 +142,34 @@ pub(super) fn matmul_integer(
             let width = COLUMN_BLOCK.min(n - start);
             let zeros = &column_zeros[start..start + width];
             // Four rows of B per pass over an output row: a quarter of the accumulator
-            // loads and stores (the pass is bound by them, not by the multiplies).
+            // loads and stores (the pass is bound by them, not by the multiplies). The rows
+            // are centred on their zero points into i16 once per pass (a difference of two
+            // 8-bit values fits, and so does a product of two in i32), not narrowed from
+            // i64 again for every row of A.
             for q in (0..k).step_by(4) {
                 let depth = 4.min(k - q);
-                let b_rows: [&[i64]; 4] = std::array::from_fn(|t| {
-                    &bv[(pb * k + q + t.min(depth - 1)) * n + start..][..width]
-                });
+                // Rows 0-1 and 2-3 interleaved pairwise: b[t][j] at 2j + t % 2, so each
+                // i32 lane of the inner loop multiplies-and-adds one pair (`vpmaddwd`).
+                for (pair, interleaved) in b_block.chunks_exact_mut(2 * COLUMN_BLOCK).enumerate() {
+                    let interleaved = &mut interleaved[..2 * width];
+                    let row_at = |t: usize| {
+                        (t < depth).then(|| &bv[(pb * k + q + t) * n + start..][..width])
+                    };
+                    centre_pair(interleaved, row_at(2 * pair), row_at(2 * pair + 1), zeros);
+                }
+                let b_pairs: [&[i16]; 2] =
+                    std::array::from_fn(|t| &b_block[t * 2 * COLUMN_BLOCK..][..2 * width]);
                 for i in 0..rows {
                     let a_row = &a_centred[(pa * rows + i) * k + q..][..depth];
-                    let mut a_values = [0i32; 4];
-                    a_values[..depth].copy_from_slice(a_row);
+                    let mut a_values = [0i16; 4];
+                    for (value, &centred) in a_values.iter_mut().zip(a_row) {
+                        *value = centred as i16;
+                    }
                     if a_values == [0; 4] {
                         continue;
                     }
                     let out_row = &mut out_matrix[i * n + start..][..width];
-                    add_scaled_rows(out_row, &b_rows, zeros, a_values);
+                    crate::kernels::integer::add_pair_rows(out_row, b_pairs, a_values);
                 }
             }
         }
@@ -170,25 +184,29 @@ pub(super) fn matmul_integer(
 }
 
 crate::kernels::simd::multiversion! {
-    /// `out[j] += Σ_t a[t] · (b[t][j] − zeros[j])` in wrapping i32 (a ring: the zero points
-    /// come off as `zeros[j] · Σ a`): the inner loop of MatMulInteger, four rows of B at a time
-    /// (a row repeated past the end of K has its `a` at 0). Compiled per ISA: on the baseline
-    /// ISA the reference kernels are built for, it ran about one multiply-add per two cycles
-    /// (ddddocr's 32×1024×8210 product: 122 ms); with wide vectors it vectorizes, the i64 → i32
-    /// narrowing included.
-    fn add_scaled_rows(out: &mut [i32], b: &[&[i64]; 4], zeros: &[i32], a: [i32; 4]) {
-        let width = out.len();
-        let (b0, b1, b2, b3) = (&b[0][..width], &b[1][..width], &b[2][..width], &b[3][..width]);
+    /// Two rows of an 8-bit B less their zero points, interleaved in i16 (`even`, `odd`:
+    /// `None` past the end of K, zeros).
+    fn centre_pair(
+        interleaved: &mut [i16],
+        even: Option<&[i64]>,
+        odd: Option<&[i64]>,
+        zeros: &[i32],
+    ) {
+        let width = interleaved.len() / 2;
         let zeros = &zeros[..width];
-        let a_sum = a.iter().fold(0i32, |sum, &v| sum.wrapping_add(v));
-        for j in 0..width {
-            let products = (a[0].wrapping_mul(b0[j] as i32))
-                .wrapping_add(a[1].wrapping_mul(b1[j] as i32))
-                .wrapping_add(a[2].wrapping_mul(b2[j] as i32))
-                .wrapping_add(a[3].wrapping_mul(b3[j] as i32));
-            out[j] = out[j]
-                .wrapping_add(products)
-                .wrapping_sub(zeros[j].wrapping_mul(a_sum));
+        for (s, row) in [even, odd].into_iter().enumerate() {
+            match row {
+                Some(row) => {
+                    for j in 0..width {
+                        interleaved[2 * j + s] = (row[j] as i32).wrapping_sub(zeros[j]) as i16;
+                    }
+                }
+                None => {
+                    for j in 0..width {
+                        interleaved[2 * j + s] = 0;
+                    }
+                }
+            }
         }
     }
 }

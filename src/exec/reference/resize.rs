@@ -20,13 +20,13 @@ struct Settings {
     extrapolation: f32,
 }
 
-pub(super) fn resize(node: &Node, opset: i64, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
+pub(super) fn resize(node: &Node, opset: i64, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
     let attrs = &node.attrs;
     // An empty roi, scales or sizes input means "not given"; X itself may be empty.
     let get = |i: usize| {
         inputs
             .get(i)
-            .and_then(Option::as_ref)
+            .and_then(|t| *t)
             .filter(|t| i == 0 || !t.is_empty())
     };
     let x = get(0).ok_or("no input")?;

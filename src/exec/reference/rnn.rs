@@ -6,6 +6,7 @@
 
 use super::super::{RtData, RtTensor};
 use crate::analysis::graph::Node;
+use crate::kernels::gemm;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -137,6 +138,34 @@ fn add_product(out: &mut [f32], x: &[f32], w: &[f32]) {
     }
 }
 
+crate::kernels::simd::multiversion! {
+    /// `out[g] += Σ_k x[k] · w[k, g]` for a row-major `w` of `x.len()` rows and `out.len()`
+    /// columns (the input-major layout of DynamicQuantizeLSTM's weights): one scaled row of
+    /// `w` added per element of `x`, each row read once and contiguously.
+    fn add_product_input_major(out: &mut [f32], x: &[f32], w: &[f32]) {
+        let width = out.len();
+        for (k, &scale) in x.iter().enumerate() {
+            if scale == 0.0 {
+                continue;
+            }
+            let row = &w[k * width..(k + 1) * width];
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o += scale * v;
+            }
+        }
+    }
+}
+
+/// How W `[D, ·, ·]` and R of a recurrent layer are laid out per direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightLayout {
+    /// The standard ops': `[gates·hidden, input]` (and `[gates·hidden, hidden]`).
+    GateMajor,
+    /// onnxruntime's DynamicQuantizeLSTM: `[input, gates·hidden]` (and `[hidden,
+    /// gates·hidden]`), used as stored rather than transposed on every run.
+    InputMajor,
+}
+
 /// Lanes of independent partial sums in [`dot`].
 const DOT_LANES: usize = 16;
 
@@ -181,18 +210,20 @@ pub(crate) fn fake_quantize_u8(values: &mut [f32]) {
 }
 
 /// Runs LSTM, GRU or RNN; returns Y, Y_h (and Y_c for LSTM).
-pub(crate) fn run(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    run_with(node, inputs, false)
+pub(crate) fn run(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    run_with(node, inputs, false, WeightLayout::GateMajor)
 }
 
 /// [`run`], with `quantized_activations`: X (the whole sequence at once) and each step's
 /// hidden state rounded through uint8 before their products with W and R, as onnxruntime's
 /// DynamicQuantizeLSTM quantizes them for its integer GEMMs (the hidden state per batch row
-/// here, per step over the batch there: the same for batch 1).
+/// here, per step over the batch there: the same for batch 1). W and R are laid out as
+/// `layout` says.
 pub(crate) fn run_with(
     node: &Node,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
     quantized_activations: bool,
+    layout: WeightLayout,
 ) -> Result<Vec<RtTensor>> {
     let cell = match node.op_type.as_str() {
         "LSTM" => Cell::Lstm,
@@ -200,7 +231,7 @@ pub(crate) fn run_with(
         "RNN" => Cell::Rnn,
         other => return Err(format!("{other} is not a recurrent layer")),
     };
-    let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let get = |i: usize| inputs.get(i).and_then(|t| *t);
     let (x, w, r) = (
         get(0).ok_or("no X")?,
         get(1).ok_or("no W")?,
@@ -216,8 +247,10 @@ pub(crate) fn run_with(
         return Err("X must be 3-D".into());
     };
     let (seq, batch) = if batch_first { (b, a) } else { (a, b) };
-    let [directions, gate_rows, w_input] = w.shape[..] else {
-        return Err("W must be 3-D".into());
+    let [directions, gate_rows, w_input] = match (layout, &w.shape[..]) {
+        (WeightLayout::GateMajor, &[d, g, i]) => [d, g, i],
+        (WeightLayout::InputMajor, &[d, i, g]) if cell == Cell::Lstm => [d, g, i],
+        _ => return Err("W must be 3-D (input-major weights: LSTM only)".into()),
     };
     let hidden = node
         .attrs
@@ -226,7 +259,11 @@ pub(crate) fn run_with(
     if gate_rows != gates * hidden || w_input != input {
         return Err("W does not match hidden_size and X".into());
     }
-    if r.shape != [directions, gates * hidden, hidden] {
+    let r_expected = match layout {
+        WeightLayout::GateMajor => [directions, gates * hidden, hidden],
+        WeightLayout::InputMajor => [directions, hidden, gates * hidden],
+    };
+    if r.shape != r_expected {
         return Err("R does not match W".into());
     }
     let direction = node.attrs.string("direction").unwrap_or("forward");
@@ -321,26 +358,59 @@ pub(crate) fn run_with(
             None => (vec![0.0; gates * hidden], vec![0.0; gates * hidden]),
         };
         let act = &acts[d];
+        // X·Wᵀ + Wb for every step at once, through the packed GEMM: per step it was a
+        // product that streamed all of W (4 MB for a 512-wide LSTM, past the L2) for one row.
+        let steps_rows = seq * batch;
+        let mut projected = vec![0.0f32; steps_rows * gates * hidden];
+        let w_transposed = match layout {
+            WeightLayout::GateMajor => gemm::MatRef {
+                data: w_d,
+                rows: input,
+                cols: gates * hidden,
+                row_stride: 1,
+                col_stride: input,
+            },
+            WeightLayout::InputMajor => gemm::MatRef::row_major(w_d, input, gates * hidden),
+        };
+        gemm::sgemm(
+            &gemm::MatRef::row_major(&xs, steps_rows, input),
+            &w_transposed,
+            &mut projected,
+            gates * hidden,
+            &gemm::Epilogue {
+                bias: gemm::BiasKind::PerCol(&wb),
+                ..gemm::Epilogue::NONE
+            },
+            1,
+        );
         for bi in 0..batch {
             let len = lengths[bi];
             let h = &mut h_state[(d * batch + bi) * hidden..][..hidden];
             let c = &mut c_state[(d * batch + bi) * hidden..][..hidden];
             for step in 0..len {
                 let t = if backward { len - 1 - step } else { step };
-                let x_t = if batch_first {
-                    &xs[(bi * seq + t) * input..][..input]
+                // Row of X (and of its projection) for this step and batch row.
+                let x_row = if batch_first {
+                    bi * seq + t
                 } else {
-                    &xs[(t * batch + bi) * input..][..input]
+                    t * batch + bi
                 };
-                pre.copy_from_slice(&wb);
-                add_product(&mut pre, x_t, w_d);
+                pre.copy_from_slice(&projected[x_row * gates * hidden..][..gates * hidden]);
                 recurrent.copy_from_slice(&rb);
-                if quantized_activations {
-                    let mut rounded = h.to_vec();
-                    fake_quantize_u8(&mut rounded);
-                    add_product(&mut recurrent, &rounded, r_d);
+                let rounded;
+                let h_used: &[f32] = if quantized_activations {
+                    let mut values = h.to_vec();
+                    fake_quantize_u8(&mut values);
+                    rounded = values;
+                    &rounded
                 } else {
-                    add_product(&mut recurrent, h, r_d);
+                    h
+                };
+                match layout {
+                    WeightLayout::GateMajor => add_product(&mut recurrent, h_used, r_d),
+                    WeightLayout::InputMajor => {
+                        add_product_input_major(&mut recurrent, h_used, r_d)
+                    }
                 }
                 let clipped = |v: f32| clip.map_or(v, |c| v.clamp(-c, c));
                 match cell {

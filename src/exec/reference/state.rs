@@ -23,8 +23,8 @@ fn dims3(t: &RtTensor, what: &str) -> Result<(usize, usize, usize)> {
 
 /// LinearAttention: per batch row and KV head a [dk × dv] state, updated token by token and read
 /// by the query heads of its group after each update.
-pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Result<Vec<RtTensor>> {
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn linear_attention(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
+    let input = |i: usize| inputs.get(i).and_then(|t| *t);
     let (query, key, value) = (
         input(0).ok_or("query is missing")?,
         input(1).ok_or("key is missing")?,
@@ -180,9 +180,9 @@ pub(super) fn linear_attention(node: &Node, inputs: &[Option<RtTensor>]) -> Resu
 /// asked; the present state is the last k − 1 positions of [past ‖ x].
 pub(super) fn causal_conv_with_state(
     node: &Node,
-    inputs: &[Option<RtTensor>],
+    inputs: &[Option<&RtTensor>],
 ) -> Result<Vec<RtTensor>> {
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+    let input = |i: usize| inputs.get(i).and_then(|t| *t);
     let x = input(0).ok_or("input is missing")?;
     let w = input(1).ok_or("weight is missing")?;
     let (batch, channels, length) = dims3(x, "input")?;
@@ -252,8 +252,8 @@ pub(super) fn causal_conv_with_state(
 
 /// TensorScatter: the cache with each batch row's update written at its write index along
 /// `axis` (wrapping around in circular mode).
-pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<RtTensor>]) -> Result<RtTensor> {
-    let input = |i: usize| inputs.get(i).and_then(Option::as_ref);
+pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor> {
+    let input = |i: usize| inputs.get(i).and_then(|t| *t);
     let cache = input(0).ok_or("past_cache is missing")?;
     let update = input(1).ok_or("update is missing")?;
     let rank = cache.shape.len();
@@ -339,6 +339,7 @@ pub(super) fn tensor_scatter(node: &Node, inputs: &[Option<RtTensor>]) -> Result
 mod tests {
     use super::*;
     use crate::analysis::graph::Attr;
+    use crate::exec::reference::lend;
     use crate::exec::reference::test_node as node;
 
     fn f(shape: &[usize], values: Vec<f32>) -> Option<RtTensor> {
@@ -359,11 +360,11 @@ mod tests {
         );
         let out = linear_attention(
             &n,
-            &[
+            &lend(&[
                 f(&[1, 3, 1], vec![1.0, 2.0, 3.0]),
                 f(&[1, 3, 1], vec![1.0, 1.0, 2.0]),
                 f(&[1, 3, 1], vec![2.0, 3.0, 1.0]),
-            ],
+            ]),
         )
         .unwrap();
         // S = 2, 5, 7; o = 2, 10, 21.
@@ -385,14 +386,14 @@ mod tests {
         let g = (0.5f32).ln();
         let out = linear_attention(
             &n,
-            &[
+            &lend(&[
                 f(&[1, 1, 1], vec![1.0]),
                 f(&[1, 1, 1], vec![1.0]),
                 f(&[1, 1, 1], vec![3.0]),
                 f(&[1, 1, 1, 1], vec![4.0]),
                 f(&[1, 1, 1], vec![g]),
                 f(&[1, 1, 1], vec![0.5]),
-            ],
+            ]),
         )
         .unwrap();
         // S' = 2; S = 2 + 0.5·(3 − 2) = 2.5.
@@ -406,12 +407,12 @@ mod tests {
         // One channel, kernel [1, 2, 3], past [10, 20], input [1, 2].
         let out = causal_conv_with_state(
             &n,
-            &[
+            &lend(&[
                 f(&[1, 1, 2], vec![1.0, 2.0]),
                 f(&[1, 1, 3], vec![1.0, 2.0, 3.0]),
                 None,
                 f(&[1, 1, 2], vec![10.0, 20.0]),
-            ],
+            ]),
         )
         .unwrap();
         // y0 = 10 + 40 + 3 = 53; y1 = 20 + 2 + 6 = 28; present = [1, 2].
@@ -434,7 +435,7 @@ mod tests {
             shape: vec![2],
             data: RtData::I64(vec![0, 2]),
         });
-        let out = tensor_scatter(&n, &[cache, update, writes]).unwrap();
+        let out = tensor_scatter(&n, &lend(&[cache, update, writes])).unwrap();
         assert_eq!(out.to_f32(), [1.0, 2.0, 0.0, 4.0, 0.0, 3.0]);
     }
 }
