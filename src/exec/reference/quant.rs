@@ -6,6 +6,7 @@ use super::*;
 use crate::analysis::ops::spatial::ConvConfig;
 use crate::kernels::conv::{conv2d, ConvEpilogue};
 use crate::kernels::gemm::Activation;
+use crate::kernels::integer;
 
 /// DynamicQuantizeLinear: scale = (max(0, max x) − min(0, min x)) / 255, zero point =
 /// round(−min / scale) saturated to [0, 255], y = saturate(round(x / scale) + zero point), with
@@ -105,24 +106,30 @@ pub(super) fn matmul_integer(
             col % b_zeros.len()
         }]
     };
-    // Row-times-row updates over contiguous rows of B and the output, in i32 as the spec's
-    // output (the dot-product order in i64 strode down B's columns: 600 ms for ddddocr's
-    // 1024×8210 uint8 matrix at 32 rows). Columns go in blocks whose output rows stay in
-    // cache while each row of B is read once for every row of A (B streamed once per call,
-    // not once per row), and B's zero points are taken off as it is read (no centred copy of
-    // B per call). With the vectorized inner loop below, ddddocr's product went from 122 to
-    // 67 ms, of which about 40 are the generic path's per-run copy of B (`run.rs`).
-    const COLUMN_BLOCK: usize = 1024;
+    // Register-tiled products of i16 operands (`kernels::integer`): both sides less their zero
+    // points, A's rows with K padded to even, B packed into strips of columns by one streaming
+    // pass over its rows (a quarter of B's i64 size; for ddddocr about 5 ms of packing, most
+    // of it reading the i64 constant, and 3.5 ms of products). Earlier forms: a dot product striding down B's columns in i64
+    // (600 ms for ddddocr's 32×1024×8210 product), row updates over blocks of columns
+    // (122 ms, 67 with the vectorized loop, 18 once the generic path lent B instead of
+    // copying it per run).
+    let k_even = k + k % 2;
     let b_matrices: usize = batch_b.iter().product();
-    let column_zeros: Vec<i32> = (0..n).map(|col| b_zero_at(col) as i32).collect();
-    let a_centred: Vec<i32> = (0..batch_a.iter().product::<usize>() * m * k)
-        .map(|index| (av[index] - a_zero_at(index / k % m)) as i32)
-        .collect();
+    let column_zeros: Vec<i64> = (0..n).map(b_zero_at).collect();
+    let a_matrices: usize = batch_a.iter().product();
+    let mut a_centred = vec![0i16; a_matrices * m * k_even];
+    for (row, centred) in a_centred.chunks_exact_mut(k_even).enumerate() {
+        let zero = a_zero_at(row % m);
+        for (value, &q) in centred.iter_mut().zip(&av[row * k..][..k]) {
+            *value = (q - zero) as i16;
+        }
+    }
     let mut out = vec![0i32; batches * m * n];
-    let mut b_block = vec![0i16; 4 * COLUMN_BLOCK];
+    let strip_count = n.div_ceil(integer::STRIP);
+    let mut strips = vec![0i16; strip_count * k_even * integer::STRIP];
     // One B for every batch of A (a weight): A's batches are rows of one product, so B is
     // streamed once, not once per batch (ddddocr multiplies 32 batches of one row each).
-    let shared_b = b_matrices == 1 && batch_a.iter().product::<usize>() == batches;
+    let shared_b = b_matrices == 1 && a_matrices == batches;
     let (groups, rows) = if shared_b {
         (1, batches * m)
     } else {
@@ -137,41 +144,22 @@ pub(super) fn matmul_integer(
                 broadcast_index(p, &batch, &batch_strides, batch_b),
             )
         };
+        let a_group = &a_centred[pa * rows * k_even..][..rows * k_even];
+        let b_matrix = &bv[pb * k * n..][..k * n];
         let out_matrix = &mut out[p * rows * n..][..rows * n];
-        for start in (0..n).step_by(COLUMN_BLOCK) {
-            let width = COLUMN_BLOCK.min(n - start);
-            let zeros = &column_zeros[start..start + width];
-            // Four rows of B per pass over an output row: a quarter of the accumulator
-            // loads and stores (the pass is bound by them, not by the multiplies). The rows
-            // are centred on their zero points into i16 once per pass (a difference of two
-            // 8-bit values fits, and so does a product of two in i32), not narrowed from
-            // i64 again for every row of A.
-            for q in (0..k).step_by(4) {
-                let depth = 4.min(k - q);
-                // Rows 0-1 and 2-3 interleaved pairwise: b[t][j] at 2j + t % 2, so each
-                // i32 lane of the inner loop multiplies-and-adds one pair (`vpmaddwd`).
-                for (pair, interleaved) in b_block.chunks_exact_mut(2 * COLUMN_BLOCK).enumerate() {
-                    let interleaved = &mut interleaved[..2 * width];
-                    let row_at = |t: usize| {
-                        (t < depth).then(|| &bv[(pb * k + q + t) * n + start..][..width])
-                    };
-                    centre_pair(interleaved, row_at(2 * pair), row_at(2 * pair + 1), zeros);
-                }
-                let b_pairs: [&[i16]; 2] =
-                    std::array::from_fn(|t| &b_block[t * 2 * COLUMN_BLOCK..][..2 * width]);
-                for i in 0..rows {
-                    let a_row = &a_centred[(pa * rows + i) * k + q..][..depth];
-                    let mut a_values = [0i16; 4];
-                    for (value, &centred) in a_values.iter_mut().zip(a_row) {
-                        *value = centred as i16;
-                    }
-                    if a_values == [0; 4] {
-                        continue;
-                    }
-                    let out_row = &mut out_matrix[i * n + start..][..width];
-                    crate::kernels::integer::add_pair_rows(out_row, b_pairs, a_values);
-                }
-            }
+        pack_strips(&mut strips, b_matrix, k, n, &column_zeros);
+        for (index, strip) in strips.chunks_exact(k_even * integer::STRIP).enumerate() {
+            let start = index * integer::STRIP;
+            let width = integer::STRIP.min(n - start);
+            integer::strip_product(
+                a_group,
+                rows,
+                k_even,
+                strip,
+                width,
+                &mut out_matrix[start..],
+                n,
+            );
         }
     }
     let out: Vec<i64> = out.into_iter().map(i64::from).collect();
@@ -183,30 +171,54 @@ pub(super) fn matmul_integer(
     })
 }
 
+/// All of B (`k × n`, less its column zero points) as `integer::strip_product`'s strips,
+/// one after the other: B's rows are read in order, two at a time (a pair of rows makes each
+/// strip's next 2·STRIP values), so the read streams; reading each strip's columns down all
+/// of B instead cost twice the products' time.
+fn pack_strips(strips: &mut [i16], b: &[i64], k: usize, n: usize, zeros: &[i64]) {
+    let k_even = k + k % 2;
+    for kp in 0..k_even / 2 {
+        let even = &b[2 * kp * n..][..n];
+        let odd = (2 * kp + 1 < k).then(|| &b[(2 * kp + 1) * n..][..n]);
+        interleave_pair(strips, k_even * integer::STRIP, kp, even, odd, &zeros[..n]);
+    }
+}
+
 crate::kernels::simd::multiversion! {
-    /// Two rows of an 8-bit B less their zero points, interleaved in i16 (`even`, `odd`:
-    /// `None` past the end of K, zeros).
-    fn centre_pair(
-        interleaved: &mut [i16],
-        even: Option<&[i64]>,
+    /// Rows `2kp` (`even`) and `2kp + 1` (`odd`, zeros without one) of B less their zero
+    /// points into every strip (`strip_len` values each): column `c` of the pair goes to strip
+    /// `c / STRIP` at `kp · 2·STRIP + 2·(c % STRIP)` (+ 1 for the odd row).
+    fn interleave_pair(
+        strips: &mut [i16],
+        strip_len: usize,
+        kp: usize,
+        even: &[i64],
         odd: Option<&[i64]>,
-        zeros: &[i32],
+        zeros: &[i64],
     ) {
-        let width = interleaved.len() / 2;
-        let zeros = &zeros[..width];
-        for (s, row) in [even, odd].into_iter().enumerate() {
-            match row {
-                Some(row) => {
-                    for j in 0..width {
-                        interleaved[2 * j + s] = (row[j] as i32).wrapping_sub(zeros[j]) as i16;
+        const STRIP: usize = integer::STRIP;
+        let n = even.len();
+        for (index, strip) in strips.chunks_exact_mut(strip_len).enumerate() {
+            let start = index * STRIP;
+            let width = STRIP.min(n - start);
+            let target = &mut strip[kp * 2 * STRIP..][..2 * STRIP];
+            let (even, zeros) = (&even[start..start + width], &zeros[start..start + width]);
+            match odd {
+                Some(odd) => {
+                    let odd = &odd[start..start + width];
+                    for c in 0..width {
+                        target[2 * c] = (even[c] - zeros[c]) as i16;
+                        target[2 * c + 1] = (odd[c] - zeros[c]) as i16;
                     }
                 }
                 None => {
-                    for j in 0..width {
-                        interleaved[2 * j + s] = 0;
+                    for c in 0..width {
+                        target[2 * c] = (even[c] - zeros[c]) as i16;
+                        target[2 * c + 1] = 0;
                     }
                 }
             }
+            target[2 * width..].fill(0);
         }
     }
 }
@@ -317,10 +329,16 @@ mod tests {
     /// per-column zero points, one B shared by A's batches, and a B with batches of its own.
     #[test]
     fn matmul_integer_matches_the_formula() {
-        let (m, k, n) = (3, 5, 7);
+        // Odd K, a partial strip of columns, and several strips with an odd K past 64.
+        for (m, k, n) in [(3, 5, 7), (5, 67, 70)] {
+            check_matmul_integer(m, k, n);
+        }
+    }
+
+    fn check_matmul_integer(m: usize, k: usize, n: usize) {
         let value = |index: usize, modulus: usize| ((index * 37 + 11) % modulus) as i64;
         let a_values: Vec<i64> = (0..2 * m * k).map(|i| value(i, 256)).collect();
-        let a_zero: Vec<i64> = vec![3, 128, 250];
+        let a_zero: Vec<i64> = (0..m).map(|i| [3, 128, 250][i % 3]).collect();
         let b_zero: Vec<i64> = (0..n).map(|j| value(j + 5, 256)).collect();
         let expected = |a: &[i64], b: &[i64], batch: usize, b_batch: usize| -> Vec<i64> {
             let mut out = Vec::new();
