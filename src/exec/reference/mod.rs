@@ -11,6 +11,7 @@ use crate::analysis::graph::Node;
 use crate::analysis::tensor::DType;
 
 mod attention;
+mod broadcast;
 mod classic_ml;
 mod contrib;
 mod control;
@@ -511,6 +512,7 @@ fn floats(t: &RtTensor) -> Vec<f32> {
 }
 
 use crate::kernels::movement::strides;
+use broadcast::{arithmetic, broadcast_index, broadcast_ints, broadcast_shape};
 
 fn axis_of(axis: i64, rank: usize) -> Result<usize> {
     let adjusted = if axis < 0 { axis + rank as i64 } else { axis };
@@ -545,156 +547,6 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
         shape[axis],
         shape[axis + 1..].iter().product(),
     )
-}
-
-fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    (0..rank)
-        .map(|d| {
-            let da = if d + a.len() >= rank {
-                a[d + a.len() - rank]
-            } else {
-                1
-            };
-            let db = if d + b.len() >= rank {
-                b[d + b.len() - rank]
-            } else {
-                1
-            };
-            match (da, db) {
-                (x, y) if x == y => Ok(x),
-                (1, y) => Ok(y),
-                (x, 1) => Ok(x),
-                _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
-            }
-        })
-        .collect()
-}
-
-/// The element of a broadcast operand of shape `shape` at output coordinate `linear`.
-fn broadcast_index(linear: usize, out: &[usize], out_strides: &[usize], shape: &[usize]) -> usize {
-    let offset = out.len() - shape.len();
-    let own = strides(shape);
-    let mut index = 0;
-    for (d, &dim) in shape.iter().enumerate() {
-        let coord = linear / out_strides[d + offset] % out[d + offset];
-        if dim != 1 {
-            index += coord * own[d];
-        }
-    }
-    index
-}
-
-fn broadcast_ints(a: &RtTensor, b: &RtTensor, f: impl Fn(i64, i64) -> i64) -> Result<RtTensor> {
-    let (va, vb) = (int_values(a), int_values(b));
-    let (shape, data) = broadcast_map(&va, &a.shape, &vb, &b.shape, f)?;
-    Ok(RtTensor {
-        shape,
-        data: RtData::I64(data),
-    })
-}
-
-/// `f` over two operands broadcast numpy-style, with their broadcast shape. The output is
-/// walked row by row along its last axis, each operand's row start found by carrying an
-/// odometer over the outer axes (a division per axis per element had made a 98 k-element
-/// integer bias Add of a quantized convolution take 1.5 ms).
-fn broadcast_map<T: Copy, U>(
-    a: &[T],
-    a_shape: &[usize],
-    b: &[T],
-    b_shape: &[usize],
-    f: impl Fn(T, T) -> U,
-) -> Result<(Vec<usize>, Vec<U>)> {
-    let shape = broadcast_shape(a_shape, b_shape)?;
-    let count: usize = shape.iter().product();
-    if a.len() != a_shape.iter().product::<usize>() || b.len() != b_shape.iter().product::<usize>()
-    {
-        return Err("an operand's length disagrees with its shape".into());
-    }
-    let mut out = Vec::with_capacity(count);
-    if count == 0 {
-        return Ok((shape, out));
-    }
-    // Each operand's stride along every output axis, 0 where it is broadcast.
-    let aligned_strides = |own: &[usize]| -> Vec<usize> {
-        let own_strides = strides(own);
-        let offset = shape.len() - own.len();
-        (0..shape.len())
-            .map(|d| match d.checked_sub(offset) {
-                Some(o) if own[o] != 1 => own_strides[o],
-                _ => 0,
-            })
-            .collect()
-    };
-    let (sa, sb) = (aligned_strides(a_shape), aligned_strides(b_shape));
-    let rank = shape.len();
-    let (row, step_a, step_b) = match rank {
-        0 => (1, 0, 0),
-        _ => (shape[rank - 1], sa[rank - 1], sb[rank - 1]),
-    };
-    let outer = rank.saturating_sub(1);
-    let mut coords = vec![0usize; outer];
-    let (mut base_a, mut base_b) = (0usize, 0usize);
-    for _ in 0..count / row {
-        match (step_a, step_b) {
-            (1, 1) => out.extend(
-                a[base_a..base_a + row]
-                    .iter()
-                    .zip(&b[base_b..base_b + row])
-                    .map(|(&x, &y)| f(x, y)),
-            ),
-            (1, 0) => {
-                let y = b[base_b];
-                out.extend(a[base_a..base_a + row].iter().map(|&x| f(x, y)));
-            }
-            (0, 1) => {
-                let x = a[base_a];
-                out.extend(b[base_b..base_b + row].iter().map(|&y| f(x, y)));
-            }
-            _ => out.extend((0..row).map(|i| f(a[base_a + i * step_a], b[base_b + i * step_b]))),
-        }
-        // Carry the odometer over the outer axes.
-        for d in (0..outer).rev() {
-            coords[d] += 1;
-            base_a += sa[d];
-            base_b += sb[d];
-            if coords[d] < shape[d] {
-                break;
-            }
-            base_a -= sa[d] * shape[d];
-            base_b -= sb[d] * shape[d];
-            coords[d] = 0;
-        }
-    }
-    Ok((shape, out))
-}
-
-/// Add, Sub or Mul of two tensors of one kind: integers wrap (to i64 here, to their own width
-/// by the caller), floats in f32 as the planned kernels compute them. Quantized models add
-/// int32 biases to ConvInteger and MatMulInteger outputs this way.
-fn arithmetic(op: &str, a: &RtTensor, b: &RtTensor) -> Result<RtTensor> {
-    let (shape, data) = match (&a.data, &b.data) {
-        (RtData::I64(x), RtData::I64(y)) => {
-            let f: fn(i64, i64) -> i64 = match op {
-                "Add" => i64::wrapping_add,
-                "Sub" => i64::wrapping_sub,
-                _ => i64::wrapping_mul,
-            };
-            let (shape, values) = broadcast_map(x, &a.shape, y, &b.shape, f)?;
-            (shape, RtData::I64(values))
-        }
-        _ => {
-            let (x, y) = (a.to_f32(), b.to_f32());
-            let f: fn(f32, f32) -> f32 = match op {
-                "Add" => |p, q| p + q,
-                "Sub" => |p, q| p - q,
-                _ => |p, q| p * q,
-            };
-            let (shape, values) = broadcast_map(&x, &a.shape, &y, &b.shape, f)?;
-            (shape, RtData::F32(values))
-        }
-    };
-    Ok(RtTensor { shape, data })
 }
 
 /// `x` shifted by `shift` bits in the integer type `dtype`: bits past the type's width are
