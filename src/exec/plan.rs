@@ -124,7 +124,14 @@ impl Plan {
 
 /// A node the generic path runs: the node, its inputs' element types (implicit inputs
 /// included) and its outputs'.
-pub(super) type GenericNode = (Node, Vec<Option<DType>>, Vec<DType>);
+/// A generic step's node (with its constant inputs marked), its input and output element
+/// types, and what its reference kernel prepared from its constant inputs at plan time.
+pub(super) type GenericNode = (
+    Node,
+    Vec<Option<DType>>,
+    Vec<DType>,
+    Option<Arc<super::reference::Prepared>>,
+);
 
 /// Where a value lives at run time.
 #[derive(Clone, Debug)]
@@ -417,6 +424,30 @@ pub fn build_plan(
     );
     let peak_activation_bytes = buffers.sizes.iter().map(|&s| s as u64 * 4).sum::<u64>();
     let scratch_len = steps.iter().map(|s| s.scratch).max().unwrap_or(0);
+    let generic_nodes: HashMap<NodeId, GenericNode> = steps
+        .iter()
+        .filter(|s| matches!(s.kernel, Kernel::Generic))
+        .map(|s| {
+            let node = &graph.dag[s.node];
+            let (in_types, out_types) = eval::element_types(graph, &s.inputs, &node.outputs);
+            let given: Vec<bool> = s.inputs.iter().map(Option::is_some).collect();
+            let constants: Vec<Option<&RtTensor>> = s
+                .inputs
+                .iter()
+                .map(|v| match v.map(|v| &slots[v]) {
+                    Some(Slot::Const(t)) => Some(&**t),
+                    _ => None,
+                })
+                .collect();
+            let prepared = super::reference::prepare(node, &given, &constants).map(Arc::new);
+            let node = eval::generic_node(graph, &s.inputs, node);
+            (s.node, (node, in_types, out_types, prepared))
+        })
+        .collect();
+    weights_bytes += generic_nodes
+        .values()
+        .filter_map(|(_, _, _, prepared)| prepared.as_ref().map(|p| p.bytes()))
+        .sum::<u64>();
     let total = peak_activation_bytes + weights_bytes + scratch_len as u64 * 4;
     if total > options.memory_limit_bytes {
         return Err(ExecError::TooLarge {
@@ -425,16 +456,6 @@ pub fn build_plan(
             limit_source: options.memory_limit_source.clone(),
         });
     }
-    let generic_nodes = steps
-        .iter()
-        .filter(|s| matches!(s.kernel, Kernel::Generic))
-        .map(|s| {
-            let node = &graph.dag[s.node];
-            let (in_types, out_types) = eval::element_types(graph, &s.inputs, &node.outputs);
-            let node = eval::generic_node(graph, &s.inputs, node);
-            (s.node, (node, in_types, out_types))
-        })
-        .collect();
     Ok(Plan {
         steps,
         slots,

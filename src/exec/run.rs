@@ -375,11 +375,15 @@ impl Plan {
                     })
                 })
                 .collect();
-            let (node, in_types, out_types) = self
+            let (node, in_types, out_types, prepared) = self
                 .generic_nodes
                 .get(&step.node)
                 .ok_or_else(|| node_err("internal: node missing".into()))?;
-            let outs = eval::generic_eval(node, self.opset, &ins, in_types, out_types)?;
+            let outs = match prepared {
+                Some(prepared) => super::reference::run_prepared(node, prepared, &ins, out_types)
+                    .map_err(node_err)?,
+                None => eval::generic_eval(node, self.opset, &ins, in_types, out_types)?,
+            };
             for (&v, t) in step.outputs.iter().zip(outs) {
                 self.store(v, t, ws)?;
             }

@@ -156,7 +156,11 @@ impl OpDef for MatMul {
             transcendental: 0,
             bytes: ctx.default_traffic()?,
             is_view: false,
-            compute_precision: None,
+            // MatMulInteger multiplies 8-bit integers: its roof is the int8 peak, whatever
+            // precision the model is analysed at (at the fp32 peak an i16 `vpmaddwd` kernel,
+            // two products per lane, ran faster than its "bound").
+            compute_precision: (ctx.node.op_type == "MatMulInteger")
+                .then_some(crate::device::Precision::Int8),
             vector_flops: 0,
         })
     }
@@ -295,6 +299,7 @@ mod cost_tests {
         assert_eq!(cost.macs, 512);
         // u8 A 32·1, i8 B 128·1, i32 Y 64·4: integer widths whatever the precision.
         assert_eq!(cost.bytes, traffic(128, 32, 256));
+        assert_eq!(cost.compute_precision, Some(Precision::Int8));
         let (_, fp16) = Op::new("MatMulInteger")
             .precision(Precision::Fp16)
             .run(&[&a, &b]);

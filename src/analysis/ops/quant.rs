@@ -152,8 +152,13 @@ impl OpDef for QLinear {
         };
         let op = super::lookup("", float_op).ok_or("internal: float op missing")?;
         let mut cost = op.cost(&inner)?;
+        // 8-bit products: the int8 roof; the requantization of a QLinear op's outputs runs at
+        // the fp32 vector rate.
+        cost.compute_precision = Some(crate::device::Precision::Int8);
         if ctx.node.op_type != "ConvInteger" {
-            cost.flops += 3 * ctx.output_elements(0)?;
+            let requantize = 3 * ctx.output_elements(0)?;
+            cost.flops += requantize;
+            cost.vector_flops += requantize;
         }
         cost.bytes = ctx.default_traffic()?;
         Ok(cost)
@@ -248,6 +253,9 @@ mod tests {
         assert_eq!(cost.macs, 3_888);
         // FLOPs = 2·MACs + 144 bias adds + 3·144 requantization = 7,776 + 144 + 432.
         assert_eq!(cost.flops, 8_352);
+        // The requantization (3·144) at the fp32 vector rate.
+        assert_eq!(cost.vector_flops, 432);
+        assert_eq!(cost.compute_precision, Some(Precision::Int8));
         // x 192 (u8); weights: scales 3·4, zero points 3·1, w 108, bias 4·4 = 139; y 144 (u8).
         assert_eq!(cost.bytes, traffic(139, 192, 144));
         // A bias of the wrong length is still an inconsistent convolution.
@@ -270,6 +278,9 @@ mod tests {
         assert_eq!(cost.flops, 7_776);
         // i32 output: 144·4 = 576 bytes; weights 108 + 1 + 1.
         assert_eq!(cost.bytes, traffic(110, 192, 576));
+        // 8-bit products on the int8 roof, no fp32-rate requantization.
+        assert_eq!(cost.compute_precision, Some(Precision::Int8));
+        assert_eq!(cost.vector_flops, 0);
     }
 
     #[test]

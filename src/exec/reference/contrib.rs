@@ -332,7 +332,16 @@ fn contrib_rotary(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor>
 /// each step's hidden state rounded through uint8 as onnxruntime quantizes them for its integer
 /// products (`rnn::run_with`).
 fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
-    let get = |i: usize| inputs.get(i).and_then(|t| *t);
+    let (w, r) = dequantized_lstm_weights(&|i: usize| inputs.get(i).and_then(|t| *t))?;
+    dynamic_quantize_lstm_with(node, inputs, &w, &r)
+}
+
+/// DynamicQuantizeLSTM's W and R (inputs 1 and 2, their scales 8 and 10, zero points 9 and
+/// 11) dequantized in their input-major layout: per run, or once per plan when all of them are
+/// constants (`reference::prepare`).
+pub(super) fn dequantized_lstm_weights<'a>(
+    get: &dyn Fn(usize) -> Option<&'a RtTensor>,
+) -> Result<(RtTensor, RtTensor)> {
     let dequantized = |w: usize, scale: usize, zero: usize| -> Result<RtTensor> {
         let weights = get(w).ok_or(format!("DynamicQuantizeLSTM: input #{w} is missing"))?;
         let scales = floats(get(scale).ok_or("DynamicQuantizeLSTM: a weight scale is missing")?);
@@ -379,15 +388,23 @@ fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Ve
             data: RtData::F32(out),
         })
     };
-    let w = dequantized(1, 8, 9)?;
-    let r = dequantized(2, 10, 11)?;
+    Ok((dequantized(1, 8, 9)?, dequantized(2, 10, 11)?))
+}
+
+/// DynamicQuantizeLSTM on dequantized `w` and `r` (see [`dequantized_lstm_weights`]).
+pub(super) fn dynamic_quantize_lstm_with(
+    node: &Node,
+    inputs: &[Option<&RtTensor>],
+    w: &RtTensor,
+    r: &RtTensor,
+) -> Result<Vec<RtTensor>> {
     let mut lstm = node.clone();
     lstm.op_type = "LSTM".into();
     lstm.domain = String::new();
     let mut lstm_inputs: Vec<Option<&RtTensor>> = inputs.iter().take(8).copied().collect();
     lstm_inputs.resize(8, None);
-    lstm_inputs[1] = Some(&w);
-    lstm_inputs[2] = Some(&r);
+    lstm_inputs[1] = Some(w);
+    lstm_inputs[2] = Some(r);
     super::rnn::run_with(
         &lstm,
         &lstm_inputs,

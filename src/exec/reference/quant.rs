@@ -75,58 +75,124 @@ pub(super) fn matmul_integer(
     a_zero: Option<&RtTensor>,
     b_zero: Option<&RtTensor>,
 ) -> Result<RtTensor> {
-    if a.shape.len() < 2 || b.shape.len() < 2 {
+    matmul_integer_packed(a, a_zero, &pack_integer_b(b, b_zero)?)
+}
+
+/// MatMulInteger's B less its zero points, packed for `kernels::integer::strip_product`:
+/// once per call, or once per plan when B and its zero point are constants (a weight).
+#[derive(Debug)]
+pub(crate) struct PackedIntegerB {
+    k: usize,
+    n: usize,
+    /// B's batch dims (empty for a weight).
+    batch: Vec<usize>,
+    /// Per B matrix, its strips one after the other.
+    strips: Vec<i16>,
+}
+
+impl PackedIntegerB {
+    /// Bytes the packed form holds.
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.strips.len() * std::mem::size_of::<i16>()) as u64
+    }
+
+    fn matrix_len(&self) -> usize {
+        self.n.div_ceil(integer::STRIP) * (self.k + self.k % 2) * integer::STRIP
+    }
+}
+
+/// B (rank 2 or more) packed into strips, each matrix less its per-column (or scalar) zero
+/// point: B's rows read once, in order (see `pack_strips`).
+pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<PackedIntegerB> {
+    let rb = b.shape.len();
+    if rb < 2 {
         return Err("MatMulInteger: operands of rank 2 or more have a reference".into());
     }
-    let (ra, rb) = (a.shape.len(), b.shape.len());
+    let (k, n) = (b.shape[rb - 2], b.shape[rb - 1]);
+    let b_zeros = b_zero.map(ints).unwrap_or_else(|| vec![0]);
+    if b_zeros.is_empty() {
+        return Err("MatMulInteger: an empty B zero point".into());
+    }
+    let column_zeros: Vec<i64> = (0..n).map(|col| b_zeros[col % b_zeros.len()]).collect();
+    let bv = int_values(b);
+    let mut packed = PackedIntegerB {
+        k,
+        n,
+        batch: b.shape[..rb - 2].to_vec(),
+        strips: Vec::new(),
+    };
+    let matrices: usize = packed.batch.iter().product();
+    if bv.len() != matrices * k * n {
+        return Err(format!(
+            "MatMulInteger: B's data disagrees with its shape {:?}",
+            b.shape
+        ));
+    }
+    let matrix_len = packed.matrix_len();
+    packed.strips = vec![0i16; matrices * matrix_len];
+    if k * n > 0 {
+        for (matrix, strips) in bv
+            .chunks_exact(k * n)
+            .zip(packed.strips.chunks_exact_mut(matrix_len.max(1)))
+        {
+            pack_strips(strips, matrix, k, n, &column_zeros);
+        }
+    }
+    Ok(packed)
+}
+
+/// MatMulInteger of A (less its zero point) by a packed B. Register-tiled products of i16
+/// operands (`kernels::integer`): both sides less their zero points, A's rows with K padded to
+/// even. Earlier forms: a dot product striding down B's columns in i64 (600 ms for ddddocr's
+/// 32×1024×8210 product), row updates over blocks of columns (122 ms, 67 vectorized, 18 once
+/// the generic path lent B instead of copying it per run); this kernel 3.5 ms of products,
+/// plus about 5 ms of packing (most of it reading the i64 constant) unless the plan packed B.
+pub(super) fn matmul_integer_packed(
+    a: &RtTensor,
+    a_zero: Option<&RtTensor>,
+    packed: &PackedIntegerB,
+) -> Result<RtTensor> {
+    let ra = a.shape.len();
+    if ra < 2 {
+        return Err("MatMulInteger: operands of rank 2 or more have a reference".into());
+    }
     let (m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
-    let (k2, n) = (b.shape[rb - 2], b.shape[rb - 1]);
-    if k != k2 {
-        return Err(format!("MatMulInteger: inner dims {k} and {k2} differ"));
+    let n = packed.n;
+    if k != packed.k {
+        return Err(format!(
+            "MatMulInteger: inner dims {k} and {} differ",
+            packed.k
+        ));
     }
     let batch_a = &a.shape[..ra - 2];
-    let batch_b = &b.shape[..rb - 2];
+    let batch_b = &packed.batch[..];
     let batch = broadcast_shape(batch_a, batch_b)?;
     let batch_strides = strides(&batch);
     let batches: usize = batch.iter().product();
-    let (av, bv) = (ints(a), int_values(b));
+    let av = int_values(a);
     let a_zeros = a_zero.map(ints).unwrap_or_else(|| vec![0]);
-    let b_zeros = b_zero.map(ints).unwrap_or_else(|| vec![0]);
-    let a_zero_at = |row: usize| {
-        a_zeros[if a_zeros.len() == 1 {
-            0
-        } else {
-            row % a_zeros.len()
-        }]
-    };
-    let b_zero_at = |col: usize| {
-        b_zeros[if b_zeros.len() == 1 {
-            0
-        } else {
-            col % b_zeros.len()
-        }]
-    };
-    // Register-tiled products of i16 operands (`kernels::integer`): both sides less their zero
-    // points, A's rows with K padded to even, B packed into strips of columns by one streaming
-    // pass over its rows (a quarter of B's i64 size; for ddddocr about 5 ms of packing, most
-    // of it reading the i64 constant, and 3.5 ms of products). Earlier forms: a dot product striding down B's columns in i64
-    // (600 ms for ddddocr's 32×1024×8210 product), row updates over blocks of columns
-    // (122 ms, 67 with the vectorized loop, 18 once the generic path lent B instead of
-    // copying it per run).
+    if a_zeros.is_empty() {
+        return Err("MatMulInteger: an empty A zero point".into());
+    }
     let k_even = k + k % 2;
     let b_matrices: usize = batch_b.iter().product();
-    let column_zeros: Vec<i64> = (0..n).map(b_zero_at).collect();
     let a_matrices: usize = batch_a.iter().product();
+    if av.len() != a_matrices * m * k {
+        return Err(format!(
+            "MatMulInteger: A's data disagrees with its shape {:?}",
+            a.shape
+        ));
+    }
     let mut a_centred = vec![0i16; a_matrices * m * k_even];
-    for (row, centred) in a_centred.chunks_exact_mut(k_even).enumerate() {
-        let zero = a_zero_at(row % m);
-        for (value, &q) in centred.iter_mut().zip(&av[row * k..][..k]) {
-            *value = (q - zero) as i16;
+    if k > 0 {
+        for (row, centred) in a_centred.chunks_exact_mut(k_even).enumerate() {
+            let zero = a_zeros[(row % m) % a_zeros.len()];
+            for (value, &q) in centred.iter_mut().zip(&av[row * k..][..k]) {
+                *value = (q - zero) as i16;
+            }
         }
     }
     let mut out = vec![0i32; batches * m * n];
-    let strip_count = n.div_ceil(integer::STRIP);
-    let mut strips = vec![0i16; strip_count * k_even * integer::STRIP];
     // One B for every batch of A (a weight): A's batches are rows of one product, so B is
     // streamed once, not once per batch (ddddocr multiplies 32 batches of one row each).
     let shared_b = b_matrices == 1 && a_matrices == batches;
@@ -135,7 +201,9 @@ pub(super) fn matmul_integer(
     } else {
         (batches, m)
     };
-    for p in 0..groups {
+    let matrix_len = packed.matrix_len();
+    // With K = 0 every product is the empty sum.
+    for p in (0..groups).filter(|_| k_even > 0) {
         let (pa, pb) = if shared_b {
             (0, 0)
         } else {
@@ -145,9 +213,8 @@ pub(super) fn matmul_integer(
             )
         };
         let a_group = &a_centred[pa * rows * k_even..][..rows * k_even];
-        let b_matrix = &bv[pb * k * n..][..k * n];
+        let strips = &packed.strips[pb * matrix_len..][..matrix_len];
         let out_matrix = &mut out[p * rows * n..][..rows * n];
-        pack_strips(&mut strips, b_matrix, k, n, &column_zeros);
         for (index, strip) in strips.chunks_exact(k_even * integer::STRIP).enumerate() {
             let start = index * integer::STRIP;
             let width = integer::STRIP.min(n - start);
@@ -322,6 +389,35 @@ mod tests {
             shape: shape.to_vec(),
             data: RtData::I64(values.to_vec()),
         }
+    }
+
+    /// A constant B (and B zero point) is packed at plan time and the prepared run gives what
+    /// the per-call run gives; a B zero point that is given but not constant leaves the node
+    /// unprepared (it would be packed with the wrong zero point).
+    #[test]
+    fn matmul_integer_prepared_from_constants_matches_the_per_call_run() {
+        let node = crate::exec::reference::test_node("MatMulInteger", &[]);
+        let a = tensor(
+            &[2, 3, 5],
+            &(0..30).map(|i| (i * 7 % 256) as i64).collect::<Vec<_>>(),
+        );
+        let b = tensor(
+            &[5, 40],
+            &(0..200).map(|i| (i * 13 % 256) as i64).collect::<Vec<_>>(),
+        );
+        let (a_zero, b_zero) = (tensor(&[], &[9]), tensor(&[], &[128]));
+        let inputs = [Some(&a), Some(&b), Some(&a_zero), Some(&b_zero)];
+        let per_call = super::super::run(&node, 13, &inputs, &[], &[DType::I32]).unwrap();
+        let given = [true; 4];
+        let constants = [None, Some(&b), None, Some(&b_zero)];
+        let prepared = super::super::prepare(&node, &given, &constants).expect("B is constant");
+        let from_plan =
+            super::super::run_prepared(&node, &prepared, &inputs, &[DType::I32]).unwrap();
+        assert_eq!(from_plan, per_call);
+        let zero_at_run_time = [None, Some(&b), None, None];
+        assert!(super::super::prepare(&node, &given, &zero_at_run_time).is_none());
+        let no_zero = [true, true, true, false];
+        assert!(super::super::prepare(&node, &no_zero, &zero_at_run_time).is_some());
     }
 
     /// The blocked product against `Σ_q (a[i,q] − za[i]) · (b[q,j] − zb[j])` element by
