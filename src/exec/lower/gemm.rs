@@ -33,7 +33,7 @@ pub(crate) struct MatMulSpec {
     activation: Activation,
     /// B when it is a constant that the CPU packs once at plan time instead of on every run
     /// (one product, more than the few rows that stream B unpacked, at most
-    /// `MAX_PREPACKED_B_BYTES`, and while the plan's budget for packed copies lasts, see
+    /// `MAX_PREPACKED_B_BYTES` unless the rows are few, and while the plan's budget for packed copies lasts, see
     /// `exec::plan`): a batch-8 classifier head over 1000×2048 transposed weights spent two
     /// thirds of its time packing them. The plan's own constant, shared (never copied).
     constant_b: Option<Arc<RtTensor>>,
@@ -44,6 +44,13 @@ pub(crate) struct MatMulSpec {
 /// 4096×11008 projections (180 MB) keep packing per call, which at prefill's many rows is a
 /// small share of the product.
 const MAX_PREPACKED_B_BYTES: usize = 32 << 20;
+
+/// Rows under which a constant B over `MAX_PREPACKED_B_BYTES` is packed ahead of time all the
+/// same (within the plan's budget for packed copies): packing reads and writes B, about
+/// 4·peak ÷ (bandwidth · rows) of the product's time (half of it at 32 rows on a 120 GFLOP/s
+/// core streaming 30 GB/s; a CRNN's 32×1024 · 1024×8210 classifier, 33.6 MB of weights, ran
+/// 9.2 ms against a 4.6 ms bound), under a tenth from this many rows on.
+const FEW_ROWS_FOR_LARGE_B: usize = 256;
 
 #[derive(Clone, Debug, PartialEq)]
 enum GemmC {
@@ -252,10 +259,17 @@ impl MatMulSpec {
 }
 
 /// `spec` with its B kept for packing at plan time when B is a constant worth it.
+/// Whether a product of `batch` matrices of `m` rows by a constant `k × n` B packs B at plan
+/// time (the plan's budget for packed copies aside).
+fn prepacks_b(batch: usize, m: usize, k: usize, n: usize) -> bool {
+    batch == 1
+        && gemm::reads_b_packed(m)
+        && (k.saturating_mul(n).saturating_mul(4) <= MAX_PREPACKED_B_BYTES
+            || m < FEW_ROWS_FOR_LARGE_B)
+}
+
 fn with_constant_b(cx: &Cx, spec: MatMulSpec) -> MatMulSpec {
-    let packs = spec.batch == 1
-        && gemm::reads_b_packed(spec.m)
-        && spec.k * spec.n * 4 <= MAX_PREPACKED_B_BYTES;
+    let packs = prepacks_b(spec.batch, spec.m, spec.k, spec.n);
     MatMulSpec {
         constant_b: if packs { cx.const_f32_tensor(1) } else { None },
         ..spec
@@ -371,4 +385,22 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
         (0..spec.batch).for_each(|batch| one(batch, threads));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod prepack_tests {
+    use super::prepacks_b;
+
+    /// Small weights pack for any product of more than a few rows; weights over 32 MiB only
+    /// for few rows (a CRNN's 32 × 1024 · 1024 × 8210 head), not for a 7B decoder's prefill
+    /// (512 rows · 4096 × 11008); the few rows that stream B unpacked and batched products never.
+    #[test]
+    fn large_weights_pack_only_for_few_rows() {
+        assert!(prepacks_b(1, 8, 64, 48));
+        assert!(!prepacks_b(1, 3, 64, 48));
+        assert!(!prepacks_b(2, 8, 64, 48));
+        assert!(prepacks_b(1, 32, 1024, 8210));
+        assert!(!prepacks_b(1, 512, 4096, 11008));
+        assert!(prepacks_b(1, 512, 1024, 1024));
+    }
 }
