@@ -122,10 +122,9 @@ impl Plan {
     }
 }
 
-/// A node the generic path runs: the node, its inputs' element types (implicit inputs
-/// included) and its outputs'.
-/// A generic step's node (with its constant inputs marked), its input and output element
-/// types, and what its reference kernel prepared from its constant inputs at plan time.
+/// A node the generic path runs: the node (its constant inputs marked), its inputs' element
+/// types (implicit inputs included) and its outputs', and what its reference kernel prepared
+/// from its constant inputs at plan time (`reference::prepare`).
 pub(super) type GenericNode = (
     Node,
     Vec<Option<DType>>,
