@@ -191,7 +191,7 @@ pub(super) fn generic_node(
     node
 }
 
-/// Evaluates an op on owned tensors: through its reference kernel when it has one
+/// Evaluates an op on lent tensors: through its reference kernel when it has one
 /// (`reference.rs`), else through the analysis layer's constant evaluator (small integer
 /// tensors). `in_types` and `out_types` are the element types of the node's inputs and outputs.
 pub(super) fn generic_eval(

@@ -2,8 +2,8 @@
 //! so `vpmaddwd` (AVX-512BW or AVX2) sums two products per i32 lane exactly, with the i32
 //! accumulation wrapping as the spec's output type does. B is handed over in strips of
 //! [`STRIP`] columns, K in pairs (`strip[(kp · STRIP + column) · 2 + s]` = B[2kp + s][column]),
-//! which the caller packs from whatever storage it has just before each strip is used; A's
-//! rows are i16 with K padded to even. Each output tile is summed in registers over the whole
+//! which the caller packs from whatever storage it has (once per call, or once per plan for a
+//! constant B); A's rows are i16 with K padded to even. Each output tile is summed in registers over the whole
 //! of K: the earlier row-update form loaded and stored every output element once per four
 //! values of K and ran at a quarter of this speed.
 
@@ -187,16 +187,21 @@ mod tests {
     #[test]
     fn strip_products_match_the_formula() {
         for (rows, k_even, width) in [(1, 2, 1), (4, 6, 32), (7, 10, 17), (9, 64, 32), (3, 2, 5)] {
-            let a: Vec<i16> = (0..rows * k_even)
+            let mut a: Vec<i16> = (0..rows * k_even)
                 .map(|i| ((i * 53 % 511) as i16) - 255)
                 .collect();
-            let b: Vec<Vec<i16>> = (0..k_even)
+            // Both ends of the range at once: a pair of (−255)·(−255) products per lane.
+            a[0] = -255;
+            a[rows * k_even - 1] = 255;
+            let mut b: Vec<Vec<i16>> = (0..k_even)
                 .map(|k| {
                     (0..width)
                         .map(|c| (((k * 31 + c * 97) % 511) as i16) - 255)
                         .collect()
                 })
                 .collect();
+            b[0][0] = -255;
+            b[k_even - 1][width - 1] = 255;
             let mut strip = vec![0i16; k_even * STRIP];
             for k in 0..k_even {
                 for c in 0..width {

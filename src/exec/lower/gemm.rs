@@ -258,7 +258,6 @@ impl MatMulSpec {
     }
 }
 
-/// `spec` with its B kept for packing at plan time when B is a constant worth it.
 /// Whether a product of `batch` matrices of `m` rows by a constant `k × n` B packs B at plan
 /// time (the plan's budget for packed copies aside).
 fn prepacks_b(batch: usize, m: usize, k: usize, n: usize) -> bool {
@@ -268,6 +267,7 @@ fn prepacks_b(batch: usize, m: usize, k: usize, n: usize) -> bool {
             || m < FEW_ROWS_FOR_LARGE_B)
 }
 
+/// `spec` with its B kept for packing at plan time when B is a constant worth it.
 fn with_constant_b(cx: &Cx, spec: MatMulSpec) -> MatMulSpec {
     let packs = prepacks_b(spec.batch, spec.m, spec.k, spec.n);
     MatMulSpec {

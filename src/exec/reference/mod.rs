@@ -1,9 +1,9 @@
-//! Reference kernels: plain, unoptimised implementations over owned run-time tensors for the
+//! Reference kernels: plain, unoptimised implementations over run-time tensors for the
 //! ops no optimised kernel family covers (index scatter and gather, cumulative sums, TopK,
 //! bitwise ops, losses...). They exist so that every model people bring runs and can be
 //! checked, not to be fast: each is a direct transcription of the ONNX operator spec, walked
-//! element by element, and the plan runs them like the generic evaluator (inputs read into
-//! owned tensors, outputs stored back). An op gets an optimised kernel in its family when a
+//! element by element, and the plan runs them like the generic evaluator (inputs lent,
+//! outputs stored back). An op gets an optimised kernel in its family when a
 //! real model spends time in it.
 
 use super::{RtData, RtTensor};
@@ -522,6 +522,18 @@ impl Prepared {
 /// derives from is a constant: `constants[i]` is input i's value when constant, `given[i]`
 /// whether the node has input i at all (a given but not constant input rules it out).
 pub(crate) fn prepare(
+    node: &Node,
+    given: &[bool],
+    constants: &[Option<&RtTensor>],
+) -> Option<Prepared> {
+    // A constant the preparation cannot take leaves the node to its per-run kernel, which
+    // reports it; a panic on one becomes that too (`guarded`).
+    guarded(|| Ok(prepare_unguarded(node, given, constants)))
+        .ok()
+        .flatten()
+}
+
+fn prepare_unguarded(
     node: &Node,
     given: &[bool],
     constants: &[Option<&RtTensor>],

@@ -101,6 +101,27 @@ impl PackedIntegerB {
     }
 }
 
+/// Whether every value is an 8-bit integer (u8 or i8): the operands' types, and the range in
+/// which differences of two fit i16 and sums of two of their products fit i32 exactly.
+fn eight_bit(values: &[i64]) -> bool {
+    values.iter().all(|v| (-128..=255).contains(v))
+}
+
+/// A zero point's value for element `index` of a dimension of `len` inside `matrices`
+/// matrices: a scalar, one per element (`[len]`), or one per element of every matrix
+/// (`[D…, len, 1]` for A's rows, `[D…, 1, len]` for B's columns), as the spec allows;
+/// anything else is refused.
+fn zero_points(zeros: &[i64], len: usize, matrices: usize, what: &str) -> Result<Vec<i64>> {
+    match zeros.len() {
+        1 => Ok(vec![zeros[0]; matrices * len]),
+        l if l == len => Ok((0..matrices * len).map(|i| zeros[i % len]).collect()),
+        l if l == matrices * len => Ok(zeros.to_vec()),
+        l => Err(format!(
+            "MatMulInteger: {l} {what} zero points for {matrices} matrices of {len}"
+        )),
+    }
+}
+
 /// B (rank 2 or more) packed into strips, each matrix less its per-column (or scalar) zero
 /// point: B's rows read once, in order (see `pack_strips`).
 pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<PackedIntegerB> {
@@ -110,11 +131,10 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
     }
     let (k, n) = (b.shape[rb - 2], b.shape[rb - 1]);
     let b_zeros = b_zero.map(ints).unwrap_or_else(|| vec![0]);
-    if b_zeros.is_empty() {
-        return Err("MatMulInteger: an empty B zero point".into());
-    }
-    let column_zeros: Vec<i64> = (0..n).map(|col| b_zeros[col % b_zeros.len()]).collect();
     let bv = int_values(b);
+    if !eight_bit(&bv) || !eight_bit(&b_zeros) {
+        return Err("MatMulInteger: B or its zero point is outside the 8-bit range".into());
+    }
     let mut packed = PackedIntegerB {
         k,
         n,
@@ -128,14 +148,16 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
             b.shape
         ));
     }
+    let column_zeros = zero_points(&b_zeros, n, matrices, "B column")?;
     let matrix_len = packed.matrix_len();
     packed.strips = vec![0i16; matrices * matrix_len];
     if k * n > 0 {
-        for (matrix, strips) in bv
+        for (index, (matrix, strips)) in bv
             .chunks_exact(k * n)
             .zip(packed.strips.chunks_exact_mut(matrix_len.max(1)))
+            .enumerate()
         {
-            pack_strips(strips, matrix, k, n, &column_zeros);
+            pack_strips(strips, matrix, k, n, &column_zeros[index * n..][..n]);
         }
     }
     Ok(packed)
@@ -171,8 +193,8 @@ pub(super) fn matmul_integer_packed(
     let batches: usize = batch.iter().product();
     let av = int_values(a);
     let a_zeros = a_zero.map(ints).unwrap_or_else(|| vec![0]);
-    if a_zeros.is_empty() {
-        return Err("MatMulInteger: an empty A zero point".into());
+    if !eight_bit(&av) || !eight_bit(&a_zeros) {
+        return Err("MatMulInteger: A or its zero point is outside the 8-bit range".into());
     }
     let k_even = k + k % 2;
     let b_matrices: usize = batch_b.iter().product();
@@ -183,10 +205,11 @@ pub(super) fn matmul_integer_packed(
             a.shape
         ));
     }
+    let row_zeros = zero_points(&a_zeros, m, a_matrices, "A row")?;
     let mut a_centred = vec![0i16; a_matrices * m * k_even];
     if k > 0 {
         for (row, centred) in a_centred.chunks_exact_mut(k_even).enumerate() {
-            let zero = a_zeros[(row % m) % a_zeros.len()];
+            let zero = row_zeros[row];
             for (value, &q) in centred.iter_mut().zip(&av[row * k..][..k]) {
                 *value = (q - zero) as i16;
             }
@@ -202,8 +225,8 @@ pub(super) fn matmul_integer_packed(
         (batches, m)
     };
     let matrix_len = packed.matrix_len();
-    // With K = 0 every product is the empty sum.
-    for p in (0..groups).filter(|_| k_even > 0) {
+    // With K = 0 every product is the empty sum; with no rows there is nothing to write.
+    for p in (0..groups).filter(|_| k_even > 0 && rows > 0) {
         let (pa, pb) = if shared_b {
             (0, 0)
         } else {
@@ -420,15 +443,57 @@ mod tests {
         assert!(super::super::prepare(&node, &no_zero, &zero_at_run_time).is_some());
     }
 
-    /// The blocked product against `Σ_q (a[i,q] − za[i]) · (b[q,j] − zb[j])` element by
-    /// element: a depth that is no multiple of the 4 rows taken at a time, per-row and
-    /// per-column zero points, one B shared by A's batches, and a B with batches of its own.
+    /// The strip product against `Σ_q (a[i,q] − za[i]) · (b[q,j] − zb[j])` element by element:
+    /// odd depths, partial and several strips, per-row and per-column zero points, one B shared
+    /// by A's batches, and a B with batches of its own.
     #[test]
     fn matmul_integer_matches_the_formula() {
         // Odd K, a partial strip of columns, and several strips with an odd K past 64.
         for (m, k, n) in [(3, 5, 7), (5, 67, 70)] {
             check_matmul_integer(m, k, n);
         }
+    }
+
+    /// Zero points per matrix (`[D, M, 1]` for A, `[D, 1, N]` for B) apply to their own
+    /// matrix; values outside the 8-bit range and zero points of another length are refused.
+    #[test]
+    fn matmul_integer_zero_points_per_matrix_and_range() {
+        let (d, m, k, n) = (2usize, 2usize, 3usize, 4usize);
+        let a_values: Vec<i64> = (0..d * m * k).map(|i| (i * 29 % 256) as i64).collect();
+        let b_values: Vec<i64> = (0..d * k * n)
+            .map(|i| (i * 41 % 256) as i64 - 128)
+            .collect();
+        let a_zero: Vec<i64> = vec![1, 2, 3, 4];
+        let b_zero: Vec<i64> = vec![-5, 0, 5, 10, 20, 30, 40, 50];
+        let a = tensor(&[d, m, k], &a_values);
+        let b = tensor(&[d, k, n], &b_values);
+        let out = matmul_integer(
+            &a,
+            &b,
+            Some(&tensor(&[d, m, 1], &a_zero)),
+            Some(&tensor(&[d, 1, n], &b_zero)),
+        )
+        .unwrap();
+        let RtData::I64(values) = &out.data else {
+            panic!("integers expected")
+        };
+        for p in 0..d {
+            for i in 0..m {
+                for j in 0..n {
+                    let want: i64 = (0..k)
+                        .map(|q| {
+                            (a_values[(p * m + i) * k + q] - a_zero[p * m + i])
+                                * (b_values[(p * k + q) * n + j] - b_zero[p * n + j])
+                        })
+                        .sum();
+                    assert_eq!(values[(p * m + i) * n + j], want, "{p} {i} {j}");
+                }
+            }
+        }
+        let wide = tensor(&[2, 2], &[0, 300, 1, 2]);
+        assert!(matmul_integer(&wide, &tensor(&[2, 1], &[1, 1]), None, None).is_err());
+        let three = tensor(&[3], &[0, 0, 0]);
+        assert!(matmul_integer(&a, &b, Some(&three), None).is_err());
     }
 
     fn check_matmul_integer(m: usize, k: usize, n: usize) {
