@@ -4,6 +4,7 @@
 
 use super::{int_values, strides, Result};
 use crate::exec::{RtData, RtTensor};
+use crate::kernels::elementwise::broadcast_strides;
 
 pub(super) fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
@@ -83,17 +84,10 @@ pub(super) fn broadcast_map<T: Copy, U>(
         return Ok((shape, out));
     }
     // Each operand's stride along every output axis, 0 where it is broadcast.
-    let aligned_strides = |own: &[usize]| -> Vec<usize> {
-        let own_strides = strides(own);
-        let offset = shape.len() - own.len();
-        (0..shape.len())
-            .map(|d| match d.checked_sub(offset) {
-                Some(o) if own[o] != 1 => own_strides[o],
-                _ => 0,
-            })
-            .collect()
-    };
-    let (sa, sb) = (aligned_strides(a_shape), aligned_strides(b_shape));
+    let (sa, sb) = (
+        broadcast_strides(a_shape, &shape),
+        broadcast_strides(b_shape, &shape),
+    );
     let rank = shape.len();
     let (row, step_a, step_b) = match rank {
         0 => (1, 0, 0),
@@ -140,26 +134,23 @@ pub(super) fn broadcast_map<T: Copy, U>(
 /// by the caller), floats in f32 as the planned kernels compute them. Quantized models add
 /// int32 biases to ConvInteger and MatMulInteger outputs this way.
 pub(super) fn arithmetic(op: &str, a: &RtTensor, b: &RtTensor) -> Result<RtTensor> {
-    let (shape, data) = match (&a.data, &b.data) {
-        (RtData::I64(x), RtData::I64(y)) => {
-            let f: fn(i64, i64) -> i64 = match op {
-                "Add" => i64::wrapping_add,
-                "Sub" => i64::wrapping_sub,
-                _ => i64::wrapping_mul,
-            };
-            let (shape, values) = broadcast_map(x, &a.shape, y, &b.shape, f)?;
-            (shape, RtData::I64(values))
-        }
-        _ => {
-            let (x, y) = (a.to_f32(), b.to_f32());
-            let f: fn(f32, f32) -> f32 = match op {
-                "Add" => |p, q| p + q,
-                "Sub" => |p, q| p - q,
-                _ => |p, q| p * q,
-            };
-            let (shape, values) = broadcast_map(&x, &a.shape, &y, &b.shape, f)?;
-            (shape, RtData::F32(values))
-        }
+    if let (RtData::I64(_), RtData::I64(_)) = (&a.data, &b.data) {
+        let f: fn(i64, i64) -> i64 = match op {
+            "Add" => i64::wrapping_add,
+            "Sub" => i64::wrapping_sub,
+            _ => i64::wrapping_mul,
+        };
+        return broadcast_ints(a, b, f);
+    }
+    let (x, y) = (a.to_f32(), b.to_f32());
+    let f: fn(f32, f32) -> f32 = match op {
+        "Add" => |p, q| p + q,
+        "Sub" => |p, q| p - q,
+        _ => |p, q| p * q,
     };
-    Ok(RtTensor { shape, data })
+    let (shape, values) = broadcast_map(&x, &a.shape, &y, &b.shape, f)?;
+    Ok(RtTensor {
+        shape,
+        data: RtData::F32(values),
+    })
 }
