@@ -752,6 +752,77 @@ impl Pass for Fuse {
 pub struct Eltwise;
 
 /// The chain step of one element-wise node continuing a chain on `value`.
+/// A run of per-channel affine ops from node `start` on: a BatchNormalization in inference
+/// mode, or per-channel Mul/Add/Sub/Div by constants (a Caffe export's Scale layer after its
+/// BN), each the sole reader of the one before.
+struct AffineRun {
+    members: Vec<usize>,
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    /// The last member's output.
+    output: ValueId,
+}
+
+/// The affine run starting at `start` on `input`, composed, when it holds a batch norm (which
+/// the chain vocabulary has no step for) or more than two ops (that compose into one multiply
+/// and one add); `None` otherwise: `chain_step` takes a Mul or an Add as it is, and the kernel
+/// runs a constant Mul followed by an Add as one affine pass anyway.
+fn affine_run(ed: &Editor, start: usize, input: ValueId, out_shape: &[u64]) -> Option<AffineRun> {
+    if out_shape.len() < 2 {
+        return None;
+    }
+    let channels = usize::try_from(out_shape[1]).ok()?;
+    let (rank, mut value, mut index) = (out_shape.len(), input, start);
+    let (mut members, mut with_batch_norm) = (Vec::new(), false);
+    let mut scale = vec![1.0f32; channels];
+    let mut shift = vec![0.0f32; channels];
+    loop {
+        let node = ed.node(index);
+        let same_shape = ed.fact(node.outputs[0]).concrete_shape().as_deref() == Some(out_shape);
+        let Some((s, b, _)) = same_shape
+            .then(|| channel_affine(ed, node, value, rank, 1, channels))
+            .flatten()
+        else {
+            break;
+        };
+        for c in 0..channels {
+            scale[c] *= s[c];
+            shift[c] = shift[c] * s[c] + b[c];
+        }
+        with_batch_norm |= node.op_type == "BatchNormalization";
+        members.push(index);
+        value = node.outputs[0];
+        match ed.sole_consumer(value) {
+            Some(next) => index = next,
+            None => break,
+        }
+    }
+    (with_batch_norm || members.len() > 2).then_some(AffineRun {
+        members,
+        scale,
+        shift,
+        output: value,
+    })
+}
+
+/// Whether the node reading a lone batch norm's output would join its chain (else the batch
+/// norm stays what it is: a chain of it alone saves nothing).
+fn extends_chain(ed: &Editor, run: &AffineRun, chain_input: ValueId, out_shape: &[u64]) -> bool {
+    ed.sole_consumer(run.output).is_some_and(|next| {
+        let node = ed.node(next);
+        ed.fact(node.outputs[0]).concrete_shape().as_deref() == Some(out_shape)
+            && chain_step(
+                ed,
+                node,
+                run.output,
+                chain_input,
+                &mut Vec::new(),
+                out_shape,
+            )
+            .is_some()
+    })
+}
+
 fn chain_step(
     ed: &Editor,
     node: &Node,
@@ -908,19 +979,45 @@ impl Pass for Eltwise {
                 continue;
             }
             let mut operands = Vec::new();
-            let Some(first_step) = chain_step(
-                ed,
-                &start,
-                chain_input,
-                usize::MAX,
-                &mut operands,
-                &out_shape,
-            ) else {
-                continue;
+            let (mut steps, mut members, mut value) = if let Some(run) =
+                affine_run(ed, i, chain_input, &out_shape).filter(|run| {
+                    run.members.len() >= 2 || extends_chain(ed, run, chain_input, &out_shape)
+                }) {
+                // A batch norm and the per-channel scale/shift ops after it: one affine step
+                // pair, x·scale + shift, with the scale and shift composed here.
+                let rank = out_shape.len();
+                let shape: Vec<u64> = std::iter::once(out_shape[1])
+                    .chain(std::iter::repeat_n(1, rank - 2))
+                    .collect();
+                let scale = ed.add_const(format!("{}_scale", start.name), shape.clone(), run.scale);
+                let shift = ed.add_const(format!("{}_shift", start.name), shape, run.shift);
+                operands.extend([scale, shift]);
+                let steps = vec![
+                    ChainStep::Const {
+                        op: BinaryOp::Mul,
+                        index: 1,
+                        swapped: false,
+                    },
+                    ChainStep::Const {
+                        op: BinaryOp::Add,
+                        index: 2,
+                        swapped: false,
+                    },
+                ];
+                (steps, run.members, run.output)
+            } else {
+                let Some(first_step) = chain_step(
+                    ed,
+                    &start,
+                    chain_input,
+                    usize::MAX,
+                    &mut operands,
+                    &out_shape,
+                ) else {
+                    continue;
+                };
+                (vec![first_step], vec![i], start.outputs[0])
             };
-            let mut steps = vec![first_step];
-            let mut members = vec![i];
-            let mut value = start.outputs[0];
             // The chain input may be re-read by later steps (x · clip(x + 3)): allowed, since the
             // fused kernel reads it anyway.
             while let Some(next) = ed.sole_consumer(value) {
@@ -961,7 +1058,7 @@ impl Pass for Eltwise {
             let refs: Vec<&Node> = replaced.iter().collect();
             changes.push(Change::new(
                 &refs,
-                &format!("{} element-wise ops in one pass", steps.len()),
+                &format!("{} element-wise ops in one pass", members.len()),
             ));
         }
         Ok(changes.into())

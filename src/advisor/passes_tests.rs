@@ -789,6 +789,75 @@ fn eltwise_chain_with_constant_operands() {
 }
 
 #[test]
+fn eltwise_composes_a_batch_norm_and_its_scale_layer_into_one_affine_step() {
+    // BatchNormalization → per-channel Mul → per-channel Add → Relu (a Caffe export's BN and
+    // Scale before a ReLU, as DenseNet's pre-activations are written).
+    let mut n = Net::new(17);
+    let x = n.input("x", &[1, 2, 3, 3]);
+    let y = batch_norm(&mut n, x);
+    let gain = n.konst("gain", &[2, 1, 1], &[2.0, -1.0]);
+    let bias = n.konst("bias", &[1, 2, 1, 1], &[0.5, 0.25]);
+    let m = n.node("scale", "Mul", &[y, gain], &[]);
+    let a = n.node("shift", "Add", &[m, bias], &[]);
+    let r = n.node("relu", "Relu", &[a], &[]);
+    n.output(r);
+    let (report, g) = run_pass(n, "eltwise");
+    assert_eq!(
+        changes(&report),
+        [(
+            vec!["bn".into(), "scale".into(), "shift".into(), "relu".into()],
+            "4 element-wise ops in one pass".to_string()
+        )]
+    );
+    assert_eq!(nodes(&g), [("ElementwiseChain".into(), "bn_chain".into())]);
+    let chain = find(&g, "bn_chain");
+    let Some(Attr::Strings(steps)) = chain.attrs.get("steps") else {
+        panic!("no steps");
+    };
+    assert_eq!(steps, &["const:mul:1:0", "const:add:2:0", "unary:relu:0:0"]);
+    assert_eq!(chain.outputs, [r]);
+    // BN: scale [1.5, 0.5], shift β − μ·scale = [−1.4, 1.2]; × [2, −1]: scale [3, −0.5], shift
+    // [−2.8, −1.2]; + [0.5, 0.25]: shift [−2.3, −0.95]. One value per channel, on axis 1.
+    assert_close(&const_values(&g, chain.inputs[1]), &[3.0, -0.5]);
+    assert_close(&const_values(&g, chain.inputs[2]), &[-2.3, -0.95]);
+    for input in &chain.inputs[1..] {
+        assert_eq!(
+            g.values[input.unwrap()].fact.concrete_shape(),
+            Some(vec![2, 1, 1])
+        );
+    }
+}
+
+#[test]
+fn eltwise_leaves_a_lone_batch_norm_and_a_lone_scale_as_they_are() {
+    // A batch norm read by a convolution joins no chain; a lone Mul before a Relu is the
+    // ordinary two-step chain.
+    let mut n = Net::new(17);
+    let x = n.input("x", &[1, 2, 3, 3]);
+    let y = batch_norm(&mut n, x);
+    let w = n.konst("w", &[2, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let c = n.node("conv", "Conv", &[y, w], &[("kernel_shape", ints(&[1, 1]))]);
+    let gain = n.konst("gain", &[2, 1, 1], &[2.0, -1.0]);
+    let m = n.node("scale", "Mul", &[c, gain], &[]);
+    let r = n.node("relu", "Relu", &[m], &[]);
+    n.output(r);
+    let (_, g) = run_pass(n, "eltwise");
+    assert_eq!(
+        nodes(&g),
+        [
+            ("BatchNormalization".into(), "bn".into()),
+            ("Conv".into(), "conv".into()),
+            ("ElementwiseChain".into(), "scale_chain".into())
+        ]
+    );
+    let chain = find(&g, "scale_chain");
+    let Some(Attr::Strings(steps)) = chain.attrs.get("steps") else {
+        panic!("no steps");
+    };
+    assert_eq!(steps, &["const:mul:1:0", "unary:relu:0:0"]);
+}
+
+#[test]
 fn eltwise_chain_rereading_its_input() {
     let mut n = Net::new(17);
     let x = n.input("x", &[1, 2, 4, 4]);

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::infer::Diagnostic;
 use super::roofline::{Bound, Roof};
 use crate::device::calibration::{
-    algorithm_op_type, depthwise_op_type, KernelClass, ShapeFeatures,
+    algorithm_op_type, arithmetic_chain_op_type, depthwise_op_type, KernelClass, ShapeFeatures,
 };
 use crate::device::{DeviceKind, Precision, ProfileSource};
 
@@ -121,6 +121,9 @@ impl NodeAnalysis {
             if let Some((kernel_h, kernel_w)) = self.kernel_size() {
                 return depthwise_op_type(op_type, kernel_h, kernel_w);
             }
+        }
+        if op_type == "ElementwiseChain" && self.transcendental == 0 {
+            return arithmetic_chain_op_type(op_type);
         }
         op_type.to_string()
     }
@@ -344,5 +347,22 @@ mod tests {
             .to_string();
             assert_eq!(fused.calibration_op_type(), node.calibration_op_type());
         }
+    }
+
+    #[test]
+    fn chains_without_transcendentals_have_their_own_calibration_points() {
+        let analysis = crate::builtin::analyze_on_catalog(
+            "builtin:tinycnn",
+            "rtx2080ti",
+            crate::device::Precision::Fp32,
+        );
+        let mut chain = analysis.nodes[0].clone();
+        chain.op_type = "ElementwiseChain".into();
+        chain.kernel_class = Some(crate::device::calibration::KernelClass::Elementwise);
+        chain.algorithm = None;
+        chain.transcendental = 0;
+        assert_eq!(chain.calibration_op_type(), "ElementwiseChain arithmetic");
+        chain.transcendental = 1000;
+        assert_eq!(chain.calibration_op_type(), "ElementwiseChain");
     }
 }

@@ -361,6 +361,15 @@ pub fn depthwise_op_type(op_type: &str, kernel_h: u64, kernel_w: u64) -> String 
     format!("{op_type} depthwise {kernel_h}x{kernel_w}")
 }
 
+/// The op type an element-wise chain without transcendental steps (a batch norm's scale and
+/// shift with its ReLU, a hard swish) is calibrated and looked up under: a chain with a tanh,
+/// an erf or a sigmoid spends most of its time evaluating them (6-13× its bound on the tool's
+/// kernels), an arithmetic one streams memory (1.2-2×), and their work and bytes per element
+/// are alike.
+pub fn arithmetic_chain_op_type(op_type: &str) -> String {
+    format!("{op_type} arithmetic")
+}
+
 /// The kernel size of a grid point's shape in words (`conv 32→32 3x3 s1 g32 112x112`).
 fn kernel_of_shape(shape: &str) -> Option<(u64, u64)> {
     let mut words = shape.split_whitespace();

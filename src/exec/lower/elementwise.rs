@@ -248,11 +248,48 @@ fn lower_chain(cx: &Cx) -> Result<Lowered, ExecError> {
     let channels = if x.len() >= 2 { x[1] } else { 1 };
     Ok(Lowered::new(Kernel::Elementwise(
         ElementwiseKernel::Chain {
-            steps: lowered,
+            steps: with_affine_pairs(lowered),
             channels,
             channel_size: x.iter().skip(2).product(),
         },
     )))
+}
+
+/// The steps with each constant Mul followed by a constant Add (or Sub of a constant) made one
+/// affine step, which the kernel runs in one pass (with the activation after it, if any).
+fn with_affine_pairs(steps: Vec<elementwise::ChainStep>) -> Vec<elementwise::ChainStep> {
+    use elementwise::ChainStep::{Affine, WithConstant};
+    let mut out: Vec<elementwise::ChainStep> = Vec::with_capacity(steps.len());
+    for step in steps {
+        let shift = match &step {
+            WithConstant {
+                op: Binary::Add,
+                values,
+                ..
+            } => Some(values.clone()),
+            WithConstant {
+                op: Binary::Sub,
+                values,
+                swapped: false,
+            } => Some(values.iter().map(|&c| -c).collect()),
+            _ => None,
+        };
+        if let (
+            Some(shift),
+            Some(WithConstant {
+                op: Binary::Mul,
+                values: scale,
+                ..
+            }),
+        ) = (shift, out.last())
+        {
+            let scale = scale.clone();
+            *out.last_mut().expect("checked above") = Affine { scale, shift };
+            continue;
+        }
+        out.push(step);
+    }
+    out
 }
 
 /// The kernel's form of one chain step (the vocabulary is `analysis::ops::fused::chain`).
@@ -438,5 +475,46 @@ mod tests {
         // not a silent identity.
         let err = unary("unary:silu:0:0").unwrap_err();
         assert!(err.contains("no element-wise kernel"), "{err}");
+    }
+
+    #[test]
+    fn a_constant_mul_then_add_or_sub_becomes_one_affine_step() {
+        use elementwise::ChainStep::{Affine, WithConstant};
+        let konst = |op, values: &[f32], swapped| WithConstant {
+            op,
+            values: values.to_vec(),
+            swapped,
+        };
+        let relu = elementwise::ChainStep::Unary(Unary::Relu);
+        let composed = with_affine_pairs(vec![
+            konst(Binary::Mul, &[2.0, 3.0], true),
+            konst(Binary::Add, &[1.0], false),
+            relu.clone(),
+            konst(Binary::Mul, &[4.0], false),
+            konst(Binary::Sub, &[0.5, 1.5], false),
+        ]);
+        assert_eq!(
+            composed,
+            [
+                Affine {
+                    scale: vec![2.0, 3.0],
+                    shift: vec![1.0]
+                },
+                relu.clone(),
+                Affine {
+                    scale: vec![4.0],
+                    shift: vec![-0.5, -1.5]
+                },
+            ]
+        );
+        // c − x, Add before Mul and a Div are not x·s + b with these constants: kept.
+        let kept = vec![
+            konst(Binary::Mul, &[2.0], false),
+            konst(Binary::Sub, &[1.0], true),
+            konst(Binary::Add, &[1.0], false),
+            konst(Binary::Mul, &[2.0], false),
+            konst(Binary::Div, &[2.0], false),
+        ];
+        assert_eq!(with_affine_pairs(kept.clone()), kept);
     }
 }

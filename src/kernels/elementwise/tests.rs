@@ -218,6 +218,30 @@ fn long_chains_equal_their_steps_applied_one_by_one() {
         },
         ChainStep::Unary(Unary::Sigmoid),
     ];
+    // An affine step with the activation after it (one pass), one in the middle of a chain
+    // (in place) and one first without an activation (reading x), scalar and per channel.
+    let affine = vec![
+        ChainStep::Affine {
+            scale: vec![0.5, -1.5, 2.0],
+            shift: vec![0.25],
+        },
+        ChainStep::Unary(Unary::Relu),
+        ChainStep::Affine {
+            scale: vec![3.0],
+            shift: vec![-1.0, 0.0, 1.0],
+        },
+        ChainStep::Unary(Unary::Tanh),
+    ];
+    let affine_first = vec![
+        ChainStep::Affine {
+            scale: vec![-2.0],
+            shift: vec![0.5],
+        },
+        ChainStep::WithInput {
+            op: Binary::Add,
+            swapped: true,
+        },
+    ];
     let reference = |steps: &[ChainStep], first_block: usize| -> Vec<f32> {
         x.iter()
             .enumerate()
@@ -244,6 +268,11 @@ fn long_chains_equal_their_steps_applied_one_by_one() {
                             apply_binary(*op, v, orig)
                         }
                     }
+                    ChainStep::Affine { scale, shift } => {
+                        let pick =
+                            |values: &[f32]| values[if values.len() == 1 { 0 } else { channel }];
+                        v * pick(scale) + pick(shift)
+                    }
                 })
             })
             .collect()
@@ -253,7 +282,14 @@ fn long_chains_equal_their_steps_applied_one_by_one() {
         crate::kernels::simd::IsaLevel::Avx2,
         crate::kernels::simd::IsaLevel::Avx512,
     ] {
-        for (steps, first_block) in [(&scalar, 0), (&per_channel, 0), (&per_channel, 1)] {
+        for (steps, first_block) in [
+            (&scalar, 0),
+            (&per_channel, 0),
+            (&per_channel, 1),
+            (&affine, 0),
+            (&affine, 2),
+            (&affine_first, 1),
+        ] {
             let mut y = vec![f32::NAN; x.len()];
             chain::at(
                 level,
