@@ -380,8 +380,10 @@ impl Plan {
                 .get(&step.node)
                 .ok_or_else(|| node_err("internal: node missing".into()))?;
             let outs = match prepared {
-                Some(prepared) => super::reference::run_prepared(node, prepared, &ins, out_types)
-                    .map_err(node_err)?,
+                Some(prepared) => {
+                    super::reference::run_prepared(node, prepared, &ins, out_types, self.threads)
+                        .map_err(node_err)?
+                }
                 None => eval::generic_eval(node, self.opset, &ins, in_types, out_types)?,
             };
             for (&v, t) in step.outputs.iter().zip(outs) {

@@ -506,6 +506,8 @@ pub(crate) enum Prepared {
     MatMulInteger(quant::PackedIntegerB),
     /// DynamicQuantizeLSTM's W and R dequantized.
     QuantizedLstm { w: RtTensor, r: RtTensor },
+    /// ConvInteger's constant weights minus their zero points, as floats.
+    ConvInteger(quant::CenteredConvWeights),
 }
 
 impl Prepared {
@@ -514,6 +516,7 @@ impl Prepared {
         match self {
             Prepared::MatMulInteger(packed) => packed.bytes(),
             Prepared::QuantizedLstm { w, r } => ((w.len() + r.len()) * 4) as u64,
+            Prepared::ConvInteger(weights) => weights.bytes(),
         }
     }
 }
@@ -553,6 +556,11 @@ fn prepare_unguarded(
                 .ok()
                 .map(Prepared::MatMulInteger)
         }
+        ("", "ConvInteger") if all_constant(&[1], &[3]) => {
+            quant::center_conv_weights(constant(1)?, constant(3))
+                .ok()
+                .map(Prepared::ConvInteger)
+        }
         (crate::analysis::ops::contrib::DOMAIN, "DynamicQuantizeLSTM")
             if all_constant(&[1, 2, 8, 10], &[9, 11]) =>
         {
@@ -563,12 +571,14 @@ fn prepare_unguarded(
     }
 }
 
-/// Runs `node` with its plan-time preparation (see [`prepare`]); otherwise as [`run`].
+/// Runs `node` with its plan-time preparation (see [`prepare`]) on up to `threads` threads
+/// (the convolution splits; the others run on one); otherwise as [`run`].
 pub(crate) fn run_prepared(
     node: &Node,
     prepared: &Prepared,
     inputs: &[Option<&RtTensor>],
     out_types: &[DType],
+    threads: usize,
 ) -> Result<Vec<RtTensor>> {
     guarded(|| {
         let get = |i: usize| inputs.get(i).and_then(|t| *t);
@@ -581,6 +591,13 @@ pub(crate) fn run_prepared(
             Prepared::QuantizedLstm { w, r } => {
                 contrib::dynamic_quantize_lstm_with(node, inputs, w, r)?
             }
+            Prepared::ConvInteger(weights) => vec![quant::conv_integer_centered(
+                node,
+                get(0).ok_or("input #0 is missing")?,
+                get(2),
+                weights,
+                threads,
+            )?],
         };
         Ok(wrapped(outputs, out_types))
     })

@@ -313,6 +313,48 @@ crate::kernels::simd::multiversion! {
     }
 }
 
+/// ConvInteger's weights minus their zero points (a scalar or one per output channel), as
+/// floats: exact, every value is an integer of at most ±255. Derived once per plan when the
+/// weights are constant ([`super::prepare`]); per call otherwise.
+#[derive(Debug)]
+pub(crate) struct CenteredConvWeights {
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+impl CenteredConvWeights {
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.values.len() * 4) as u64
+    }
+}
+
+pub(super) fn center_conv_weights(
+    w: &RtTensor,
+    w_zero: Option<&RtTensor>,
+) -> Result<CenteredConvWeights> {
+    let m = w.shape.first().copied().unwrap_or(0);
+    let w_zeros = w_zero.map(ints).unwrap_or_else(|| vec![0]);
+    if w_zeros.len() != 1 && w_zeros.len() != m {
+        return Err(format!(
+            "ConvInteger: {} weight zero points for {m} output channels",
+            w_zeros.len()
+        ));
+    }
+    let per_out = w.shape.iter().skip(1).product::<usize>().max(1);
+    let values = int_values(w)
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let zero = w_zeros[if w_zeros.len() == 1 { 0 } else { k / per_out }];
+            (v - zero) as f32
+        })
+        .collect();
+    Ok(CenteredConvWeights {
+        shape: w.shape.clone(),
+        values,
+    })
+}
+
 /// ConvInteger (1-D or 2-D): (x − x_zero_point) ⊛ (w − w_zero_point) in integers over the
 /// window Conv's attributes resolve to (`ConvConfig`: pads, `auto_pad`, strides, dilations,
 /// groups); the weight zero point is a scalar or one per output channel.
@@ -322,6 +364,17 @@ pub(super) fn conv_integer(
     w: &RtTensor,
     x_zero: Option<&RtTensor>,
     w_zero: Option<&RtTensor>,
+) -> Result<RtTensor> {
+    conv_integer_centered(node, x, x_zero, &center_conv_weights(w, w_zero)?, 1)
+}
+
+/// [`conv_integer`] with the weights centred already, on `threads` threads.
+pub(super) fn conv_integer_centered(
+    node: &Node,
+    x: &RtTensor,
+    x_zero: Option<&RtTensor>,
+    w: &CenteredConvWeights,
+    threads: usize,
 ) -> Result<RtTensor> {
     // 1-D as 2-D with one row.
     let lift = |shape: &[usize]| -> Result<[usize; 4]> {
@@ -335,7 +388,7 @@ pub(super) fn conv_integer(
     };
     let spatial = x.shape.len().saturating_sub(2);
     let [n, c, _, _] = lift(&x.shape)?;
-    let [m, cg, kh, kw] = lift(&w.shape)?;
+    let [m, cg, _, _] = lift(&w.shape)?;
     // The window as Conv resolves it (pads, `auto_pad`, strides, dilations), 1-D as one row.
     let config = ConvConfig::parse(&node.attrs)?;
     let group = config.group.max(1) as usize;
@@ -355,28 +408,12 @@ pub(super) fn conv_integer(
         .map(ints)
         .and_then(|v| v.first().copied())
         .unwrap_or(0);
-    let w_zeros = w_zero.map(ints).unwrap_or_else(|| vec![0]);
-    if w_zeros.len() != 1 && w_zeros.len() != m {
-        return Err(format!(
-            "ConvInteger: {} weight zero points for {m} output channels",
-            w_zeros.len()
-        ));
-    }
     // The zero-point-shifted operands as floats through the f32 convolution kernel: every
     // product is an integer of at most 2^16 and every partial sum stays exact while it is
     // below 2^24 (past that, the f32 rounding is the one the Cast after a ConvInteger applies
     // anyway). A loop in i32 took over five minutes on IS-Net's 119 dynamic-quantized
     // convolutions at 1024x1024; this is the float model's time.
     let xs: Vec<f32> = int_values(x).iter().map(|&v| (v - x_zero) as f32).collect();
-    let per_out = cg * kh * kw;
-    let ws: Vec<f32> = int_values(w)
-        .iter()
-        .enumerate()
-        .map(|(k, &v)| {
-            let zero = w_zeros[if w_zeros.len() == 1 { 0 } else { k / per_out }];
-            (v - zero) as f32
-        })
-        .collect();
     let mut shape = vec![n, m];
     if spatial == 2 {
         shape.push(oh);
@@ -391,7 +428,15 @@ pub(super) fn conv_integer(
         residual: None,
         activation: Activation::None,
     };
-    conv2d(&geom, &xs, &ws, &epilogue, &mut sums, &mut scratch, 1);
+    conv2d(
+        &geom,
+        &xs,
+        &w.values,
+        &epilogue,
+        &mut sums,
+        &mut scratch,
+        threads,
+    );
     // Rounded to the i32 the spec's output holds, stored as the reference's int64.
     let out: Vec<i64> = sums.iter().map(|&v| i64::from(v.round() as i32)).collect();
     Ok(RtTensor {
@@ -435,7 +480,7 @@ mod tests {
         let constants = [None, Some(&b), None, Some(&b_zero)];
         let prepared = super::super::prepare(&node, &given, &constants).expect("B is constant");
         let from_plan =
-            super::super::run_prepared(&node, &prepared, &inputs, &[DType::I32]).unwrap();
+            super::super::run_prepared(&node, &prepared, &inputs, &[DType::I32], 1).unwrap();
         assert_eq!(from_plan, per_call);
         let zero_at_run_time = [None, Some(&b), None, None];
         assert!(super::super::prepare(&node, &given, &zero_at_run_time).is_none());
@@ -599,6 +644,41 @@ mod tests {
         assert_eq!(out.shape, [1, 1, 3, 3]);
         assert_eq!(values(&out)[4], 45);
         assert_eq!(values(&out)[0], 12);
+    }
+
+    /// Constant weights (and weight zero points) are centred at plan time; the prepared run on
+    /// one or two threads gives what the per-call run gives, on a layer large enough for the
+    /// convolution to split; a weight zero point given but not constant leaves it unprepared.
+    #[test]
+    fn conv_integer_prepared_from_constants_matches_the_per_call_run() {
+        let node = conv(&[("pads", Attr::Ints(vec![1, 1, 1, 1]))]);
+        let x = tensor(
+            &[1, 8, 12, 12],
+            &(0..8 * 144)
+                .map(|i| (i * 37 % 256) as i64)
+                .collect::<Vec<_>>(),
+        );
+        let w = tensor(
+            &[24, 8, 3, 3],
+            &(0..24 * 72)
+                .map(|i| (i * 11 % 256) as i64)
+                .collect::<Vec<_>>(),
+        );
+        let x_zero = tensor(&[], &[131]);
+        let w_zero = tensor(&[24], &(0..24).map(|i| 90 + 3 * i).collect::<Vec<_>>());
+        let inputs = [Some(&x), Some(&w), Some(&x_zero), Some(&w_zero)];
+        let per_call = super::super::run(&node, 13, &inputs, &[], &[DType::I32]).unwrap();
+        let given = [true; 4];
+        let constants = [None, Some(&w), None, Some(&w_zero)];
+        let prepared = super::super::prepare(&node, &given, &constants).expect("W is constant");
+        assert_eq!(prepared.bytes(), 24 * 72 * 4);
+        for threads in [1, 2] {
+            let from_plan =
+                super::super::run_prepared(&node, &prepared, &inputs, &[DType::I32], threads)
+                    .unwrap();
+            assert_eq!(from_plan, per_call, "{threads} thread(s)");
+        }
+        assert!(super::super::prepare(&node, &given, &[None, Some(&w), None, None]).is_none());
     }
 
     #[test]
