@@ -676,7 +676,7 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         // More output channels than input (expand layers, stem-to-stage widenings): the
         // output transform of a Winograd layer is per output channel, so these run further
         // below their bound than square layers of the same work.
-        (32, 96, 56, 3, 1),
+        (80, 240, 56, 3, 1),
         (64, 256, 28, 3, 1),
         // Mid-width layers on 7² planes, between the 128→32 and 512→512 points: at 2 threads
         // the direct convolution's GEMM (49 columns) scales 1.4× there, 1.8× at 512.

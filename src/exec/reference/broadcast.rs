@@ -134,21 +134,23 @@ pub(super) fn broadcast_map<T: Copy, U>(
 /// by the caller), floats in f32 as the planned kernels compute them. Quantized models add
 /// int32 biases to ConvInteger and MatMulInteger outputs this way.
 pub(super) fn arithmetic(op: &str, a: &RtTensor, b: &RtTensor) -> Result<RtTensor> {
+    // One monomorphised loop per op: through a `fn` pointer every element was an indirect
+    // call that nothing inlines or vectorises (a quantized convolution's int32 bias Add over
+    // 98 k elements took 0.3 ms, 3.5 ns an element).
     if let (RtData::I64(_), RtData::I64(_)) = (&a.data, &b.data) {
-        let f: fn(i64, i64) -> i64 = match op {
-            "Add" => i64::wrapping_add,
-            "Sub" => i64::wrapping_sub,
-            _ => i64::wrapping_mul,
+        return match op {
+            "Add" => broadcast_ints(a, b, i64::wrapping_add),
+            "Sub" => broadcast_ints(a, b, i64::wrapping_sub),
+            _ => broadcast_ints(a, b, i64::wrapping_mul),
         };
-        return broadcast_ints(a, b, f);
     }
     let (x, y) = (a.to_f32(), b.to_f32());
-    let f: fn(f32, f32) -> f32 = match op {
-        "Add" => |p, q| p + q,
-        "Sub" => |p, q| p - q,
-        _ => |p, q| p * q,
+    let (x_shape, y_shape) = (&a.shape, &b.shape);
+    let (shape, values) = match op {
+        "Add" => broadcast_map(&x, x_shape, &y, y_shape, |p, q| p + q)?,
+        "Sub" => broadcast_map(&x, x_shape, &y, y_shape, |p, q| p - q)?,
+        _ => broadcast_map(&x, x_shape, &y, y_shape, |p, q| p * q)?,
     };
-    let (shape, values) = broadcast_map(&x, &a.shape, &y, &b.shape, f)?;
     Ok(RtTensor {
         shape,
         data: RtData::F32(values),

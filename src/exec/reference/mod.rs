@@ -699,8 +699,8 @@ fn width_mask(width: u32) -> u64 {
 }
 
 /// Integers wrapped to their type's range (two's complement for signed types), bools 0/1.
-fn wrap_to(t: RtTensor, dtype: DType) -> RtTensor {
-    let RtData::I64(values) = &t.data else {
+fn wrap_to(mut t: RtTensor, dtype: DType) -> RtTensor {
+    let RtData::I64(values) = &mut t.data else {
         return t;
     };
     let wrap: fn(i64) -> i64 = match dtype {
@@ -713,10 +713,12 @@ fn wrap_to(t: RtTensor, dtype: DType) -> RtTensor {
         DType::I32 => |v| v as i32 as i64,
         _ => return t,
     };
-    RtTensor {
-        shape: t.shape.clone(),
-        data: RtData::I64(values.iter().map(|&v| wrap(v)).collect()),
+    // In place: a copy was a second allocation and pass over every integer output (a quantized
+    // convolution's int32 bias Add wrote its 98 k elements twice).
+    for value in values.iter_mut() {
+        *value = wrap(*value);
     }
+    t
 }
 
 /// A cast to `dtype`: floats to integers truncate toward zero (saturating at i64's range, as
