@@ -170,9 +170,12 @@ impl<'g> Editor<'g> {
         (values.len() == 1).then(|| values[0])
     }
 
-    /// Adds a new f32 constant value.
+    /// Adds a new f32 constant value, named `name` or, when the graph has that name already,
+    /// `name_1`, `name_2`... (export writes values as initializers by name: a clash would be
+    /// two initializers with one name).
     pub fn add_const(&mut self, name: String, shape: Vec<u64>, values: Vec<f32>) -> ValueId {
         let tensor = Tensor::from_f32(shape, values);
+        let name = self.graph.unique_value_name(&name);
         self.graph.add_value(name, TensorFact::constant(tensor))
     }
 

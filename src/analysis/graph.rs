@@ -144,6 +144,17 @@ impl Graph {
         self.values.iter().position(|v| v.name == name)
     }
 
+    /// `base`, or `base_1`, `base_2`... the first that no value of the graph has.
+    pub fn unique_value_name(&self, base: &str) -> String {
+        if self.value_by_name(base).is_none() {
+            return base.to_string();
+        }
+        (1..)
+            .map(|i| format!("{base}_{i}"))
+            .find(|n| self.value_by_name(n).is_none())
+            .expect("an unused name")
+    }
+
     pub fn add_value(&mut self, name: impl Into<String>, fact: TensorFact) -> ValueId {
         self.values.push(Value {
             name: name.into(),

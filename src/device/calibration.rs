@@ -594,6 +594,11 @@ impl Calibration {
             let end = name.find(')')?;
             Some(algorithm_op_type(&point.op_type, &name[..=end]))
         });
+        // The grid's only arithmetic chain before the key existed: hard swish.
+        self.relabel(KernelClass::Elementwise, |point| {
+            (point.op_type == "ElementwiseChain" && point.shape.starts_with("hard swish chain"))
+                .then(|| arithmetic_chain_op_type(&point.op_type))
+        });
         let mut moved: Vec<ClassTable> = Vec::new();
         for table in self
             .tables

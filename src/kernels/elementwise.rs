@@ -695,7 +695,8 @@ const CHAIN_PIECE: usize = 4096;
 
 /// One piece of a channel block of `chain`, inlined into each ISA's variant. The first step
 /// reads `x` and writes `y` (no copy pass: a pass is a load and a store per vector, the whole
-/// cost of a cheap step in L1); an affine step and the unary step after it are one pass.
+/// cost of a cheap step in L1); an affine step and the unary step after it are one pass,
+/// wherever they are in the chain.
 #[inline(always)]
 fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
     let rest = match steps {
@@ -717,8 +718,24 @@ fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
             return;
         }
     };
-    for step in rest {
-        step_in_place(step, y, x, channel);
+    let mut rest = rest;
+    loop {
+        rest = match rest {
+            [ChainStep::Affine { scale, shift }, ChainStep::Unary(op), tail @ ..] => {
+                let (s, b) = (channel_value(scale, channel), channel_value(shift, channel));
+                per_unary!(*op, |f| {
+                    for v in y.iter_mut() {
+                        *v = f(*v * s + b);
+                    }
+                });
+                tail
+            }
+            [step, tail @ ..] => {
+                step_in_place(step, y, x, channel);
+                tail
+            }
+            [] => return,
+        };
     }
 }
 

@@ -29,10 +29,13 @@ struct AffineRun {
 /// and one add); `None` otherwise: `chain_step` takes a Mul or an Add as it is, and the kernel
 /// runs a constant Mul followed by an Add as one affine pass anyway.
 fn affine_run(ed: &Editor, start: usize, input: ValueId, out_shape: &[u64]) -> Option<AffineRun> {
-    if out_shape.len() < 2 {
+    // Per-channel constants need planes to stream: the chain kernel applies them one channel
+    // block at a time, and on `[N, C]` (BatchNorm1d) a block is one element.
+    let plane: u64 = out_shape.iter().skip(2).product();
+    if out_shape.len() < 3 || plane < MIN_AFFINE_PLANE {
         return None;
     }
-    let channels = usize::try_from(out_shape[1]).ok()?;
+    let channels = usize::try_from(out_shape[1]).ok().filter(|&c| c > 0)?;
     let (rank, mut value, mut index) = (out_shape.len(), input, start);
     let (mut members, mut with_batch_norm) = (Vec::new(), false);
     let mut scale = vec![1.0f32; channels];
@@ -64,6 +67,22 @@ fn affine_run(ed: &Editor, start: usize, input: ValueId, out_shape: &[u64]) -> O
         shift,
         output: value,
     })
+}
+
+/// Fewest elements per channel for a batch norm to become chain steps (a channel block of the
+/// chain kernel: below a vector or two its per-block overhead outweighs the pass it saves).
+const MIN_AFFINE_PLANE: u64 = 32;
+
+/// The composed scale or shift as the chain's constant: one value when every channel has the
+/// same (a run of scalar ops, `(x / 255 − m) / s`), else one per channel on axis 1.
+fn affine_constant(values: Vec<f32>, out_shape: &[u64]) -> (Vec<u64>, Vec<f32>) {
+    if values.windows(2).all(|pair| pair[0] == pair[1]) {
+        return (Vec::new(), values[..1].to_vec());
+    }
+    let shape = std::iter::once(out_shape[1])
+        .chain(std::iter::repeat_n(1, out_shape.len() - 2))
+        .collect();
+    (shape, values)
 }
 
 /// Whether the node reading a lone batch norm's output would join its chain (else the batch
@@ -247,12 +266,10 @@ impl Pass for Eltwise {
                 }) {
                 // A batch norm and the per-channel scale/shift ops after it: one affine step
                 // pair, x·scale + shift, with the scale and shift composed here.
-                let rank = out_shape.len();
-                let shape: Vec<u64> = std::iter::once(out_shape[1])
-                    .chain(std::iter::repeat_n(1, rank - 2))
-                    .collect();
-                let scale = ed.add_const(format!("{}_scale", start.name), shape.clone(), run.scale);
-                let shift = ed.add_const(format!("{}_shift", start.name), shape, run.shift);
+                let (scale_shape, scale) = affine_constant(run.scale, &out_shape);
+                let (shift_shape, shift) = affine_constant(run.shift, &out_shape);
+                let scale = ed.add_const(format!("{}_scale", start.name), scale_shape, scale);
+                let shift = ed.add_const(format!("{}_shift", start.name), shift_shape, shift);
                 operands.extend([scale, shift]);
                 let steps = vec![
                     ChainStep::Const {
@@ -326,3 +343,7 @@ impl Pass for Eltwise {
         Ok(changes.into())
     }
 }
+
+#[cfg(test)]
+#[path = "eltwise_tests.rs"]
+mod tests;

@@ -146,13 +146,7 @@ fn slice_axis(values: &[f32], shape: &[u64], axis: usize, keep: &[usize]) -> Vec
 }
 
 fn unique_name(graph: &Graph, base: &str) -> String {
-    if graph.value_by_name(base).is_none() {
-        return base.to_string();
-    }
-    (1..)
-        .map(|i| format!("{base}_{i}"))
-        .find(|n| graph.value_by_name(n).is_none())
-        .expect("an unused name")
+    graph.unique_value_name(base)
 }
 
 /// Removes channels: each entry of `plan` keeps `keep` (indices into the space's current

@@ -22,9 +22,13 @@ fn chain_points_fuse_into_one_node() {
     let device = crate::device::catalog()[0].to_profile();
     let chains: Vec<GridModel> = grid(false)
         .into_iter()
-        .filter(|m| m.fuse_elementwise && m.shape.ends_with(" 4096"))
+        .filter(|m| {
+            m.fuse_elementwise
+                && (m.shape.ends_with(" 4096") || m.shape.starts_with("batchnorm relu chain"))
+        })
         .collect();
-    assert_eq!(chains.len(), 4);
+    // The four activation chains at one size and every batch norm + ReLU point.
+    assert_eq!(chains.len(), 4 + 7);
     for model in chains {
         let graph = crate::analysis::import::import_model(
             &model.model,

@@ -182,6 +182,32 @@ fn depthwise_grid_points_take_their_kernel_size_key_on_upgrade() {
 }
 
 #[test]
+fn saved_hard_swish_chain_points_take_the_arithmetic_key_on_upgrade() {
+    let shaped = |shape: &str| CalibrationPoint {
+        shape: shape.to_string(),
+        op_type: "ElementwiseChain".to_string(),
+        ..point(1 << 20, 1 << 20, 1.0, 4.0)
+    };
+    let mut calibration = calibration_of(vec![ClassTable {
+        class: KernelClass::Elementwise,
+        threads: 1,
+        points: vec![
+            shaped("hard swish chain 4096"),
+            shaped("gelu tanh chain 4096"),
+        ],
+        fit_error: None,
+        fixed_s: 0.0,
+    }]);
+    calibration.upgrade();
+    let types: Vec<&str> = calibration.tables[0]
+        .points
+        .iter()
+        .map(|p| p.op_type.as_str())
+        .collect();
+    assert_eq!(types, ["ElementwiseChain arithmetic", "ElementwiseChain"]);
+}
+
+#[test]
 fn upgrade_moves_lrn_points_out_of_the_norm_table() {
     let typed = |op: &str, work: u64, ratio: f64| CalibrationPoint {
         op_type: op.to_string(),

@@ -256,7 +256,9 @@ fn lower_chain(cx: &Cx) -> Result<Lowered, ExecError> {
 }
 
 /// The steps with each constant Mul followed by a constant Add (or Sub of a constant) made one
-/// affine step, which the kernel runs in one pass (with the activation after it, if any).
+/// affine step, which the kernel runs in one pass (with an activation right after it, if any).
+/// Other pairs (an Add before a Mul, a Div) stay two steps; the `eltwise` pass composes runs of
+/// three or more.
 fn with_affine_pairs(steps: Vec<elementwise::ChainStep>) -> Vec<elementwise::ChainStep> {
     use elementwise::ChainStep::{Affine, WithConstant};
     let mut out: Vec<elementwise::ChainStep> = Vec::with_capacity(steps.len());

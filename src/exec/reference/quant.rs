@@ -649,6 +649,8 @@ mod tests {
     /// Constant weights (and weight zero points) are centred at plan time; the prepared run on
     /// one or two threads gives what the per-call run gives, on a layer large enough for the
     /// convolution to split; a weight zero point given but not constant leaves it unprepared.
+    /// (The sums stay far below 2^24, where f32 is exact in any order: the hand-computed cases
+    /// above check the values themselves.)
     #[test]
     fn conv_integer_prepared_from_constants_matches_the_per_call_run() {
         let node = conv(&[("pads", Attr::Ints(vec![1, 1, 1, 1]))]);
