@@ -739,110 +739,77 @@ fn chain_block(steps: &[ChainStep], x: &[f32], y: &mut [f32], channel: usize) {
     }
 }
 
-/// One step from `src` into `y` (`orig` is the chain's input, for `WithInput` steps).
+/// Expands `$loop` once per kind of chain step with `$f(current, original) -> new` bound to
+/// the step (`original` is the chain's input, read by `WithInput` steps only), so each loop is
+/// specialised and vectorises like `per_unary!`'s.
+macro_rules! per_step {
+    ($step:expr, $channel:expr, |$f:ident| $loop:expr) => {
+        match $step {
+            ChainStep::Unary(op) => per_unary!(*op, |g| {
+                let $f = |v: f32, _: f32| g(v);
+                $loop
+            }),
+            ChainStep::WithConstant {
+                op,
+                values,
+                swapped,
+            } => {
+                let c = channel_value(values, $channel);
+                if *swapped {
+                    per_binary!(*op, |g| {
+                        let $f = |v: f32, _: f32| g(c, v);
+                        $loop
+                    })
+                } else {
+                    per_binary!(*op, |g| {
+                        let $f = |v: f32, _: f32| g(v, c);
+                        $loop
+                    })
+                }
+            }
+            ChainStep::WithInput { op, swapped } => {
+                if *swapped {
+                    per_binary!(*op, |g| {
+                        let $f = |v: f32, o: f32| g(o, v);
+                        $loop
+                    })
+                } else {
+                    per_binary!(*op, |g| {
+                        let $f = |v: f32, o: f32| g(v, o);
+                        $loop
+                    })
+                }
+            }
+            ChainStep::Affine { scale, shift } => {
+                let (s, b) = (
+                    channel_value(scale, $channel),
+                    channel_value(shift, $channel),
+                );
+                let $f = move |v: f32, _: f32| v * s + b;
+                $loop
+            }
+        }
+    };
+}
+
+/// One step from `src` into `y` (`orig` is the chain's input).
 #[inline(always)]
 fn step_pass(step: &ChainStep, src: &[f32], y: &mut [f32], orig: &[f32], channel: usize) {
-    match step {
-        ChainStep::Unary(op) => per_unary!(*op, |f| {
-            for (v, &s) in y.iter_mut().zip(src) {
-                *v = f(s);
-            }
-        }),
-        ChainStep::WithConstant {
-            op,
-            values,
-            swapped,
-        } => {
-            let c = channel_value(values, channel);
-            if *swapped {
-                per_binary!(*op, |f| {
-                    for (v, &s) in y.iter_mut().zip(src) {
-                        *v = f(c, s);
-                    }
-                })
-            } else {
-                per_binary!(*op, |f| {
-                    for (v, &s) in y.iter_mut().zip(src) {
-                        *v = f(s, c);
-                    }
-                })
-            }
+    per_step!(step, channel, |f| {
+        for ((v, &s), &o) in y.iter_mut().zip(src).zip(orig) {
+            *v = f(s, o);
         }
-        ChainStep::WithInput { op, swapped } => {
-            if *swapped {
-                per_binary!(*op, |f| {
-                    for ((v, &s), &o) in y.iter_mut().zip(src).zip(orig) {
-                        *v = f(o, s);
-                    }
-                })
-            } else {
-                per_binary!(*op, |f| {
-                    for ((v, &s), &o) in y.iter_mut().zip(src).zip(orig) {
-                        *v = f(s, o);
-                    }
-                })
-            }
-        }
-        ChainStep::Affine { scale, shift } => {
-            let (s, b) = (channel_value(scale, channel), channel_value(shift, channel));
-            for (v, &value) in y.iter_mut().zip(src) {
-                *v = value * s + b;
-            }
-        }
-    }
+    })
 }
 
 /// One step over `y` in place.
 #[inline(always)]
 fn step_in_place(step: &ChainStep, y: &mut [f32], orig: &[f32], channel: usize) {
-    match step {
-        ChainStep::Unary(op) => per_unary!(*op, |f| {
-            for v in y.iter_mut() {
-                *v = f(*v);
-            }
-        }),
-        ChainStep::WithConstant {
-            op,
-            values,
-            swapped,
-        } => {
-            let c = channel_value(values, channel);
-            if *swapped {
-                per_binary!(*op, |f| {
-                    for v in y.iter_mut() {
-                        *v = f(c, *v);
-                    }
-                })
-            } else {
-                per_binary!(*op, |f| {
-                    for v in y.iter_mut() {
-                        *v = f(*v, c);
-                    }
-                })
-            }
+    per_step!(step, channel, |f| {
+        for (v, &o) in y.iter_mut().zip(orig) {
+            *v = f(*v, o);
         }
-        ChainStep::WithInput { op, swapped } => {
-            if *swapped {
-                per_binary!(*op, |f| {
-                    for (v, &o) in y.iter_mut().zip(orig) {
-                        *v = f(o, *v);
-                    }
-                })
-            } else {
-                per_binary!(*op, |f| {
-                    for (v, &o) in y.iter_mut().zip(orig) {
-                        *v = f(*v, o);
-                    }
-                })
-            }
-        }
-        ChainStep::Affine { scale, shift } => {
-            let (s, b) = (channel_value(scale, channel), channel_value(shift, channel));
-            for v in y.iter_mut() {
-                *v = *v * s + b;
-            }
-        }
-    }
+    })
 }
 
 #[cfg(test)]
