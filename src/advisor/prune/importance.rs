@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::spaces::f32_const;
-use super::{unique_name, ChannelSpace};
+use super::ChannelSpace;
 use crate::analysis::edit::Editor;
 use crate::analysis::graph::ValueId;
 use crate::analysis::tensor::Tensor;
@@ -267,7 +267,7 @@ pub(super) fn compensate(
             .zip(&delta)
             .for_each(|(b, d)| *b += (alpha * d / beta) as f32);
         let base = format!("{}_bias_compensated", ed.node(node).name);
-        let id = ed.add_const(unique_name(ed.graph, &base), vec![out_dim as u64], bias);
+        let id = ed.add_const(base, vec![out_dim as u64], bias);
         ed.update(node, |node| {
             if node.inputs.len() <= bias_slot {
                 node.inputs.resize(bias_slot + 1, None);

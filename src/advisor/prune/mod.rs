@@ -145,10 +145,6 @@ fn slice_axis(values: &[f32], shape: &[u64], axis: usize, keep: &[usize]) -> Vec
     out
 }
 
-fn unique_name(graph: &Graph, base: &str) -> String {
-    graph.unique_value_name(base)
-}
-
 /// Removes channels: each entry of `plan` keeps `keep` (indices into the space's current
 /// channels) of the space it names. The graph must have been inferred; the caller re-infers it
 /// (the pruned shapes flow from the cut weights) and validates.
@@ -223,7 +219,8 @@ fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<
         let sliced = slice_axis(&values, &tensor.shape, cut.axis, &expanded);
         let mut shape = tensor.shape.clone();
         shape[cut.axis] = expanded.len() as u64;
-        let name = unique_name(ed.graph, &format!("{}_pruned", ed.graph.values[value].name));
+        // `add_const` makes the name unique.
+        let name = format!("{}_pruned", ed.graph.values[value].name);
         let id = ed.add_const(name, shape, sliced);
         ed.set_input(cut.node, cut.slot, Some(id));
     }
@@ -246,10 +243,10 @@ fn apply(graph: &mut Graph, space: &ChannelSpace, keep: &[usize], stats: Option<
                 };
                 if target.len() == 2 && target[1] > 0 {
                     target[1] = (keep.len() * block) as i64;
-                    let name = unique_name(
-                        ed.graph,
-                        &format!("{}_pruned", ed.graph.values[shape_value].name),
-                    );
+                    let name = ed.graph.unique_value_name(&format!(
+                        "{}_pruned",
+                        ed.graph.values[shape_value].name
+                    ));
                     let tensor = Tensor::from_i64(vec![2], target);
                     let id = ed.graph.add_value(name, TensorFact::constant(tensor));
                     ed.set_input(node, 1, Some(id));

@@ -2,7 +2,7 @@
 //! operand at an output coordinate, and element-wise maps over two broadcast operands
 //! (integer Add/Sub/Mul, the bitwise ops).
 
-use super::{int_values, strides, Result};
+use super::{float_values, int_values, strides, Result};
 use crate::exec::{RtData, RtTensor};
 use crate::kernels::elementwise::broadcast_strides;
 
@@ -144,7 +144,7 @@ pub(super) fn arithmetic(op: &str, a: &RtTensor, b: &RtTensor) -> Result<RtTenso
             _ => broadcast_ints(a, b, i64::wrapping_mul),
         };
     }
-    let (x, y) = (a.to_f32(), b.to_f32());
+    let (x, y) = (float_values(a), float_values(b));
     let (x_shape, y_shape) = (&a.shape, &b.shape);
     let (shape, values) = match op {
         "Add" => broadcast_map(&x, x_shape, &y, y_shape, |p, q| p + q)?,

@@ -515,6 +515,15 @@ pub(super) fn int_values(t: &RtTensor) -> std::borrow::Cow<'_, [i64]> {
     }
 }
 
+/// The values as f32, borrowed when they are stored so (the generic step lends its inputs; a
+/// copy per call undid that).
+pub(super) fn float_values(t: &RtTensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.as_f32() {
+        Some(values) => std::borrow::Cow::Borrowed(values),
+        None => std::borrow::Cow::Owned(t.to_f32()),
+    }
+}
+
 fn floats(t: &RtTensor) -> Vec<f32> {
     t.to_f32()
 }

@@ -5,6 +5,7 @@
 //! the step matrix products; the rest is small.
 
 use super::super::{RtData, RtTensor};
+use super::float_values;
 use crate::analysis::graph::Node;
 use crate::kernels::gemm;
 
@@ -292,13 +293,7 @@ pub(crate) fn run_with(
     }
     // Borrowed where they are floats already: a copy of the weights per call cost as much as
     // a step's products.
-    fn borrow(t: &RtTensor) -> std::borrow::Cow<'_, [f32]> {
-        match t.as_f32() {
-            Some(values) => std::borrow::Cow::Borrowed(values),
-            None => std::borrow::Cow::Owned(t.to_f32()),
-        }
-    }
-    let (ws, rs) = (borrow(w), borrow(r));
+    let (ws, rs) = (float_values(w), float_values(r));
     let bias = floats_of(get(3));
     let lengths: Vec<usize> = match get(4) {
         Some(t) => match &t.data {
