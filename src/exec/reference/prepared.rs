@@ -14,7 +14,7 @@ pub(crate) enum Prepared {
     MatMulInteger(quant::PackedIntegerB),
     /// DynamicQuantizeLSTM's W and R dequantized.
     QuantizedLstm { w: RtTensor, r: RtTensor },
-    /// ConvInteger's constant weights minus their zero points, as floats.
+    /// ConvInteger's constant weights minus their zero points (int8-packed and as floats).
     ConvInteger(quant::CenteredConvWeights),
 }
 
@@ -65,7 +65,7 @@ fn prepare_unguarded(
                 .map(Prepared::MatMulInteger)
         }
         ("", "ConvInteger") if all_constant(&[1], &[3]) => {
-            quant::center_conv_weights(constant(1)?, constant(3))
+            quant::center_conv_weights(node, constant(1)?, constant(3))
                 .ok()
                 .map(Prepared::ConvInteger)
         }

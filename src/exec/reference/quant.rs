@@ -20,37 +20,16 @@ pub(super) fn dynamic_quantize(x: &RtTensor) -> Result<Vec<RtTensor>> {
             &copied
         }
     };
-    // Sixteen running minima and maxima (they vectorise; one running value per bound was a
-    // dependent chain), then the range always including zero as the spec asks.
-    let (mut lows, mut highs) = ([0f32; 16], [0f32; 16]);
-    let chunks = values.chunks_exact(16);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for ((low, high), &v) in lows.iter_mut().zip(highs.iter_mut()).zip(chunk) {
-            *low = low.min(v);
-            *high = high.max(v);
-        }
-    }
-    let min = lows.iter().chain(tail).copied().fold(0.0f32, f32::min);
-    let max = highs.iter().chain(tail).copied().fold(0.0f32, f32::max);
+    let (min, max) = range_with_zero(values);
     let scale = (max - min) / 255.0;
     let zero_point = if scale == 0.0 {
         0.0
     } else {
         (-min / scale).round_ties_even().clamp(0.0, 255.0)
     };
-    // round(x / scale) by adding and removing 1.5·2^23 (ties to even, exact in the clamped
-    // range), not `round_ties_even`, a `rintf` call per element without SSE4.1: with the
-    // running bounds it made the op 18 ns an element (600 ms on IS-Net's largest tensor).
-    const ROUND: f32 = 12_582_912.0;
     let divisor = if scale == 0.0 { f32::INFINITY } else { scale };
-    let quantized = values
-        .iter()
-        .map(|&v| {
-            let q = ((v / divisor).clamp(-512.0, 512.0) + ROUND) - ROUND;
-            (q + zero_point).clamp(0.0, 255.0) as i64
-        })
-        .collect();
+    let mut quantized = vec![0i64; values.len()];
+    quantize_dynamic(values, divisor, zero_point, &mut quantized);
     Ok(vec![
         RtTensor {
             shape: x.shape.clone(),
@@ -65,6 +44,50 @@ pub(super) fn dynamic_quantize(x: &RtTensor) -> Result<Vec<RtTensor>> {
             data: RtData::I64(vec![zero_point as i64]),
         },
     ])
+}
+
+crate::kernels::simd::multiversion! {
+    /// The smallest and largest value of `values` and 0 (DynamicQuantizeLinear's range).
+    fn range_with_zero(values: &[f32]) -> (f32, f32) {
+        // Sixteen running minima and maxima (they vectorise; one running value per bound was a
+        // dependent chain).
+        let (mut lows, mut highs) = ([0f32; 16], [0f32; 16]);
+        let chunks = values.chunks_exact(16);
+        let tail = chunks.remainder();
+        // Comparisons rather than `f32::min`/`max`, whose NaN rule kept the loop scalar (a NaN
+        // compares false either way, so it is skipped as `min` would skip it).
+        for chunk in chunks {
+            for ((low, high), &v) in lows.iter_mut().zip(highs.iter_mut()).zip(chunk) {
+                *low = if v < *low { v } else { *low };
+                *high = if v > *high { v } else { *high };
+            }
+        }
+        let min = lows.iter().chain(tail).copied().fold(0.0f32, f32::min);
+        let max = highs.iter().chain(tail).copied().fold(0.0f32, f32::max);
+        (min, max)
+    }
+}
+
+crate::kernels::simd::multiversion! {
+    /// `out[i] = saturate(round(values[i] / divisor) + zero_point)` to 0..=255.
+    fn quantize_dynamic(values: &[f32], divisor: f32, zero_point: f32, out: &mut [i64]) {
+        // round(x / scale) by adding and removing 1.5·2^23 (ties to even, exact in the clamped
+        // range), not `round_ties_even`, a `rintf` call per element without SSE4.1: with the
+        // running bounds it made the op 18 ns an element (600 ms on IS-Net's largest tensor).
+        // The integer is read from the bits of `y + 2^23` (exact for 0 ≤ y ≤ 255): a float
+        // cast saturates and maps NaN to 0 element by element, which kept the loop scalar.
+        const ROUND: f32 = 12_582_912.0;
+        const TWO_POW_23: f32 = 8_388_608.0;
+        for (q, &v) in out.iter_mut().zip(values) {
+            let scaled = v / divisor;
+            // NaN compares false and lands on 0, as the cast put it.
+            let scaled = if scaled >= -512.0 { scaled.min(512.0) } else { -512.0 };
+            let y = ((scaled + ROUND) - ROUND) + zero_point;
+            let y = if y > 0.0 { y } else { 0.0 };
+            let y = if y < 255.0 { y } else { 255.0 };
+            *q = i64::from((y + TWO_POW_23).to_bits() as i32 - TWO_POW_23.to_bits() as i32);
+        }
+    }
 }
 
 /// MatMulInteger: (A − a_zero_point) · (B − b_zero_point) in integers (NumPy matmul
@@ -313,22 +336,33 @@ crate::kernels::simd::multiversion! {
     }
 }
 
-/// ConvInteger's weights minus their zero points (a scalar or one per output channel), as
-/// floats: exact, every value is an integer of at most ±255. Derived once per plan when the
-/// weights are constant ([`super::prepare`]); per call otherwise.
-#[derive(Debug)]
+/// ConvInteger's weights minus their zero points (a scalar or one per output channel): packed
+/// for the int8 GEMM where the CPU has VNNI (`kernels::qgemm::IntegerConvWeights`), and as
+/// floats for the f32 convolution otherwise (exact: every value is an integer of at most ±255).
+/// Derived once per plan when the weights are constant ([`super::prepare`]); per call otherwise.
 pub(crate) struct CenteredConvWeights {
     shape: Vec<usize>,
     values: Vec<f32>,
+    int8: Option<crate::kernels::qgemm::IntegerConvWeights>,
+}
+
+impl std::fmt::Debug for CenteredConvWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CenteredConvWeights")
+            .field("shape", &self.shape)
+            .field("int8", &self.int8.as_ref().map(|w| w.isa().name()))
+            .finish()
+    }
 }
 
 impl CenteredConvWeights {
     pub(crate) fn bytes(&self) -> u64 {
-        (self.values.len() * 4) as u64
+        (self.values.len() * 4) as u64 + self.int8.as_ref().map_or(0, |w| w.bytes())
     }
 }
 
 pub(super) fn center_conv_weights(
+    node: &Node,
     w: &RtTensor,
     w_zero: Option<&RtTensor>,
 ) -> Result<CenteredConvWeights> {
@@ -341,17 +375,27 @@ pub(super) fn center_conv_weights(
         ));
     }
     let per_out = w.shape.iter().skip(1).product::<usize>().max(1);
-    let values = int_values(w)
+    let centred: Vec<i64> = int_values(w)
         .iter()
         .enumerate()
-        .map(|(k, &v)| {
-            let zero = w_zeros[if w_zeros.len() == 1 { 0 } else { k / per_out }];
-            (v - zero) as f32
-        })
+        .map(|(k, &v)| v - w_zeros[if w_zeros.len() == 1 { 0 } else { k / per_out }])
         .collect();
+    let group = ConvConfig::parse(&node.attrs)?.group.max(1) as usize;
+    // The int8 GEMM where the CPU multiplies bytes natively; the f32 convolution is as quick
+    // as the portable int8 kernel.
+    let int8 = (crate::kernels::qgemm::QIsa::detect() != crate::kernels::qgemm::QIsa::Scalar)
+        .then(|| {
+            let narrow: Vec<i32> = centred
+                .iter()
+                .map(|&v| i32::try_from(v).ok())
+                .collect::<Option<_>>()?;
+            crate::kernels::qgemm::IntegerConvWeights::new(&narrow, m, per_out, group)
+        })
+        .flatten();
     Ok(CenteredConvWeights {
         shape: w.shape.clone(),
-        values,
+        values: centred.iter().map(|&v| v as f32).collect(),
+        int8,
     })
 }
 
@@ -365,7 +409,24 @@ pub(super) fn conv_integer(
     x_zero: Option<&RtTensor>,
     w_zero: Option<&RtTensor>,
 ) -> Result<RtTensor> {
-    conv_integer_centered(node, x, x_zero, &center_conv_weights(w, w_zero)?, 1)
+    conv_integer_centered(node, x, x_zero, &center_conv_weights(node, w, w_zero)?, 1)
+}
+
+/// `x`'s values as bytes shifted by 0 or 128 (u8 or i8 data) with its zero point shifted alike,
+/// when both fit one of the two; None otherwise.
+fn as_shifted_bytes(values: &[i64], zero: i64) -> Option<(Vec<u8>, u8)> {
+    let (lo, hi) = values
+        .iter()
+        .fold((zero, zero), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let shift = if lo >= 0 && hi <= 255 {
+        0
+    } else if lo >= -128 && hi <= 127 {
+        128
+    } else {
+        return None;
+    };
+    let bytes = values.iter().map(|&v| (v + shift) as u8).collect();
+    Some((bytes, (zero + shift) as u8))
 }
 
 /// [`conv_integer`] with the weights centred already, on `threads` threads.
@@ -408,12 +469,6 @@ pub(super) fn conv_integer_centered(
         .map(ints)
         .and_then(|v| v.first().copied())
         .unwrap_or(0);
-    // The zero-point-shifted operands as floats through the f32 convolution kernel: every
-    // product is an integer of at most 2^16 and every partial sum stays exact while it is
-    // below 2^24 (past that, the f32 rounding is the one the Cast after a ConvInteger applies
-    // anyway). A loop in i32 took over five minutes on IS-Net's 119 dynamic-quantized
-    // convolutions at 1024x1024; this is the float model's time.
-    let xs: Vec<f32> = int_values(x).iter().map(|&v| (v - x_zero) as f32).collect();
     let mut shape = vec![n, m];
     if spatial == 2 {
         shape.push(oh);
@@ -422,23 +477,40 @@ pub(super) fn conv_integer_centered(
     // The same geometry a Conv of these shapes lowers to (1-D as one row).
     let geom = crate::exec::lower::conv::conv2d(&x.shape, &shape, &full_window, group as u64)?;
     let mut sums = vec![0f32; n * m * oh * ow];
-    let mut scratch = vec![0f32; geom.scratch_len()];
-    let epilogue = ConvEpilogue {
-        bias: None,
-        residual: None,
-        activation: Activation::None,
-    };
-    conv2d(
-        &geom,
-        &xs,
-        &w.values,
-        &epilogue,
-        &mut sums,
-        &mut scratch,
-        threads,
-    );
-    // Rounded to the i32 the spec's output holds, stored as the reference's int64.
-    let out: Vec<i64> = sums.iter().map(|&v| i64::from(v.round() as i32)).collect();
+    let x_values = int_values(x);
+    match (&w.int8, as_shifted_bytes(&x_values, x_zero)) {
+        (Some(int8), Some((bytes, zero))) if int8.fits(&geom) => {
+            int8.run(&geom, &bytes, zero, &mut sums, threads);
+        }
+        _ => {
+            // The zero-point-shifted operands as floats through the f32 convolution kernel:
+            // every product is an integer of at most 2^16 and every partial sum stays exact
+            // while it is below 2^24 (past that, the f32 rounding is the one the Cast after a
+            // ConvInteger applies anyway). A loop in i32 took over five minutes on IS-Net's 119
+            // dynamic-quantized convolutions at 1024x1024; this is the float model's time.
+            let xs: Vec<f32> = x_values.iter().map(|&v| (v - x_zero) as f32).collect();
+            let mut scratch = vec![0f32; geom.scratch_len()];
+            let epilogue = ConvEpilogue {
+                bias: None,
+                residual: None,
+                activation: Activation::None,
+            };
+            conv2d(
+                &geom,
+                &xs,
+                &w.values,
+                &epilogue,
+                &mut sums,
+                &mut scratch,
+                threads,
+            );
+        }
+    }
+    // The i32 the spec's output holds, stored as the reference's int64. Every sum is an
+    // integer-valued float (exact below 2^24, a multiple of a power of two above), so the cast
+    // needs no rounding: `round` is a libm call per element without SSE4.1, and it was a third
+    // of the op's time.
+    let out: Vec<i64> = sums.iter().map(|&v| i64::from(v as i32)).collect();
     Ok(RtTensor {
         shape,
         data: RtData::I64(out),
@@ -462,6 +534,51 @@ mod tests {
     /// A constant B (and B zero point) is packed at plan time and the prepared run gives what
     /// the per-call run gives; a B zero point that is given but not constant leaves the node
     /// unprepared (it would be packed with the wrong zero point).
+    /// DynamicQuantizeLinear by the spec's formula, one element at a time.
+    fn dynamic_quantize_by_definition(x: &[f32]) -> (Vec<i64>, f32, i64) {
+        let min = x.iter().copied().fold(0.0f32, f32::min);
+        let max = x.iter().copied().fold(0.0f32, f32::max);
+        let scale = (max - min) / 255.0;
+        let zero = (-min / scale).round_ties_even().clamp(0.0, 255.0);
+        let y = x
+            .iter()
+            .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as i64)
+            .collect();
+        (y, scale, zero as i64)
+    }
+
+    #[test]
+    fn dynamic_quantize_linear_follows_the_spec_formula() {
+        let check = |x: Vec<f32>| {
+            let out = dynamic_quantize(&RtTensor {
+                shape: vec![x.len()],
+                data: RtData::F32(x.clone()),
+            })
+            .unwrap();
+            let (y, scale, zero) = dynamic_quantize_by_definition(&x);
+            assert_eq!(values(&out[0]), y, "{x:?}");
+            assert_eq!(out[1].data, RtData::F32(vec![scale]));
+            assert_eq!(values(&out[2]), [zero]);
+        };
+        // The spec's example: scale 5/255, zero point 153, y = [153, 255, 0, 26, 221, 179].
+        check(vec![0.0, 2.0, -3.0, -2.5, 1.34, 0.5]);
+        let spec = dynamic_quantize(&RtTensor {
+            shape: vec![6],
+            data: RtData::F32(vec![0.0, 2.0, -3.0, -2.5, 1.34, 0.5]),
+        })
+        .unwrap();
+        assert_eq!(values(&spec[0]), [153, 255, 0, 26, 221, 179]);
+        // Long enough for the vector loops, with ties at x / scale = k + 0.5 (scale 1 here:
+        // the range is -100..=155) and the extremes.
+        let mut x: Vec<f32> = (0..301).map(|i| (i as f32 - 100.0) * 0.5).collect();
+        x.push(155.0);
+        x.push(-100.0);
+        check(x);
+        // All positive (zero point 0), all negative (zero point 255).
+        check((0..40).map(|i| i as f32 * 0.37).collect());
+        check((0..40).map(|i| -(i as f32) * 1.7 - 0.1).collect());
+    }
+
     #[test]
     fn matmul_integer_prepared_from_constants_matches_the_per_call_run() {
         let node = crate::exec::reference::test_node("MatMulInteger", &[]);
@@ -673,7 +790,26 @@ mod tests {
         let given = [true; 4];
         let constants = [None, Some(&w), None, Some(&w_zero)];
         let prepared = super::super::prepare(&node, &given, &constants).expect("W is constant");
-        assert_eq!(prepared.bytes(), 24 * 72 * 4);
+        // The f32 weights, and where the CPU has VNNI the int8 panels: 24 channels of 72
+        // taps in quads, and one offset per channel.
+        let int8_bytes = if crate::kernels::qgemm::QIsa::detect().name() == "scalar" {
+            0
+        } else {
+            24 * 72 + 24 * 4
+        };
+        assert_eq!(prepared.bytes(), 24 * 72 * 4 + int8_bytes);
+        // The weights span 0..=255 less zero points of 90..=159: per-channel offsets.
+        let centred = center_conv_weights(&node, &w, Some(&w_zero)).unwrap();
+        let float_only = CenteredConvWeights {
+            shape: centred.shape.clone(),
+            values: centred.values.clone(),
+            int8: None,
+        };
+        for threads in [1, 2] {
+            let int8 = conv_integer_centered(&node, &x, Some(&x_zero), &centred, threads).unwrap();
+            let float = conv_integer_centered(&node, &x, Some(&x_zero), &float_only, threads);
+            assert_eq!(int8, float.unwrap(), "{threads} thread(s)");
+        }
         for threads in [1, 2] {
             let from_plan =
                 super::super::run_prepared(&node, &prepared, &inputs, &[DType::I32], threads)

@@ -51,6 +51,7 @@
 
 mod bf16;
 mod conv;
+mod conv_integer;
 mod pack;
 mod scalar;
 #[cfg(test)]
@@ -65,6 +66,7 @@ pub use bf16::{
     PackedBWeights,
 };
 pub use conv::{BConv2d, QConv2d};
+pub use conv_integer::{IntegerConvWeights, MAX_TAPS};
 pub use pack::{dequantize_u8, fake_quantize, fake_quantize_copy, quantize_u8};
 
 use super::gemm::Activation;
@@ -185,6 +187,21 @@ pub struct QEpilogue<'a> {
     /// f32 tensor added after the bias, with C's layout.
     pub residual: Option<&'a [f32]>,
     pub activation: Activation,
+    /// `wx` only: an integer term added to each accumulator before the correction,
+    /// `factor[c] · sums[j]` for channel c and column j ([`ColumnTerm`]).
+    pub columns: Option<ColumnTerm<'a>>,
+}
+
+/// A per-column integer term of a `wx` GEMM: `acc[c][j] += factor[c] · sums[j]`. It carries
+/// the part of an asymmetric weight that `s8` cannot hold: ConvInteger's `w − w_zero_point`
+/// spans up to 255 values, stored as `s8` plus a per-channel offset `factor[c]`, whose product
+/// with the activations is that offset times each column's sum of centred activations.
+#[derive(Clone, Copy, Debug)]
+pub struct ColumnTerm<'a> {
+    /// Per channel (row of C).
+    pub factor: &'a [i32],
+    /// Per column of C.
+    pub sums: &'a [i32],
 }
 
 /// Precomputed per-channel epilogue coefficients (owned form of [`QEpilogue`]).
@@ -231,6 +248,7 @@ impl ChannelCoeffs {
             bias: &self.bias,
             residual,
             activation,
+            columns: None,
         }
     }
 
@@ -434,6 +452,9 @@ pub(crate) struct Tile {
     pub mul: *const f32,
     pub bias: *const f32,
     pub act: Activation,
+    /// [`ColumnTerm`] at the tile's first channel and first column (null: none).
+    pub col_factor: *const i32,
+    pub col_sums: *const i32,
 }
 
 pub(crate) type TileFn = unsafe fn(&Tile);
@@ -512,6 +533,12 @@ fn check_epi(epi: &QEpilogue, channels: usize, c_len: usize) {
     if let Some(r) = epi.residual {
         assert!(r.len() >= c_len, "qgemm: residual too short");
     }
+    if let Some(term) = epi.columns {
+        assert!(
+            term.factor.len() >= channels,
+            "qgemm: column-term factors shorter than the {channels} channels"
+        );
+    }
 }
 
 /// Where the tiles of one GEMM call write, and what all its tiles share.
@@ -559,7 +586,15 @@ impl TileTarget {
         n_eff: usize,
         off: usize,
         ch0: usize,
+        col0: usize,
     ) -> Tile {
+        let (col_factor, col_sums) = match epi.columns {
+            Some(term) => (
+                term.factor.as_ptr().wrapping_add(ch0),
+                term.sums.as_ptr().wrapping_add(col0),
+            ),
+            None => (std::ptr::null(), std::ptr::null()),
+        };
         Tile {
             quads: self.quads,
             bcast,
@@ -577,6 +612,8 @@ impl TileTarget {
             mul: epi.mul.as_ptr().wrapping_add(ch0),
             bias: epi.bias.as_ptr().wrapping_add(ch0),
             act: epi.activation,
+            col_factor,
+            col_sums,
         }
     }
 }
@@ -614,6 +651,12 @@ pub fn qgemm_wx_with(
     check_out(&out, m, n, ldc);
     check_epi(epi, m, if m > 0 { (m - 1) * ldc + n } else { 0 });
     check_act(x, k, n, true);
+    if let Some(term) = epi.columns {
+        assert!(
+            term.sums.len() >= n,
+            "qgemm: column sums shorter than the {n} columns"
+        );
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -669,6 +712,7 @@ pub fn qgemm_wx_with(
                             n_eff,
                             c0 * ldc + j0,
                             c0,
+                            j0,
                         );
                         // SAFETY: the tile lies inside C (checked), the panels are fully packed.
                         unsafe { (kern.wx)(&tile) };
@@ -741,6 +785,10 @@ pub fn qgemm_xw_with(
     check_out(&out, m, n, ldc);
     check_epi(epi, n, if m > 0 { (m - 1) * ldc + n } else { 0 });
     check_act(x, k, m, false);
+    assert!(
+        epi.columns.is_none(),
+        "qgemm_xw: column terms are for qgemm_wx"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -781,6 +829,7 @@ pub fn qgemm_xw_with(
                         nr.min(n - c0),
                         r0 * ldc + c0,
                         c0,
+                        0,
                     );
                     // SAFETY: as in `qgemm_wx_with`.
                     unsafe { tile_fn(&tile) };

@@ -83,7 +83,12 @@ pub(crate) unsafe fn epilogue(
         let a = acc.add(r * acc_ld);
         for (l, y) in row.iter_mut().enumerate().take(n) {
             let ch = if ch_row { r } else { l };
-            let mut v = (*a.add(l) - *t.corr.add(ch)) as f32 * *t.mul.add(ch) + *t.bias.add(ch);
+            let mut acc = *a.add(l);
+            if !t.col_sums.is_null() {
+                // wx only: the row's factor times the column's sum (wrapping as the lanes do).
+                acc = acc.wrapping_add((*t.col_factor.add(r)).wrapping_mul(*t.col_sums.add(l)));
+            }
+            let mut v = (acc - *t.corr.add(ch)) as f32 * *t.mul.add(ch) + *t.bias.add(ch);
             if !t.residual.is_null() {
                 v += *t.residual.add(r * t.ldc + l);
             }

@@ -237,7 +237,16 @@ unsafe fn row_epilogue_512<const NV: usize>(
                 _mm512_maskz_loadu_ps(mask, t.bias.add(j)),
             )
         };
-        let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(*a, corr)), mul, bias);
+        let mut a = *a;
+        if !t.col_sums.is_null() {
+            // wx only (channels are rows): the factor is the row's, the sums the columns'.
+            let term = _mm512_mullo_epi32(
+                _mm512_set1_epi32(*t.col_factor.add(r)),
+                _mm512_maskz_loadu_epi32(mask, t.col_sums.add(j)),
+            );
+            a = _mm512_add_epi32(a, term);
+        }
+        let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, corr)), mul, bias);
         if !t.residual.is_null() {
             y = _mm512_add_ps(
                 y,
