@@ -333,7 +333,52 @@ fn contrib_rotary(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<RtTensor>
 /// products (`rnn::run_with`).
 fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
     let (w, r) = dequantized_lstm_weights(&|i: usize| inputs.get(i).and_then(|t| *t))?;
-    dynamic_quantize_lstm_with(node, inputs, &w, &r)
+    dynamic_quantize_lstm_with(node, inputs, &w, &r, None)
+}
+
+/// DynamicQuantizeLSTM's 8-bit weights (input `w`, its scale `scale` and zero point `zero`)
+/// with each direction's zero point and scale per gate column, looked up once: the values, the
+/// `[D, rows, columns]` shape, and `(zeros, scales)` per direction.
+#[allow(clippy::type_complexity)]
+fn lstm_weight_columns<'a>(
+    get: &dyn Fn(usize) -> Option<&'a RtTensor>,
+    (w, scale, zero): (usize, usize, usize),
+) -> Result<(&'a RtTensor, [usize; 3], Vec<(Vec<f32>, Vec<f32>)>)> {
+    let weights = get(w).ok_or(format!("DynamicQuantizeLSTM: input #{w} is missing"))?;
+    let scales = floats(get(scale).ok_or("DynamicQuantizeLSTM: a weight scale is missing")?);
+    let zeros = get(zero).map(ints).unwrap_or_else(|| vec![0]);
+    let [directions, rows, columns] = weights.shape[..] else {
+        return Err("DynamicQuantizeLSTM: W and R must be 3-D".into());
+    };
+    // One scale (zero point) per direction, or per direction and gate column.
+    let at = |table_len: usize, d: usize, column: usize| match table_len {
+        1 => 0,
+        n if n == directions => d,
+        _ => d * columns + column,
+    };
+    for len in [scales.len(), zeros.len()] {
+        if len != 1 && len != directions && len != directions * columns {
+            return Err(format!(
+                "DynamicQuantizeLSTM: {len} scales or zero points for weights {:?}",
+                weights.shape
+            ));
+        }
+    }
+    if weights.len() != directions * rows * columns {
+        return Err(format!("DynamicQuantizeLSTM: weights {:?}", weights.shape));
+    }
+    let per_direction = (0..directions)
+        .map(|d| {
+            let column_zeros = (0..columns)
+                .map(|c| zeros[at(zeros.len(), d, c)] as f32)
+                .collect();
+            let column_scales = (0..columns)
+                .map(|c| scales[at(scales.len(), d, c)])
+                .collect();
+            (column_zeros, column_scales)
+        })
+        .collect();
+    Ok((weights, [directions, rows, columns], per_direction))
 }
 
 /// DynamicQuantizeLSTM's W and R (inputs 1 and 2, their scales 8 and 10, zero points 9 and
@@ -342,61 +387,60 @@ fn dynamic_quantize_lstm(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Ve
 pub(super) fn dequantized_lstm_weights<'a>(
     get: &dyn Fn(usize) -> Option<&'a RtTensor>,
 ) -> Result<(RtTensor, RtTensor)> {
-    let dequantized = |w: usize, scale: usize, zero: usize| -> Result<RtTensor> {
-        let weights = get(w).ok_or(format!("DynamicQuantizeLSTM: input #{w} is missing"))?;
-        let scales = floats(get(scale).ok_or("DynamicQuantizeLSTM: a weight scale is missing")?);
-        let zeros = get(zero).map(ints).unwrap_or_else(|| vec![0]);
-        let [directions, rows, columns] = weights.shape[..] else {
-            return Err("DynamicQuantizeLSTM: W and R must be 3-D".into());
-        };
-        // One scale (zero point) per direction, or per direction and gate column.
-        let at = |table_len: usize, d: usize, column: usize| match table_len {
-            1 => 0,
-            n if n == directions => d,
-            _ => d * columns + column,
-        };
-        for len in [scales.len(), zeros.len()] {
-            if len != 1 && len != directions && len != directions * columns {
-                return Err(format!(
-                    "DynamicQuantizeLSTM: {len} scales or zero points for weights {:?}",
-                    weights.shape
-                ));
-            }
-        }
+    let dequantized = |inputs: (usize, usize, usize)| -> Result<RtTensor> {
+        let (weights, [_, rows, columns], per_direction) = lstm_weight_columns(get, inputs)?;
         let values = super::int_values(weights);
-        if values.len() != directions * rows * columns {
-            return Err(format!("DynamicQuantizeLSTM: weights {:?}", weights.shape));
-        }
         let mut out = vec![0f32; values.len()];
-        for d in 0..directions {
-            // This direction's zero point and scale per column, looked up once.
-            let column_zeros: Vec<f32> = (0..columns)
-                .map(|c| zeros[at(zeros.len(), d, c)] as f32)
-                .collect();
-            let column_scales: Vec<f32> = (0..columns)
-                .map(|c| scales[at(scales.len(), d, c)])
-                .collect();
+        for (d, (column_zeros, column_scales)) in per_direction.iter().enumerate() {
             for (source, target) in values[d * rows * columns..][..rows * columns]
                 .chunks_exact(columns)
                 .zip(out[d * rows * columns..][..rows * columns].chunks_exact_mut(columns))
             {
-                dequantize_row(target, source, &column_zeros, &column_scales);
+                dequantize_row(target, source, column_zeros, column_scales);
             }
         }
         Ok(RtTensor {
-            shape: vec![directions, rows, columns],
+            shape: weights.shape.clone(),
             data: RtData::F32(out),
         })
     };
-    Ok((dequantized(1, 8, 9)?, dequantized(2, 10, 11)?))
+    Ok((dequantized((1, 8, 9))?, dequantized((2, 10, 11))?))
 }
 
-/// DynamicQuantizeLSTM on dequantized `w` and `r` (see [`dequantized_lstm_weights`]).
+/// DynamicQuantizeLSTM's R (input 2, scale 10, zero point 11) per direction for the int8
+/// recurrent product (`rnn::Int8Recurrent`), where the CPU multiplies bytes natively; None
+/// where it does not or the weights are not 8-bit.
+pub(super) fn int8_recurrent_weights<'a>(
+    get: &dyn Fn(usize) -> Option<&'a RtTensor>,
+) -> Option<Vec<super::rnn::Int8Recurrent>> {
+    if crate::kernels::qgemm::QIsa::detect() == crate::kernels::qgemm::QIsa::Scalar {
+        return None;
+    }
+    let (weights, [_, rows, columns], per_direction) =
+        lstm_weight_columns(get, (2, 10, 11)).ok()?;
+    let values = super::int_values(weights);
+    per_direction
+        .iter()
+        .enumerate()
+        .map(|(d, (zeros, scales))| {
+            super::rnn::Int8Recurrent::new(
+                &values[d * rows * columns..][..rows * columns],
+                rows,
+                zeros,
+                scales,
+            )
+        })
+        .collect()
+}
+
+/// DynamicQuantizeLSTM on dequantized `w` and `r` (see [`dequantized_lstm_weights`]), and R
+/// in 8 bits where `int8_r` has it (see [`int8_recurrent_weights`]).
 pub(super) fn dynamic_quantize_lstm_with(
     node: &Node,
     inputs: &[Option<&RtTensor>],
     w: &RtTensor,
     r: &RtTensor,
+    int8_r: Option<&[super::rnn::Int8Recurrent]>,
 ) -> Result<Vec<RtTensor>> {
     let mut lstm = node.clone();
     lstm.op_type = "LSTM".into();
@@ -410,6 +454,7 @@ pub(super) fn dynamic_quantize_lstm_with(
         &lstm_inputs,
         true,
         super::rnn::WeightLayout::InputMajor,
+        int8_r,
     )
 }
 

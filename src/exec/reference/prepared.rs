@@ -13,7 +13,12 @@ pub(crate) enum Prepared {
     /// MatMulInteger with a constant B (and B zero point, when it has one).
     MatMulInteger(quant::PackedIntegerB),
     /// DynamicQuantizeLSTM's W and R dequantized.
-    QuantizedLstm { w: RtTensor, r: RtTensor },
+    /// (and R in 8 bits for the int8 recurrent product, where the CPU has VNNI).
+    QuantizedLstm {
+        w: RtTensor,
+        r: RtTensor,
+        int8_r: Option<Vec<rnn::Int8Recurrent>>,
+    },
     /// ConvInteger's constant weights minus their zero points (int8-packed and as floats).
     ConvInteger(quant::CenteredConvWeights),
 }
@@ -23,7 +28,14 @@ impl Prepared {
     pub(crate) fn bytes(&self) -> u64 {
         match self {
             Prepared::MatMulInteger(packed) => packed.bytes(),
-            Prepared::QuantizedLstm { w, r } => ((w.len() + r.len()) * 4) as u64,
+            Prepared::QuantizedLstm { w, r, int8_r } => {
+                ((w.len() + r.len()) * 4) as u64
+                    + int8_r
+                        .iter()
+                        .flatten()
+                        .map(rnn::Int8Recurrent::bytes)
+                        .sum::<u64>()
+            }
             Prepared::ConvInteger(weights) => weights.bytes(),
         }
     }
@@ -73,7 +85,8 @@ fn prepare_unguarded(
             if all_constant(&[1, 2, 8, 10], &[9, 11]) =>
         {
             let (w, r) = contrib::dequantized_lstm_weights(&constant).ok()?;
-            Some(Prepared::QuantizedLstm { w, r })
+            let int8_r = contrib::int8_recurrent_weights(&constant);
+            Some(Prepared::QuantizedLstm { w, r, int8_r })
         }
         _ => None,
     }
@@ -96,8 +109,8 @@ pub(crate) fn run_prepared(
                 get(2),
                 packed,
             )?],
-            Prepared::QuantizedLstm { w, r } => {
-                contrib::dynamic_quantize_lstm_with(node, inputs, w, r)?
+            Prepared::QuantizedLstm { w, r, int8_r } => {
+                contrib::dynamic_quantize_lstm_with(node, inputs, w, r, int8_r.as_deref())?
             }
             Prepared::ConvInteger(weights) => vec![quant::conv_integer_centered(
                 node,

@@ -7,6 +7,7 @@
 use super::super::{RtData, RtTensor};
 use super::float_values;
 use crate::analysis::graph::Node;
+use crate::kernels::elementwise::{unary_in_place, Unary};
 use crate::kernels::gemm;
 
 type Result<T> = std::result::Result<T, String>;
@@ -210,21 +211,165 @@ pub(crate) fn fake_quantize_u8(values: &mut [f32]) {
     }
 }
 
+/// R of one direction of a DynamicQuantizeLSTM kept in 8 bits: the hidden state is rounded
+/// through uint8 every step anyway, so `H·R` runs as onnxruntime runs it, an exact integer
+/// product scaled once, on the int8 GEMM (`qgemm_xw`, one row). The 4 MB of a 512-wide
+/// layer's f32 R per direction were streamed every step; as bytes they are a quarter.
+///
+/// R less its zero point spans up to 255 values per gate column, stored as `s8` plus a
+/// per-column offset `c` (as `kernels::qgemm::IntegerConvWeights` stores ConvInteger's
+/// weights); with one row of activations, the offset's product `c · Σ (qh − zh)` is one number
+/// per column, folded into the zero-point correction.
+pub(crate) struct Int8Recurrent {
+    packed: crate::kernels::qgemm::PackedQWeights,
+    offsets: Vec<i32>,
+    /// R's scale per gate column.
+    scales: Vec<f32>,
+}
+
+impl Int8Recurrent {
+    /// `values`: R `[hidden, columns]` input-major (one direction), `zeros` and `scales` per
+    /// column. None when a column is not 8-bit data.
+    pub(crate) fn new(
+        values: &[i64],
+        hidden: usize,
+        zeros: &[f32],
+        scales: &[f32],
+    ) -> Option<Self> {
+        let columns = zeros.len();
+        if values.len() != hidden * columns || scales.len() != columns || hidden == 0 {
+            return None;
+        }
+        let mut offsets = Vec::with_capacity(columns);
+        for (c, &zero) in zeros.iter().enumerate() {
+            let column = (0..hidden).map(|k| values[k * columns + c] - zero as i64);
+            let (lo, hi) = column.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+            if hi - lo > 255 || zero.fract() != 0.0 {
+                return None;
+            }
+            offsets.push(if hi > 127 {
+                hi - 127
+            } else if lo < -128 {
+                lo + 128
+            } else {
+                0
+            } as i32);
+        }
+        let bytes: Vec<i8> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let c = i % columns;
+                (v - zeros[c] as i64 - i64::from(offsets[c])) as i8
+            })
+            .collect();
+        let packed = crate::kernels::qgemm::PackedQWeights::for_dense(
+            crate::kernels::qgemm::QIsa::detect(),
+            &bytes,
+            hidden,
+            columns,
+        );
+        Some(Int8Recurrent {
+            packed,
+            offsets,
+            scales: scales.to_vec(),
+        })
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.packed.k().div_ceil(4) * 4 * self.packed.channels()
+            + self.offsets.len() * 4
+            + self.scales.len() * 4) as u64
+    }
+
+    /// `out[j] = bias[j] + Σ_k h[k] · R[k, j]` with `h` rounded through uint8 as
+    /// [`fake_quantize_u8`] rounds it; false (nothing written) when `h`'s range gives no finite
+    /// nonzero scale, for the caller's float product.
+    fn product(&self, h: &[f32], bias: &[f32], out: &mut [f32], scratch: &mut Int8Scratch) -> bool {
+        let max = h.iter().copied().fold(0.0f32, f32::max);
+        let min = h.iter().copied().fold(0.0f32, f32::min);
+        let scale = (max - min) / 255.0;
+        if scale == 0.0 || !scale.is_finite() || h.len() != self.packed.k() {
+            return false;
+        }
+        let zero = (-min / scale).round_ties_even().clamp(0.0, 255.0);
+        scratch.quantized.clear();
+        scratch.quantized.extend(
+            h.iter()
+                .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8),
+        );
+        let zero = zero as i32;
+        let centred_sum: i32 = scratch.quantized.iter().map(|&q| i32::from(q) - zero).sum();
+        scratch.corr.clear();
+        scratch.corr.extend(
+            self.packed
+                .sums()
+                .iter()
+                .zip(&self.offsets)
+                .map(|(&sum, &offset)| zero * sum - offset * centred_sum),
+        );
+        scratch.mul.clear();
+        scratch.mul.extend(self.scales.iter().map(|&s| s * scale));
+        let columns = self.packed.channels();
+        crate::kernels::qgemm::qgemm_xw(
+            &crate::kernels::qgemm::ActSrc::U8 {
+                data: &scratch.quantized,
+                ld: h.len(),
+            },
+            1,
+            &self.packed,
+            crate::kernels::qgemm::QOut::F32 {
+                data: &mut out[..columns],
+                requant: None,
+            },
+            columns,
+            &crate::kernels::qgemm::QEpilogue {
+                corr: &scratch.corr,
+                mul: &scratch.mul,
+                bias: &bias[..columns],
+                residual: None,
+                activation: gemm::Activation::None,
+                columns: None,
+            },
+            1,
+        );
+        true
+    }
+}
+
+impl std::fmt::Debug for Int8Recurrent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Int8Recurrent")
+            .field("hidden", &self.packed.k())
+            .field("columns", &self.packed.channels())
+            .finish()
+    }
+}
+
+/// Buffers of [`Int8Recurrent::product`], kept across steps.
+#[derive(Default)]
+struct Int8Scratch {
+    quantized: Vec<u8>,
+    corr: Vec<i32>,
+    mul: Vec<f32>,
+}
+
 /// Runs LSTM, GRU or RNN; returns Y, Y_h (and Y_c for LSTM).
 pub(crate) fn run(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTensor>> {
-    run_with(node, inputs, false, WeightLayout::GateMajor)
+    run_with(node, inputs, false, WeightLayout::GateMajor, None)
 }
 
 /// [`run`], with `quantized_activations`: X (the whole sequence at once) and each step's
 /// hidden state rounded through uint8 before their products with W and R, as onnxruntime's
 /// DynamicQuantizeLSTM quantizes them for its integer GEMMs (the hidden state per batch row
 /// here, per step over the batch there: the same for batch 1). W and R are laid out as
-/// `layout` says.
+/// `layout` says; `int8_r` (one per direction) runs the quantized recurrent product in integers.
 pub(crate) fn run_with(
     node: &Node,
     inputs: &[Option<&RtTensor>],
     quantized_activations: bool,
     layout: WeightLayout,
+    int8_r: Option<&[Int8Recurrent]>,
 ) -> Result<Vec<RtTensor>> {
     let cell = match node.op_type.as_str() {
         "LSTM" => Cell::Lstm,
@@ -341,6 +486,7 @@ pub(crate) fn run_with(
     let mut y = vec![0.0f32; seq * directions * batch * hidden];
     let mut pre = vec![0.0f32; gates * hidden];
     let mut recurrent = vec![0.0f32; gates * hidden];
+    let mut scratch = Int8Scratch::default();
     for d in 0..directions {
         let backward = reverse_only || d == 1;
         let w_d = &ws[d * gates * hidden * input..][..gates * hidden * input];
@@ -353,6 +499,14 @@ pub(crate) fn run_with(
             None => (vec![0.0; gates * hidden], vec![0.0; gates * hidden]),
         };
         let act = &acts[d];
+        // The default activations without peepholes or clip: the cell runs vectorised.
+        let plain_lstm = cell == Cell::Lstm
+            && peepholes.is_none()
+            && clip.is_none()
+            && matches!(act[..], [Act::Sigmoid, Act::Tanh, Act::Tanh]);
+        let int8_d = int8_r
+            .filter(|r| r.len() == directions && layout == WeightLayout::InputMajor)
+            .map(|r| &r[d]);
         // X·Wᵀ + Wb for every step at once, through the packed GEMM: per step it was a
         // product that streamed all of W (4 MB for a 512-wide LSTM, past the L2) for one row.
         let steps_rows = seq * batch;
@@ -391,20 +545,26 @@ pub(crate) fn run_with(
                     t * batch + bi
                 };
                 pre.copy_from_slice(&projected[x_row * gates * hidden..][..gates * hidden]);
-                recurrent.copy_from_slice(&rb);
-                let rounded;
-                let h_used: &[f32] = if quantized_activations {
-                    let mut values = h.to_vec();
-                    fake_quantize_u8(&mut values);
-                    rounded = values;
-                    &rounded
-                } else {
-                    h
-                };
-                match layout {
-                    WeightLayout::GateMajor => add_product(&mut recurrent, h_used, r_d),
-                    WeightLayout::InputMajor => {
-                        add_product_input_major(&mut recurrent, h_used, r_d)
+                let int8_done = quantized_activations
+                    && int8_d.is_some_and(|r| r.product(h, &rb, &mut recurrent, &mut scratch));
+                if !int8_done {
+                    recurrent.copy_from_slice(&rb);
+                }
+                if !int8_done {
+                    let rounded;
+                    let h_used: &[f32] = if quantized_activations {
+                        let mut values = h.to_vec();
+                        fake_quantize_u8(&mut values);
+                        rounded = values;
+                        &rounded
+                    } else {
+                        h
+                    };
+                    match layout {
+                        WeightLayout::GateMajor => add_product(&mut recurrent, h_used, r_d),
+                        WeightLayout::InputMajor => {
+                            add_product_input_major(&mut recurrent, h_used, r_d)
+                        }
                     }
                 }
                 let clipped = |v: f32| clip.map_or(v, |c| v.clamp(-c, c));
@@ -412,6 +572,27 @@ pub(crate) fn run_with(
                     Cell::Rnn => {
                         for k in 0..hidden {
                             h[k] = act[0].apply(clipped(pre[k] + recurrent[k]));
+                        }
+                    }
+                    Cell::Lstm if plain_lstm => {
+                        // The gates a block at a time through the vectorised activations
+                        // (gate order i, o, f, c: the three sigmoid gates are contiguous); a
+                        // libm `expf`/`tanhf` per element was two thirds of ddddocr's LSTM.
+                        for (p, r) in pre.iter_mut().zip(&recurrent) {
+                            *p += r;
+                        }
+                        let (sigmoid_gates, candidates) = pre.split_at_mut(3 * hidden);
+                        unary_in_place(Unary::Sigmoid, sigmoid_gates);
+                        unary_in_place(Unary::Tanh, candidates);
+                        for k in 0..hidden {
+                            let (i, f) = (sigmoid_gates[k], sigmoid_gates[2 * hidden + k]);
+                            c[k] = f * c[k] + i * candidates[k];
+                        }
+                        let cell_tanh = &mut recurrent[..hidden];
+                        cell_tanh.copy_from_slice(c);
+                        unary_in_place(Unary::Tanh, cell_tanh);
+                        for k in 0..hidden {
+                            h[k] = sigmoid_gates[hidden + k] * cell_tanh[k];
                         }
                     }
                     Cell::Lstm => {
@@ -503,4 +684,57 @@ pub(crate) fn run_with(
         state_out(h_state),
         state_out(c_state),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    //! The int8 recurrent product against the float one it replaces (the hidden state rounded
+    //! through uint8, R dequantized), with asymmetric u8 weights that need per-column offsets.
+    use super::*;
+
+    #[test]
+    fn int8_recurrent_product_matches_the_dequantized_float_product() {
+        if crate::kernels::qgemm::QIsa::detect() == crate::kernels::qgemm::QIsa::Scalar {
+            return;
+        }
+        let (hidden, columns) = (37, 44);
+        // u8 weights over the whole byte, zero points 100..=143 per column, scales per column.
+        let values: Vec<i64> = (0..hidden * columns)
+            .map(|i| ((i * 97 + i / 7) % 256) as i64)
+            .collect();
+        let zeros: Vec<f32> = (0..columns).map(|c| (100 + c) as f32).collect();
+        let scales: Vec<f32> = (0..columns).map(|c| 0.01 + 0.001 * c as f32).collect();
+        let int8 = Int8Recurrent::new(&values, hidden, &zeros, &scales).unwrap();
+        assert!(int8.offsets.iter().any(|&c| c != 0));
+        let r: Vec<f32> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v as f32 - zeros[i % columns]) * scales[i % columns])
+            .collect();
+        let h: Vec<f32> = (0..hidden)
+            .map(|k| ((k * 13) % 17) as f32 * 0.11 - 0.8)
+            .collect();
+        let bias: Vec<f32> = (0..columns).map(|c| c as f32 * 0.05 - 1.0).collect();
+        let mut rounded = h.clone();
+        fake_quantize_u8(&mut rounded);
+        let mut expected = bias.clone();
+        add_product_input_major(&mut expected, &rounded, &r);
+        let mut got = vec![f32::NAN; columns];
+        assert!(int8.product(&h, &bias, &mut got, &mut Int8Scratch::default()));
+        for (j, (g, e)) in got.iter().zip(&expected).enumerate() {
+            // Sum of the terms' magnitudes bounds the float product's rounding.
+            let magnitude: f32 = bias[j].abs()
+                + (0..hidden)
+                    .map(|k| (rounded[k] * r[k * columns + j]).abs())
+                    .sum::<f32>();
+            assert!((g - e).abs() <= 1e-5 * magnitude, "column {j}: {g} vs {e}");
+        }
+        // An all-zero state has no scale: the caller's float product runs instead.
+        assert!(!int8.product(
+            &vec![0.0; hidden],
+            &bias,
+            &mut got,
+            &mut Int8Scratch::default()
+        ));
+    }
 }
