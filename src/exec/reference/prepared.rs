@@ -93,7 +93,7 @@ fn prepare_unguarded(
 }
 
 /// Runs `node` with its plan-time preparation (see [`prepare`]) on up to `threads` threads
-/// (the convolution splits; the others run on one); otherwise as [`run`].
+/// (the convolution and the integer products split; the others run on one); otherwise as [`run`].
 pub(crate) fn run_prepared(
     node: &Node,
     prepared: &Prepared,
@@ -108,6 +108,7 @@ pub(crate) fn run_prepared(
                 get(0).ok_or("input #0 is missing")?,
                 get(2),
                 packed,
+                threads,
             )?],
             Prepared::QuantizedLstm { w, r, int8_r } => {
                 contrib::dynamic_quantize_lstm_with(node, inputs, w, r, int8_r.as_deref())?

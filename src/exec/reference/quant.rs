@@ -98,7 +98,7 @@ pub(super) fn matmul_integer(
     a_zero: Option<&RtTensor>,
     b_zero: Option<&RtTensor>,
 ) -> Result<RtTensor> {
-    matmul_integer_packed(a, a_zero, &pack_integer_b(b, b_zero)?)
+    matmul_integer_packed(a, a_zero, &pack_integer_b(b, b_zero)?, 1)
 }
 
 /// MatMulInteger's B less its zero points, packed for `kernels::integer::strip_product`:
@@ -111,12 +111,114 @@ pub(crate) struct PackedIntegerB {
     batch: Vec<usize>,
     /// Per B matrix, its strips one after the other.
     strips: Vec<i16>,
+    /// A single B (a weight) packed for the int8 GEMM too, where the CPU has VNNI.
+    int8: Option<Int8B>,
+}
+
+/// MatMulInteger's B less its column zero points for `qgemm_xw`: `s8` plus a per-column
+/// offset (as `kernels::qgemm::IntegerConvWeights` stores ConvInteger's weights), the
+/// offset's product being the column's offset times each row of A's sum of centred values.
+#[derive(Clone)]
+struct Int8B {
+    packed: crate::kernels::qgemm::PackedQWeights,
+    offsets: Vec<i32>,
+}
+
+impl std::fmt::Debug for Int8B {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Int8B")
+            .field("isa", &self.packed.isa().name())
+            .finish()
+    }
+}
+
+impl Int8B {
+    /// `b` (`k × n`, 8-bit values) less `zeros` per column; None where the CPU lacks VNNI or
+    /// the reduction is too deep for exact `i32` sums.
+    fn new(b: &[i64], k: usize, n: usize, zeros: &[i64]) -> Option<Int8B> {
+        use crate::kernels::qgemm::{PackedQWeights, QIsa, MAX_TAPS};
+        let isa = QIsa::detect();
+        if isa == QIsa::Scalar || k == 0 || n == 0 || k > MAX_TAPS {
+            return None;
+        }
+        let mut lows = vec![i64::MAX; n];
+        let mut highs = vec![i64::MIN; n];
+        for row in b.chunks_exact(n) {
+            for (c, &v) in row.iter().enumerate() {
+                let centred = v - zeros[c];
+                lows[c] = lows[c].min(centred);
+                highs[c] = highs[c].max(centred);
+            }
+        }
+        let offsets: Vec<i32> = lows
+            .iter()
+            .zip(&highs)
+            .map(|(&lo, &hi)| {
+                (if hi > 127 {
+                    hi - 127
+                } else if lo < -128 {
+                    lo + 128
+                } else {
+                    0
+                }) as i32
+            })
+            .collect();
+        let bytes: Vec<i8> = b
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v - zeros[i % n] - i64::from(offsets[i % n])) as i8)
+            .collect();
+        Some(Int8B {
+            packed: PackedQWeights::for_dense(isa, &bytes, k, n),
+            offsets,
+        })
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.packed.k().div_ceil(4) * 4 * self.packed.channels() + self.offsets.len() * 4) as u64
+    }
+
+    /// `rows` rows of A (bytes `a`, `k` each, scalar zero point `a_zero`) times B, exact, into
+    /// `out` (`rows × n`).
+    fn product(&self, a: &[u8], a_zero: u8, rows: usize, out: &mut [i32], threads: usize) {
+        use crate::kernels::qgemm::{qgemm_xw, ActSrc, OffsetTerm, QEpilogue, QOut};
+        let (k, n) = (self.packed.k(), self.packed.channels());
+        let zero = i32::from(a_zero);
+        let row_sums: Vec<i32> = a
+            .chunks_exact(k)
+            .take(rows)
+            .map(|row| row.iter().map(|&v| i32::from(v)).sum::<i32>() - zero * k as i32)
+            .collect();
+        let corr: Vec<i32> = self.packed.sums().iter().map(|&s| zero * s).collect();
+        let unused = vec![0f32; n];
+        let epilogue = QEpilogue {
+            corr: &corr,
+            mul: &unused,
+            bias: &unused,
+            residual: None,
+            activation: crate::kernels::gemm::Activation::None,
+            columns: Some(OffsetTerm {
+                factor: &self.offsets,
+                sums: &row_sums,
+            }),
+        };
+        qgemm_xw(
+            &ActSrc::U8 { data: a, ld: k },
+            rows,
+            &self.packed,
+            QOut::I32 { data: out },
+            n,
+            &epilogue,
+            threads,
+        );
+    }
 }
 
 impl PackedIntegerB {
     /// Bytes the packed form holds.
     pub(crate) fn bytes(&self) -> u64 {
         (self.strips.len() * std::mem::size_of::<i16>()) as u64
+            + self.int8.as_ref().map_or(0, Int8B::bytes)
     }
 
     fn matrix_len(&self) -> usize {
@@ -163,6 +265,7 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
         n,
         batch: b.shape[..rb - 2].to_vec(),
         strips: Vec::new(),
+        int8: None,
     };
     let matrices: usize = packed.batch.iter().product();
     if bv.len() != matrices * k * n {
@@ -183,6 +286,9 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
             pack_strips(strips, matrix, k, n, &column_zeros[index * n..][..n]);
         }
     }
+    if matrices == 1 {
+        packed.int8 = Int8B::new(&bv, k, n, &column_zeros);
+    }
     Ok(packed)
 }
 
@@ -192,10 +298,13 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
 /// 32×1024×8210 product), row updates over blocks of columns (122 ms, 67 vectorized, 18 once
 /// the generic path lent B instead of copying it per run); this kernel 3.5 ms of products,
 /// plus about 5 ms of packing (most of it reading the i64 constant) unless the plan packed B.
+/// A weight B with a per-tensor A zero point runs on the int8 GEMM where the CPU has VNNI
+/// (`Int8B`, on `threads` threads): 1.6 ms for that product.
 pub(super) fn matmul_integer_packed(
     a: &RtTensor,
     a_zero: Option<&RtTensor>,
     packed: &PackedIntegerB,
+    threads: usize,
 ) -> Result<RtTensor> {
     let ra = a.shape.len();
     if ra < 2 {
@@ -229,6 +338,24 @@ pub(super) fn matmul_integer_packed(
         ));
     }
     let row_zeros = zero_points(&a_zeros, m, a_matrices, "A row")?;
+    let shared_b = b_matrices == 1 && a_matrices == batches;
+    let scalar_zero = row_zeros.windows(2).all(|pair| pair[0] == pair[1]);
+    if let (Some(int8), true, true) = (&packed.int8, shared_b, scalar_zero) {
+        let zero = row_zeros.first().copied().unwrap_or(0);
+        if let Some((bytes, zero)) = as_shifted_bytes(&av, zero) {
+            let rows = batches * m;
+            let mut out = vec![0i32; rows * n];
+            if k > 0 && rows > 0 {
+                int8.product(&bytes, zero, rows, &mut out, threads);
+            }
+            let mut shape = batch;
+            shape.extend([m, n]);
+            return Ok(RtTensor {
+                shape,
+                data: RtData::I64(out.into_iter().map(i64::from).collect()),
+            });
+        }
+    }
     let mut a_centred = vec![0i16; a_matrices * m * k_even];
     if k > 0 {
         for (row, centred) in a_centred.chunks_exact_mut(k_even).enumerate() {
@@ -241,7 +368,6 @@ pub(super) fn matmul_integer_packed(
     let mut out = vec![0i32; batches * m * n];
     // One B for every batch of A (a weight): A's batches are rows of one product, so B is
     // streamed once, not once per batch (ddddocr multiplies 32 batches of one row each).
-    let shared_b = b_matrices == 1 && a_matrices == batches;
     let (groups, rows) = if shared_b {
         (1, batches * m)
     } else {
@@ -476,11 +602,12 @@ pub(super) fn conv_integer_centered(
     shape.push(ow);
     // The same geometry a Conv of these shapes lowers to (1-D as one row).
     let geom = crate::exec::lower::conv::conv2d(&x.shape, &shape, &full_window, group as u64)?;
-    let mut sums = vec![0f32; n * m * oh * ow];
     let x_values = int_values(x);
-    match (&w.int8, as_shifted_bytes(&x_values, x_zero)) {
+    let out: Vec<i64> = match (&w.int8, as_shifted_bytes(&x_values, x_zero)) {
         (Some(int8), Some((bytes, zero))) if int8.fits(&geom) => {
+            let mut sums = vec![0i32; n * m * oh * ow];
             int8.run(&geom, &bytes, zero, &mut sums, threads);
+            sums.into_iter().map(i64::from).collect()
         }
         _ => {
             // The zero-point-shifted operands as floats through the f32 convolution kernel:
@@ -489,6 +616,7 @@ pub(super) fn conv_integer_centered(
             // ConvInteger applies anyway). A loop in i32 took over five minutes on IS-Net's 119
             // dynamic-quantized convolutions at 1024x1024; this is the float model's time.
             let xs: Vec<f32> = x_values.iter().map(|&v| (v - x_zero) as f32).collect();
+            let mut sums = vec![0f32; n * m * oh * ow];
             let mut scratch = vec![0f32; geom.scratch_len()];
             let epilogue = ConvEpilogue {
                 bias: None,
@@ -504,13 +632,13 @@ pub(super) fn conv_integer_centered(
                 &mut scratch,
                 threads,
             );
+            // The i32 the spec's output holds, stored as the reference's int64. Every sum is
+            // an integer-valued float (exact below 2^24, a multiple of a power of two above),
+            // so the cast needs no rounding: `round` is a libm call per element without SSE4.1,
+            // and it was a third of the op's time.
+            sums.iter().map(|&v| i64::from(v as i32)).collect()
         }
-    }
-    // The i32 the spec's output holds, stored as the reference's int64. Every sum is an
-    // integer-valued float (exact below 2^24, a multiple of a power of two above), so the cast
-    // needs no rounding: `round` is a libm call per element without SSE4.1, and it was a third
-    // of the op's time.
-    let out: Vec<i64> = sums.iter().map(|&v| i64::from(v as i32)).collect();
+    };
     Ok(RtTensor {
         shape,
         data: RtData::I64(out),

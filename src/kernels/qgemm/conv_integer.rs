@@ -10,11 +10,11 @@
 //!
 //! the GEMM's accumulator, its per-channel zero-point correction, and the offset times the
 //! column's sum of centred activations (one sum per output pixel, shared by every channel:
-//! [`super::ColumnTerm`]). Padding taps read `zx`, so they add nothing to any term. The sums
+//! [`super::OffsetTerm`]). Padding taps read `zx`, so they add nothing to any term. The sums
 //! stay exact in `i32` while the reduction depth is at most [`MAX_TAPS`].
 
 use super::pack::im2col_u8;
-use super::{qgemm_wx_with, ActSrc, ColumnTerm, PackedQWeights, QEpilogue, QIsa, QOut};
+use super::{qgemm_wx_with, ActSrc, OffsetTerm, PackedQWeights, QEpilogue, QIsa, QOut};
 use crate::kernels::conv::Conv2d;
 use crate::kernels::gemm::Activation;
 use crate::kernels::parallel::{parallel_for, SendPtr};
@@ -123,12 +123,11 @@ impl IntegerConvWeights {
     }
 
     /// `out[n, m, p] = Σ (x − x_zero)(w − w_zero)` for the `[N, C, H, W]` image of `u8` values
-    /// `image`, as f32 (exact below 2²⁴ in magnitude; larger sums are rounded as a Cast to
-    /// float rounds them).
+    /// `image`, exact.
     ///
     /// # Panics
     /// When `geom` does not [`fit`](Self::fits) the weights or a slice is too short.
-    pub fn run(&self, geom: &Conv2d, image: &[u8], x_zero: u8, out: &mut [f32], threads: usize) {
+    pub fn run(&self, geom: &Conv2d, image: &[u8], x_zero: u8, out: &mut [i32], threads: usize) {
         assert!(self.fits(geom), "ConvInteger weights do not fit {geom:?}");
         let g = geom;
         let group = self.group;
@@ -168,7 +167,7 @@ impl IntegerConvWeights {
                 }
                 let columns = if self.any_offset {
                     centred_column_sums(data, self.taps, out_plane, x_zero, &mut sums, threads);
-                    Some(ColumnTerm {
+                    Some(OffsetTerm {
                         factor: &self.offsets[gi * gout..(gi + 1) * gout],
                         sums: &sums,
                     })
@@ -192,9 +191,8 @@ impl IntegerConvWeights {
                         ld: out_plane,
                     },
                     out_plane,
-                    QOut::F32 {
+                    QOut::I32 {
                         data: &mut out[o0..o0 + gout * out_plane],
-                        requant: None,
                     },
                     out_plane,
                     &epilogue,
@@ -280,11 +278,11 @@ mod tests {
     //! weights that need a per-channel offset and weights that do not.
     use super::*;
 
-    fn reference(geom: &Conv2d, image: &[u8], zx: u8, centred: &[i32]) -> Vec<f32> {
+    fn reference(geom: &Conv2d, image: &[u8], zx: u8, centred: &[i32]) -> Vec<i32> {
         let g = geom;
         let group = g.group.max(1);
         let (gin, gout) = (g.in_channels / group, g.out_channels / group);
-        let mut out = vec![0f32; g.batch * g.out_channels * g.out_h * g.out_w];
+        let mut out = vec![0i32; g.batch * g.out_channels * g.out_h * g.out_w];
         for n in 0..g.batch {
             for m in 0..g.out_channels {
                 let gi = m / gout;
@@ -316,7 +314,8 @@ mod tests {
                                 }
                             }
                         }
-                        out[((n * g.out_channels + m) * g.out_h + oy) * g.out_w + ox] = sum as f32;
+                        out[((n * g.out_channels + m) * g.out_h + oy) * g.out_w + ox] =
+                            i32::try_from(sum).unwrap();
                     }
                 }
             }
@@ -400,7 +399,7 @@ mod tests {
                             .unwrap();
                     assert_eq!(weights.any_offset, std::ptr::eq(centred, &wide));
                     for threads in [1, 3] {
-                        let mut out = vec![f32::NAN; expected.len()];
+                        let mut out = vec![i32::MIN; expected.len()];
                         weights.run(g, &image, zx, &mut out, threads);
                         assert_eq!(
                             out,

@@ -163,6 +163,9 @@ pub enum QOut<'a> {
         data: &'a mut [u8],
         requant: Requant,
     },
+    /// The exact integer sums `acc − corr` (+ the offset term): no scale, bias, residual or
+    /// activation (MatMulInteger's and ConvInteger's i32 outputs).
+    I32 { data: &'a mut [i32] },
 }
 
 impl QOut<'_> {
@@ -170,6 +173,7 @@ impl QOut<'_> {
         match self {
             QOut::F32 { data, .. } => data.len(),
             QOut::U8 { data, .. } => data.len(),
+            QOut::I32 { data } => data.len(),
         }
     }
 }
@@ -187,20 +191,21 @@ pub struct QEpilogue<'a> {
     /// f32 tensor added after the bias, with C's layout.
     pub residual: Option<&'a [f32]>,
     pub activation: Activation,
-    /// `wx` only: an integer term added to each accumulator before the correction,
-    /// `factor[c] · sums[j]` for channel c and column j ([`ColumnTerm`]).
-    pub columns: Option<ColumnTerm<'a>>,
+    /// An integer term added to each accumulator before the correction ([`OffsetTerm`]).
+    pub columns: Option<OffsetTerm<'a>>,
 }
 
-/// A per-column integer term of a `wx` GEMM: `acc[c][j] += factor[c] · sums[j]`. It carries
-/// the part of an asymmetric weight that `s8` cannot hold: ConvInteger's `w − w_zero_point`
-/// spans up to 255 values, stored as `s8` plus a per-channel offset `factor[c]`, whose product
-/// with the activations is that offset times each column's sum of centred activations.
+/// An integer term of an int8 GEMM: `acc += factor[channel] · sums[activation vector]`, the
+/// activation vector being a column of C in `wx` (a pixel) and a row in `xw`. It carries the
+/// part of an asymmetric weight that `s8` cannot hold: ConvInteger's and MatMulInteger's
+/// `w − w_zero_point` spans up to 255 values, stored as `s8` plus a per-channel offset
+/// `factor`, whose product with the activations is that offset times each activation vector's
+/// sum of centred values.
 #[derive(Clone, Copy, Debug)]
-pub struct ColumnTerm<'a> {
-    /// Per channel (row of C).
+pub struct OffsetTerm<'a> {
+    /// Per channel.
     pub factor: &'a [i32],
-    /// Per column of C.
+    /// Per activation vector.
     pub sums: &'a [i32],
 }
 
@@ -444,6 +449,8 @@ pub(crate) struct Tile {
     /// Tile origin in C (element offset applied by the kernel) and its leading dimension.
     pub c_f32: *mut f32,
     pub c_u8: *mut u8,
+    /// Exact integer output ([`QOut::I32`]); null otherwise.
+    pub c_i32: *mut i32,
     pub ldc: usize,
     pub residual: *const f32,
     pub requant: Option<Requant>,
@@ -452,7 +459,7 @@ pub(crate) struct Tile {
     pub mul: *const f32,
     pub bias: *const f32,
     pub act: Activation,
-    /// [`ColumnTerm`] at the tile's first channel and first column (null: none).
+    /// [`OffsetTerm`] at the tile's first channel and first activation vector (null: none).
     pub col_factor: *const i32,
     pub col_sums: *const i32,
 }
@@ -536,7 +543,7 @@ fn check_epi(epi: &QEpilogue, channels: usize, c_len: usize) {
     if let Some(term) = epi.columns {
         assert!(
             term.factor.len() >= channels,
-            "qgemm: column-term factors shorter than the {channels} channels"
+            "qgemm: offset-term factors shorter than the {channels} channels"
         );
     }
 }
@@ -546,6 +553,7 @@ fn check_epi(epi: &QEpilogue, channels: usize, c_len: usize) {
 struct TileTarget {
     c_f32: SendPtr<f32>,
     c_u8: SendPtr<u8>,
+    c_i32: SendPtr<i32>,
     requant: Option<Requant>,
     ldc: usize,
     quads: usize,
@@ -553,21 +561,20 @@ struct TileTarget {
 
 impl TileTarget {
     fn new(out: &mut QOut, ldc: usize, quads: usize) -> TileTarget {
-        let (c_f32, c_u8, requant) = match out {
-            QOut::F32 { data, requant } => (
-                SendPtr(data.as_mut_ptr()),
-                SendPtr(std::ptr::null_mut()),
-                *requant,
-            ),
-            QOut::U8 { data, requant } => (
-                SendPtr(std::ptr::null_mut()),
-                SendPtr(data.as_mut_ptr()),
-                Some(*requant),
-            ),
+        fn null<T>() -> SendPtr<T> {
+            SendPtr(std::ptr::null_mut())
+        }
+        let (c_f32, c_u8, c_i32, requant) = match out {
+            QOut::F32 { data, requant } => (SendPtr(data.as_mut_ptr()), null(), null(), *requant),
+            QOut::U8 { data, requant } => {
+                (null(), SendPtr(data.as_mut_ptr()), null(), Some(*requant))
+            }
+            QOut::I32 { data } => (null(), null(), SendPtr(data.as_mut_ptr()), None),
         };
         TileTarget {
             c_f32,
             c_u8,
+            c_i32,
             requant,
             ldc,
             quads,
@@ -575,7 +582,8 @@ impl TileTarget {
     }
 
     /// The tile of `m_eff × n_eff` outputs at element `off` of C whose first channel (row in
-    /// `wx`, column in `xw`) is `ch0`, from the given broadcast and vector panels.
+    /// `wx`, column in `xw`) is `ch0` and first activation vector (column in `wx`, row in `xw`)
+    /// `act0`, from the given broadcast and vector panels.
     #[allow(clippy::too_many_arguments)]
     fn tile(
         &self,
@@ -586,12 +594,12 @@ impl TileTarget {
         n_eff: usize,
         off: usize,
         ch0: usize,
-        col0: usize,
+        act0: usize,
     ) -> Tile {
         let (col_factor, col_sums) = match epi.columns {
             Some(term) => (
                 term.factor.as_ptr().wrapping_add(ch0),
-                term.sums.as_ptr().wrapping_add(col0),
+                term.sums.as_ptr().wrapping_add(act0),
             ),
             None => (std::ptr::null(), std::ptr::null()),
         };
@@ -603,6 +611,7 @@ impl TileTarget {
             n_eff,
             c_f32: offset(self.c_f32.get(), off),
             c_u8: offset(self.c_u8.get(), off),
+            c_i32: offset(self.c_i32.get(), off),
             ldc: self.ldc,
             residual: epi
                 .residual
@@ -654,7 +663,7 @@ pub fn qgemm_wx_with(
     if let Some(term) = epi.columns {
         assert!(
             term.sums.len() >= n,
-            "qgemm: column sums shorter than the {n} columns"
+            "qgemm: offset-term sums shorter than the {n} columns"
         );
     }
     if m == 0 || n == 0 {
@@ -785,10 +794,12 @@ pub fn qgemm_xw_with(
     check_out(&out, m, n, ldc);
     check_epi(epi, n, if m > 0 { (m - 1) * ldc + n } else { 0 });
     check_act(x, k, m, false);
-    assert!(
-        epi.columns.is_none(),
-        "qgemm_xw: column terms are for qgemm_wx"
-    );
+    if let Some(term) = epi.columns {
+        assert!(
+            term.sums.len() >= m,
+            "qgemm: offset-term sums shorter than the {m} rows"
+        );
+    }
     if m == 0 || n == 0 {
         return;
     }
@@ -829,7 +840,7 @@ pub fn qgemm_xw_with(
                         nr.min(n - c0),
                         r0 * ldc + c0,
                         c0,
-                        0,
+                        r0,
                     );
                     // SAFETY: as in `qgemm_wx_with`.
                     unsafe { tile_fn(&tile) };

@@ -85,14 +85,23 @@ pub(crate) unsafe fn epilogue(
             let ch = if ch_row { r } else { l };
             let mut acc = *a.add(l);
             if !t.col_sums.is_null() {
-                // wx only: the row's factor times the column's sum (wrapping as the lanes do).
-                acc = acc.wrapping_add((*t.col_factor.add(r)).wrapping_mul(*t.col_sums.add(l)));
+                // The channel's factor times the activation vector's sum (wrapping as the
+                // vector lanes do).
+                let act = if ch_row { l } else { r };
+                acc = acc.wrapping_add((*t.col_factor.add(ch)).wrapping_mul(*t.col_sums.add(act)));
+            }
+            if !t.c_i32.is_null() {
+                *t.c_i32.add(r * t.ldc + l) = acc.wrapping_sub(*t.corr.add(ch));
+                continue;
             }
             let mut v = (acc - *t.corr.add(ch)) as f32 * *t.mul.add(ch) + *t.bias.add(ch);
             if !t.residual.is_null() {
                 v += *t.residual.add(r * t.ldc + l);
             }
             *y = v;
+        }
+        if !t.c_i32.is_null() {
+            continue;
         }
         let vals = &mut row[..n];
         match t.act {

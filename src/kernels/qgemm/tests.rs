@@ -468,8 +468,122 @@ macro_rules! int8_suite {
             fn convolutions_match_the_direct_loop() {
                 if let Some(isa) = isa() { check_conv(isa) }
             }
+
+            #[test]
+            fn offset_terms_and_integer_outputs_are_exact_in_both_orientations() {
+                if let Some(isa) = isa() { check_offset_terms(isa) }
+            }
         }
     )*};
+}
+
+/// Both orientations with an [`OffsetTerm`] and exact `i32` output ([`QOut::I32`]) against
+/// `Σ a·w − corr + factor[channel] · sums[activation vector]` in i64; the `wx` form also with
+/// f32 output (unit scale), as ConvInteger uses it.
+fn check_offset_terms(isa: QIsa) {
+    let (m, k, n) = (13, 41, 37);
+    let activations: Vec<u8> = (0..m * k).map(|i| ((i * 89 + 7) % 256) as u8).collect();
+    let weights: Vec<i8> = (0..k * n).map(|i| ((i * 53) % 256) as u8 as i8).collect();
+    // xw: A rows (m × k) by weights k × n (channels are columns).
+    let packed = PackedQWeights::for_dense(isa, &weights, k, n);
+    let factor: Vec<i32> = (0..n).map(|c| c as i32 * 7 - 120).collect();
+    let sums: Vec<i32> = (0..m).map(|r| r as i32 * 1000 - 5000).collect();
+    let corr: Vec<i32> = (0..n).map(|c| c as i32 * 31 - 400).collect();
+    let unused = vec![0f32; n.max(m)];
+    let epilogue = |corr: &'static [i32], factor: &'static [i32], sums: &'static [i32]| QEpilogue {
+        corr,
+        mul: Box::leak(unused.clone().into_boxed_slice()),
+        bias: Box::leak(unused.clone().into_boxed_slice()),
+        residual: None,
+        activation: Activation::None,
+        columns: Some(OffsetTerm { factor, sums }),
+    };
+    let leak = |v: &Vec<i32>| -> &'static [i32] { Box::leak(v.clone().into_boxed_slice()) };
+    let mut out = vec![0i32; m * n];
+    qgemm_xw_with(
+        isa,
+        &ActSrc::U8 {
+            data: &activations,
+            ld: k,
+        },
+        m,
+        &packed,
+        QOut::I32 { data: &mut out },
+        n,
+        &epilogue(leak(&corr), leak(&factor), leak(&sums)),
+        2,
+    );
+    for r in 0..m {
+        for c in 0..n {
+            let dot: i64 = (0..k)
+                .map(|i| i64::from(activations[r * k + i]) * i64::from(weights[i * n + c]))
+                .sum();
+            let want = dot - i64::from(corr[c]) + i64::from(factor[c]) * i64::from(sums[r]);
+            assert_eq!(
+                i64::from(out[r * n + c]),
+                want,
+                "xw {} ({r}, {c})",
+                isa.name()
+            );
+        }
+    }
+    // wx: weights (channels m × k) by activations k × n (k-major; channels are rows).
+    let channel_weights: Vec<i8> = weights[..m * k].to_vec();
+    let packed = PackedQWeights::for_conv(isa, &channel_weights, m, k);
+    let act_kmajor: Vec<u8> = (0..k * n).map(|i| ((i * 61 + 3) % 256) as u8).collect();
+    let factor: Vec<i32> = (0..m).map(|r| 90 - r as i32 * 11).collect();
+    let sums: Vec<i32> = (0..n).map(|c| c as i32 * 300 - 4000).collect();
+    let corr: Vec<i32> = (0..m).map(|r| r as i32 * 17 - 100).collect();
+    let want = |r: usize, c: usize| {
+        let dot: i64 = (0..k)
+            .map(|i| i64::from(channel_weights[r * k + i]) * i64::from(act_kmajor[i * n + c]))
+            .sum();
+        dot - i64::from(corr[r]) + i64::from(factor[r]) * i64::from(sums[c])
+    };
+    let mut out = vec![0i32; m * n];
+    let mut floats = vec![0f32; m * n];
+    for integer_out in [true, false] {
+        let target = if integer_out {
+            QOut::I32 { data: &mut out }
+        } else {
+            QOut::F32 {
+                data: &mut floats,
+                requant: None,
+            }
+        };
+        let mut epi = epilogue(leak(&corr), leak(&factor), leak(&sums));
+        let ones = vec![1f32; m];
+        epi.mul = Box::leak(ones.into_boxed_slice());
+        qgemm_wx_with(
+            isa,
+            &packed,
+            &ActSrc::U8 {
+                data: &act_kmajor,
+                ld: n,
+            },
+            n,
+            target,
+            n,
+            &epi,
+            2,
+        );
+    }
+    for r in 0..m {
+        for c in 0..n {
+            assert_eq!(
+                i64::from(out[r * n + c]),
+                want(r, c),
+                "wx {} ({r}, {c})",
+                isa.name()
+            );
+            assert_eq!(
+                floats[r * n + c],
+                want(r, c) as f32,
+                "wx f32 {} ({r}, {c})",
+                isa.name()
+            );
+        }
+    }
 }
 
 int8_suite!(

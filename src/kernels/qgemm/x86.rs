@@ -207,6 +207,9 @@ unsafe fn row_epilogue_512<const NV: usize>(
     ch_row: bool,
     (inv, scale, zp): (__m512, __m512, __m512i),
 ) {
+    if !t.c_i32.is_null() {
+        return row_integers_512(row, r, t, ch_row);
+    }
     let simple = in_register(&t.act);
     let (corr_r, mul_r, bias_r) = if ch_row {
         (
@@ -237,15 +240,7 @@ unsafe fn row_epilogue_512<const NV: usize>(
                 _mm512_maskz_loadu_ps(mask, t.bias.add(j)),
             )
         };
-        let mut a = *a;
-        if !t.col_sums.is_null() {
-            // wx only (channels are rows): the factor is the row's, the sums the columns'.
-            let term = _mm512_mullo_epi32(
-                _mm512_set1_epi32(*t.col_factor.add(r)),
-                _mm512_maskz_loadu_epi32(mask, t.col_sums.add(j)),
-            );
-            a = _mm512_add_epi32(a, term);
-        }
+        let a = with_offset_term_512(*a, r, j, mask, t, ch_row);
         let mut y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, corr)), mul, bias);
         if !t.residual.is_null() {
             y = _mm512_add_ps(
@@ -284,6 +279,57 @@ unsafe fn row_epilogue_512<const NV: usize>(
                 }
             }
         }
+    }
+}
+
+/// `acc` plus the tile's [`OffsetTerm`](super::OffsetTerm) at row `r`, columns `j..j+16`:
+/// channels are rows in `wx` (`ch_row`) and columns in `xw`.
+#[inline(always)]
+unsafe fn with_offset_term_512(
+    acc: __m512i,
+    r: usize,
+    j: usize,
+    mask: __mmask16,
+    t: &Tile,
+    ch_row: bool,
+) -> __m512i {
+    if t.col_sums.is_null() {
+        return acc;
+    }
+    let (factor, sums) = if ch_row {
+        (
+            _mm512_set1_epi32(*t.col_factor.add(r)),
+            _mm512_maskz_loadu_epi32(mask, t.col_sums.add(j)),
+        )
+    } else {
+        (
+            _mm512_maskz_loadu_epi32(mask, t.col_factor.add(j)),
+            _mm512_set1_epi32(*t.col_sums.add(r)),
+        )
+    };
+    _mm512_add_epi32(acc, _mm512_mullo_epi32(factor, sums))
+}
+
+/// One row of an exact integer output ([`QOut::I32`](super::QOut)): `acc + term − corr`.
+#[inline(always)]
+unsafe fn row_integers_512<const NV: usize>(row: &[__m512i; NV], r: usize, t: &Tile, ch_row: bool) {
+    for (v, a) in row.iter().enumerate() {
+        let j = v * 16;
+        if j >= t.n_eff {
+            break;
+        }
+        let mask = lane_mask(t.n_eff - j);
+        let corr = if ch_row {
+            _mm512_set1_epi32(*t.corr.add(r))
+        } else {
+            _mm512_maskz_loadu_epi32(mask, t.corr.add(j))
+        };
+        let a = with_offset_term_512(*a, r, j, mask, t, ch_row);
+        _mm512_mask_storeu_epi32(
+            t.c_i32.add(r * t.ldc + j) as *mut _,
+            mask,
+            _mm512_sub_epi32(a, corr),
+        );
     }
 }
 
