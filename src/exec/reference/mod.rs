@@ -64,6 +64,7 @@ fn covers_standard(op: &str) -> bool {
                 | "Einsum"
                 | "Clip"
                 | "GatherElements"
+                | "Gather"
                 | "ScatterElements"
                 | "Scatter"
                 | "ScatterND"
@@ -241,6 +242,11 @@ fn run_checked(
             attrs.float("min"),
             attrs.float("max"),
         )],
+        "Gather" => vec![index::gather(
+            input(0)?,
+            input(1)?,
+            attrs.int_or("axis", 0),
+        )?],
         "GatherElements" => vec![gather_elements(
             input(0)?,
             input(1)?,
@@ -708,6 +714,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.to_f32(), vec![1.0, 1.1, 3.0, 2.1, 5.0]);
+    }
+
+    #[test]
+    fn gather_takes_integer_rows_and_columns_with_negative_indices() {
+        // A u8 table of 3 rows × 4: rows 2 and -3 (= 0) of it, as an embedding lookup.
+        let table = i(&[3, 4], &(0..12).collect::<Vec<_>>());
+        let rows = index::gather(&table, &i(&[1, 2], &[2, -3]), 0).unwrap();
+        assert_eq!(rows.shape, [1, 2, 4]);
+        assert_eq!(ints(&rows), [8, 9, 10, 11, 0, 1, 2, 3]);
+        // Columns 3 and 1 along axis 1 (= -1), a scalar index dropping the axis.
+        let columns = index::gather(&table, &i(&[2], &[3, 1]), -1).unwrap();
+        assert_eq!(columns.shape, [3, 2]);
+        assert_eq!(ints(&columns), [3, 1, 7, 5, 11, 9]);
+        let one = index::gather(&table, &i(&[], &[1]), 1).unwrap();
+        assert_eq!((one.shape.clone(), ints(&one)), (vec![3], vec![1, 5, 9]));
+        assert!(index::gather(&table, &i(&[1], &[3]), 0).is_err());
     }
 
     #[test]
