@@ -12,8 +12,8 @@ use super::*;
 pub(crate) enum Prepared {
     /// MatMulInteger with a constant B (and B zero point, when it has one).
     MatMulInteger(quant::PackedIntegerB),
-    /// DynamicQuantizeLSTM's W and R dequantized.
-    /// (and R in 8 bits for the int8 recurrent product, where the CPU has VNNI).
+    /// DynamicQuantizeLSTM's W and R dequantized (and R in 8 bits for the int8 recurrent
+    /// product, where the CPU has VNNI).
     QuantizedLstm {
         w: RtTensor,
         r: RtTensor,
@@ -72,7 +72,7 @@ fn prepare_unguarded(
     };
     match (node.domain.as_str(), node.op_type.as_str()) {
         ("", "MatMulInteger") if all_constant(&[1], &[3]) => {
-            quant::pack_integer_b(constant(1)?, constant(3))
+            quant::pack_integer_b(constant(1)?, constant(3), true)
                 .ok()
                 .map(Prepared::MatMulInteger)
         }

@@ -98,7 +98,7 @@ pub(super) fn matmul_integer(
     a_zero: Option<&RtTensor>,
     b_zero: Option<&RtTensor>,
 ) -> Result<RtTensor> {
-    matmul_integer_packed(a, a_zero, &pack_integer_b(b, b_zero)?, 1)
+    matmul_integer_packed(a, a_zero, &pack_integer_b(b, b_zero, false)?, 1)
 }
 
 /// MatMulInteger's B less its zero points, packed for `kernels::integer::strip_product`:
@@ -141,6 +141,8 @@ impl Int8B {
         if isa == QIsa::Scalar || k == 0 || n == 0 || k > MAX_TAPS {
             return None;
         }
+        // B's values are 8-bit but may mix the u8 and i8 ranges: a column spanning more
+        // than 256 integers has no s8-plus-offset form.
         let mut lows = vec![i64::MAX; n];
         let mut highs = vec![i64::MIN; n];
         for row in b.chunks_exact(n) {
@@ -149,6 +151,9 @@ impl Int8B {
                 lows[c] = lows[c].min(centred);
                 highs[c] = highs[c].max(centred);
             }
+        }
+        if lows.iter().zip(&highs).any(|(&lo, &hi)| hi - lo > 255) {
+            return None;
         }
         let offsets: Vec<i32> = lows
             .iter()
@@ -197,7 +202,7 @@ impl Int8B {
             bias: &unused,
             residual: None,
             activation: crate::kernels::gemm::Activation::None,
-            columns: Some(OffsetTerm {
+            offset_term: Some(OffsetTerm {
                 factor: &self.offsets,
                 sums: &row_sums,
             }),
@@ -248,8 +253,14 @@ fn zero_points(zeros: &[i64], len: usize, matrices: usize, what: &str) -> Result
 }
 
 /// B (rank 2 or more) packed into strips, each matrix less its per-column (or scalar) zero
-/// point: B's rows read once, in order (see `pack_strips`).
-pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<PackedIntegerB> {
+/// point: B's rows read once, in order (see `pack_strips`). `for_plan`: packed once for every
+/// run (a weight), so a single B is packed for the int8 GEMM too; a B packed per call is not
+/// packed twice.
+pub(super) fn pack_integer_b(
+    b: &RtTensor,
+    b_zero: Option<&RtTensor>,
+    for_plan: bool,
+) -> Result<PackedIntegerB> {
     let rb = b.shape.len();
     if rb < 2 {
         return Err("MatMulInteger: operands of rank 2 or more have a reference".into());
@@ -286,7 +297,7 @@ pub(super) fn pack_integer_b(b: &RtTensor, b_zero: Option<&RtTensor>) -> Result<
             pack_strips(strips, matrix, k, n, &column_zeros[index * n..][..n]);
         }
     }
-    if matrices == 1 {
+    if matrices == 1 && for_plan {
         packed.int8 = Int8B::new(&bv, k, n, &column_zeros);
     }
     Ok(packed)
@@ -339,8 +350,8 @@ pub(super) fn matmul_integer_packed(
     }
     let row_zeros = zero_points(&a_zeros, m, a_matrices, "A row")?;
     let shared_b = b_matrices == 1 && a_matrices == batches;
-    let scalar_zero = row_zeros.windows(2).all(|pair| pair[0] == pair[1]);
-    if let (Some(int8), true, true) = (&packed.int8, shared_b, scalar_zero) {
+    let uniform_a_zero = row_zeros.windows(2).all(|pair| pair[0] == pair[1]);
+    if let (Some(int8), true, true) = (&packed.int8, shared_b, uniform_a_zero) {
         let zero = row_zeros.first().copied().unwrap_or(0);
         if let Some((bytes, zero)) = as_shifted_bytes(&av, zero) {
             let rows = batches * m;
@@ -603,8 +614,10 @@ pub(super) fn conv_integer_centered(
     // The same geometry a Conv of these shapes lowers to (1-D as one row).
     let geom = crate::exec::lower::conv::conv2d(&x.shape, &shape, &full_window, group as u64)?;
     let x_values = int_values(x);
-    let out: Vec<i64> = match (&w.int8, as_shifted_bytes(&x_values, x_zero)) {
-        (Some(int8), Some((bytes, zero))) if int8.fits(&geom) => {
+    let int8 = w.int8.as_ref().filter(|int8| int8.fits(&geom));
+    let shifted = int8.and_then(|_| as_shifted_bytes(&x_values, x_zero));
+    let out: Vec<i64> = match (int8, shifted) {
+        (Some(int8), Some((bytes, zero))) => {
             let mut sums = vec![0i32; n * m * oh * ow];
             int8.run(&geom, &bytes, zero, &mut sums, threads);
             sums.into_iter().map(i64::from).collect()

@@ -237,7 +237,11 @@ impl Int8Recurrent {
         scales: &[f32],
     ) -> Option<Self> {
         let columns = zeros.len();
-        if values.len() != hidden * columns || scales.len() != columns || hidden == 0 {
+        if values.len() != hidden * columns
+            || scales.len() != columns
+            || hidden == 0
+            || hidden > crate::kernels::qgemm::MAX_TAPS
+        {
             return None;
         }
         let mut offsets = Vec::with_capacity(columns);
@@ -284,12 +288,17 @@ impl Int8Recurrent {
 
     /// `out[j] = bias[j] + Σ_k h[k] · R[k, j]` with `h` rounded through uint8 as
     /// [`fake_quantize_u8`] rounds it; false (nothing written) when `h`'s range gives no finite
-    /// nonzero scale, for the caller's float product.
+    /// nonzero scale or holds a NaN, for the caller's float product (which carries the NaN
+    /// through, where a byte cannot).
     fn product(&self, h: &[f32], bias: &[f32], out: &mut [f32], scratch: &mut Int8Scratch) -> bool {
         let max = h.iter().copied().fold(0.0f32, f32::max);
         let min = h.iter().copied().fold(0.0f32, f32::min);
         let scale = (max - min) / 255.0;
-        if scale == 0.0 || !scale.is_finite() || h.len() != self.packed.k() {
+        if scale == 0.0
+            || !scale.is_finite()
+            || h.len() != self.packed.k()
+            || h.iter().any(|v| v.is_nan())
+        {
             return false;
         }
         let zero = (-min / scale).round_ties_even().clamp(0.0, 255.0);
@@ -329,7 +338,7 @@ impl Int8Recurrent {
                 bias: &bias[..columns],
                 residual: None,
                 activation: gemm::Activation::None,
-                columns: None,
+                offset_term: None,
             },
             1,
         );
@@ -549,8 +558,6 @@ pub(crate) fn run_with(
                     && int8_d.is_some_and(|r| r.product(h, &rb, &mut recurrent, &mut scratch));
                 if !int8_done {
                     recurrent.copy_from_slice(&rb);
-                }
-                if !int8_done {
                     let rounded;
                     let h_used: &[f32] = if quantized_activations {
                         let mut values = h.to_vec();
@@ -691,6 +698,64 @@ mod tests {
     //! The int8 recurrent product against the float one it replaces (the hidden state rounded
     //! through uint8, R dequantized), with asymmetric u8 weights that need per-column offsets.
     use super::*;
+
+    /// A bidirectional LSTM (seq 5, batch 2, input 6, hidden 7) with seeded weights, its
+    /// attributes `extra` added.
+    fn lstm_outputs(extra: &[(&str, crate::analysis::graph::Attr)]) -> Vec<Vec<f32>> {
+        use crate::analysis::graph::{Attr, Attributes};
+        let (seq, batch, input, hidden) = (5, 2, 6, 7);
+        let values = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| (((i * 37 + seed * 11) % 29) as f32 - 14.0) * 0.07)
+                .collect()
+        };
+        let tensor = |shape: &[usize], seed: usize| RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::F32(values(shape.iter().product(), seed)),
+        };
+        let x = tensor(&[seq, batch, input], 1);
+        let w = tensor(&[2, 4 * hidden, input], 2);
+        let r = tensor(&[2, 4 * hidden, hidden], 3);
+        let b = tensor(&[2, 8 * hidden], 4);
+        let mut attrs = Attributes::default();
+        attrs
+            .0
+            .insert("hidden_size".into(), Attr::Int(hidden as i64));
+        attrs
+            .0
+            .insert("direction".into(), Attr::String("bidirectional".into()));
+        for (name, value) in extra {
+            attrs.0.insert(name.to_string(), value.clone());
+        }
+        let node = Node {
+            name: "lstm".into(),
+            op_type: "LSTM".into(),
+            domain: String::new(),
+            attrs,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        run(&node, &[Some(&x), Some(&w), Some(&r), Some(&b)])
+            .unwrap()
+            .iter()
+            .map(RtTensor::to_f32)
+            .collect()
+    }
+
+    #[test]
+    fn the_vectorised_lstm_cell_matches_the_general_one() {
+        // A clip far above every gate value takes the general, element-by-element cell.
+        let plain = lstm_outputs(&[]);
+        let general = lstm_outputs(&[("clip", crate::analysis::graph::Attr::Float(1e30))]);
+        assert_eq!(plain.len(), 3);
+        for (p, g) in plain.iter().zip(&general) {
+            assert_eq!(p.len(), g.len());
+            for (a, b) in p.iter().zip(g) {
+                assert!((a - b).abs() <= 1e-6, "{a} vs {b}");
+            }
+        }
+        assert!(plain[0].iter().any(|&v| v.abs() > 0.05));
+    }
 
     #[test]
     fn int8_recurrent_product_matches_the_dequantized_float_product() {

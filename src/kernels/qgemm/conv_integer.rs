@@ -68,7 +68,8 @@ impl IntegerConvWeights {
             let (lo, hi) = row
                 .iter()
                 .fold((i32::MAX, i32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-            if hi - lo > 255 {
+            // In i64: the values are only known to fit i32.
+            if i64::from(hi) - i64::from(lo) > 255 {
                 return None;
             }
             // The smallest shift that brings the row into −128..=127.
@@ -165,7 +166,7 @@ impl IntegerConvWeights {
                 for (c, s) in corr.iter_mut().zip(packed.sums()) {
                     *c = i32::from(x_zero) * s;
                 }
-                let columns = if self.any_offset {
+                let offset_term = if self.any_offset {
                     centred_column_sums(data, self.taps, out_plane, x_zero, &mut sums, threads);
                     Some(OffsetTerm {
                         factor: &self.offsets[gi * gout..(gi + 1) * gout],
@@ -181,7 +182,7 @@ impl IntegerConvWeights {
                     bias: &bias,
                     residual: None,
                     activation: Activation::None,
-                    columns,
+                    offset_term,
                 };
                 qgemm_wx_with(
                     self.isa,

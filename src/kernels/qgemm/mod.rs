@@ -192,7 +192,7 @@ pub struct QEpilogue<'a> {
     pub residual: Option<&'a [f32]>,
     pub activation: Activation,
     /// An integer term added to each accumulator before the correction ([`OffsetTerm`]).
-    pub columns: Option<OffsetTerm<'a>>,
+    pub offset_term: Option<OffsetTerm<'a>>,
 }
 
 /// An integer term of an int8 GEMM: `acc += factor[channel] · sums[activation vector]`, the
@@ -253,7 +253,7 @@ impl ChannelCoeffs {
             bias: &self.bias,
             residual,
             activation,
-            columns: None,
+            offset_term: None,
         }
     }
 
@@ -460,8 +460,8 @@ pub(crate) struct Tile {
     pub bias: *const f32,
     pub act: Activation,
     /// [`OffsetTerm`] at the tile's first channel and first activation vector (null: none).
-    pub col_factor: *const i32,
-    pub col_sums: *const i32,
+    pub term_factor: *const i32,
+    pub term_sums: *const i32,
 }
 
 pub(crate) type TileFn = unsafe fn(&Tile);
@@ -540,7 +540,7 @@ fn check_epi(epi: &QEpilogue, channels: usize, c_len: usize) {
     if let Some(r) = epi.residual {
         assert!(r.len() >= c_len, "qgemm: residual too short");
     }
-    if let Some(term) = epi.columns {
+    if let Some(term) = epi.offset_term {
         assert!(
             term.factor.len() >= channels,
             "qgemm: offset-term factors shorter than the {channels} channels"
@@ -596,7 +596,7 @@ impl TileTarget {
         ch0: usize,
         act0: usize,
     ) -> Tile {
-        let (col_factor, col_sums) = match epi.columns {
+        let (term_factor, term_sums) = match epi.offset_term {
             Some(term) => (
                 term.factor.as_ptr().wrapping_add(ch0),
                 term.sums.as_ptr().wrapping_add(act0),
@@ -621,8 +621,8 @@ impl TileTarget {
             mul: epi.mul.as_ptr().wrapping_add(ch0),
             bias: epi.bias.as_ptr().wrapping_add(ch0),
             act: epi.activation,
-            col_factor,
-            col_sums,
+            term_factor,
+            term_sums,
         }
     }
 }
@@ -660,7 +660,7 @@ pub fn qgemm_wx_with(
     check_out(&out, m, n, ldc);
     check_epi(epi, m, if m > 0 { (m - 1) * ldc + n } else { 0 });
     check_act(x, k, n, true);
-    if let Some(term) = epi.columns {
+    if let Some(term) = epi.offset_term {
         assert!(
             term.sums.len() >= n,
             "qgemm: offset-term sums shorter than the {n} columns"
@@ -794,7 +794,7 @@ pub fn qgemm_xw_with(
     check_out(&out, m, n, ldc);
     check_epi(epi, n, if m > 0 { (m - 1) * ldc + n } else { 0 });
     check_act(x, k, m, false);
-    if let Some(term) = epi.columns {
+    if let Some(term) = epi.offset_term {
         assert!(
             term.sums.len() >= m,
             "qgemm: offset-term sums shorter than the {m} rows"

@@ -84,17 +84,18 @@ pub(crate) unsafe fn epilogue(
         for (l, y) in row.iter_mut().enumerate().take(n) {
             let ch = if ch_row { r } else { l };
             let mut acc = *a.add(l);
-            if !t.col_sums.is_null() {
+            if !t.term_sums.is_null() {
                 // The channel's factor times the activation vector's sum (wrapping as the
                 // vector lanes do).
                 let act = if ch_row { l } else { r };
-                acc = acc.wrapping_add((*t.col_factor.add(ch)).wrapping_mul(*t.col_sums.add(act)));
+                acc =
+                    acc.wrapping_add((*t.term_factor.add(ch)).wrapping_mul(*t.term_sums.add(act)));
             }
             if !t.c_i32.is_null() {
                 *t.c_i32.add(r * t.ldc + l) = acc.wrapping_sub(*t.corr.add(ch));
                 continue;
             }
-            let mut v = (acc - *t.corr.add(ch)) as f32 * *t.mul.add(ch) + *t.bias.add(ch);
+            let mut v = acc.wrapping_sub(*t.corr.add(ch)) as f32 * *t.mul.add(ch) + *t.bias.add(ch);
             if !t.residual.is_null() {
                 v += *t.residual.add(r * t.ldc + l);
             }

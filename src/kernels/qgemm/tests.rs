@@ -479,9 +479,16 @@ macro_rules! int8_suite {
 
 /// Both orientations with an [`OffsetTerm`] and exact `i32` output ([`QOut::I32`]) against
 /// `Σ a·w − corr + factor[channel] · sums[activation vector]` in i64; the `wx` form also with
-/// f32 output (unit scale), as ConvInteger uses it.
+/// f32 output (unit scale).
 fn check_offset_terms(isa: QIsa) {
-    let (m, k, n) = (13, 41, 37);
+    // One and three rows run the one-row `xw` kernel; thirteen the tiled one.
+    for rows in [1, 3, 13] {
+        check_offset_terms_with(isa, rows);
+    }
+}
+
+fn check_offset_terms_with(isa: QIsa, m: usize) {
+    let (k, n) = (41, 37);
     let activations: Vec<u8> = (0..m * k).map(|i| ((i * 89 + 7) % 256) as u8).collect();
     let weights: Vec<i8> = (0..k * n).map(|i| ((i * 53) % 256) as u8 as i8).collect();
     // xw: A rows (m × k) by weights k × n (channels are columns).
@@ -496,7 +503,7 @@ fn check_offset_terms(isa: QIsa) {
         bias: Box::leak(unused.clone().into_boxed_slice()),
         residual: None,
         activation: Activation::None,
-        columns: Some(OffsetTerm { factor, sums }),
+        offset_term: Some(OffsetTerm { factor, sums }),
     };
     let leak = |v: &Vec<i32>| -> &'static [i32] { Box::leak(v.clone().into_boxed_slice()) };
     let mut out = vec![0i32; m * n];

@@ -293,18 +293,18 @@ unsafe fn with_offset_term_512(
     t: &Tile,
     ch_row: bool,
 ) -> __m512i {
-    if t.col_sums.is_null() {
+    if t.term_sums.is_null() {
         return acc;
     }
     let (factor, sums) = if ch_row {
         (
-            _mm512_set1_epi32(*t.col_factor.add(r)),
-            _mm512_maskz_loadu_epi32(mask, t.col_sums.add(j)),
+            _mm512_set1_epi32(*t.term_factor.add(r)),
+            _mm512_maskz_loadu_epi32(mask, t.term_sums.add(j)),
         )
     } else {
         (
-            _mm512_maskz_loadu_epi32(mask, t.col_factor.add(j)),
-            _mm512_set1_epi32(*t.col_sums.add(r)),
+            _mm512_maskz_loadu_epi32(mask, t.term_factor.add(j)),
+            _mm512_set1_epi32(*t.term_sums.add(r)),
         )
     };
     _mm512_add_epi32(acc, _mm512_mullo_epi32(factor, sums))
