@@ -317,6 +317,22 @@ fn im2col_threaded(
     cols: &mut [f32],
     threads: usize,
 ) {
+    im2col_channels_threaded(geom, channels, image, cols, threads, |sub, image, dst| {
+        im2col(sub, image, dst)
+    });
+}
+
+/// [`im2col`]-like `lower(sub, planes, rows)` over channel ranges of one group's `channels`
+/// input planes across `threads` workers, each writing its channels' rows of `cols`; `sub` is
+/// `geom` with the range's channel count and one group. Any element type (f32, quantized bytes).
+pub(crate) fn im2col_channels_threaded<T: Copy + Send + Sync>(
+    geom: &Conv2d,
+    channels: usize,
+    image: &[T],
+    cols: &mut [T],
+    threads: usize,
+    lower: impl Fn(&Conv2d, &[T], &mut [T]) + Sync + Send,
+) {
     let in_plane = geom.in_h * geom.in_w;
     let rows_per_channel = geom.kernel_h * geom.kernel_w * geom.out_h * geom.out_w;
     assert!(cols.len() >= channels * rows_per_channel && image.len() >= channels * in_plane);
@@ -341,7 +357,7 @@ fn im2col_threaded(
                 (c1 - c0) * rows_per_channel,
             )
         };
-        im2col(&sub, &image[c0 * in_plane..c1 * in_plane], dst);
+        lower(&sub, &image[c0 * in_plane..c1 * in_plane], dst);
     });
 }
 

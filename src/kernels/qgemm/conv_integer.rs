@@ -15,7 +15,7 @@
 
 use super::pack::im2col_u8;
 use super::{qgemm_wx_with, ActSrc, OffsetTerm, PackedQWeights, QEpilogue, QIsa, QOut};
-use crate::kernels::conv::Conv2d;
+use crate::kernels::conv::{im2col_channels_threaded, Conv2d};
 use crate::kernels::gemm::Activation;
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
@@ -159,7 +159,14 @@ impl IntegerConvWeights {
                         batch: 1,
                         ..*g
                     };
-                    im2col_threaded(&sub, group_image, &mut cols, x_zero, threads);
+                    im2col_channels_threaded(
+                        &sub,
+                        gin,
+                        group_image,
+                        &mut cols,
+                        threads,
+                        |sub, planes, rows| im2col_u8(sub, sub.in_channels, planes, rows, x_zero),
+                    );
                     &cols
                 };
                 let packed = &self.packed[gi];
@@ -202,42 +209,6 @@ impl IntegerConvWeights {
             }
         }
     }
-}
-
-/// im2col of one group's `u8` image (padding taps `pad`), split over channel ranges.
-fn im2col_threaded(geom: &Conv2d, image: &[u8], cols: &mut [u8], pad: u8, threads: usize) {
-    let channels = geom.in_channels;
-    let in_plane = geom.in_h * geom.in_w;
-    let rows_per_channel = geom.kernel_h * geom.kernel_w * geom.out_h * geom.out_w;
-    assert!(image.len() >= channels * in_plane && cols.len() >= channels * rows_per_channel);
-    let tasks = threads.min(channels).max(1);
-    let per_task = channels.div_ceil(tasks);
-    let out = SendPtr(cols.as_mut_ptr());
-    parallel_for(threads, tasks, |task| {
-        let (c0, c1) = (task * per_task, ((task + 1) * per_task).min(channels));
-        if c0 >= c1 {
-            return;
-        }
-        // SAFETY: task `task` writes only the rows of channels c0..c1, disjoint from every
-        // other task's, inside `cols` (checked above).
-        let rows = unsafe {
-            std::slice::from_raw_parts_mut(
-                out.get().add(c0 * rows_per_channel),
-                (c1 - c0) * rows_per_channel,
-            )
-        };
-        let sub = Conv2d {
-            in_channels: c1 - c0,
-            ..*geom
-        };
-        im2col_u8(
-            &sub,
-            c1 - c0,
-            &image[c0 * in_plane..c1 * in_plane],
-            rows,
-            pad,
-        );
-    });
 }
 
 /// Columns per task of [`centred_column_sums`] (a multiple of 64 bytes of `u8` rows).
