@@ -407,40 +407,45 @@ pub(super) fn dequantized_lstm_weights<'a>(
     Ok((dequantized((1, 8, 9))?, dequantized((2, 10, 11))?))
 }
 
-/// DynamicQuantizeLSTM's R (input 2, scale 10, zero point 11) per direction for the int8
-/// recurrent product (`rnn::Int8Recurrent`), where the CPU multiplies bytes natively; None
-/// where it does not or the weights are not 8-bit.
-pub(super) fn int8_recurrent_weights<'a>(
+/// DynamicQuantizeLSTM's W and R (inputs 1 and 2, scales 8 and 10, zero points 9 and 11) per
+/// direction for the int8 products (`rnn::Int8Weights`), where the CPU multiplies bytes
+/// natively; None where it does not or the weights are not 8-bit.
+pub(super) fn int8_lstm_weights<'a>(
     get: &dyn Fn(usize) -> Option<&'a RtTensor>,
-) -> Option<Vec<super::rnn::Int8Recurrent>> {
+) -> Option<super::rnn::Int8Lstm> {
     if crate::kernels::qgemm::QIsa::detect() == crate::kernels::qgemm::QIsa::Scalar {
         return None;
     }
-    let (weights, [_, rows, columns], per_direction) =
-        lstm_weight_columns(get, (2, 10, 11)).ok()?;
-    let values = super::int_values(weights);
-    per_direction
-        .iter()
-        .enumerate()
-        .map(|(d, (zeros, scales))| {
-            super::rnn::Int8Recurrent::new(
-                &values[d * rows * columns..][..rows * columns],
-                rows,
-                zeros,
-                scales,
-            )
-        })
-        .collect()
+    let per_direction = |inputs: (usize, usize, usize)| -> Option<Vec<super::rnn::Int8Weights>> {
+        let (weights, [_, rows, columns], per_direction) = lstm_weight_columns(get, inputs).ok()?;
+        let values = super::int_values(weights);
+        per_direction
+            .iter()
+            .enumerate()
+            .map(|(d, (zeros, scales))| {
+                super::rnn::Int8Weights::new(
+                    &values[d * rows * columns..][..rows * columns],
+                    rows,
+                    zeros,
+                    scales,
+                )
+            })
+            .collect()
+    };
+    Some(super::rnn::Int8Lstm {
+        w: per_direction((1, 8, 9))?,
+        r: per_direction((2, 10, 11))?,
+    })
 }
 
-/// DynamicQuantizeLSTM on dequantized `w` and `r` (see [`dequantized_lstm_weights`]), and R
-/// in 8 bits where `int8_r` has it (see [`int8_recurrent_weights`]).
+/// DynamicQuantizeLSTM on dequantized `w` and `r` (see [`dequantized_lstm_weights`]), and on
+/// the 8-bit weights where `int8` has them (see [`int8_lstm_weights`]).
 pub(super) fn dynamic_quantize_lstm_with(
     node: &Node,
     inputs: &[Option<&RtTensor>],
     w: &RtTensor,
     r: &RtTensor,
-    int8_r: Option<&[super::rnn::Int8Recurrent]>,
+    int8: Option<&super::rnn::Int8Lstm>,
 ) -> Result<Vec<RtTensor>> {
     let mut lstm = node.clone();
     lstm.op_type = "LSTM".into();
@@ -454,7 +459,7 @@ pub(super) fn dynamic_quantize_lstm_with(
         &lstm_inputs,
         true,
         super::rnn::WeightLayout::InputMajor,
-        int8_r,
+        int8,
     )
 }
 

@@ -12,12 +12,12 @@ use super::*;
 pub(crate) enum Prepared {
     /// MatMulInteger with a constant B (and B zero point, when it has one).
     MatMulInteger(quant::PackedIntegerB),
-    /// DynamicQuantizeLSTM's W and R dequantized (and R in 8 bits for the int8 recurrent
-    /// product, where the CPU has VNNI).
+    /// DynamicQuantizeLSTM's W and R dequantized (and in 8 bits for the int8 products, where
+    /// the CPU has VNNI).
     QuantizedLstm {
         w: RtTensor,
         r: RtTensor,
-        int8_r: Option<Vec<rnn::Int8Recurrent>>,
+        int8: Option<rnn::Int8Lstm>,
     },
     /// ConvInteger's constant weights minus their zero points (int8-packed and as floats).
     ConvInteger(quant::CenteredConvWeights),
@@ -28,13 +28,8 @@ impl Prepared {
     pub(crate) fn bytes(&self) -> u64 {
         match self {
             Prepared::MatMulInteger(packed) => packed.bytes(),
-            Prepared::QuantizedLstm { w, r, int8_r } => {
-                ((w.len() + r.len()) * 4) as u64
-                    + int8_r
-                        .iter()
-                        .flatten()
-                        .map(rnn::Int8Recurrent::bytes)
-                        .sum::<u64>()
+            Prepared::QuantizedLstm { w, r, int8 } => {
+                ((w.len() + r.len()) * 4) as u64 + int8.as_ref().map_or(0, rnn::Int8Lstm::bytes)
             }
             Prepared::ConvInteger(weights) => weights.bytes(),
         }
@@ -85,8 +80,8 @@ fn prepare_unguarded(
             if all_constant(&[1, 2, 8, 10], &[9, 11]) =>
         {
             let (w, r) = contrib::dequantized_lstm_weights(&constant).ok()?;
-            let int8_r = contrib::int8_recurrent_weights(&constant);
-            Some(Prepared::QuantizedLstm { w, r, int8_r })
+            let int8 = contrib::int8_lstm_weights(&constant);
+            Some(Prepared::QuantizedLstm { w, r, int8 })
         }
         _ => None,
     }
@@ -110,8 +105,8 @@ pub(crate) fn run_prepared(
                 packed,
                 threads,
             )?],
-            Prepared::QuantizedLstm { w, r, int8_r } => {
-                contrib::dynamic_quantize_lstm_with(node, inputs, w, r, int8_r.as_deref())?
+            Prepared::QuantizedLstm { w, r, int8 } => {
+                contrib::dynamic_quantize_lstm_with(node, inputs, w, r, int8.as_ref())?
             }
             Prepared::ConvInteger(weights) => vec![quant::conv_integer_centered(
                 node,

@@ -211,24 +211,46 @@ pub(crate) fn fake_quantize_u8(values: &mut [f32]) {
     }
 }
 
-/// R of one direction of a DynamicQuantizeLSTM kept in 8 bits: the hidden state is rounded
-/// through uint8 every step anyway, so `H·R` runs as onnxruntime runs it, an exact integer
-/// product scaled once, on the int8 GEMM (`qgemm_xw`, one row). The 4 MB of a 512-wide
-/// layer's f32 R per direction were streamed every step; as bytes they are a quarter.
+/// W or R of one direction of a DynamicQuantizeLSTM kept in 8 bits (input-major, `[K, gate
+/// columns]`): X and each step's hidden state are rounded through uint8 anyway, so `X·W` and
+/// `H·R` run as onnxruntime runs them, exact integer products scaled once, on the int8 GEMM
+/// (`qgemm_xw`). The 4 MB of a 512-wide layer's f32 R per direction were streamed every step;
+/// as bytes they are a quarter.
 ///
-/// R less its zero point spans up to 255 values per gate column, stored as `s8` plus a
-/// per-column offset `c` (as `kernels::qgemm::IntegerConvWeights` stores ConvInteger's
-/// weights); with one row of activations, the offset's product `c · Σ (qh − zh)` is one number
-/// per column, folded into the zero-point correction.
-pub(crate) struct Int8Recurrent {
+/// The weights less their zero point span up to 255 values per gate column, stored as `s8`
+/// plus a per-column offset `c` (as `kernels::qgemm::IntegerConvWeights` stores ConvInteger's
+/// weights), whose product is `c` times each activation row's centred sum
+/// (`qgemm::OffsetTerm`).
+pub(crate) struct Int8Weights {
     packed: crate::kernels::qgemm::PackedQWeights,
     offsets: Vec<i32>,
-    /// R's scale per gate column.
+    /// The weights' scale per gate column.
     scales: Vec<f32>,
 }
 
-impl Int8Recurrent {
-    /// `values`: R `[hidden, columns]` input-major (one direction), `zeros` and `scales` per
+/// DynamicQuantizeLSTM's W and R in 8 bits, one [`Int8Weights`] per direction each.
+#[derive(Debug)]
+pub(crate) struct Int8Lstm {
+    pub(crate) w: Vec<Int8Weights>,
+    pub(crate) r: Vec<Int8Weights>,
+}
+
+impl Int8Lstm {
+    pub(crate) fn bytes(&self) -> u64 {
+        self.w.iter().chain(&self.r).map(Int8Weights::bytes).sum()
+    }
+}
+
+/// Rounds `v / scale` half to even and adds `zero`, saturated to a byte: 1.5·2^23 added and
+/// removed (exact in the clamped range; a libm `rint` per element otherwise).
+fn quantize_byte(v: f32, scale: f32, zero: f32) -> u8 {
+    const ROUND: f32 = 12_582_912.0;
+    let scaled = (v / scale).clamp(-512.0, 512.0);
+    (((scaled + ROUND) - ROUND) + zero).clamp(0.0, 255.0) as u8
+}
+
+impl Int8Weights {
+    /// `values`: `[hidden, columns]` input-major (one direction), `zeros` and `scales` per
     /// column. None when a column is not 8-bit data.
     pub(crate) fn new(
         values: &[i64],
@@ -273,7 +295,7 @@ impl Int8Recurrent {
             hidden,
             columns,
         );
-        Some(Int8Recurrent {
+        Some(Int8Weights {
             packed,
             offsets,
             scales: scales.to_vec(),
@@ -286,49 +308,59 @@ impl Int8Recurrent {
             + self.scales.len() * 4) as u64
     }
 
-    /// `out[j] = bias[j] + Σ_k h[k] · R[k, j]` with `h` rounded through uint8 as
-    /// [`fake_quantize_u8`] rounds it; false (nothing written) when `h`'s range gives no finite
-    /// nonzero scale or holds a NaN, for the caller's float product (which carries the NaN
-    /// through, where a byte cannot).
-    fn product(&self, h: &[f32], bias: &[f32], out: &mut [f32], scratch: &mut Int8Scratch) -> bool {
-        let max = h.iter().copied().fold(0.0f32, f32::max);
-        let min = h.iter().copied().fold(0.0f32, f32::min);
+    /// `out[r, j] = bias[j] + Σ_k x[r, k] · W[k, j]` for `rows` rows of `x`, with all of `x`
+    /// rounded through uint8 on one range as [`fake_quantize_u8`] rounds it; false (nothing
+    /// written) when that range gives no finite nonzero scale or `x` holds a NaN, for the
+    /// caller's float product (which carries the NaN through, where a byte cannot).
+    fn product(
+        &self,
+        x: &[f32],
+        rows: usize,
+        bias: &[f32],
+        out: &mut [f32],
+        scratch: &mut Int8Scratch,
+    ) -> bool {
+        let (k, columns) = (self.packed.k(), self.packed.channels());
+        let max = x.iter().copied().fold(0.0f32, f32::max);
+        let min = x.iter().copied().fold(0.0f32, f32::min);
         let scale = (max - min) / 255.0;
         if scale == 0.0
             || !scale.is_finite()
-            || h.len() != self.packed.k()
-            || h.iter().any(|v| v.is_nan())
+            || rows == 0
+            || x.len() != rows * k
+            || out.len() < rows * columns
+            || x.iter().any(|v| v.is_nan())
         {
             return false;
         }
         let zero = (-min / scale).round_ties_even().clamp(0.0, 255.0);
         scratch.quantized.clear();
-        scratch.quantized.extend(
-            h.iter()
-                .map(|&v| ((v / scale).round_ties_even() + zero).clamp(0.0, 255.0) as u8),
-        );
+        scratch
+            .quantized
+            .extend(x.iter().map(|&v| quantize_byte(v, scale, zero)));
         let zero = zero as i32;
-        let centred_sum: i32 = scratch.quantized.iter().map(|&q| i32::from(q) - zero).sum();
-        scratch.corr.clear();
-        scratch.corr.extend(
-            self.packed
-                .sums()
-                .iter()
-                .zip(&self.offsets)
-                .map(|(&sum, &offset)| zero * sum - offset * centred_sum),
+        scratch.row_sums.clear();
+        scratch.row_sums.extend(
+            scratch
+                .quantized
+                .chunks_exact(k)
+                .map(|row| row.iter().map(|&q| i32::from(q) - zero).sum::<i32>()),
         );
+        scratch.corr.clear();
+        scratch
+            .corr
+            .extend(self.packed.sums().iter().map(|&sum| zero * sum));
         scratch.mul.clear();
         scratch.mul.extend(self.scales.iter().map(|&s| s * scale));
-        let columns = self.packed.channels();
         crate::kernels::qgemm::qgemm_xw(
             &crate::kernels::qgemm::ActSrc::U8 {
                 data: &scratch.quantized,
-                ld: h.len(),
+                ld: k,
             },
-            1,
+            rows,
             &self.packed,
             crate::kernels::qgemm::QOut::F32 {
-                data: &mut out[..columns],
+                data: &mut out[..rows * columns],
                 requant: None,
             },
             columns,
@@ -338,7 +370,10 @@ impl Int8Recurrent {
                 bias: &bias[..columns],
                 residual: None,
                 activation: gemm::Activation::None,
-                offset_term: None,
+                offset_term: Some(crate::kernels::qgemm::OffsetTerm {
+                    factor: &self.offsets,
+                    sums: &scratch.row_sums,
+                }),
             },
             1,
         );
@@ -346,19 +381,20 @@ impl Int8Recurrent {
     }
 }
 
-impl std::fmt::Debug for Int8Recurrent {
+impl std::fmt::Debug for Int8Weights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Int8Recurrent")
-            .field("hidden", &self.packed.k())
+        f.debug_struct("Int8Weights")
+            .field("rows", &self.packed.k())
             .field("columns", &self.packed.channels())
             .finish()
     }
 }
 
-/// Buffers of [`Int8Recurrent::product`], kept across steps.
+/// Buffers of [`Int8Weights::product`], kept across steps.
 #[derive(Default)]
 struct Int8Scratch {
     quantized: Vec<u8>,
+    row_sums: Vec<i32>,
     corr: Vec<i32>,
     mul: Vec<f32>,
 }
@@ -372,13 +408,13 @@ pub(crate) fn run(node: &Node, inputs: &[Option<&RtTensor>]) -> Result<Vec<RtTen
 /// hidden state rounded through uint8 before their products with W and R, as onnxruntime's
 /// DynamicQuantizeLSTM quantizes them for its integer GEMMs (the hidden state per batch row
 /// here, per step over the batch there: the same for batch 1). W and R are laid out as
-/// `layout` says; `int8_r` (one per direction) runs the quantized recurrent product in integers.
+/// `layout` says; `int8` runs the quantized products in integers.
 pub(crate) fn run_with(
     node: &Node,
     inputs: &[Option<&RtTensor>],
     quantized_activations: bool,
     layout: WeightLayout,
-    int8_r: Option<&[Int8Recurrent]>,
+    int8: Option<&Int8Lstm>,
 ) -> Result<Vec<RtTensor>> {
     let cell = match node.op_type.as_str() {
         "LSTM" => Cell::Lstm,
@@ -441,10 +477,15 @@ pub(crate) fn run_with(
     let acts = activations(node, defaults, directions)?;
     let clip = node.attrs.float("clip");
     let linear_before_reset = node.attrs.int_or("linear_before_reset", 0) != 0;
-    let mut xs = x.to_f32();
-    if quantized_activations {
-        fake_quantize_u8(&mut xs);
-    }
+    let raw_xs = x.to_f32();
+    // X rounded through uint8 for the float products, made only if one runs.
+    let mut rounded_xs: Option<Vec<f32>> = None;
+    let int8 = int8.filter(|int8| {
+        quantized_activations
+            && layout == WeightLayout::InputMajor
+            && int8.w.len() == directions
+            && int8.r.len() == directions
+    });
     // Borrowed where they are floats already: a copy of the weights per call cost as much as
     // a step's products.
     let (ws, rs) = (float_values(w), float_values(r));
@@ -513,34 +554,46 @@ pub(crate) fn run_with(
             && peepholes.is_none()
             && clip.is_none()
             && matches!(act[..], [Act::Sigmoid, Act::Tanh, Act::Tanh]);
-        let int8_d = int8_r
-            .filter(|r| r.len() == directions && layout == WeightLayout::InputMajor)
-            .map(|r| &r[d]);
+        let int8_r = int8.map(|int8| &int8.r[d]);
         // X·Wᵀ + Wb for every step at once, through the packed GEMM: per step it was a
         // product that streamed all of W (4 MB for a 512-wide LSTM, past the L2) for one row.
         let steps_rows = seq * batch;
         let mut projected = vec![0.0f32; steps_rows * gates * hidden];
-        let w_transposed = match layout {
-            WeightLayout::GateMajor => gemm::MatRef {
-                data: w_d,
-                rows: input,
-                cols: gates * hidden,
-                row_stride: 1,
-                col_stride: input,
-            },
-            WeightLayout::InputMajor => gemm::MatRef::row_major(w_d, input, gates * hidden),
-        };
-        gemm::sgemm(
-            &gemm::MatRef::row_major(&xs, steps_rows, input),
-            &w_transposed,
-            &mut projected,
-            gates * hidden,
-            &gemm::Epilogue {
-                bias: gemm::BiasKind::PerCol(&wb),
-                ..gemm::Epilogue::NONE
-            },
-            1,
-        );
+        let int8_projected = int8.is_some_and(|int8| {
+            int8.w[d].product(&raw_xs, steps_rows, &wb, &mut projected, &mut scratch)
+        });
+        if !int8_projected {
+            let xs: &[f32] = match (quantized_activations, &mut rounded_xs) {
+                (false, _) => &raw_xs,
+                (true, Some(rounded)) => rounded,
+                (true, slot) => {
+                    let mut rounded = raw_xs.clone();
+                    fake_quantize_u8(&mut rounded);
+                    slot.insert(rounded)
+                }
+            };
+            let w_transposed = match layout {
+                WeightLayout::GateMajor => gemm::MatRef {
+                    data: w_d,
+                    rows: input,
+                    cols: gates * hidden,
+                    row_stride: 1,
+                    col_stride: input,
+                },
+                WeightLayout::InputMajor => gemm::MatRef::row_major(w_d, input, gates * hidden),
+            };
+            gemm::sgemm(
+                &gemm::MatRef::row_major(xs, steps_rows, input),
+                &w_transposed,
+                &mut projected,
+                gates * hidden,
+                &gemm::Epilogue {
+                    bias: gemm::BiasKind::PerCol(&wb),
+                    ..gemm::Epilogue::NONE
+                },
+                1,
+            );
+        }
         for bi in 0..batch {
             let len = lengths[bi];
             let h = &mut h_state[(d * batch + bi) * hidden..][..hidden];
@@ -555,7 +608,7 @@ pub(crate) fn run_with(
                 };
                 pre.copy_from_slice(&projected[x_row * gates * hidden..][..gates * hidden]);
                 let int8_done = quantized_activations
-                    && int8_d.is_some_and(|r| r.product(h, &rb, &mut recurrent, &mut scratch));
+                    && int8_r.is_some_and(|r| r.product(h, 1, &rb, &mut recurrent, &mut scratch));
                 if !int8_done {
                     recurrent.copy_from_slice(&rb);
                     let rounded;
@@ -769,34 +822,43 @@ mod tests {
             .collect();
         let zeros: Vec<f32> = (0..columns).map(|c| (100 + c) as f32).collect();
         let scales: Vec<f32> = (0..columns).map(|c| 0.01 + 0.001 * c as f32).collect();
-        let int8 = Int8Recurrent::new(&values, hidden, &zeros, &scales).unwrap();
+        let int8 = Int8Weights::new(&values, hidden, &zeros, &scales).unwrap();
         assert!(int8.offsets.iter().any(|&c| c != 0));
         let r: Vec<f32> = values
             .iter()
             .enumerate()
             .map(|(i, &v)| (v as f32 - zeros[i % columns]) * scales[i % columns])
             .collect();
-        let h: Vec<f32> = (0..hidden)
-            .map(|k| ((k * 13) % 17) as f32 * 0.11 - 0.8)
-            .collect();
         let bias: Vec<f32> = (0..columns).map(|c| c as f32 * 0.05 - 1.0).collect();
-        let mut rounded = h.clone();
-        fake_quantize_u8(&mut rounded);
-        let mut expected = bias.clone();
-        add_product_input_major(&mut expected, &rounded, &r);
-        let mut got = vec![f32::NAN; columns];
-        assert!(int8.product(&h, &bias, &mut got, &mut Int8Scratch::default()));
-        for (j, (g, e)) in got.iter().zip(&expected).enumerate() {
-            // Sum of the terms' magnitudes bounds the float product's rounding.
-            let magnitude: f32 = bias[j].abs()
-                + (0..hidden)
-                    .map(|k| (rounded[k] * r[k * columns + j]).abs())
-                    .sum::<f32>();
-            assert!((g - e).abs() <= 1e-5 * magnitude, "column {j}: {g} vs {e}");
+        // One row (a step's hidden state) and three (a sequence's X, on one range).
+        for rows in [1, 3] {
+            let x: Vec<f32> = (0..rows * hidden)
+                .map(|k| ((k * 13) % 17) as f32 * 0.11 - 0.8 + (k / hidden) as f32 * 0.3)
+                .collect();
+            let mut rounded = x.clone();
+            fake_quantize_u8(&mut rounded);
+            let mut got = vec![f32::NAN; rows * columns];
+            assert!(int8.product(&x, rows, &bias, &mut got, &mut Int8Scratch::default()));
+            for row in 0..rows {
+                let x_row = &rounded[row * hidden..][..hidden];
+                let mut expected = bias.clone();
+                add_product_input_major(&mut expected, x_row, &r);
+                for (j, e) in expected.iter().enumerate() {
+                    let g = got[row * columns + j];
+                    // Sum of the terms' magnitudes bounds the float product's rounding.
+                    let magnitude: f32 = bias[j].abs()
+                        + (0..hidden)
+                            .map(|k| (x_row[k] * r[k * columns + j]).abs())
+                            .sum::<f32>();
+                    assert!((g - e).abs() <= 1e-5 * magnitude, "{row}, {j}: {g} vs {e}");
+                }
+            }
         }
+        let mut got = vec![f32::NAN; columns];
         // An all-zero state has no scale: the caller's float product runs instead.
         assert!(!int8.product(
             &vec![0.0; hidden],
+            1,
             &bias,
             &mut got,
             &mut Int8Scratch::default()
