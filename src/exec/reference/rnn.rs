@@ -830,8 +830,9 @@ mod tests {
             .map(|(i, &v)| (v as f32 - zeros[i % columns]) * scales[i % columns])
             .collect();
         let bias: Vec<f32> = (0..columns).map(|c| c as f32 * 0.05 - 1.0).collect();
-        // One row (a step's hidden state) and three (a sequence's X, on one range).
-        for rows in [1, 3] {
+        // One row (a step's hidden state), three and thirteen (a sequence's X, on one range:
+        // the one-row and the tiled kernel).
+        for rows in [1, 3, 13] {
             let x: Vec<f32> = (0..rows * hidden)
                 .map(|k| ((k * 13) % 17) as f32 * 0.11 - 0.8 + (k / hidden) as f32 * 0.3)
                 .collect();
