@@ -245,54 +245,26 @@ fn centred_column_sums(
 
 #[cfg(test)]
 mod tests {
-    //! The int8 ConvInteger against the definition, summed in i64 over the padded window, on
+    //! The int8 ConvInteger against the definition (the reference convolution), on
     //! every variant this CPU has: strided, padded, dilated, grouped and pointwise shapes, with
     //! weights that need a per-channel offset and weights that do not.
     use super::*;
 
+    /// The definition through the f64 reference convolution: centred activations (padding
+    /// then reads 0, the zero point) and centred weights; every sum here is an integer far
+    /// below 2^24, so the f32 result is exact.
     fn reference(geom: &Conv2d, image: &[u8], zx: u8, centred: &[i32]) -> Vec<i32> {
-        let g = geom;
-        let group = g.group.max(1);
-        let (gin, gout) = (g.in_channels / group, g.out_channels / group);
-        let mut out = vec![0i32; g.batch * g.out_channels * g.out_h * g.out_w];
-        for n in 0..g.batch {
-            for m in 0..g.out_channels {
-                let gi = m / gout;
-                for oy in 0..g.out_h {
-                    for ox in 0..g.out_w {
-                        let mut sum = 0i64;
-                        for c in 0..gin {
-                            for ky in 0..g.kernel_h {
-                                for kx in 0..g.kernel_w {
-                                    let iy = (oy * g.stride_h + ky * g.dilation_h) as isize
-                                        - g.pad_top as isize;
-                                    let ix = (ox * g.stride_w + kx * g.dilation_w) as isize
-                                        - g.pad_left as isize;
-                                    let inside = iy >= 0
-                                        && ix >= 0
-                                        && (iy as usize) < g.in_h
-                                        && (ix as usize) < g.in_w;
-                                    let x = if inside {
-                                        image[((n * g.in_channels + gi * gin + c) * g.in_h
-                                            + iy as usize)
-                                            * g.in_w
-                                            + ix as usize]
-                                    } else {
-                                        zx
-                                    };
-                                    let w = centred
-                                        [((m * gin + c) * g.kernel_h + ky) * g.kernel_w + kx];
-                                    sum += (i64::from(x) - i64::from(zx)) * i64::from(w);
-                                }
-                            }
-                        }
-                        out[((n * g.out_channels + m) * g.out_h + oy) * g.out_w + ox] =
-                            i32::try_from(sum).unwrap();
-                    }
-                }
-            }
-        }
-        out
+        let x: Vec<f32> = image.iter().map(|&v| f32::from(v) - f32::from(zx)).collect();
+        let w: Vec<f32> = centred.iter().map(|&v| v as f32).collect();
+        let none = crate::kernels::conv::ConvEpilogue {
+            bias: None,
+            residual: None,
+            activation: Activation::None,
+        };
+        crate::kernels::conv::reference_conv(geom, &x, &w, &none)
+            .iter()
+            .map(|&v| v as i32)
+            .collect()
     }
 
     #[allow(clippy::too_many_arguments)]
