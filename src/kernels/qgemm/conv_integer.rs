@@ -254,7 +254,10 @@ mod tests {
     /// then reads 0, the zero point) and centred weights; every sum here is an integer far
     /// below 2^24, so the f32 result is exact.
     fn reference(geom: &Conv2d, image: &[u8], zx: u8, centred: &[i32]) -> Vec<i32> {
-        let x: Vec<f32> = image.iter().map(|&v| f32::from(v) - f32::from(zx)).collect();
+        let x: Vec<f32> = image
+            .iter()
+            .map(|&v| f32::from(v) - f32::from(zx))
+            .collect();
         let w: Vec<f32> = centred.iter().map(|&v| v as f32).collect();
         let none = crate::kernels::conv::ConvEpilogue {
             bias: None,
