@@ -112,118 +112,14 @@ pub(crate) struct PackedIntegerB {
     /// Per B matrix, its strips one after the other.
     strips: Vec<i16>,
     /// A single B (a weight) packed for the int8 GEMM too, where the CPU has VNNI.
-    int8: Option<Int8B>,
-}
-
-/// MatMulInteger's B less its column zero points for `qgemm_xw`: `s8` plus a per-column
-/// offset (as `kernels::qgemm::IntegerConvWeights` stores ConvInteger's weights), the
-/// offset's product being the column's offset times each row of A's sum of centred values.
-#[derive(Clone)]
-struct Int8B {
-    packed: crate::kernels::qgemm::PackedQWeights,
-    offsets: Vec<i32>,
-}
-
-impl std::fmt::Debug for Int8B {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Int8B")
-            .field("isa", &self.packed.isa().name())
-            .finish()
-    }
-}
-
-impl Int8B {
-    /// `b` (`k × n`, 8-bit values) less `zeros` per column; None where the CPU lacks VNNI or
-    /// the reduction is too deep for exact `i32` sums.
-    fn new(b: &[i64], k: usize, n: usize, zeros: &[i64]) -> Option<Int8B> {
-        use crate::kernels::qgemm::{PackedQWeights, QIsa, MAX_TAPS};
-        let isa = QIsa::detect();
-        if isa == QIsa::Scalar || k == 0 || n == 0 || k > MAX_TAPS {
-            return None;
-        }
-        // B's values are 8-bit but may mix the u8 and i8 ranges: a column spanning more
-        // than 256 integers has no s8-plus-offset form.
-        let mut lows = vec![i64::MAX; n];
-        let mut highs = vec![i64::MIN; n];
-        for row in b.chunks_exact(n) {
-            for (c, &v) in row.iter().enumerate() {
-                let centred = v - zeros[c];
-                lows[c] = lows[c].min(centred);
-                highs[c] = highs[c].max(centred);
-            }
-        }
-        if lows.iter().zip(&highs).any(|(&lo, &hi)| hi - lo > 255) {
-            return None;
-        }
-        let offsets: Vec<i32> = lows
-            .iter()
-            .zip(&highs)
-            .map(|(&lo, &hi)| {
-                (if hi > 127 {
-                    hi - 127
-                } else if lo < -128 {
-                    lo + 128
-                } else {
-                    0
-                }) as i32
-            })
-            .collect();
-        let bytes: Vec<i8> = b
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (v - zeros[i % n] - i64::from(offsets[i % n])) as i8)
-            .collect();
-        Some(Int8B {
-            packed: PackedQWeights::for_dense(isa, &bytes, k, n),
-            offsets,
-        })
-    }
-
-    fn bytes(&self) -> u64 {
-        (self.packed.k().div_ceil(4) * 4 * self.packed.channels() + self.offsets.len() * 4) as u64
-    }
-
-    /// `rows` rows of A (bytes `a`, `k` each, scalar zero point `a_zero`) times B, exact, into
-    /// `out` (`rows × n`).
-    fn product(&self, a: &[u8], a_zero: u8, rows: usize, out: &mut [i32], threads: usize) {
-        use crate::kernels::qgemm::{qgemm_xw, ActSrc, OffsetTerm, QEpilogue, QOut};
-        let (k, n) = (self.packed.k(), self.packed.channels());
-        let zero = i32::from(a_zero);
-        let row_sums: Vec<i32> = a
-            .chunks_exact(k)
-            .take(rows)
-            .map(|row| row.iter().map(|&v| i32::from(v)).sum::<i32>() - zero * k as i32)
-            .collect();
-        let corr: Vec<i32> = self.packed.sums().iter().map(|&s| zero * s).collect();
-        let unused = vec![0f32; n];
-        let epilogue = QEpilogue {
-            corr: &corr,
-            mul: &unused,
-            bias: &unused,
-            residual: None,
-            activation: crate::kernels::gemm::Activation::None,
-            offset_term: Some(OffsetTerm {
-                factor: &self.offsets,
-                sums: &row_sums,
-            }),
-        };
-        qgemm_xw(
-            &ActSrc::U8 { data: a, ld: k },
-            rows,
-            &self.packed,
-            QOut::I32 { data: out },
-            n,
-            &epilogue,
-            threads,
-        );
-    }
+    int8: Option<crate::kernels::qgemm::IntegerDenseWeights>,
 }
 
 impl PackedIntegerB {
     /// Bytes the packed form holds.
     pub(crate) fn bytes(&self) -> u64 {
         (self.strips.len() * std::mem::size_of::<i16>()) as u64
-            + self.int8.as_ref().map_or(0, Int8B::bytes)
+            + self.int8.as_ref().map_or(0, |w| w.bytes())
     }
 
     fn matrix_len(&self) -> usize {
@@ -298,7 +194,12 @@ pub(super) fn pack_integer_b(
         }
     }
     if matrices == 1 && for_plan {
-        packed.int8 = Int8B::new(&bv, k, n, &column_zeros);
+        let centred: Vec<i64> = bv
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| v - column_zeros[i % n])
+            .collect();
+        packed.int8 = crate::kernels::qgemm::IntegerDenseWeights::new(&centred, k, n);
     }
     Ok(packed)
 }
@@ -310,7 +211,7 @@ pub(super) fn pack_integer_b(
 /// the generic path lent B instead of copying it per run); this kernel 3.5 ms of products,
 /// plus about 5 ms of packing (most of it reading the i64 constant) unless the plan packed B.
 /// A weight B with a per-tensor A zero point runs on the int8 GEMM where the CPU has VNNI
-/// (`Int8B`, on `threads` threads): 1.6 ms for that product.
+/// (`qgemm::IntegerDenseWeights`, on `threads` threads): 1.6 ms for that product.
 pub(super) fn matmul_integer_packed(
     a: &RtTensor,
     a_zero: Option<&RtTensor>,
@@ -357,7 +258,16 @@ pub(super) fn matmul_integer_packed(
             let rows = batches * m;
             let mut out = vec![0i32; rows * n];
             if k > 0 && rows > 0 {
-                int8.product(&bytes, zero, rows, &mut out, threads);
+                let unused = vec![0f32; n];
+                int8.product(
+                    &bytes,
+                    zero,
+                    rows,
+                    crate::kernels::qgemm::QOut::I32 { data: &mut out },
+                    &unused,
+                    &unused,
+                    threads,
+                );
             }
             let mut shape = batch;
             shape.extend([m, n]);

@@ -222,8 +222,7 @@ pub(crate) fn fake_quantize_u8(values: &mut [f32]) {
 /// weights), whose product is `c` times each activation row's centred sum
 /// (`qgemm::OffsetTerm`).
 pub(crate) struct Int8Weights {
-    packed: crate::kernels::qgemm::PackedQWeights,
-    offsets: Vec<i32>,
+    dense: crate::kernels::qgemm::IntegerDenseWeights,
     /// The weights' scale per gate column.
     scales: Vec<f32>,
 }
@@ -266,46 +265,22 @@ impl Int8Weights {
         {
             return None;
         }
-        let mut offsets = Vec::with_capacity(columns);
-        for (c, &zero) in zeros.iter().enumerate() {
-            let column = (0..hidden).map(|k| values[k * columns + c] - zero as i64);
-            let (lo, hi) = column.fold((i64::MAX, i64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
-            if hi - lo > 255 || zero.fract() != 0.0 {
-                return None;
-            }
-            offsets.push(if hi > 127 {
-                hi - 127
-            } else if lo < -128 {
-                lo + 128
-            } else {
-                0
-            } as i32);
+        if zeros.iter().any(|z| z.fract() != 0.0) {
+            return None;
         }
-        let bytes: Vec<i8> = values
+        let centred: Vec<i64> = values
             .iter()
             .enumerate()
-            .map(|(i, &v)| {
-                let c = i % columns;
-                (v - zeros[c] as i64 - i64::from(offsets[c])) as i8
-            })
+            .map(|(i, &v)| v - zeros[i % columns] as i64)
             .collect();
-        let packed = crate::kernels::qgemm::PackedQWeights::for_dense(
-            crate::kernels::qgemm::QIsa::detect(),
-            &bytes,
-            hidden,
-            columns,
-        );
         Some(Int8Weights {
-            packed,
-            offsets,
+            dense: crate::kernels::qgemm::IntegerDenseWeights::new(&centred, hidden, columns)?,
             scales: scales.to_vec(),
         })
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        (self.packed.k().div_ceil(4) * 4 * self.packed.channels()
-            + self.offsets.len() * 4
-            + self.scales.len() * 4) as u64
+        self.dense.bytes() + (self.scales.len() * 4) as u64
     }
 
     /// `out[r, j] = bias[j] + Σ_k x[r, k] · W[k, j]` for `rows` rows of `x`, with all of `x`
@@ -320,7 +295,7 @@ impl Int8Weights {
         out: &mut [f32],
         scratch: &mut Int8Scratch,
     ) -> bool {
-        let (k, columns) = (self.packed.k(), self.packed.channels());
+        let (k, columns) = (self.dense.k(), self.dense.columns());
         let max = x.iter().copied().fold(0.0f32, f32::max);
         let min = x.iter().copied().fold(0.0f32, f32::min);
         let scale = (max - min) / 255.0;
@@ -338,43 +313,18 @@ impl Int8Weights {
         scratch
             .quantized
             .extend(x.iter().map(|&v| quantize_byte(v, scale, zero)));
-        let zero = zero as i32;
-        scratch.row_sums.clear();
-        scratch.row_sums.extend(
-            scratch
-                .quantized
-                .chunks_exact(k)
-                .map(|row| row.iter().map(|&q| i32::from(q) - zero).sum::<i32>()),
-        );
-        scratch.corr.clear();
-        scratch
-            .corr
-            .extend(self.packed.sums().iter().map(|&sum| zero * sum));
         scratch.mul.clear();
         scratch.mul.extend(self.scales.iter().map(|&s| s * scale));
-        crate::kernels::qgemm::qgemm_xw(
-            &crate::kernels::qgemm::ActSrc::U8 {
-                data: &scratch.quantized,
-                ld: k,
-            },
+        self.dense.product(
+            &scratch.quantized,
+            zero as u8,
             rows,
-            &self.packed,
             crate::kernels::qgemm::QOut::F32 {
                 data: &mut out[..rows * columns],
                 requant: None,
             },
-            columns,
-            &crate::kernels::qgemm::QEpilogue {
-                corr: &scratch.corr,
-                mul: &scratch.mul,
-                bias: &bias[..columns],
-                residual: None,
-                activation: gemm::Activation::None,
-                offset_term: Some(crate::kernels::qgemm::OffsetTerm {
-                    factor: &self.offsets,
-                    sums: &scratch.row_sums,
-                }),
-            },
+            &scratch.mul,
+            &bias[..columns],
             1,
         );
         true
@@ -384,8 +334,7 @@ impl Int8Weights {
 impl std::fmt::Debug for Int8Weights {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Int8Weights")
-            .field("rows", &self.packed.k())
-            .field("columns", &self.packed.channels())
+            .field("dense", &self.dense)
             .finish()
     }
 }
@@ -394,8 +343,6 @@ impl std::fmt::Debug for Int8Weights {
 #[derive(Default)]
 struct Int8Scratch {
     quantized: Vec<u8>,
-    row_sums: Vec<i32>,
-    corr: Vec<i32>,
     mul: Vec<f32>,
 }
 
@@ -823,7 +770,7 @@ mod tests {
         let zeros: Vec<f32> = (0..columns).map(|c| (100 + c) as f32).collect();
         let scales: Vec<f32> = (0..columns).map(|c| 0.01 + 0.001 * c as f32).collect();
         let int8 = Int8Weights::new(&values, hidden, &zeros, &scales).unwrap();
-        assert!(int8.offsets.iter().any(|&c| c != 0));
+        assert!(int8.dense.offsets().iter().any(|&c| c != 0));
         let r: Vec<f32> = values
             .iter()
             .enumerate()

@@ -14,7 +14,7 @@
 //! stay exact in `i32` while the reduction depth is at most [`MAX_TAPS`].
 
 use super::pack::im2col_u8;
-use super::{qgemm_wx_with, ActSrc, OffsetTerm, PackedQWeights, QEpilogue, QIsa, QOut};
+use super::{qgemm_wx_with, qgemm_xw, ActSrc, OffsetTerm, PackedQWeights, QEpilogue, QIsa, QOut};
 use crate::kernels::conv::{im2col_channels_threaded, Conv2d};
 use crate::kernels::gemm::Activation;
 use crate::kernels::parallel::{parallel_for, SendPtr};
@@ -22,6 +22,139 @@ use crate::kernels::parallel::{parallel_for, SendPtr};
 /// Deepest reduction whose exact sum fits `i32` whatever the values: `|x − zx|, |w − zw| ≤ 255`
 /// and `33 025 · 255² < 2³¹`.
 pub const MAX_TAPS: usize = 33_000;
+
+/// The smallest shift `c` that brings centred 8-bit weights spanning `lo..=hi` into the s8
+/// range (`w − c` in −128..=127); None when they span more than 256 integers (no such shift).
+pub fn s8_offset(lo: i64, hi: i64) -> Option<i32> {
+    if hi - lo > 255 {
+        return None;
+    }
+    let offset = if hi > 127 {
+        hi - 127
+    } else if lo < -128 {
+        lo + 128
+    } else {
+        0
+    };
+    i32::try_from(offset).ok()
+}
+
+/// Dense 8-bit weights `[k, n]` (MatMulInteger's B, DynamicQuantizeLSTM's W and R) less their
+/// per-column zero points, packed once for `qgemm_xw` as s8 plus a per-column offset, whose
+/// product is the offset times each activation row's centred sum ([`OffsetTerm`]).
+#[derive(Clone)]
+pub struct IntegerDenseWeights {
+    packed: PackedQWeights,
+    offsets: Vec<i32>,
+}
+
+impl std::fmt::Debug for IntegerDenseWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntegerDenseWeights")
+            .field("k", &self.k())
+            .field("columns", &self.columns())
+            .field("isa", &self.packed.isa().name())
+            .finish()
+    }
+}
+
+impl IntegerDenseWeights {
+    /// `centred`: `w − w_zero_point`, `k × n` row-major. None on a CPU without VNNI (the
+    /// portable kernel is no quicker than the callers' other paths), for a reduction deeper
+    /// than [`MAX_TAPS`], or when a column spans more than a byte.
+    pub fn new(centred: &[i64], k: usize, n: usize) -> Option<Self> {
+        let isa = QIsa::detect();
+        if isa == QIsa::Scalar || k == 0 || n == 0 || k > MAX_TAPS || centred.len() != k * n {
+            return None;
+        }
+        let mut lows = vec![i64::MAX; n];
+        let mut highs = vec![i64::MIN; n];
+        for row in centred.chunks_exact(n) {
+            for (c, &v) in row.iter().enumerate() {
+                lows[c] = lows[c].min(v);
+                highs[c] = highs[c].max(v);
+            }
+        }
+        let offsets = lows
+            .iter()
+            .zip(&highs)
+            .map(|(&lo, &hi)| s8_offset(lo, hi))
+            .collect::<Option<Vec<i32>>>()?;
+        let bytes: Vec<i8> = centred
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v - i64::from(offsets[i % n])) as i8)
+            .collect();
+        Some(IntegerDenseWeights {
+            packed: PackedQWeights::for_dense(isa, &bytes, k, n),
+            offsets,
+        })
+    }
+
+    /// Reduction depth `k`.
+    pub fn k(&self) -> usize {
+        self.packed.k()
+    }
+
+    /// Columns `n`.
+    pub fn columns(&self) -> usize {
+        self.packed.channels()
+    }
+
+    /// The per-column offsets `c` (`w − w_zero_point = s8 + c`).
+    pub fn offsets(&self) -> &[i32] {
+        &self.offsets
+    }
+
+    /// Bytes the packed weights hold.
+    pub fn bytes(&self) -> u64 {
+        (self.packed.k().div_ceil(4) * 4 * self.packed.channels() + self.offsets.len() * 4) as u64
+    }
+
+    /// `rows` rows of `a` (bytes, `k` each, zero point `a_zero`) times the weights into `out`
+    /// (`rows × n`, leading dimension `n`): exact for [`QOut::I32`], otherwise scaled by `mul`
+    /// and shifted by `bias` per column.
+    #[allow(clippy::too_many_arguments)]
+    pub fn product(
+        &self,
+        a: &[u8],
+        a_zero: u8,
+        rows: usize,
+        out: QOut,
+        mul: &[f32],
+        bias: &[f32],
+        threads: usize,
+    ) {
+        let (k, n) = (self.k(), self.columns());
+        let zero = i32::from(a_zero);
+        let row_sums: Vec<i32> = a
+            .chunks_exact(k)
+            .take(rows)
+            .map(|row| row.iter().map(|&v| i32::from(v)).sum::<i32>() - zero * k as i32)
+            .collect();
+        let corr: Vec<i32> = self.packed.sums().iter().map(|&s| zero * s).collect();
+        let epilogue = QEpilogue {
+            corr: &corr,
+            mul,
+            bias,
+            residual: None,
+            activation: Activation::None,
+            offset_term: Some(OffsetTerm {
+                factor: &self.offsets,
+                sums: &row_sums,
+            }),
+        };
+        qgemm_xw(
+            &ActSrc::U8 { data: a, ld: k },
+            rows,
+            &self.packed,
+            out,
+            n,
+            &epilogue,
+            threads,
+        );
+    }
+}
 
 /// ConvInteger's weights, packed once per plan for the int8 GEMM.
 #[derive(Clone)]
@@ -68,18 +201,7 @@ impl IntegerConvWeights {
             let (lo, hi) = row
                 .iter()
                 .fold((i32::MAX, i32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-            // In i64: the values are only known to fit i32.
-            if i64::from(hi) - i64::from(lo) > 255 {
-                return None;
-            }
-            // The smallest shift that brings the row into −128..=127.
-            let offset = if hi > 127 {
-                hi - 127
-            } else if lo < -128 {
-                lo + 128
-            } else {
-                0
-            };
+            let offset = s8_offset(i64::from(lo), i64::from(hi))?;
             offsets.push(offset);
             bytes.extend(row.iter().map(|&v| (v - offset) as i8));
         }

@@ -66,7 +66,7 @@ pub use bf16::{
     PackedBWeights,
 };
 pub use conv::{BConv2d, QConv2d};
-pub use conv_integer::{IntegerConvWeights, MAX_TAPS};
+pub use conv_integer::{s8_offset, IntegerConvWeights, IntegerDenseWeights, MAX_TAPS};
 pub use pack::{dequantize_u8, fake_quantize, fake_quantize_copy, quantize_u8};
 
 use super::gemm::Activation;
