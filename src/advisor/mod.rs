@@ -22,8 +22,8 @@ use crate::device::DeviceProfile;
 use crate::exec::{self, ExecError};
 
 pub use crate::report::model::advice::{
-    AdviceReport, Change, FusionGroup, LeftAlone, Overall, PassOutcome, ADVICE_SCHEMA,
-    ADVICE_SCHEMA_VERSION,
+    AdviceReport, Change, ExpectedGain, FusionGroup, LeftAlone, Overall, PassOutcome,
+    ADVICE_SCHEMA, ADVICE_SCHEMA_VERSION,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -511,6 +511,10 @@ pub fn advise(
             measured_latency_after_ms: None,
             measured_speedup: None,
             prediction_error: None,
+            expected: ExpectedGain::between(
+                last_analysis.summary.expected_latency_s,
+                after.summary.expected_latency_s,
+            ),
         });
         if measured.is_some() {
             measured_prev = measured;
@@ -532,6 +536,7 @@ pub fn advise(
             outcome.measured_latency_after_ms = Some(measurements.median_ms(a));
             outcome.measured_speedup = Some(speedup);
             outcome.prediction_error = Some((outcome.predicted_speedup - speedup) / speedup);
+            outcome.expected.judge(speedup);
         }
     }
     let (first_measure, measured_after, measured_speedup, max_error) =
@@ -578,6 +583,16 @@ pub fn advise(
             measured_latency_after_ms: measured_after,
             measured_speedup,
             prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
+            expected: {
+                let mut expected = ExpectedGain::between(
+                    before.summary.expected_latency_s,
+                    last_analysis.summary.expected_latency_s,
+                );
+                if let Some(measured) = measured_speedup {
+                    expected.judge(measured);
+                }
+                expected
+            },
             max_relative_output_error: max_error,
         },
         left_alone: left_alone(&last_analysis),

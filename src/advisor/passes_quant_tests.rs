@@ -169,6 +169,95 @@ fn int8_converts_only_what_the_roofline_favours() {
     assert!(report.passes[0].predicted_speedup > 1.0);
 }
 
+/// With a calibrated device the advice carries the expected gain next to the bound's: equal
+/// when the int8 kernels reach the same share of their roof as the fp32 ones, smaller when
+/// they reach less.
+#[test]
+fn int8_gain_is_also_expected_from_the_calibration() {
+    use crate::device::calibration::{
+        Calibration, CalibrationPoint, ClassTable, KernelClass, ShapeFeatures,
+    };
+    let calibrated = |int8_ratio: f64| {
+        let point = |op_type: &str, ratio: f64| CalibrationPoint {
+            shape: op_type.into(),
+            features: ShapeFeatures::new(1 << 20, 1 << 16, 1 << 10, 1 << 12),
+            bound_s: 1e-3,
+            measured_s: ratio * 1e-3,
+            op_type: op_type.into(),
+        };
+        let table = |class: KernelClass, op_type: &str| ClassTable {
+            class,
+            threads: 1,
+            points: vec![
+                point(op_type, 2.0),
+                point(&format!("{op_type} int8"), int8_ratio),
+            ],
+            fit_error: None,
+            fixed_s: 0.0,
+        };
+        let mut device = super::tests::device();
+        device.calibration = Some(Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 1.0,
+            method: String::new(),
+            tables: vec![
+                table(KernelClass::Conv, "Conv"),
+                table(KernelClass::Pointwise, "Conv"),
+                table(KernelClass::Depthwise, "Conv"),
+                table(KernelClass::Gemm, "MatMul"),
+                table(KernelClass::Matmul, "MatMul"),
+            ],
+            exchange: None,
+            warnings: Vec::new(),
+        });
+        let options = AdviseOptions {
+            apply: vec!["int8".into()],
+            calibration_samples: 1,
+            ..AdviseOptions::default()
+        };
+        let (report, _) = crate::advisor::advise(
+            quantization_net().g,
+            "test",
+            &device,
+            &Default::default(),
+            &options,
+        )
+        .expect("advises");
+        report
+    };
+    let alike = calibrated(2.0);
+    let pass = &alike.passes[0];
+    assert!(!pass.changes.is_empty());
+    let expected = pass.expected.expected_speedup.expect("calibrated");
+    assert!(
+        (expected - pass.predicted_speedup).abs() < 1e-9,
+        "{expected} {}",
+        pass.predicted_speedup
+    );
+    assert!(
+        (pass.expected.expected_latency_before_s.unwrap() - 2.0 * pass.predicted_latency_before_s)
+            .abs()
+            < 1e-12
+    );
+    let slower = calibrated(4.0);
+    let expected = slower
+        .overall
+        .expected
+        .expected_speedup
+        .expect("calibrated");
+    assert!(
+        expected < 0.9 * slower.overall.predicted_speedup,
+        "{expected}"
+    );
+    // Nothing measured: no error to judge.
+    assert_eq!(slower.overall.expected.expected_error, None);
+    // Without a calibration there is no expected figure.
+    let (plain, _) = run_pass(quantization_net(), "int8");
+    assert_eq!(plain.overall.expected, Default::default());
+}
+
 #[test]
 fn bf16_stores_the_weights_at_half_width() {
     let (report, g) = run_pass(quantization_net(), "bf16");

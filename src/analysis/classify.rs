@@ -9,7 +9,8 @@ use super::graph::Attributes;
 use super::tensor::TensorFact;
 
 /// The kernel class of an op, or `None` for ops no calibration table covers (views, shape
-/// arithmetic, quantized kernels, control flow): their expected time is not predicted.
+/// arithmetic, quantize and dequantize steps, recurrent cells, control flow): their expected
+/// time is not predicted.
 pub fn kernel_class(
     domain: &str,
     op_type: &str,
@@ -23,8 +24,14 @@ pub fn kernel_class(
     }
     let class = match op_type {
         "Conv" | "FusedConv" | "ConvTranspose" => conv_class(attrs, inputs),
+        // The low-precision convolutions and products (the advisor's int8 and bf16 forms, the
+        // standard integer ops) run the same packed GEMMs on other operand types: same class,
+        // their precision in the key (`NodeAnalysis::calibration_op_type`).
+        "QConv" | "HalfConv" if fused => conv_class(attrs, inputs),
+        "ConvInteger" if standard => conv_class(attrs, inputs),
+        "QMatMul" | "HalfMatMul" if fused => KernelClass::Gemm,
         "Gemm" | "FusedGemm" => KernelClass::Gemm,
-        "MatMul" | "FusedMatMul" => {
+        "MatMul" | "FusedMatMul" | "MatMulInteger" => {
             let weights = inputs.get(1).copied().flatten();
             if weights.is_some_and(TensorFact::is_constant) {
                 KernelClass::Gemm
@@ -47,15 +54,63 @@ pub fn kernel_class(
         "Transpose" | "Concat" | "Slice" | "Gather" | "GatherElements" | "GatherND" | "Pad"
         | "Resize" | "Upsample" | "Split" | "Expand" | "Tile" | "DepthToSpace" | "SpaceToDepth"
         | "ScatterND" | "ScatterElements" | "Scatter" => KernelClass::Movement,
-        "Relu" | "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "Celu" | "Sigmoid" | "HardSigmoid"
-        | "HardSwish" | "Tanh" | "Softplus" | "Softsign" | "Gelu" | "Mish" | "Erf" | "Exp"
-        | "Log" | "Sqrt" | "Reciprocal" | "Neg" | "Abs" | "Ceil" | "Floor" | "Round" | "Sign"
-        | "Clip" | "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean"
-        | "Where" | "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "Not"
-        | "And" | "Or" | "Xor" | "Cast" | "CastLike" | "Mod" | "Sin" | "Cos" | "IsNaN"
-        | "IsInf" | "ThresholdedRelu" | "Shrink" | "Dropout" | "ElementwiseChain" => {
-            KernelClass::Elementwise
-        }
+        "Relu"
+        | "LeakyRelu"
+        | "PRelu"
+        | "Elu"
+        | "Selu"
+        | "Celu"
+        | "Sigmoid"
+        | "HardSigmoid"
+        | "HardSwish"
+        | "Tanh"
+        | "Softplus"
+        | "Softsign"
+        | "Gelu"
+        | "Mish"
+        | "Erf"
+        | "Exp"
+        | "Log"
+        | "Sqrt"
+        | "Reciprocal"
+        | "Neg"
+        | "Abs"
+        | "Ceil"
+        | "Floor"
+        | "Round"
+        | "Sign"
+        | "Clip"
+        | "Add"
+        | "Sub"
+        | "Mul"
+        | "Div"
+        | "Pow"
+        | "Max"
+        | "Min"
+        | "Sum"
+        | "Mean"
+        | "Where"
+        | "Equal"
+        | "Less"
+        | "Greater"
+        | "LessOrEqual"
+        | "GreaterOrEqual"
+        | "Not"
+        | "And"
+        | "Or"
+        | "Xor"
+        | "Cast"
+        | "CastLike"
+        | "Mod"
+        | "Sin"
+        | "Cos"
+        | "IsNaN"
+        | "IsInf"
+        | "ThresholdedRelu"
+        | "Shrink"
+        | "Dropout"
+        | "ElementwiseChain"
+        | "DynamicQuantizeLinear" => KernelClass::Elementwise,
         _ => return None,
     };
     Some(class)
@@ -114,7 +169,10 @@ pub fn window_extents(
     attrs: &Attributes,
     output: Option<&TensorFact>,
 ) -> (u64, u64) {
-    if !matches!(op_type, "Conv" | "FusedConv" | "ConvTranspose") {
+    if !matches!(
+        op_type,
+        "Conv" | "FusedConv" | "ConvTranspose" | "QConv" | "HalfConv" | "ConvInteger"
+    ) {
         return (0, 0);
     }
     let Some(shape) = output.and_then(TensorFact::concrete_shape) else {
@@ -175,6 +233,36 @@ mod tests {
     }
 
     #[test]
+    fn low_precision_forms_join_their_float_class_in_their_own_domain_only() {
+        let x = fact(&[1, 32, 56, 56]);
+        let point = TensorFact::known(DType::I8, &[64, 32, 1, 1]);
+        let none = Attributes::default();
+        let inputs = [Some(&x), Some(&point)];
+        let class = |domain: &str, op: &str| kernel_class(domain, op, &none, &inputs);
+        assert_eq!(class("roofline", "QConv"), Some(KernelClass::Pointwise));
+        assert_eq!(class("roofline", "HalfConv"), Some(KernelClass::Pointwise));
+        assert_eq!(class("", "ConvInteger"), Some(KernelClass::Pointwise));
+        assert_eq!(class("roofline", "QMatMul"), Some(KernelClass::Gemm));
+        assert_eq!(
+            class("", "DynamicQuantizeLinear"),
+            Some(KernelClass::Elementwise)
+        );
+        // A standard-domain op of the tool's own names, or the reverse, is not guessed at.
+        assert_eq!(class("", "QConv"), None);
+        assert_eq!(class("roofline", "ConvInteger"), None);
+        // MatMulInteger of two computed operands is an attention-like product.
+        let activations = [Some(&x), Some(&x)];
+        assert_eq!(
+            kernel_class("", "MatMulInteger", &none, &activations),
+            Some(KernelClass::Matmul)
+        );
+        assert_eq!(
+            window_extents("QConv", &none, Some(&fact(&[1, 64, 56, 56]))),
+            (64, 0)
+        );
+    }
+
+    #[test]
     fn convolutions_are_matched_on_channels_depthwise_ones_on_row_width() {
         let out = fact(&[1, 64, 12, 80]);
         let none = Attributes::default();
@@ -218,7 +306,8 @@ mod tests {
         assert_eq!(kernel_class("", "Reshape", &none, &[]), None);
         assert_eq!(kernel_class("", "If", &none, &[]), None);
         assert_eq!(kernel_class("com.microsoft", "Attention", &none, &[]), None);
-        assert_eq!(kernel_class("roofline", "QConv", &none, &[]), None);
+        assert_eq!(kernel_class("", "QuantizeLinear", &none, &[]), None);
+        assert_eq!(kernel_class("", "DynamicQuantizeLSTM", &none, &[]), None);
         assert_eq!(
             kernel_class("", "Sigmoid", &none, &[]),
             Some(KernelClass::Elementwise)

@@ -354,6 +354,7 @@ pub fn analyze_prepared(
             measured_efficiency: None,
             algorithm: None,
             executed_flops: None,
+            compute_precision: None,
             features: None,
         };
         let costed = match (costed, &llm_costing) {
@@ -459,6 +460,8 @@ pub fn analyze_prepared(
                 // count) and its executed work separately; the bound uses the executed work.
                 (record.flops, record.macs) = model_arithmetic.unwrap_or((cost.flops, cost.macs));
                 record.transcendental = cost.transcendental;
+                record.compute_precision =
+                    cost.compute_precision.filter(|&p| p != options.precision);
                 record.weights_bytes = cost.bytes.weights_read;
                 record.activation_bytes_read = cost.bytes.act_read;
                 record.bytes_read = cost.bytes.weights_read + cost.bytes.act_read;

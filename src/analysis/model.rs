@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use super::infer::Diagnostic;
 use super::roofline::{Bound, Roof};
 use crate::device::calibration::{
-    algorithm_op_type, arithmetic_chain_op_type, depthwise_op_type, KernelClass, ShapeFeatures,
+    algorithm_op_type, arithmetic_chain_op_type, depthwise_op_type, precision_op_type, KernelClass,
+    ShapeFeatures,
 };
 use crate::device::{DeviceKind, Precision, ProfileSource};
 
@@ -84,6 +85,10 @@ pub struct NodeAnalysis {
     /// a Winograd convolution's GEMMs and transforms. The bound is computed from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executed_flops: Option<u64>,
+    /// The precision the op computes at when it is not the analysis's (an int8 or bf16
+    /// convolution of a quantized graph).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_precision: Option<Precision>,
     /// The features the calibration lookup matched on (in memory only).
     #[serde(skip)]
     pub features: Option<ShapeFeatures>,
@@ -96,7 +101,14 @@ pub struct NodeAnalysis {
 /// variants' points (VGG-16's F(4×4) layers at 2.4× their bound where their own variant's
 /// points say 2.8×, the plain graph's figure), and its depthwise ones from every kernel size.
 pub fn kernel_op_type(op_type: &str) -> &str {
-    super::ops::fused::base_of(op_type).unwrap_or(op_type)
+    match op_type {
+        // The low-precision forms of a convolution or a matrix product run that op's packed
+        // GEMM on other operand types; their precision joins the key
+        // (`NodeAnalysis::calibration_op_type`).
+        "QConv" | "HalfConv" => "Conv",
+        "QMatMul" | "HalfMatMul" => "MatMul",
+        _ => super::ops::fused::base_of(op_type).unwrap_or(op_type),
+    }
 }
 
 impl NodeAnalysis {
@@ -113,7 +125,15 @@ impl NodeAnalysis {
     /// one (see [`algorithm_op_type`]) or a depthwise convolution's kernel size (see
     /// [`depthwise_op_type`]).
     pub fn calibration_op_type(&self) -> String {
-        let op_type = kernel_op_type(&self.op_type);
+        let base = kernel_op_type(&self.op_type);
+        let keyed;
+        let op_type = match self.compute_precision {
+            Some(precision) if precision != Precision::Fp32 => {
+                keyed = precision_op_type(base, precision.name());
+                keyed.as_str()
+            }
+            _ => base,
+        };
         if let Some(algorithm) = self.winograd() {
             return algorithm_op_type(op_type, algorithm.name());
         }

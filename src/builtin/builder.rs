@@ -272,6 +272,40 @@ impl GraphBuilder {
         self.float_tensor(&name, dims, Bytes::from(out))
     }
 
+    /// An 8-bit unsigned constant (`uint8`, a dynamically quantized model's weights) with
+    /// values spread over the whole byte; zeros when the fill is not random.
+    pub fn byte_weight(&mut self, prefix: &str, dims: &[i64]) -> String {
+        let name = self.fresh(prefix);
+        let count: i64 = dims.iter().product();
+        let bytes: Vec<u8> = (0..count)
+            .map(|_| match self.fill {
+                WeightFill::Random(_) => ((self.next_uniform() + 1.0) * 127.5) as u8,
+                _ => 0,
+            })
+            .collect();
+        self.initializers.push(TensorProto {
+            dims: dims.to_vec(),
+            data_type: 2,
+            name: name.clone(),
+            raw_data: Bytes::from(bytes),
+            ..Default::default()
+        });
+        name
+    }
+
+    /// A scalar `uint8` constant (a zero point).
+    pub fn byte_scalar(&mut self, prefix: &str, value: u8) -> String {
+        let name = self.fresh(prefix);
+        self.initializers.push(TensorProto {
+            dims: vec![],
+            data_type: 2,
+            name: name.clone(),
+            raw_data: Bytes::from(vec![value]),
+            ..Default::default()
+        });
+        name
+    }
+
     pub fn int64_const(&mut self, prefix: &str, values: &[i64]) -> String {
         self.int64_tensor(prefix, vec![values.len() as i64], values.to_vec())
     }

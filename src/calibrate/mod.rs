@@ -110,6 +110,7 @@ pub fn calibrate(
     let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
         Default::default();
     let mut placement = PlacementWatch::default();
+    let mut rewritten = Rewritten::default();
     let mut rounds = 0;
     while rounds < max_rounds {
         // One round always runs: every point needs a time.
@@ -120,7 +121,8 @@ pub fn calibrate(
         for &threads in &options.thread_counts {
             placement.start_pass(threads);
             for (model_index, model) in models.iter().enumerate() {
-                let report = bench_model(model, device, threads, runs)?;
+                let report =
+                    bench_model((model_index, model), &mut rewritten, device, threads, runs)?;
                 placement.timed(threads, model_index, rounds - 1);
                 // The one timed op of the model (its costed node).
                 for op in &report.ops {
@@ -217,7 +219,13 @@ pub fn calibrate(
             .map(|&threads| placement.is_apart_now(threads))
             .collect();
         for &(threads, model_index) in &stalled_models {
-            let report = bench_model(&models[model_index], device, threads, runs)?;
+            let report = bench_model(
+                (model_index, &models[model_index]),
+                &mut rewritten,
+                device,
+                threads,
+                runs,
+            )?;
             for op in &report.ops {
                 let key = (threads, model_index, op.node_index);
                 if stalled.contains(&key) {
@@ -469,17 +477,48 @@ const FULL_BUDGET: std::time::Duration = std::time::Duration::from_secs(48);
 const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(7);
 
 /// Benches one grid model on `threads` threads with `runs` timed runs.
-fn bench_model(
+/// The graphs of the grid points the advisor rewrites before they are timed (fused chains,
+/// low-precision forms), by grid index: rewritten once, not in every round (the int8 pass
+/// runs the model on its calibration inputs).
+type Rewritten = std::collections::HashMap<usize, crate::analysis::graph::Graph>;
+
+/// The graph a grid point is timed as: imported, and rewritten by the advisor where the point
+/// asks (`GridModel::rewritten`).
+fn point_graph(
     model: &grid::GridModel,
+    device: &DeviceProfile,
+    analyze: &AnalyzeOptions,
+) -> Result<crate::analysis::graph::Graph, CalibrateError> {
+    let import_error = |reason: String| CalibrateError::Import {
+        shape: model.shape.clone(),
+        reason,
+    };
+    let graph = import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
+        .map_err(|e| import_error(e.to_string()))?;
+    if !model.rewritten() {
+        return Ok(graph);
+    }
+    let options = match model.precision {
+        Some(precision) => crate::advisor::AdviseOptions {
+            apply: vec![precision.name().to_string()],
+            convert_all: true,
+            calibration_samples: 2,
+            ..Default::default()
+        },
+        None => Default::default(),
+    };
+    crate::advisor::advise(graph, &model.shape, device, analyze, &options)
+        .map(|(_, rewritten)| rewritten)
+        .map_err(|e| import_error(e.to_string()))
+}
+
+fn bench_model(
+    (model_index, model): (usize, &grid::GridModel),
+    rewritten: &mut Rewritten,
     device: &DeviceProfile,
     threads: usize,
     runs: usize,
 ) -> Result<crate::bench::BenchReport, CalibrateError> {
-    let graph = import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
-        .map_err(|e| CalibrateError::Import {
-        shape: model.shape.clone(),
-        reason: e.to_string(),
-    })?;
     let options = BenchOptions {
         runs,
         warmup: 1,
@@ -505,15 +544,15 @@ fn bench_model(
         weights_in_dram: model.cold_weights,
         ..AnalyzeOptions::default()
     };
-    let graph = if model.fuse_elementwise {
-        crate::advisor::advise(graph, &model.shape, device, &analyze, &Default::default())
-            .map(|(_, rewritten)| rewritten)
-            .map_err(|e| CalibrateError::Import {
-                shape: model.shape.clone(),
-                reason: e.to_string(),
-            })?
-    } else {
-        graph
+    let graph = match rewritten.get(&model_index) {
+        Some(graph) => graph.clone(),
+        None => {
+            let graph = point_graph(model, device, &analyze)?;
+            if model.rewritten() {
+                rewritten.insert(model_index, graph.clone());
+            }
+            graph
+        }
     };
     bench_graph(graph, &model.shape, device, &analyze, &options).map_err(|source| {
         CalibrateError::Model {
@@ -717,5 +756,65 @@ mod tests {
         assert_eq!(cold_weights, 4);
         assert_eq!(warm_activations, cold_activations);
         assert!(cold_bound >= warm_bound);
+    }
+
+    /// The low-precision and dynamically quantized grid points are timed as the ops they
+    /// calibrate: the advisor's int8 and bf16 forms and the integer ops, each under its
+    /// precision key and its float class.
+    #[test]
+    fn low_precision_points_run_the_ops_they_calibrate() {
+        let device = cpu_with_caches();
+        let models = grid::grid(false);
+        let analyze = AnalyzeOptions::default();
+        let keys = |shape: &str| -> Vec<(String, Option<KernelClass>)> {
+            let model = models
+                .iter()
+                .find(|m| m.shape == shape)
+                .unwrap_or_else(|| panic!("no grid point `{shape}`"));
+            let graph = point_graph(model, &device, &analyze).expect("rewrites");
+            let analysis =
+                crate::analysis::analyze_graph(graph, shape, &device, &analyze).expect("analyses");
+            analysis
+                .nodes
+                .iter()
+                .filter(|n| n.status == NodeStatus::Costed)
+                .map(|n| (n.calibration_op_type(), n.kernel_class))
+                .collect()
+        };
+        assert_eq!(
+            keys("conv 256→64 1x1 s1 g1 56x56 int8"),
+            [("Conv int8".to_string(), Some(KernelClass::Pointwise))]
+        );
+        // A 3×3 stride-1 shape runs direct at a low precision.
+        assert_eq!(
+            keys("conv 64→64 3x3 s1 g1 56x56 bf16"),
+            [("Conv bf16".to_string(), Some(KernelClass::Conv))]
+        );
+        assert_eq!(
+            keys("gemm 8x2048 · (1000x2048)ᵀ + bias int8"),
+            [("MatMul int8".to_string(), Some(KernelClass::Gemm))]
+        );
+        assert_eq!(
+            keys("dynamic int8 ConvInteger 1x64x56x56 · 256x64x1x1"),
+            [
+                (
+                    "DynamicQuantizeLinear".to_string(),
+                    Some(KernelClass::Elementwise)
+                ),
+                ("ConvInteger int8".to_string(), Some(KernelClass::Pointwise)),
+                ("Cast".to_string(), Some(KernelClass::Elementwise)),
+            ]
+        );
+        assert_eq!(
+            keys("dynamic int8 MatMulInteger 128x768 · 768x768")[1],
+            ("MatMulInteger int8".to_string(), Some(KernelClass::Gemm))
+        );
+        // Their twins with cold weights, for the int8 and bf16 forms only.
+        assert!(models
+            .iter()
+            .any(|m| m.shape == "conv 256→64 1x1 s1 g1 56x56 int8 (weights cold)"));
+        assert!(!models
+            .iter()
+            .any(|m| m.shape.starts_with("dynamic int8") && m.cold_weights));
     }
 }

@@ -370,6 +370,23 @@ pub fn arithmetic_chain_op_type(op_type: &str) -> String {
     format!("{op_type} arithmetic")
 }
 
+/// The op type a convolution or matrix product run at a lower precision than fp32 is calibrated
+/// and looked up under: its precision joins the key (`Conv int8`, `MatMul bf16`). The int8
+/// kernels (`vpdpbusd`) and the bf16 ones (`vdpbf16ps`) reach other shares of their own roofs
+/// than the fp32 GEMM of its: from the fp32 points alone (or with no class at all, its bound),
+/// ResNet-50's 54 int8 convolutions were expected at 18 ms and took 25.
+pub fn precision_op_type(op_type: &str, precision: &str) -> String {
+    format!("{op_type} {precision}")
+}
+
+/// The precision word of a calibration key ([`precision_op_type`]), `""` for fp32 keys.
+pub fn key_precision(op_type: &str) -> &str {
+    op_type
+        .split_whitespace()
+        .find(|word| matches!(*word, "int8" | "bf16" | "fp16" | "fp8" | "tf32" | "fp64"))
+        .unwrap_or("")
+}
+
 /// The kernel size of a grid point's shape in words (`conv 32→32 3x3 s1 g32 112x112`).
 fn kernel_of_shape(shape: &str) -> Option<(u64, u64)> {
     let mut words = shape.split_whitespace();
@@ -402,11 +419,26 @@ impl ClassTable {
     fn nearest_distance(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
         let same_type = |p: &CalibrationPoint| !op_type.is_empty() && p.op_type == op_type;
         let typed = self.points.iter().any(same_type);
+        let precision = key_precision(op_type);
+        let same_precision = self.has_precision(precision);
         self.points
             .iter()
-            .filter(|p| !typed || same_type(p))
+            .filter(|p| {
+                if typed {
+                    same_type(p)
+                } else {
+                    !same_precision || key_precision(&p.op_type) == precision
+                }
+            })
             .map(|p| p.features.distance_squared(features))
             .min_by(f64::total_cmp)
+    }
+
+    /// Whether the table has points of `precision` (a [`key_precision`] word).
+    fn has_precision(&self, precision: &str) -> bool {
+        self.points
+            .iter()
+            .any(|p| key_precision(&p.op_type) == precision)
     }
 
     fn ratio_skipping(
@@ -440,6 +472,29 @@ impl ClassTable {
                     .count()
             });
             return interpolate(points, features, skip_in_typed, self.fixed_s);
+        }
+        // No point of its own type: the class's points of its precision (an fp32 op type the
+        // grid lacks is not predicted from the int8 kernels' points), or all of them when the
+        // table has none of that precision (a calibration made before the int8 points).
+        let precision = key_precision(op_type);
+        if self.has_precision(precision) {
+            let keep = |index: usize, p: &CalibrationPoint| {
+                Some(index) == skip || key_precision(&p.op_type) == precision
+            };
+            let points = self
+                .points
+                .iter()
+                .enumerate()
+                .filter(|&(i, p)| keep(i, p))
+                .map(|(_, p)| p);
+            let skip_in_kept = skip.map(|s| {
+                self.points[..s]
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, p)| keep(i, p))
+                    .count()
+            });
+            return interpolate(points, features, skip_in_kept, self.fixed_s);
         }
         interpolate(self.points.iter(), features, skip, self.fixed_s)
     }
@@ -562,15 +617,19 @@ impl Calibration {
         if own_distance > FAR_SQUARED {
             // Far from every point of its own class: a nearer point of a class that runs the
             // same kernel predicts it better than an extrapolation.
+            // Keyed by precision alone: a sibling's points of another op type, at the op's
+            // own precision.
+            let precision = key_precision(op_type);
             let sibling = class
                 .siblings()
                 .iter()
                 .filter_map(|&other| self.table(other, threads))
-                .filter_map(|t| Some((t.nearest_distance("", features)?, t)))
+                .filter(|t| t.has_precision(precision))
+                .filter_map(|t| Some((t.nearest_distance(precision, features)?, t)))
                 .filter(|&(distance, _)| distance < own_distance)
                 .min_by(|a, b| a.0.total_cmp(&b.0));
             if let Some((_, sibling)) = sibling {
-                return Some(sibling.fixed_s + bound_s * sibling.ratio_at("", features)?);
+                return Some(sibling.fixed_s + bound_s * sibling.ratio_at(precision, features)?);
             }
         }
         let ratio = table.ratio_at(op_type, features)?;

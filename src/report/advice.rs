@@ -24,23 +24,31 @@ pub fn render_advice_json(report: &AdviceReport) -> Result<String, serde_json::E
 /// overlay) and a section of rewrites with predicted and measured gains.
 pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> {
     let series = original_ops_series(&report.before, "before rewrites", "before");
-    let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>predicted gain</th><th>measured gain</th><th>prediction error</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
+    let percent = |e: Option<f64>| {
+        e.map(|e| format!("{:+.0}%", e * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>bound gain</th><th>expected gain</th><th>measured gain</th><th>error of the bound's gain</th><th>error of the expected gain</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
     for p in &report.passes {
         body.push_str(&format!(
-            "<tr data-pass=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            "<tr data-pass=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(&p.name),
             escape(&p.name), p.changes.len(), p.predicted_speedup,
-            p.measured_speedup.map(|m| format!("{m:.2}x")).unwrap_or_else(|| "-".into()),
-            p.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into()),
+            speed(p.expected.expected_speedup),
+            speed(p.measured_speedup),
+            percent(p.prediction_error),
+            percent(p.expected.expected_error),
             units::fmt_bytes(p.bytes_saved as f64)
         ));
     }
     let o = &report.overall;
     body.push_str(&format!(
-        "<tr data-pass=\"overall\"><td><b>overall</b></td><td></td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td></td></tr></tbody></table>",
+        "<tr data-pass=\"overall\"><td><b>overall</b></td><td></td><td class=\"num\">{:.2}x</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td></td></tr></tbody></table>",
         o.predicted_speedup,
-        o.measured_speedup.map(|m| format!("{m:.2}x")).unwrap_or_else(|| "-".into()),
-        o.prediction_error.map(|e| format!("{:+.0}%", e * 100.0)).unwrap_or_else(|| "-".into())
+        speed(o.expected.expected_speedup),
+        speed(o.measured_speedup),
+        percent(o.prediction_error),
+        percent(o.expected.expected_error)
     ));
     if let Some(q) = &report.quantization {
         body.push_str(&format!(
@@ -123,54 +131,119 @@ pub fn render_advice_table(report: &AdviceReport) -> String {
         safe(&report.verification_note)
     );
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-        "pass",
-        "changes",
-        "predicted",
-        "saved bytes",
-        "pred gain",
-        "measured",
-        "meas gain",
-        "error"
-    );
+    // With a calibrated device, the expected latency and gain stand next to the bound's, and
+    // the error column judges the expected gain (the one meant to match).
+    let calibrated = report.overall.expected.expected_speedup.is_some();
+    let percent = |e: Option<f64>| {
+        e.map(|e| format!("{:+.0}%", e * 100.0))
+            .unwrap_or_else(|| "-".into())
+    };
+    if calibrated {
+        let _ = writeln!(
+            out,
+            "{:<9} {:>7} {:>11} {:>11} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9}",
+            "pass",
+            "changes",
+            "bound",
+            "expected",
+            "saved bytes",
+            "bound gain",
+            "exp gain",
+            "measured",
+            "meas gain",
+            "exp error"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+            "pass",
+            "changes",
+            "predicted",
+            "saved bytes",
+            "pred gain",
+            "measured",
+            "meas gain",
+            "error"
+        );
+    }
     for p in &report.passes {
         let measured = p
             .measured_latency_after_ms
             .map(|m| format!("{m:.2} ms"))
             .unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            out,
-            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-            safe(&p.name),
-            p.changes.len(),
-            fmt_seconds(p.predicted_latency_after_s),
-            fmt_bytes(p.bytes_saved as f64),
-            format!("{:.2}x", p.predicted_speedup),
-            measured,
-            speed(p.measured_speedup),
-            p.prediction_error
-                .map(|e| format!("{:+.0}%", e * 100.0))
-                .unwrap_or_else(|| "-".into())
-        );
+        if calibrated {
+            let _ = writeln!(
+                out,
+                "{:<9} {:>7} {:>11} {:>11} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9}",
+                safe(&p.name),
+                p.changes.len(),
+                fmt_seconds(p.predicted_latency_after_s),
+                p.expected
+                    .expected_latency_after_s
+                    .map(fmt_seconds)
+                    .unwrap_or_else(|| "-".into()),
+                fmt_bytes(p.bytes_saved as f64),
+                format!("{:.2}x", p.predicted_speedup),
+                speed(p.expected.expected_speedup),
+                measured,
+                speed(p.measured_speedup),
+                percent(p.expected.expected_error)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
+                safe(&p.name),
+                p.changes.len(),
+                fmt_seconds(p.predicted_latency_after_s),
+                fmt_bytes(p.bytes_saved as f64),
+                format!("{:.2}x", p.predicted_speedup),
+                measured,
+                speed(p.measured_speedup),
+                percent(p.prediction_error)
+            );
+        }
     }
     let o = &report.overall;
-    let _ = writeln!(
-        out,
-        "overall   predicted {} -> {} ({:.2}x); measured {} ({}); prediction error {}",
-        fmt_seconds(o.predicted_latency_before_s),
-        fmt_seconds(o.predicted_latency_after_s),
-        o.predicted_speedup,
-        match (o.measured_latency_before_ms, o.measured_latency_after_ms) {
-            (Some(a), Some(b)) => format!("{a:.2} ms -> {b:.2} ms"),
-            _ => "-".into(),
-        },
-        speed(o.measured_speedup),
-        o.prediction_error
-            .map(|e| format!("{:+.0}%", e * 100.0))
-            .unwrap_or_else(|| "-".into())
-    );
+    let measured = match (o.measured_latency_before_ms, o.measured_latency_after_ms) {
+        (Some(a), Some(b)) => format!("{a:.2} ms -> {b:.2} ms"),
+        _ => "-".into(),
+    };
+    match (
+        o.expected.expected_latency_before_s,
+        o.expected.expected_latency_after_s,
+    ) {
+        (Some(before), Some(after)) => {
+            let _ = writeln!(
+                out,
+                "overall   bound {} -> {} ({:.2}x); expected {} -> {} ({}); measured {} ({}); \
+                 error of the expected gain {} (of the bound's {})",
+                fmt_seconds(o.predicted_latency_before_s),
+                fmt_seconds(o.predicted_latency_after_s),
+                o.predicted_speedup,
+                fmt_seconds(before),
+                fmt_seconds(after),
+                speed(o.expected.expected_speedup),
+                measured,
+                speed(o.measured_speedup),
+                percent(o.expected.expected_error),
+                percent(o.prediction_error)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "overall   predicted {} -> {} ({:.2}x); measured {} ({}); prediction error {}",
+                fmt_seconds(o.predicted_latency_before_s),
+                fmt_seconds(o.predicted_latency_after_s),
+                o.predicted_speedup,
+                measured,
+                speed(o.measured_speedup),
+                percent(o.prediction_error)
+            );
+        }
+    }
     if let Some(err) = o.max_relative_output_error {
         let _ = writeln!(out, "          outputs of the rewritten graph vs the original: max relative error {err:.1e}");
     }

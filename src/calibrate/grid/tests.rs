@@ -59,7 +59,7 @@ fn rule_four_shapes_are_timed_per_algorithm() {
     let variants = |shape: &str| -> Vec<AlgorithmPolicy> {
         models
             .iter()
-            .filter(|m| m.shape.starts_with(shape) && !m.cold_weights)
+            .filter(|m| m.shape.starts_with(shape) && !m.cold_weights && m.precision.is_none())
             .map(|m| m.policy)
             .collect()
     };

@@ -440,3 +440,67 @@ fn weight_reuse_separates_gemms_that_work_and_sizes_put_together() {
     assert_eq!(plain.log2_weight_reuse(), None);
     assert!((plain.distance_squared(&query) - 21.0 * 21.0).abs() < 1e-9);
 }
+
+#[test]
+fn precisions_are_predicted_from_their_own_points() {
+    let typed = |op_type: &str, work: u64, ratio: f64| CalibrationPoint {
+        op_type: op_type.into(),
+        ..point(work, 1 << 20, 1.0, ratio)
+    };
+    let conv = ClassTable {
+        class: KernelClass::Conv,
+        ..table(vec![
+            typed("Conv", 1 << 24, 1.25),
+            typed("Conv int8", 1 << 24, 1.5),
+            typed("ConvInteger int8", 1 << 26, 3.0),
+        ])
+    };
+    let query = ShapeFeatures::new(1 << 24, 1 << 20, 0, 1);
+    let ratio = |op_type: &str| conv.ratio_at(op_type, &query).unwrap();
+    assert!((ratio("Conv") - 1.25).abs() < 1e-9);
+    assert!((ratio("Conv int8") - 1.5).abs() < 1e-9);
+    assert!((ratio("ConvInteger int8") - 3.0).abs() < 1e-9);
+    // An fp32 op type the grid lacks takes the fp32 points only, never the int8 kernels'.
+    assert!((ratio("ConvTranspose") - 1.25).abs() < 1e-9);
+    // An int8 op type without points of its own takes the int8 points (the nearest: exact).
+    assert!((ratio("QLinearConv int8") - 1.5).abs() < 1e-9);
+    // A precision the table has no point of falls back to the whole class.
+    let far = ShapeFeatures::new(1 << 25, 1 << 20, 0, 1);
+    let from_all = conv.ratio_at("Conv bf16", &far).unwrap();
+    let from_fp32_and_int8 = conv.ratio_at("Conv", &far).unwrap();
+    assert!(
+        from_all > 1.5 && from_all > from_fp32_and_int8,
+        "{from_all}"
+    );
+    assert_eq!(key_precision("MatMul bf16"), "bf16");
+    assert_eq!(key_precision("Conv depthwise 3x3"), "");
+    assert_eq!(precision_op_type("MatMul", "int8"), "MatMul int8");
+}
+
+#[test]
+fn a_sibling_lends_only_points_of_the_ops_precision() {
+    let typed = |op_type: &str, work: u64, ratio: f64| CalibrationPoint {
+        op_type: op_type.into(),
+        ..point(work, 1 << 20, 1.0, ratio)
+    };
+    let calibration = calibration_of(vec![
+        table(vec![
+            typed("MatMul", 1 << 16, 2.0),
+            typed("MatMul int8", 1 << 16, 4.0),
+        ]),
+        ClassTable {
+            class: KernelClass::Pointwise,
+            ..table(vec![typed("Conv int8", 1 << 28, 1.6)])
+        },
+    ]);
+    // Twelve doublings from its own points: the sibling's int8 point is nearer.
+    let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
+    let expected = |op_type: &str| {
+        calibration
+            .expected_s(KernelClass::Gemm, op_type, 1, &query, 1.0)
+            .unwrap()
+    };
+    assert!((expected("MatMul int8") - 1.6).abs() < 1e-9);
+    // An fp32 product does not borrow the int8 convolution's ratio: its own table decides.
+    assert!((expected("MatMul") - 2.0).abs() < 1e-9);
+}

@@ -59,6 +59,50 @@ pub struct PassOutcome {
     /// (predicted − measured) / measured speed-up.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction_error: Option<f64>,
+    /// The calibrated figures (device with `roofline calibrate` tables): expected latency
+    /// before and after the pass, its expected speed-up, and (expected − measured) / measured.
+    #[serde(default, flatten)]
+    pub expected: ExpectedGain,
+}
+
+/// A rewrite's gain from the calibrated expected times (`NodeAnalysis::expected_s`), next to
+/// the bound's: the bound sums roofs, the expected time what the kernels reach under them, so
+/// a rewrite that moves work to a kernel further from its roof (int8 convolutions) gains less
+/// than its bounds say.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExpectedGain {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_latency_before_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_latency_after_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_speedup: Option<f64>,
+    /// (expected − measured) / measured speed-up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_error: Option<f64>,
+}
+
+impl ExpectedGain {
+    /// From the expected latencies of the analyses before and after (`None` without a
+    /// calibration).
+    pub fn between(before_s: Option<f64>, after_s: Option<f64>) -> ExpectedGain {
+        match (before_s, after_s) {
+            (Some(before), Some(after)) => ExpectedGain {
+                expected_latency_before_s: Some(before),
+                expected_latency_after_s: Some(after),
+                expected_speedup: Some(before / after.max(1e-15)),
+                expected_error: None,
+            },
+            _ => ExpectedGain::default(),
+        }
+    }
+
+    /// Sets the error against the measured speed-up.
+    pub fn judge(&mut self, measured_speedup: f64) {
+        self.expected_error = self
+            .expected_speedup
+            .map(|expected| (expected - measured_speedup) / measured_speedup);
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,6 +118,8 @@ pub struct Overall {
     pub measured_speedup: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction_error: Option<f64>,
+    #[serde(default, flatten)]
+    pub expected: ExpectedGain,
     /// Max |rewritten − original| relative to max |original| over all outputs (verification).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_relative_output_error: Option<f64>,

@@ -9,8 +9,8 @@ pub mod compress;
 pub mod quant;
 
 pub use advice::{
-    AdviceReport, Change, FusionGroup, LeftAlone, Overall, PassOutcome, ADVICE_SCHEMA,
-    ADVICE_SCHEMA_VERSION,
+    AdviceReport, Change, ExpectedGain, FusionGroup, LeftAlone, Overall, PassOutcome,
+    ADVICE_SCHEMA, ADVICE_SCHEMA_VERSION,
 };
 pub use bench::{
     BenchReport, ErrorSummary, Latency, OpMeasurement, BENCH_SCHEMA, BENCH_SCHEMA_VERSION,
