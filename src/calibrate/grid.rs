@@ -37,6 +37,11 @@ pub struct GridModel {
     /// every candidate op whatever its predicted gain: the low-precision kernels' points
     /// (`low_precision`).
     pub precision: Option<Precision>,
+    /// Timed in the grid's first round only: the low-precision and dynamic-quantization points,
+    /// which predict no fp32 op, so that the rounds that steady the fp32 tables still fit the
+    /// time budget (with them in every round, a full calibration here went from two rounds
+    /// over the grid to one).
+    pub first_round_only: bool,
 }
 
 impl GridModel {
@@ -81,6 +86,7 @@ impl GridModel {
             cold_twin: true,
             fuse_elementwise: false,
             precision: None,
+            first_round_only: false,
         }
     }
 }
@@ -663,6 +669,7 @@ fn low_precision(precision: Precision) -> Vec<GridModel> {
         }
         point.shape = format!("{} {}", point.shape, precision.name());
         point.precision = Some(precision);
+        point.first_round_only = true;
     }
     points
 }
@@ -712,6 +719,7 @@ fn dynamic_int8(
     // and Cast would be timed with evicted caches under their warm points' keys.
     GridModel {
         cold_twin: false,
+        first_round_only: true,
         ..GridModel::new(class, shape, b.finish("calibration"))
     }
 }
