@@ -759,7 +759,7 @@ const ADVICE_PROBE: &str = r##"<script>
   var rows = document.querySelectorAll('#rewrites tr[data-pass]');
   root.setAttribute("data-probe-pass-rows", String(rows.length));
   var overall = document.querySelector('#rewrites tr[data-pass="overall"]');
-  root.setAttribute("data-probe-overall", overall ? overall.cells[3].textContent.trim() : "none");
+  root.setAttribute("data-probe-overall", overall ? overall.cells[4].textContent.trim() : "none");
   var before = document.querySelector('svg.roofline-chart .series[data-name="before rewrites"]');
   root.setAttribute("data-probe-before-points",
     String(before ? before.querySelectorAll('.series-point').length : -1));

@@ -245,52 +245,6 @@ fn chain(name: &str, elements: i64, build: fn(&mut GraphBuilder, &str) -> String
     point
 }
 
-/// GELU, tanh form (GPT-2, magika), as exporters write it, each op reading the one before
-/// and x or a constant: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), nine ops.
-fn gelu_tanh(b: &mut GraphBuilder, x: &str) -> String {
-    let c = b.scalar_const("gelu_c", 0.044715);
-    let cx = b.node("Mul", &[x, &c], vec![]);
-    let cx2 = b.node("Mul", &[x, &cx], vec![]);
-    let cx3 = b.node("Mul", &[x, &cx2], vec![]);
-    let inner = b.node("Add", &[x, &cx3], vec![]);
-    let k = b.scalar_const("gelu_k", 0.797_884_6);
-    let scaled = b.node("Mul", &[&k, &inner], vec![]);
-    let t = b.node("Tanh", &[&scaled], vec![]);
-    let one = b.scalar_const("one", 1.0);
-    let t1 = b.node("Add", &[&one, &t], vec![]);
-    let half = b.scalar_const("half", 0.5);
-    let h = b.node("Mul", &[&half, &t1], vec![]);
-    b.node("Mul", &[&h, x], vec![])
-}
-
-/// GELU, erf form (BERT exports): x·0.5·(1 + erf(x/√2)), five ops.
-fn gelu_erf(b: &mut GraphBuilder, x: &str) -> String {
-    let k = b.scalar_const("inv_sqrt2", std::f32::consts::FRAC_1_SQRT_2);
-    let scaled = b.node("Mul", &[x, &k], vec![]);
-    let e = b.node("Erf", &[&scaled], vec![]);
-    let one = b.scalar_const("one", 1.0);
-    let e1 = b.node("Add", &[&e, &one], vec![]);
-    let half = b.scalar_const("half", 0.5);
-    let h = b.node("Mul", &[&e1, &half], vec![]);
-    b.node("Mul", &[x, &h], vec![])
-}
-
-/// SiLU / swish (YOLOv5-v8, EfficientNet): x·sigmoid(x).
-fn silu(b: &mut GraphBuilder, x: &str) -> String {
-    let s = b.node("Sigmoid", &[x], vec![]);
-    b.node("Mul", &[x, &s], vec![])
-}
-
-/// Hard swish as older exports write it (MobileNetV3): x·clip(x + 3, 0, 6)/6.
-fn hard_swish(b: &mut GraphBuilder, x: &str) -> String {
-    let three = b.scalar_const("three", 3.0);
-    let shifted = b.node("Add", &[x, &three], vec![]);
-    let clipped = b.relu6(&shifted);
-    let gated = b.node("Mul", &[x, &clipped], vec![]);
-    let six = b.scalar_const("six", 6.0);
-    b.node("Div", &[&gated, &six], vec![])
-}
-
 /// A per-channel multiply or add broadcast over the plane (squeeze-excitation gates, scales,
 /// unfused batch-norm halves, biases).
 fn channel_binary(op: &str, channels: i64, size: i64) -> GridModel {
@@ -609,179 +563,6 @@ fn concat(channels: i64, size: i64) -> GridModel {
     )
 }
 
-/// Convolutions and products again at a lower precision: the advisor's int8 form (`QConv`,
-/// `QMatMul`: activations quantized while packed, `vpdpbusd` where the CPU has VNNI) and its
-/// bf16 form (`HalfConv`, `HalfMatMul`), at shapes across the fp32 points' range (stems,
-/// ResNet and VGG stages, MobileNet expansions and projections, classifier GEMVs, transformer
-/// projections). Without them `compress` and `advise` costed an int8 op at its bound while the
-/// fp32 op it replaces took its calibrated time: ResNet-50's int8 step was expected 3.9× on
-/// the converted ops where it measured 2.9×.
-fn low_precision(precision: Precision) -> Vec<GridModel> {
-    let mut points = Vec::new();
-    for &(cin, cout, size, kernel, stride) in &[
-        (3, 64, 224, 7, 2),
-        (64, 64, 56, 3, 1),
-        (64, 128, 56, 3, 2),
-        (128, 128, 28, 3, 1),
-        (256, 256, 14, 3, 1),
-        (512, 512, 7, 3, 1),
-        (128, 32, 28, 3, 1),
-        (32, 32, 160, 3, 1),
-        (16, 16, 28, 3, 1),
-        (64, 64, 112, 3, 1),
-    ] {
-        points.push(conv(cin, cout, size, kernel, stride, 1));
-    }
-    for &(cin, cout, size) in &[
-        (16, 96, 112),
-        (144, 24, 56),
-        (64, 256, 56),
-        (256, 64, 56),
-        (512, 128, 28),
-        (1024, 256, 14),
-        (2048, 512, 7),
-        (512, 2048, 7),
-        (320, 1280, 7),
-        (96, 32, 12),
-        (16, 64, 16),
-    ] {
-        points.push(conv(cin, cout, size, 1, 1, 1));
-    }
-    for &(rows, inner, cols) in &[
-        (1, 2048, 1000),
-        (1, 4096, 4096),
-        (16, 1024, 1024),
-        (64, 256, 256),
-        (128, 768, 768),
-        (128, 768, 3072),
-        (128, 3072, 768),
-        (40, 384, 96),
-    ] {
-        points.push(gemm(rows, inner, cols));
-    }
-    for &(rows, inner, cols) in &[(1, 512, 1000), (8, 2048, 1000), (128, 768, 768)] {
-        points.push(gemm_trans_b(rows, inner, cols));
-    }
-    for point in &mut points {
-        // The 3×3 stride-1 shapes run direct at a low precision: no Winograd class.
-        if point.class == KernelClass::Winograd {
-            point.class = KernelClass::Conv;
-        }
-        point.shape = format!("{} {}", point.shape, precision.name());
-        point.precision = Some(precision);
-        point.first_round_only = true;
-    }
-    points
-}
-
-/// A layer as onnxruntime's dynamic quantizer writes it (`quantize_dynamic`: OCR and speech
-/// models ship so): `DynamicQuantizeLinear` on the float activations, the integer op
-/// (`ConvInteger` with `conv` = `Some((kernel, stride))`, else `MatMulInteger` on `[rows,
-/// inner]`) on uint8 weights with a zero point, and the `Cast` of its int32 sums back to
-/// float. Each of the three is a point of its own op type: their kernels (the range pass and
-/// rounding, the integer GEMM with its offset epilogue, an integer element-wise op) are none of
-/// the float points' (ddddocr's 21 ConvIntegers took 5.8 ms where the advisor's int8
-/// convolutions' points expected 3.2).
-fn dynamic_int8(
-    class: KernelClass,
-    input: &[i64],
-    weights: &[i64],
-    output: &[i64],
-    conv: Option<(i64, i64)>,
-) -> GridModel {
-    let mut b = GraphBuilder::new(WeightFill::Random(7));
-    let x = b.input("x", FLOAT, &fixed(input));
-    let (q, scale, zero) = ("x_q".to_string(), "x_scale", "x_zero_point");
-    b.node_multi("DynamicQuantizeLinear", &[&x], vec![], &[&q, scale, zero]);
-    let w = b.byte_weight("w", weights);
-    let w_zero = b.byte_scalar("w_zero_point", 131);
-    let (op, attrs) = match conv {
-        Some((kernel, stride)) => (
-            "ConvInteger",
-            vec![
-                attr_ints("kernel_shape", &[kernel, kernel]),
-                attr_ints("strides", &[stride, stride]),
-                attr_ints("pads", &[kernel / 2; 4]),
-            ],
-        ),
-        None => ("MatMulInteger", vec![]),
-    };
-    let sums = b.node(op, &[&q, &w, zero, &w_zero], attrs);
-    let y = b.node("Cast", &[&sums], vec![attr_int("to", i64::from(FLOAT))]);
-    b.output(&y, FLOAT, &fixed(output));
-    let shape = format!(
-        "dynamic int8 {} {} · {}",
-        op,
-        dims_words(input),
-        dims_words(weights)
-    );
-    // No cold twin: its weights are bytes (a recogniser's fit the caches), and its range pass
-    // and Cast would be timed with evicted caches under their warm points' keys.
-    GridModel {
-        cold_twin: false,
-        first_round_only: true,
-        ..GridModel::new(class, shape, b.finish("calibration"))
-    }
-}
-
-fn dims_words(dims: &[i64]) -> String {
-    dims.iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join("x")
-}
-
-/// Dynamically quantized convolutions and products: text-line recogniser stages (few rows,
-/// long planes), CNN stages, and a recurrent or transformer layer's projections.
-fn dynamic_int8_points() -> Vec<GridModel> {
-    let mut points = Vec::new();
-    for &(cin, cout, (height, width), kernel, stride) in &[
-        (1, 32, (64, 256), 3, 1),
-        (32, 64, (32, 128), 3, 1),
-        (64, 128, (16, 64), 3, 1),
-        (128, 256, (8, 32), 3, 1),
-        (256, 256, (4, 32), 3, 1),
-        (64, 64, (56, 56), 3, 1),
-        (128, 128, (28, 28), 3, 2),
-        (64, 256, (56, 56), 1, 1),
-        (512, 128, (28, 28), 1, 1),
-        (16, 16, (28, 28), 3, 1),
-    ] {
-        let (out_h, out_w) = (
-            conv_out(height, kernel, stride),
-            conv_out(width, kernel, stride),
-        );
-        let class = if kernel == 1 {
-            KernelClass::Pointwise
-        } else {
-            KernelClass::Conv
-        };
-        points.push(dynamic_int8(
-            class,
-            &[1, cin, height, width],
-            &[cout, cin, kernel, kernel],
-            &[1, cout, out_h, out_w],
-            Some((kernel, stride)),
-        ));
-    }
-    for &(rows, inner, cols) in &[
-        (64, 512, 1024),
-        (128, 768, 768),
-        (128, 768, 3072),
-        (1, 1024, 1024),
-        (16, 256, 1024),
-    ] {
-        points.push(dynamic_int8(
-            KernelClass::Gemm,
-            &[rows, inner],
-            &[inner, cols],
-            &[rows, cols],
-            None,
-        ));
-    }
-    points
-}
-
 /// Each point of the classes that read weights, again with its weights cold.
 ///
 /// A one-op model run again and again keeps its weights in cache; a layer of a model larger
@@ -1053,10 +834,10 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         models.push(elementwise("Mul", elements, true));
     }
     for &elements in &[1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22] {
-        models.push(chain("gelu tanh", elements, gelu_tanh));
-        models.push(chain("gelu erf", elements, gelu_erf));
-        models.push(chain("silu", elements, silu));
-        models.push(chain("hard swish", elements, hard_swish));
+        models.push(chain("gelu tanh", elements, activations::gelu_tanh));
+        models.push(chain("gelu erf", elements, activations::gelu_erf));
+        models.push(chain("silu", elements, activations::silu));
+        models.push(chain("hard swish", elements, activations::hard_swish));
     }
     for &(channels, size) in &[(32, 112), (96, 56), (256, 28), (672, 14), (1280, 7)] {
         models.push(channel_binary("Mul", channels, size));
@@ -1164,9 +945,9 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(resize(channels, size, mode));
     }
-    models.extend(low_precision(Precision::Int8));
-    models.extend(low_precision(Precision::Bf16));
-    models.extend(dynamic_int8_points());
+    models.extend(low_precision::low_precision(Precision::Int8));
+    models.extend(low_precision::low_precision(Precision::Bf16));
+    models.extend(low_precision::dynamic_int8_points());
     models = with_cold_weights(models);
     if quick {
         // The low-precision points warm only: their cold twins (an eviction before every
@@ -1183,5 +964,7 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     models
 }
 
+mod activations;
+mod low_precision;
 #[cfg(test)]
 mod tests;
