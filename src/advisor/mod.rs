@@ -583,16 +583,11 @@ pub fn advise(
             measured_latency_after_ms: measured_after,
             measured_speedup,
             prediction_error: measured_speedup.map(|m| (predicted_speedup - m) / m),
-            expected: {
-                let mut expected = ExpectedGain::between(
-                    before.summary.expected_latency_s,
-                    last_analysis.summary.expected_latency_s,
-                );
-                if let Some(measured) = measured_speedup {
-                    expected.judge(measured);
-                }
-                expected
-            },
+            expected: ExpectedGain::between(
+                before.summary.expected_latency_s,
+                last_analysis.summary.expected_latency_s,
+            )
+            .judged(measured_speedup),
             max_relative_output_error: max_error,
         },
         left_alone: left_alone(&last_analysis),

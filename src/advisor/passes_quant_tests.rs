@@ -253,9 +253,25 @@ fn int8_gain_is_also_expected_from_the_calibration() {
     );
     // Nothing measured: no error to judge.
     assert_eq!(slower.overall.expected.expected_error, None);
-    // Without a calibration there is no expected figure.
+    // The table shows both gains and judges the expected one; the page has its column.
+    let table = crate::report::advice::render_advice_table(&slower);
+    assert!(
+        table.contains("exp gain") && table.contains("bound gain"),
+        "{table}"
+    );
+    let expected_cell = format!("{expected:.2}x");
+    assert!(table.contains(&expected_cell), "{table}");
+    let html = crate::report::advice::render_advice_html(&slower).expect("renders");
+    assert!(html.contains("<th>expected gain</th>"));
+    assert!(html.contains(&format!("<td class=\"num\">{expected_cell}</td>")));
+    // Without a calibration there is no expected figure, and the table keeps its columns.
     let (plain, _) = run_pass(quantization_net(), "int8");
     assert_eq!(plain.overall.expected, Default::default());
+    let table = crate::report::advice::render_advice_table(&plain);
+    assert!(
+        table.contains("pred gain") && !table.contains("exp gain"),
+        "{table}"
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use super::graph::Attributes;
 use super::tensor::TensorFact;
 
 /// The kernel class of an op, or `None` for ops no calibration table covers (views, shape
-/// arithmetic, quantize and dequantize steps, recurrent cells, control flow): their expected
-/// time is not predicted.
+/// arithmetic, QuantizeLinear and DequantizeLinear, recurrent cells, control flow): their
+/// expected time is not predicted.
 pub fn kernel_class(
     domain: &str,
     op_type: &str,
@@ -31,14 +31,8 @@ pub fn kernel_class(
         "ConvInteger" if standard => conv_class(attrs, inputs),
         "QMatMul" | "HalfMatMul" if fused => KernelClass::Gemm,
         "Gemm" | "FusedGemm" => KernelClass::Gemm,
-        "MatMul" | "FusedMatMul" | "MatMulInteger" => {
-            let weights = inputs.get(1).copied().flatten();
-            if weights.is_some_and(TensorFact::is_constant) {
-                KernelClass::Gemm
-            } else {
-                KernelClass::Matmul
-            }
-        }
+        "MatMul" | "FusedMatMul" => matmul_class(inputs),
+        "MatMulInteger" if standard => matmul_class(inputs),
         "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" | "LpPool"
         | "GlobalLpPool" => KernelClass::Pool,
         "BatchNormalization" => KernelClass::BatchNorm,
@@ -114,6 +108,16 @@ pub fn kernel_class(
         _ => return None,
     };
     Some(class)
+}
+
+/// A product against a constant second operand (weights) or of two computed ones.
+fn matmul_class(inputs: &[Option<&TensorFact>]) -> KernelClass {
+    let weights = inputs.get(1).copied().flatten();
+    if weights.is_some_and(TensorFact::is_constant) {
+        KernelClass::Gemm
+    } else {
+        KernelClass::Matmul
+    }
 }
 
 fn conv_class(attrs: &Attributes, inputs: &[Option<&TensorFact>]) -> KernelClass {

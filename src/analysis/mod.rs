@@ -460,8 +460,7 @@ pub fn analyze_prepared(
                 // count) and its executed work separately; the bound uses the executed work.
                 (record.flops, record.macs) = model_arithmetic.unwrap_or((cost.flops, cost.macs));
                 record.transcendental = cost.transcendental;
-                record.compute_precision =
-                    cost.compute_precision.filter(|&p| p != options.precision);
+                record.compute_precision = cost.compute_precision.filter(|&p| p != Precision::Fp32);
                 record.weights_bytes = cost.bytes.weights_read;
                 record.activation_bytes_read = cost.bytes.act_read;
                 record.bytes_read = cost.bytes.weights_read + cost.bytes.act_read;

@@ -85,8 +85,8 @@ pub struct NodeAnalysis {
     /// a Winograd convolution's GEMMs and transforms. The bound is computed from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executed_flops: Option<u64>,
-    /// The precision the op computes at when it is not the analysis's (an int8 or bf16
-    /// convolution of a quantized graph).
+    /// The precision the op's own kernel computes at when it is not fp32 (an int8 or bf16
+    /// convolution of a quantized graph), whatever precision the analysis was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_precision: Option<Precision>,
     /// The features the calibration lookup matched on (in memory only).
@@ -127,12 +127,20 @@ impl NodeAnalysis {
     pub fn calibration_op_type(&self) -> String {
         let base = kernel_op_type(&self.op_type);
         let keyed;
-        let op_type = match self.compute_precision {
-            Some(precision) if precision != Precision::Fp32 => {
-                keyed = precision_op_type(base, precision.name());
+        // DynamicQuantizeLinear computes in float but belongs to the int8 kernels' points: keyed
+        // so, no fp32 element-wise op without points of its own type is predicted from its
+        // range pass (12-28× its bound).
+        let precision = match self.compute_precision {
+            Some(precision) if precision != Precision::Fp32 => Some(precision.name()),
+            _ if base == "DynamicQuantizeLinear" => Some(Precision::Int8.name()),
+            _ => None,
+        };
+        let op_type = match precision {
+            Some(precision) => {
+                keyed = precision_op_type(base, precision);
                 keyed.as_str()
             }
-            _ => base,
+            None => base,
         };
         if let Some(algorithm) = self.winograd() {
             return algorithm_op_type(op_type, algorithm.name());

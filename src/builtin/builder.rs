@@ -275,7 +275,6 @@ impl GraphBuilder {
     /// An 8-bit unsigned constant (`uint8`, a dynamically quantized model's weights) with
     /// values spread over the whole byte; zeros when the fill is not random.
     pub fn byte_weight(&mut self, prefix: &str, dims: &[i64]) -> String {
-        let name = self.fresh(prefix);
         let count: i64 = dims.iter().product();
         let bytes: Vec<u8> = (0..count)
             .map(|_| match self.fill {
@@ -283,24 +282,21 @@ impl GraphBuilder {
                 _ => 0,
             })
             .collect();
+        self.byte_tensor(prefix, dims, bytes)
+    }
+
+    /// A scalar `uint8` constant (a zero point).
+    pub fn byte_scalar(&mut self, prefix: &str, value: u8) -> String {
+        self.byte_tensor(prefix, &[], vec![value])
+    }
+
+    fn byte_tensor(&mut self, prefix: &str, dims: &[i64], bytes: Vec<u8>) -> String {
+        let name = self.fresh(prefix);
         self.initializers.push(TensorProto {
             dims: dims.to_vec(),
             data_type: 2,
             name: name.clone(),
             raw_data: Bytes::from(bytes),
-            ..Default::default()
-        });
-        name
-    }
-
-    /// A scalar `uint8` constant (a zero point).
-    pub fn byte_scalar(&mut self, prefix: &str, value: u8) -> String {
-        let name = self.fresh(prefix);
-        self.initializers.push(TensorProto {
-            dims: vec![],
-            data_type: 2,
-            name: name.clone(),
-            raw_data: Bytes::from(vec![value]),
             ..Default::default()
         });
         name

@@ -12,7 +12,9 @@ use std::time::{Instant, SystemTime};
 
 use crate::analysis::{import, AnalyzeOptions, NodeStatus};
 use crate::bench::{bench_graph, BenchError, BenchOptions, EXCHANGE_MOVED};
-use crate::device::calibration::{Calibration, CalibrationPoint, ClassTable, KernelClass};
+use crate::device::calibration::{
+    key_precision, Calibration, CalibrationPoint, ClassTable, KernelClass,
+};
 use crate::device::probe_record::{ExchangeRecord, SHARED_CORE_BELOW};
 use crate::device::DeviceProfile;
 
@@ -142,6 +144,10 @@ pub fn calibrate(
                     if node.status != NodeStatus::Costed || op.predicted_s <= 0.0 {
                         continue;
                     }
+                    let key = node.calibration_op_type();
+                    if !records(model, &key) {
+                        continue;
+                    }
                     // A multi-thread table holds ops that split: one the kernels keep on one
                     // thread is predicted from the one-thread table (`analysis`), and its
                     // one-thread time against a multi-thread bound would skew its neighbours.
@@ -157,7 +163,7 @@ pub fn calibrate(
                                 features,
                                 bound_s: op.predicted_s,
                                 measured_s: 0.0,
-                                op_type: node.calibration_op_type(),
+                                op_type: key,
                             };
                             (point, class, Vec::new())
                         });
@@ -205,8 +211,14 @@ pub fn calibrate(
         }
     }
     let mut stalled = stalled_points(&points);
-    let stalled_count = stalled.len();
     stalled.extend(apart_everywhere.iter().copied());
+    // The low-precision points keep their one timing: re-timing them would rewrite them again
+    // and take the rounds' budget from the fp32 points.
+    stalled.retain(|&(_, model, _)| !models[model].first_round_only);
+    let stalled_count = stalled
+        .iter()
+        .filter(|key| !apart_everywhere.contains(key))
+        .count();
     let apart_points = stalled.len() - stalled_count;
     let retimed_points = stalled.len();
     let mut retimed: std::collections::BTreeMap<PointKey, Vec<f64>> = Default::default();
@@ -214,8 +226,8 @@ pub fn calibrate(
         .iter()
         .map(|&(threads, model, _)| (threads, model))
         .collect();
-    let timings = (models.len() + repeated * (rounds - 1)) * options.thread_counts.len();
-    let per_model = started.elapsed() / timings.max(1) as u32;
+    // From the last round, which timed only the points re-timing may pick.
+    let per_model = repeated_round / (repeated * options.thread_counts.len()).max(1) as u32;
     let retime_round = per_model * stalled_models.len() as u32;
     let mut retime_rounds = 0;
     let mut discarded_rounds = 0;
@@ -306,7 +318,8 @@ pub fn calibrate(
         wall_time_s: started.elapsed().as_secs_f64(),
         method: format!(
             "the tool's own kernels on {} one-op models per thread count (per point the lower \
-             median of {rounds} rounds over the grid, each the median of {runs} timed runs after a \
+             median of {rounds} rounds over the grid, the int8, bf16 and dynamic-int8 points \
+             timed in the first only, each the median of {runs} timed runs after a \
              warm-up, inputs and weights warm in cache as in repeated inference, and each \
              convolution and GEMM again with its weights cold: caches evicted before every \
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
@@ -479,7 +492,13 @@ const FULL_BUDGET: std::time::Duration = std::time::Duration::from_secs(48);
 /// The same for `--quick` (under 10 s).
 const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(7);
 
-/// Benches one grid model on `threads` threads with `runs` timed runs.
+/// Whether an op of `model` keyed `key` becomes a calibration point: a low-precision point's
+/// float ops (the Cast of a dynamic layer's int32 sums) stay out, since timed in one round
+/// under an fp32 key they would predict fp32 ops.
+fn records(model: &grid::GridModel, key: &str) -> bool {
+    !(model.first_round_only && key_precision(key).is_empty())
+}
+
 /// The graph a grid point is timed as: imported, and rewritten by the advisor where the point
 /// asks (`GridModel::rewritten`).
 fn point_graph(
@@ -510,6 +529,7 @@ fn point_graph(
         .map_err(|e| import_error(e.to_string()))
 }
 
+/// Benches one grid model on `threads` threads with `runs` timed runs.
 fn bench_model(
     model: &grid::GridModel,
     device: &DeviceProfile,
@@ -784,17 +804,27 @@ mod tests {
             keys("gemm 8x2048 · (1000x2048)ᵀ + bias int8"),
             [("MatMul int8".to_string(), Some(KernelClass::Gemm))]
         );
+        let dynamic = "dynamic int8 ConvInteger 1x64x56x56 · 256x64x1x1";
         assert_eq!(
-            keys("dynamic int8 ConvInteger 1x64x56x56 · 256x64x1x1"),
+            keys(dynamic),
             [
                 (
-                    "DynamicQuantizeLinear".to_string(),
+                    "DynamicQuantizeLinear int8".to_string(),
                     Some(KernelClass::Elementwise)
                 ),
                 ("ConvInteger int8".to_string(), Some(KernelClass::Pointwise)),
                 ("Cast".to_string(), Some(KernelClass::Elementwise)),
             ]
         );
+        // Its Cast is timed but not recorded; the fp32 points' ops are.
+        let model = |shape: &str| models.iter().find(|m| m.shape == shape).unwrap();
+        let recorded: Vec<String> = keys(dynamic)
+            .into_iter()
+            .map(|(key, _)| key)
+            .filter(|key| records(model(dynamic), key))
+            .collect();
+        assert_eq!(recorded, ["DynamicQuantizeLinear int8", "ConvInteger int8"]);
+        assert!(records(model("conv 256→64 1x1 s1 g1 56x56"), "Conv"));
         assert_eq!(
             keys("dynamic int8 MatMulInteger 128x768 · 768x768")[1],
             ("MatMulInteger int8".to_string(), Some(KernelClass::Gemm))

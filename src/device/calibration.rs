@@ -408,28 +408,42 @@ pub const NEIGHBOURS: usize = 4;
 
 impl ClassTable {
     /// (measured − `fixed_s`) ÷ bound expected for an op with `features`, from the nearest
-    /// points: of the same op type where the table has one (a Sigmoid and a Relu of one size
-    /// run different kernels), else of the whole class.
+    /// of the points [`ClassTable::candidates`] picks for its type.
     pub fn ratio_at(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
         self.ratio_skipping(op_type, features, None)
     }
 
+    /// The points an op of `op_type` is predicted from, leaving out the point at `skip`: those
+    /// of its own type where the table has one (a Sigmoid and a Relu of one size run different
+    /// kernels); else those of its precision ([`key_precision`]: an fp32 op type the grid lacks
+    /// is not predicted from the int8 kernels' points, nor an int8 one from the fp32 kernels');
+    /// else the fp32 ones (an fp16 op, which runs as fp32 on a CPU; a calibration made before
+    /// the low-precision points); else all.
+    fn candidates(&self, op_type: &str, skip: Option<usize>) -> Vec<&CalibrationPoint> {
+        let others = || {
+            self.points
+                .iter()
+                .enumerate()
+                .filter(move |&(index, _)| Some(index) != skip)
+                .map(|(_, point)| point)
+        };
+        if !op_type.is_empty() && others().any(|p| p.op_type == op_type) {
+            return others().filter(|p| p.op_type == op_type).collect();
+        }
+        for precision in [key_precision(op_type), ""] {
+            let of_precision = |p: &&CalibrationPoint| key_precision(&p.op_type) == precision;
+            if others().any(|p| of_precision(&p)) {
+                return others().filter(of_precision).collect();
+            }
+        }
+        others().collect()
+    }
+
     /// Squared distance from `features` to the nearest point [`ClassTable::ratio_at`] would
-    /// interpolate from (the same op type's points where the table has one).
+    /// interpolate from.
     fn nearest_distance(&self, op_type: &str, features: &ShapeFeatures) -> Option<f64> {
-        let same_type = |p: &CalibrationPoint| !op_type.is_empty() && p.op_type == op_type;
-        let typed = self.points.iter().any(same_type);
-        let precision = key_precision(op_type);
-        let same_precision = self.has_precision(precision);
-        self.points
+        self.candidates(op_type, None)
             .iter()
-            .filter(|p| {
-                if typed {
-                    same_type(p)
-                } else {
-                    !same_precision || key_precision(&p.op_type) == precision
-                }
-            })
             .map(|p| p.features.distance_squared(features))
             .min_by(f64::total_cmp)
     }
@@ -447,56 +461,11 @@ impl ClassTable {
         features: &ShapeFeatures,
         skip: Option<usize>,
     ) -> Option<f64> {
-        let same_type = |index: usize, p: &CalibrationPoint| {
-            Some(index) != skip && !op_type.is_empty() && p.op_type == op_type
-        };
-        let typed = self
-            .points
-            .iter()
-            .enumerate()
-            .filter(|&(i, p)| same_type(i, p))
-            .count();
-        if typed >= 1 {
-            let points = self
-                .points
-                .iter()
-                .enumerate()
-                .filter(|&(i, p)| same_type(i, p) || Some(i) == skip)
-                .map(|(_, p)| p);
-            // `skip` indexes the full list: map it into the filtered one.
-            let skip_in_typed = skip.map(|s| {
-                self.points[..s]
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, p)| same_type(i, p) || Some(i) == skip)
-                    .count()
-            });
-            return interpolate(points, features, skip_in_typed, self.fixed_s);
-        }
-        // No point of its own type: the class's points of its precision (an fp32 op type the
-        // grid lacks is not predicted from the int8 kernels' points), or all of them when the
-        // table has none of that precision (a calibration made before the int8 points).
-        let precision = key_precision(op_type);
-        if self.has_precision(precision) {
-            let keep = |index: usize, p: &CalibrationPoint| {
-                Some(index) == skip || key_precision(&p.op_type) == precision
-            };
-            let points = self
-                .points
-                .iter()
-                .enumerate()
-                .filter(|&(i, p)| keep(i, p))
-                .map(|(_, p)| p);
-            let skip_in_kept = skip.map(|s| {
-                self.points[..s]
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, p)| keep(i, p))
-                    .count()
-            });
-            return interpolate(points, features, skip_in_kept, self.fixed_s);
-        }
-        interpolate(self.points.iter(), features, skip, self.fixed_s)
+        interpolate(
+            self.candidates(op_type, skip).into_iter(),
+            features,
+            self.fixed_s,
+        )
     }
 
     /// Leave-one-out relative errors of the table's own points.
@@ -524,18 +493,16 @@ impl ClassTable {
     }
 }
 
-/// Inverse-squared-distance mean of log(ratio) over the `NEIGHBOURS` nearest points (skipping
-/// `skip`); an exact match returns that point's ratio.
+/// Inverse-squared-distance mean of log(ratio) over the `NEIGHBOURS` nearest points; an exact
+/// match returns that point's ratio.
 fn interpolate<'a>(
     points: impl Iterator<Item = &'a CalibrationPoint>,
     features: &ShapeFeatures,
-    skip: Option<usize>,
     fixed_s: f64,
 ) -> Option<f64> {
     let mut near: Vec<(f64, f64)> = points
-        .enumerate()
-        .filter(|(index, p)| Some(*index) != skip && p.bound_s > 0.0 && p.measured_s > 0.0)
-        .map(|(_, p)| {
+        .filter(|p| p.bound_s > 0.0 && p.measured_s > 0.0)
+        .map(|p| {
             (
                 p.features.distance_squared(features),
                 p.ratio_above(fixed_s).ln(),

@@ -24,10 +24,6 @@ pub fn render_advice_json(report: &AdviceReport) -> Result<String, serde_json::E
 /// overlay) and a section of rewrites with predicted and measured gains.
 pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> {
     let series = original_ops_series(&report.before, "before rewrites", "before");
-    let percent = |e: Option<f64>| {
-        e.map(|e| format!("{:+.0}%", e * 100.0))
-            .unwrap_or_else(|| "-".into())
-    };
     let mut body = format!("<p>{}</p><table><thead><tr><th>pass</th><th>changes</th><th>bound gain</th><th>expected gain</th><th>measured gain</th><th>error of the bound's gain</th><th>error of the expected gain</th><th>bytes saved</th></tr></thead><tbody>", escape(&report.verification_note));
     for p in &report.passes {
         body.push_str(&format!(
@@ -113,6 +109,13 @@ pub fn render_advice_html(report: &AdviceReport) -> Result<String, ReportError> 
     render_html_with(std::slice::from_ref(&report.after), &options)
 }
 
+/// A relative error as `+12%`, `-` when there is none.
+fn percent(error: Option<f64>) -> String {
+    error
+        .map(|e| format!("{:+.0}%", e * 100.0))
+        .unwrap_or_else(|| "-".into())
+}
+
 /// A speed-up as `1.23x`, `-` when there is none.
 pub(super) fn speed(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
@@ -134,10 +137,6 @@ pub fn render_advice_table(report: &AdviceReport) -> String {
     // With a calibrated device, the expected latency and gain stand next to the bound's, and
     // the error column judges the expected gain (the one meant to match).
     let calibrated = report.overall.expected.expected_speedup.is_some();
-    let percent = |e: Option<f64>| {
-        e.map(|e| format!("{:+.0}%", e * 100.0))
-            .unwrap_or_else(|| "-".into())
-    };
     if calibrated {
         let _ = writeln!(
             out,

@@ -75,10 +75,11 @@ pub(super) fn low_precision(precision: Precision) -> Vec<GridModel> {
 /// models ship so): `DynamicQuantizeLinear` on the float activations, the integer op
 /// (`ConvInteger` with `conv` = `Some((kernel, stride))`, else `MatMulInteger` on `[rows,
 /// inner]`) on uint8 weights with a zero point, and the `Cast` of its int32 sums back to
-/// float. Each of the three is a point of its own op type: their kernels (the range pass and
-/// rounding, the integer GEMM with its offset epilogue, an integer element-wise op) are none of
-/// the float points' (ddddocr's 21 ConvIntegers took 5.8 ms where the advisor's int8
-/// convolutions' points expected 3.2).
+/// float. The range pass and the integer op are points of their own op type, both under int8
+/// keys: their kernels (the range and rounding passes, the integer GEMM with its offset
+/// epilogue) are none of the float points' (ddddocr's 21 ConvIntegers took 5.8 ms where the
+/// advisor's int8 convolutions' points expected 3.2). The Cast is not recorded
+/// (`calibrate::records`): timed in one round under an fp32 key, it would predict fp32 casts.
 fn dynamic_int8(
     class: KernelClass,
     input: &[i64],

@@ -447,10 +447,12 @@ fn precisions_are_predicted_from_their_own_points() {
         op_type: op_type.into(),
         ..point(work, 1 << 20, 1.0, ratio)
     };
+    // The int8 points lie nearer the query than the fp32 one, so an fp32 lookup that let
+    // them in would be pulled toward them.
     let conv = ClassTable {
         class: KernelClass::Conv,
         ..table(vec![
-            typed("Conv", 1 << 24, 1.25),
+            typed("Conv", 1 << 20, 1.25),
             typed("Conv int8", 1 << 24, 1.5),
             typed("ConvInteger int8", 1 << 26, 3.0),
         ])
@@ -464,14 +466,18 @@ fn precisions_are_predicted_from_their_own_points() {
     assert!((ratio("ConvTranspose") - 1.25).abs() < 1e-9);
     // An int8 op type without points of its own takes the int8 points (the nearest: exact).
     assert!((ratio("QLinearConv int8") - 1.5).abs() < 1e-9);
-    // A precision the table has no point of falls back to the whole class.
-    let far = ShapeFeatures::new(1 << 25, 1 << 20, 0, 1);
-    let from_all = conv.ratio_at("Conv bf16", &far).unwrap();
-    let from_fp32_and_int8 = conv.ratio_at("Conv", &far).unwrap();
-    assert!(
-        from_all > 1.5 && from_all > from_fp32_and_int8,
-        "{from_all}"
-    );
+    // A precision the table has no point of (fp16, run as fp32 on a CPU) takes the fp32 ones.
+    assert!((ratio("Conv fp16") - 1.25).abs() < 1e-9);
+    // Left out in turn, the only point of a precision still gets a prediction (from the fp32
+    // points): no point drops out of the fit error.
+    let lone = ClassTable {
+        class: KernelClass::Conv,
+        ..table(vec![
+            typed("Conv", 1 << 20, 1.25),
+            typed("Conv int8", 1 << 24, 1.5),
+        ])
+    };
+    assert_eq!(lone.leave_one_out().unwrap().points, 2);
     assert_eq!(key_precision("MatMul bf16"), "bf16");
     assert_eq!(key_precision("Conv depthwise 3x3"), "");
     assert_eq!(precision_op_type("MatMul", "int8"), "MatMul int8");
@@ -488,12 +494,16 @@ fn a_sibling_lends_only_points_of_the_ops_precision() {
             typed("MatMul", 1 << 16, 2.0),
             typed("MatMul int8", 1 << 16, 4.0),
         ]),
+        // The sibling's fp32 point sits exactly on the query, its int8 one a doubling away.
         ClassTable {
             class: KernelClass::Pointwise,
-            ..table(vec![typed("Conv int8", 1 << 28, 1.6)])
+            ..table(vec![
+                typed("Conv", 1 << 28, 1.1),
+                typed("Conv int8", 1 << 27, 1.6),
+            ])
         },
     ]);
-    // Twelve doublings from its own points: the sibling's int8 point is nearer.
+    // Twelve doublings from its own points: the sibling is nearer.
     let query = ShapeFeatures::new(1 << 28, 1 << 20, 0, 1);
     let expected = |op_type: &str| {
         calibration
@@ -501,6 +511,15 @@ fn a_sibling_lends_only_points_of_the_ops_precision() {
             .unwrap()
     };
     assert!((expected("MatMul int8") - 1.6).abs() < 1e-9);
-    // An fp32 product does not borrow the int8 convolution's ratio: its own table decides.
-    assert!((expected("MatMul") - 2.0).abs() < 1e-9);
+    assert!((expected("MatMul") - 1.1).abs() < 1e-9);
+    // A sibling without points of the op's precision lends nothing: its own table decides.
+    let fp32_sibling = calibration_of(vec![
+        table(vec![typed("MatMul int8", 1 << 16, 4.0)]),
+        ClassTable {
+            class: KernelClass::Pointwise,
+            ..table(vec![typed("Conv", 1 << 28, 1.1)])
+        },
+    ]);
+    let int8 = fp32_sibling.expected_s(KernelClass::Gemm, "MatMul int8", 1, &query, 1.0);
+    assert!((int8.unwrap() - 4.0).abs() < 1e-9);
 }

@@ -103,6 +103,14 @@ impl ExpectedGain {
             .expected_speedup
             .map(|expected| (expected - measured_speedup) / measured_speedup);
     }
+
+    /// The gain judged against `measured_speedup` where there is one.
+    pub fn judged(mut self, measured_speedup: Option<f64>) -> ExpectedGain {
+        if let Some(measured) = measured_speedup {
+            self.judge(measured);
+        }
+        self
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
