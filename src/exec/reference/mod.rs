@@ -611,29 +611,36 @@ fn width_mask(width: u32) -> u64 {
 
 /// Integers wrapped to their type's range (two's complement for signed types), bools 0/1.
 fn wrap_to(mut t: RtTensor, dtype: DType) -> RtTensor {
-    let RtData::I64(values) = &mut t.data else {
-        return t;
-    };
-    // In place: a copy was a second allocation and pass over every integer output (a quantized
-    // convolution's int32 bias Add wrote its 98 k elements twice). One loop per type, not one
-    // through a function pointer: the indirect call per element took 14% of a dynamically
-    // quantized model's run (ddddocr), twenty times the loop's own time.
-    macro_rules! wrap_all {
-        ($wrap:expr) => {
-            values.iter_mut().for_each(|value| *value = $wrap(*value))
-        };
-    }
-    match dtype {
-        DType::Bool => wrap_all!(|v: i64| (v != 0) as i64),
-        DType::U8 => wrap_all!(|v: i64| v as u8 as i64),
-        DType::I8 => wrap_all!(|v: i64| v as i8 as i64),
-        DType::U16 => wrap_all!(|v: i64| v as u16 as i64),
-        DType::I16 => wrap_all!(|v: i64| v as i16 as i64),
-        DType::U32 => wrap_all!(|v: i64| v as u32 as i64),
-        DType::I32 => wrap_all!(|v: i64| v as i32 as i64),
-        _ => {}
+    if let RtData::I64(values) = &mut t.data {
+        wrap_integers(values, dtype);
     }
     t
+}
+
+crate::kernels::simd::multiversion! {
+    /// In place: a copy was a second allocation and pass over every integer output (a
+    /// quantized convolution's int32 bias Add wrote its 98 k elements twice). One loop per
+    /// type, not one through a function pointer: the indirect call per element took 14% of a
+    /// dynamically quantized model's run (ddddocr), twenty times the loop's own time; and
+    /// compiled per ISA, since the baseline's SSE2 has no 64-bit sign extension (16% of a small
+    /// ConvInteger's time went to wrapping its int32 sums again).
+    fn wrap_integers(values: &mut [i64], dtype: DType) {
+        macro_rules! wrap_all {
+            ($wrap:expr) => {
+                values.iter_mut().for_each(|value| *value = $wrap(*value))
+            };
+        }
+        match dtype {
+            DType::Bool => wrap_all!(|v: i64| (v != 0) as i64),
+            DType::U8 => wrap_all!(|v: i64| v as u8 as i64),
+            DType::I8 => wrap_all!(|v: i64| v as i8 as i64),
+            DType::U16 => wrap_all!(|v: i64| v as u16 as i64),
+            DType::I16 => wrap_all!(|v: i64| v as i16 as i64),
+            DType::U32 => wrap_all!(|v: i64| v as u32 as i64),
+            DType::I32 => wrap_all!(|v: i64| v as i32 as i64),
+            _ => {}
+        }
+    }
 }
 
 /// A cast to `dtype`: floats to integers truncate toward zero (saturating at i64's range, as

@@ -273,7 +273,7 @@ pub(super) fn matmul_integer_packed(
             shape.extend([m, n]);
             return Ok(RtTensor {
                 shape,
-                data: RtData::I64(out.into_iter().map(i64::from).collect()),
+                data: RtData::I64(widened(&out)),
             });
         }
     }
@@ -322,7 +322,7 @@ pub(super) fn matmul_integer_packed(
             );
         }
     }
-    let out: Vec<i64> = out.into_iter().map(i64::from).collect();
+    let out: Vec<i64> = widened(&out);
     let mut shape = batch;
     shape.extend([m, n]);
     Ok(RtTensor {
@@ -461,10 +461,14 @@ pub(super) fn conv_integer(
 
 /// `x`'s values as bytes shifted by 0 or 128 (u8 or i8 data) with its zero point shifted alike,
 /// when both fit one of the two; None otherwise.
+/// Int32 sums as the executor's integer storage.
+fn widened(sums: &[i32]) -> Vec<i64> {
+    crate::kernels::elementwise::i32_to_i64(sums)
+}
+
 fn as_shifted_bytes(values: &[i64], zero: i64) -> Option<(Vec<u8>, u8)> {
-    let (lo, hi) = values
-        .iter()
-        .fold((zero, zero), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (lowest, highest) = crate::kernels::elementwise::i64_range(values);
+    let (lo, hi) = (lowest.min(zero), highest.max(zero));
     let shift = if lo >= 0 && hi <= 255 {
         0
     } else if lo >= -128 && hi <= 127 {
@@ -472,7 +476,7 @@ fn as_shifted_bytes(values: &[i64], zero: i64) -> Option<(Vec<u8>, u8)> {
     } else {
         return None;
     };
-    let bytes = values.iter().map(|&v| (v + shift) as u8).collect();
+    let bytes = crate::kernels::elementwise::i64_to_shifted_bytes(values, shift);
     Some((bytes, (zero + shift) as u8))
 }
 
@@ -530,7 +534,7 @@ pub(super) fn conv_integer_centered(
         (Some(int8), Some((bytes, zero))) => {
             let mut sums = vec![0i32; n * m * oh * ow];
             int8.run(&geom, &bytes, zero, &mut sums, threads);
-            sums.into_iter().map(i64::from).collect()
+            widened(&sums)
         }
         _ => {
             // The zero-point-shifted operands as floats through the f32 convolution kernel:

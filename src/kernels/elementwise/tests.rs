@@ -22,6 +22,40 @@ fn i64_to_f32_matches_the_scalar_conversion_at_every_isa() {
     }
 }
 
+/// The integer conversions around the int8 GEMMs equal their scalar definitions at every ISA,
+/// on a ragged length, with the extremes of each range.
+#[test]
+fn integer_conversions_match_their_definitions_at_every_isa() {
+    let values: Vec<i64> = (0..301).map(|i| (i * 7919) % 256 - 128).collect();
+    let sums: Vec<i32> = (0..301)
+        .map(|i| [i32::MIN, i32::MAX, -1, 0][i % 4] ^ (i as i32 * 31))
+        .collect();
+    let mut spread = values.clone();
+    spread[17] = i64::MIN;
+    spread[300] = i64::MAX;
+    for level in [
+        crate::kernels::simd::IsaLevel::Scalar,
+        crate::kernels::simd::IsaLevel::Avx2,
+        crate::kernels::simd::IsaLevel::Avx512,
+    ] {
+        assert_eq!(i64_range::at(level, &values), (-128, 127), "{level:?}");
+        assert_eq!(
+            i64_range::at(level, &spread),
+            (i64::MIN, i64::MAX),
+            "{level:?}"
+        );
+        assert_eq!(i64_range::at(level, &[]), (i64::MAX, i64::MIN), "{level:?}");
+        let bytes: Vec<u8> = values.iter().map(|&v| (v + 128) as u8).collect();
+        assert_eq!(
+            i64_to_shifted_bytes::at(level, &values, 128),
+            bytes,
+            "{level:?}"
+        );
+        let wide: Vec<i64> = sums.iter().map(|&v| i64::from(v)).collect();
+        assert_eq!(i32_to_i64::at(level, &sums), wide, "{level:?}");
+    }
+}
+
 #[test]
 fn broadcast_channel_add() {
     // [1,2,2,2] + [2,1,1]
