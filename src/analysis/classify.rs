@@ -173,9 +173,10 @@ pub fn window_extents(
     attrs: &Attributes,
     output: Option<&TensorFact>,
 ) -> (u64, u64) {
+    // Every op that runs a convolution's kernel, fused and low-precision forms included.
     if !matches!(
-        op_type,
-        "Conv" | "FusedConv" | "ConvTranspose" | "QConv" | "HalfConv" | "ConvInteger"
+        super::model::kernel_op_type(op_type),
+        "Conv" | "ConvTranspose" | "ConvInteger"
     ) {
         return (0, 0);
     }

@@ -116,6 +116,20 @@ fn percent(error: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// One line of the pass table: the first cell left-aligned, the others right-aligned, each to
+/// its width, one space apart.
+fn table_line(widths: &[usize], cells: &[String]) -> String {
+    let mut line = String::new();
+    for (index, (cell, &width)) in cells.iter().zip(widths).enumerate() {
+        if index == 0 {
+            let _ = write!(line, "{cell:<width$}");
+        } else {
+            let _ = write!(line, " {cell:>width$}");
+        }
+    }
+    line
+}
+
 /// A speed-up as `1.23x`, `-` when there is none.
 pub(super) fn speed(x: Option<f64>) -> String {
     x.map(|v| format!("{v:.2}x")).unwrap_or_else(|| "-".into())
@@ -137,72 +151,70 @@ pub fn render_advice_table(report: &AdviceReport) -> String {
     // With a calibrated device, the expected latency and gain stand next to the bound's, and
     // the error column judges the expected gain (the one meant to match).
     let calibrated = report.overall.expected.expected_speedup.is_some();
-    if calibrated {
-        let _ = writeln!(
-            out,
-            "{:<9} {:>7} {:>11} {:>11} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9}",
-            "pass",
-            "changes",
-            "bound",
-            "expected",
-            "saved bytes",
-            "bound gain",
-            "exp gain",
-            "measured",
-            "meas gain",
-            "exp error"
-        );
+    let (widths, headers): (&[usize], &[&str]) = if calibrated {
+        (
+            &[9, 7, 11, 11, 12, 10, 9, 11, 10, 9],
+            &[
+                "pass",
+                "changes",
+                "bound",
+                "expected",
+                "saved bytes",
+                "bound gain",
+                "exp gain",
+                "measured",
+                "meas gain",
+                "exp error",
+            ],
+        )
     } else {
-        let _ = writeln!(
-            out,
-            "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-            "pass",
-            "changes",
-            "predicted",
-            "saved bytes",
-            "pred gain",
-            "measured",
-            "meas gain",
-            "error"
-        );
-    }
+        (
+            &[9, 7, 12, 12, 10, 11, 10, 9],
+            &[
+                "pass",
+                "changes",
+                "predicted",
+                "saved bytes",
+                "pred gain",
+                "measured",
+                "meas gain",
+                "error",
+            ],
+        )
+    };
+    let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let _ = writeln!(out, "{}", table_line(widths, &headers));
     for p in &report.passes {
-        let measured = p
-            .measured_latency_after_ms
-            .map(|m| format!("{m:.2} ms"))
-            .unwrap_or_else(|| "-".into());
+        let mut cells = vec![
+            safe(&p.name).into_owned(),
+            p.changes.len().to_string(),
+            fmt_seconds(p.predicted_latency_after_s),
+        ];
         if calibrated {
-            let _ = writeln!(
-                out,
-                "{:<9} {:>7} {:>11} {:>11} {:>12} {:>10} {:>9} {:>11} {:>10} {:>9}",
-                safe(&p.name),
-                p.changes.len(),
-                fmt_seconds(p.predicted_latency_after_s),
+            cells.push(
                 p.expected
                     .expected_latency_after_s
                     .map(fmt_seconds)
                     .unwrap_or_else(|| "-".into()),
-                fmt_bytes(p.bytes_saved as f64),
-                format!("{:.2}x", p.predicted_speedup),
-                speed(p.expected.expected_speedup),
-                measured,
-                speed(p.measured_speedup),
-                percent(p.expected.expected_error)
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "{:<9} {:>7} {:>12} {:>12} {:>10} {:>11} {:>10} {:>9}",
-                safe(&p.name),
-                p.changes.len(),
-                fmt_seconds(p.predicted_latency_after_s),
-                fmt_bytes(p.bytes_saved as f64),
-                format!("{:.2}x", p.predicted_speedup),
-                measured,
-                speed(p.measured_speedup),
-                percent(p.prediction_error)
             );
         }
+        cells.push(fmt_bytes(p.bytes_saved as f64));
+        cells.push(format!("{:.2}x", p.predicted_speedup));
+        if calibrated {
+            cells.push(speed(p.expected.expected_speedup));
+        }
+        cells.push(
+            p.measured_latency_after_ms
+                .map(|m| format!("{m:.2} ms"))
+                .unwrap_or_else(|| "-".into()),
+        );
+        cells.push(speed(p.measured_speedup));
+        cells.push(percent(if calibrated {
+            p.expected.expected_error
+        } else {
+            p.prediction_error
+        }));
+        let _ = writeln!(out, "{}", table_line(widths, &cells));
     }
     let o = &report.overall;
     let measured = match (o.measured_latency_before_ms, o.measured_latency_after_ms) {

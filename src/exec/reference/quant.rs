@@ -130,7 +130,13 @@ impl PackedIntegerB {
 /// Whether every value is an 8-bit integer (u8 or i8): the operands' types, and the range in
 /// which differences of two fit i16 and sums of two of their products fit i32 exactly.
 fn eight_bit(values: &[i64]) -> bool {
-    values.iter().all(|v| (-128..=255).contains(v))
+    range_in_eight_bits(crate::kernels::elementwise::i64_range(values))
+}
+
+/// Whether values spanning `(lowest, highest)` (as `i64_range` gives them: none span
+/// `(i64::MAX, i64::MIN)`) all lie in −128..=255.
+fn range_in_eight_bits((lowest, highest): (i64, i64)) -> bool {
+    lowest >= -128 && highest <= 255
 }
 
 /// A zero point's value for element `index` of a dimension of `len` inside `matrices`
@@ -237,7 +243,9 @@ pub(super) fn matmul_integer_packed(
     let batches: usize = batch.iter().product();
     let av = int_values(a);
     let a_zeros = a_zero.map(ints).unwrap_or_else(|| vec![0]);
-    if !eight_bit(&av) || !eight_bit(&a_zeros) {
+    // A's range once: for the check here and for the int8 path's shift below.
+    let a_range = crate::kernels::elementwise::i64_range(&av);
+    if !range_in_eight_bits(a_range) || !eight_bit(&a_zeros) {
         return Err("MatMulInteger: A or its zero point is outside the 8-bit range".into());
     }
     let k_even = k + k % 2;
@@ -254,7 +262,7 @@ pub(super) fn matmul_integer_packed(
     let uniform_a_zero = row_zeros.windows(2).all(|pair| pair[0] == pair[1]);
     if let (Some(int8), true, true) = (&packed.int8, shared_b, uniform_a_zero) {
         let zero = row_zeros.first().copied().unwrap_or(0);
-        if let Some((bytes, zero)) = as_shifted_bytes(&av, zero) {
+        if let Some((bytes, zero)) = as_shifted_bytes(&av, a_range, zero) {
             let rows = batches * m;
             let mut out = vec![0i32; rows * n];
             if k > 0 && rows > 0 {
@@ -459,15 +467,18 @@ pub(super) fn conv_integer(
     conv_integer_centered(node, x, x_zero, &center_conv_weights(node, w, w_zero)?, 1)
 }
 
-/// `x`'s values as bytes shifted by 0 or 128 (u8 or i8 data) with its zero point shifted alike,
-/// when both fit one of the two; None otherwise.
 /// Int32 sums as the executor's integer storage.
 fn widened(sums: &[i32]) -> Vec<i64> {
     crate::kernels::elementwise::i32_to_i64(sums)
 }
 
-fn as_shifted_bytes(values: &[i64], zero: i64) -> Option<(Vec<u8>, u8)> {
-    let (lowest, highest) = crate::kernels::elementwise::i64_range(values);
+/// `values` (spanning `(lowest, highest)`, from `i64_range`) as bytes shifted by 0 or 128 (u8
+/// or i8 data) with the zero point shifted alike, when both fit one of the two; None otherwise.
+fn as_shifted_bytes(
+    values: &[i64],
+    (lowest, highest): (i64, i64),
+    zero: i64,
+) -> Option<(Vec<u8>, u8)> {
     let (lo, hi) = (lowest.min(zero), highest.max(zero));
     let shift = if lo >= 0 && hi <= 255 {
         0
@@ -529,7 +540,10 @@ pub(super) fn conv_integer_centered(
     let geom = crate::exec::lower::conv::conv2d(&x.shape, &shape, &full_window, group as u64)?;
     let x_values = int_values(x);
     let int8 = w.int8.as_ref().filter(|int8| int8.fits(&geom));
-    let shifted = int8.and_then(|_| as_shifted_bytes(&x_values, x_zero));
+    let shifted = int8.and_then(|_| {
+        let range = crate::kernels::elementwise::i64_range(&x_values);
+        as_shifted_bytes(&x_values, range, x_zero)
+    });
     let out: Vec<i64> = match (int8, shifted) {
         (Some(int8), Some((bytes, zero))) => {
             let mut sums = vec![0i32; n * m * oh * ow];
