@@ -164,6 +164,47 @@ pub fn stays_on_one_thread(class: KernelClass, threads: usize, flops: u64) -> bo
         && crate::kernels::parallel::compute_threads(threads, flops as f64) == 1
 }
 
+/// Whether the tool's kernel for an op of `class` splits its output across the plan's
+/// `threads`, by the kernels' own rules: the GEMM driver and the direct convolution by their
+/// compute work (`kernels::parallel::compute_threads`), depthwise, grouped and Winograd
+/// convolutions by channels, groups or tiles and attention's products by batch whatever their
+/// size, pooling and LRN by their
+/// window work, reductions by the elements they reduce (four times the element-wise
+/// threshold: `exec::lower::reduce`), and every other kernel by its output elements
+/// (`kernels::parallel::elementwise_pieces`). An op that splits differently from the op that
+/// wrote its input reads part of that input from another core's caches
+/// (`analysis::handoff`).
+pub fn splits_across_threads(
+    class: KernelClass,
+    threads: usize,
+    flops: u64,
+    output_elements: u64,
+) -> bool {
+    use crate::kernels::parallel::{compute_threads, elementwise_pieces};
+    if threads <= 1 {
+        return false;
+    }
+    let pieces = |elements: u64| elementwise_pieces(elements as usize, 1, threads) > 1;
+    match class {
+        KernelClass::Conv | KernelClass::Pointwise | KernelClass::Gemm => {
+            compute_threads(threads, flops as f64) > 1
+        }
+        // A product of two computed operands is attention's batched one, whose batches the
+        // executor shares across the threads (`exec::lower::gemm`).
+        KernelClass::Depthwise
+        | KernelClass::Grouped
+        | KernelClass::Winograd
+        | KernelClass::Matmul => true,
+        KernelClass::Pool | KernelClass::Lrn => pieces(flops.max(output_elements)),
+        KernelClass::Reduce => pieces(flops / 4),
+        KernelClass::Elementwise
+        | KernelClass::BatchNorm
+        | KernelClass::Norm
+        | KernelClass::Softmax
+        | KernelClass::Movement => pieces(output_elements),
+    }
+}
+
 /// The convolution extents the calibration matches on besides work and traffic
 /// (`ShapeFeatures::with_output_channels`, `with_output_width`): `(output channels, 0)` for a
 /// convolution, `(0, output row width)` for a depthwise 2-D one, `(0, 0)` for other ops or

@@ -7,6 +7,7 @@ pub mod edit;
 pub mod error;
 mod footprint;
 pub mod graph;
+mod handoff;
 pub mod import;
 pub mod infer;
 pub mod legacy;
@@ -326,36 +327,9 @@ pub fn analyze_prepared(
             },
         };
         let mut record = NodeAnalysis {
-            index,
-            name: node.name.clone(),
-            op_type: node.op_type.clone(),
-            status: NodeStatus::Costed,
-            reason: None,
             input_shapes,
             output_shapes,
-            flops: 0,
-            macs: 0,
-            transcendental: 0,
-            bytes_read: 0,
-            bytes_written: 0,
-            weights_bytes: 0,
-            activation_bytes_read: 0,
-            intensity: None,
-            bound: Bound::None,
-            attainable_flops: 0.0,
-            compute_s: 0.0,
-            memory_s: 0.0,
-            predicted_s: 0.0,
-            time_share: 0.0,
-            kernel_class: None,
-            expected_s: None,
-            efficiency: None,
-            measured_s: None,
-            measured_efficiency: None,
-            algorithm: None,
-            executed_flops: None,
-            compute_precision: None,
-            features: None,
+            ..NodeAnalysis::new(index, &node.name, &node.op_type)
         };
         let costed = match (costed, &llm_costing) {
             (Ok(cost), Some(costing)) => {
@@ -559,6 +533,19 @@ pub fn analyze_prepared(
             }
         }
         nodes.push(record);
+    }
+    if let Some(read_gbs) = device
+        .calibration
+        .as_ref()
+        .and_then(|calibration| calibration.handoff_gbs(calibration_threads))
+    {
+        handoff::charge(
+            graph,
+            order,
+            &mut nodes,
+            calibration_threads as usize,
+            read_gbs,
+        );
     }
     let params = param_values
         .iter()

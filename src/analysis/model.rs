@@ -89,6 +89,11 @@ pub struct NodeAnalysis {
     /// convolution of a quantized graph), whatever precision the analysis was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_precision: Option<Precision>,
+    /// Time added to the expected time for reading input that another core's caches hold: on
+    /// several threads, an op that splits differently from the op that wrote its input
+    /// (`analysis::handoff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_s: Option<f64>,
     /// The features the calibration lookup matched on (in memory only).
     #[serde(skip)]
     pub features: Option<ShapeFeatures>,
@@ -112,6 +117,43 @@ pub fn kernel_op_type(op_type: &str) -> &str {
 }
 
 impl NodeAnalysis {
+    /// The record of an op before it is costed: its place and name, nothing measured.
+    pub fn new(index: usize, name: &str, op_type: &str) -> NodeAnalysis {
+        NodeAnalysis {
+            index,
+            name: name.to_string(),
+            op_type: op_type.to_string(),
+            status: NodeStatus::Costed,
+            reason: None,
+            input_shapes: Vec::new(),
+            output_shapes: Vec::new(),
+            flops: 0,
+            macs: 0,
+            transcendental: 0,
+            bytes_read: 0,
+            bytes_written: 0,
+            weights_bytes: 0,
+            activation_bytes_read: 0,
+            intensity: None,
+            bound: super::roofline::Bound::None,
+            attainable_flops: 0.0,
+            compute_s: 0.0,
+            memory_s: 0.0,
+            predicted_s: 0.0,
+            time_share: 0.0,
+            kernel_class: None,
+            expected_s: None,
+            efficiency: None,
+            measured_s: None,
+            measured_efficiency: None,
+            algorithm: None,
+            executed_flops: None,
+            compute_precision: None,
+            handoff_s: None,
+            features: None,
+        }
+    }
+
     /// The algorithm a convolution runs as, when it is not the direct one.
     pub fn winograd(&self) -> Option<super::algorithm::ConvAlgorithm> {
         self.algorithm

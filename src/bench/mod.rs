@@ -443,6 +443,7 @@ mod tests {
             tables: Vec::new(),
             exchange: Some(record(60.0, 70.0)),
             warnings: Vec::new(),
+            handoff: Vec::new(),
         });
         let apart = judge_exchange(&device, Some(record(62.0, 69.0)), Some(record(350.0, 25.0)));
         assert_eq!(apart.reference_source.as_deref(), Some("calibration"));

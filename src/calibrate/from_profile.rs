@@ -232,6 +232,7 @@ pub fn fit(
         // The profiles come from elsewhere: their threads' placement is unknown.
         exchange: None,
         warnings: Vec::new(),
+        handoff: Vec::new(),
     })
 }
 

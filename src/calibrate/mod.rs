@@ -6,6 +6,7 @@
 
 pub mod from_profile;
 pub mod grid;
+pub mod handoff;
 
 use std::path::Path;
 use std::time::{Instant, SystemTime};
@@ -311,6 +312,12 @@ pub fn calibrate(
         table.fit_error = table.leave_one_out();
     }
     tables.sort_by_key(|t| (t.class, t.threads));
+    // A few milliseconds: three two-op models at one thread and at each count.
+    let handoff = handoff::measure(
+        device,
+        &options.thread_counts,
+        if options.quick { 60 } else { 200 },
+    )?;
     Ok(Calibration {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         measured_at: crate::probe::rfc3339_utc(SystemTime::now()),
@@ -339,7 +346,10 @@ pub fn calibrate(
              not, {apart_points} timed apart in every round) timed again in {retime_rounds} \
              round(s) of their own ({discarded_rounds} round(s) run apart themselves \
              discarded; {apart_kept} point(s) left apart); rounds past the first are left out \
-             where they would not fit {:.0} s)",
+             where they would not fit {:.0} s); at each multi-thread count, the rate at \
+             which one thread reads what the others just wrote (`handoff`: a depthwise \
+             convolution split across the threads, then a ReLU kept on one) is charged to \
+             every op that splits differently from the op that wrote its input",
             models.len(),
             crate::device::calibration::NEIGHBOURS,
             budget.as_secs_f64()
@@ -347,6 +357,7 @@ pub fn calibrate(
         tables,
         exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
         warnings,
+        handoff,
     })
 }
 

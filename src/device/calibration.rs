@@ -546,6 +546,23 @@ pub struct Calibration {
     /// What the calibration could not make right, in words (printed by `calibrate`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Per multi-thread count, how fast one thread reads what the others have just written,
+    /// measured on the tool's own kernels (`calibrate::handoff`); the analysis charges it to
+    /// an op that splits differently from the op that wrote its input (`analysis::handoff`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handoff: Vec<HandoffRate>,
+}
+
+/// One thread reading an activation that the other threads of the plan have just written
+/// with their halves of a split op: the other cores' share of it comes from their caches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HandoffRate {
+    pub threads: u32,
+    /// Bytes written on the other cores ÷ the time their reading added, GB/s (median over
+    /// the pairs timed).
+    pub read_gbs: f64,
+    /// Producer → consumer pairs the rate is the median of.
+    pub pairs: u32,
 }
 
 impl Calibration {
@@ -553,6 +570,19 @@ impl Calibration {
     /// threading rule the analysis knows, rather than another runtime's profiles.
     pub fn of_own_kernels(&self) -> bool {
         matches!(self.mode.as_str(), "full" | "quick")
+    }
+
+    /// The cross-core read rate measured at `threads` (none at one thread, or in a calibration
+    /// of another runtime's profiles, whose threading the analysis does not know).
+    pub fn handoff_gbs(&self, threads: u32) -> Option<f64> {
+        if threads <= 1 || !self.of_own_kernels() {
+            return None;
+        }
+        self.handoff
+            .iter()
+            .find(|rate| rate.threads == threads)
+            .map(|rate| rate.read_gbs)
+            .filter(|&gbs| gbs.is_finite() && gbs > 0.0)
     }
 
     /// The table of `class` at the most threads not above `threads` (or the fewest measured

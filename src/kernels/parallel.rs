@@ -285,6 +285,16 @@ pub(crate) fn threads_for_flops(threads: usize, flops: f64) -> usize {
 /// BatchNorm+ReLU chains over its concatenations (63-125 Ki floats on 14² and 7²) ran twice
 /// as long at 2 threads as at 1; split, n476 took 37 µs instead of 89 (alternated runs).
 const MIN_ELEMENTWISE_PER_THREAD: usize = 1 << 14;
+/// The pieces, of `threads`, that an element-wise kernel splits `elements` outputs of
+/// `work_per_element` over (at least one; fewer where whole units run short, see
+/// [`par_pieces`]). The cost model reads the same rule to tell which ops split
+/// (`analysis::classify::splits_across_threads`).
+pub fn elementwise_pieces(elements: usize, work_per_element: usize, threads: usize) -> usize {
+    threads
+        .min(elements.saturating_mul(work_per_element.max(1)) / MIN_ELEMENTWISE_PER_THREAD)
+        .max(1)
+}
+
 /// Piece boundaries of flat element-wise ops fall on whole vectors (64 bytes).
 pub(crate) const VECTOR_ALIGN: usize = 16;
 
@@ -311,10 +321,7 @@ pub(crate) fn par_pieces_weighted(
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
     let units = out.len().div_ceil(unit.max(1));
-    let pieces = threads
-        .min(out.len().saturating_mul(work_per_element.max(1)) / MIN_ELEMENTWISE_PER_THREAD)
-        .min(units)
-        .max(1);
+    let pieces = elementwise_pieces(out.len(), work_per_element, threads).min(units);
     if pieces == 1 {
         f(0, out);
         return;

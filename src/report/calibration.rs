@@ -58,6 +58,15 @@ pub fn render_calibration(calibration: &Calibration) -> String {
             fixed_s * 1e6
         );
     }
+    for rate in &calibration.handoff {
+        let _ = writeln!(
+            out,
+            "handoff at {} threads: one thread reads what the others just wrote at {:.1} GB/s \
+             (median of {} pairs); charged to ops that split differently from their input's \
+             producer",
+            rate.threads, rate.read_gbs, rate.pairs
+        );
+    }
     let _ = writeln!(
         out,
         "roof reached = roofline bound ÷ measured time; fit error = |expected − measured| ÷ \

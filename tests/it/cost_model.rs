@@ -149,6 +149,7 @@ fn an_op_the_kernels_keep_on_one_thread_is_expected_from_the_one_thread_table() 
         tables: vec![table(1, 3.0), table(2, 1.5)],
         exchange: None,
         warnings: vec![],
+        handoff: vec![],
     };
     let analyse = |profile: &DeviceProfile| {
         let mut b = GraphBuilder::new(WeightFill::Zeros);

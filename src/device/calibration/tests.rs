@@ -22,6 +22,7 @@ fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
         tables,
         exchange: None,
         warnings: Vec::new(),
+        handoff: Vec::new(),
     }
 }
 
@@ -364,6 +365,7 @@ fn the_table_of_the_thread_count_in_use_is_chosen() {
         tables: vec![one, two],
         exchange: None,
         warnings: Vec::new(),
+        handoff: Vec::new(),
     };
     let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
     let expected = |threads| {
@@ -405,6 +407,7 @@ fn impossible_points_are_refused() {
         tables: vec![table(vec![point(4, 4, 1.0, 0.0)])],
         exchange: None,
         warnings: Vec::new(),
+        handoff: Vec::new(),
     };
     assert!(c.validate().is_err());
     c.tables[0].points[0].measured_s = 1.0;
@@ -522,4 +525,34 @@ fn a_sibling_lends_only_points_of_the_ops_precision() {
     ]);
     let int8 = fp32_sibling.expected_s(KernelClass::Gemm, "MatMul int8", 1, &query, 1.0);
     assert!((int8.unwrap() - 4.0).abs() < 1e-9);
+}
+
+#[test]
+fn the_handoff_rate_is_used_at_its_own_thread_count_for_own_kernels_only() {
+    let mut calibration = calibration_of(Vec::new());
+    calibration.handoff = vec![
+        HandoffRate {
+            threads: 2,
+            read_gbs: 12.5,
+            pairs: 3,
+        },
+        HandoffRate {
+            threads: 4,
+            read_gbs: f64::NAN,
+            pairs: 1,
+        },
+    ];
+    assert_eq!(calibration.handoff_gbs(2), Some(12.5));
+    // One thread hands nothing over; an unmeasured count and a broken figure give nothing.
+    assert_eq!(calibration.handoff_gbs(1), None);
+    assert_eq!(calibration.handoff_gbs(8), None);
+    assert_eq!(calibration.handoff_gbs(4), None);
+    // Another runtime's profiles: its threading is not the tool's.
+    calibration.mode = "onnxruntime 1.32".into();
+    assert_eq!(calibration.handoff_gbs(2), None);
+    // Saved before the rate existed: the field defaults to none.
+    let mut json = serde_json::to_value(calibration_of(Vec::new())).unwrap();
+    json.as_object_mut().unwrap().remove("handoff");
+    let loaded: Calibration = serde_json::from_value(json).unwrap();
+    assert!(loaded.handoff.is_empty());
 }
