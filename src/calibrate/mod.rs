@@ -349,7 +349,7 @@ pub fn calibrate(
              where they would not fit {:.0} s); at each multi-thread count, the rate at \
              which one thread reads what the others just wrote (`handoff`: a depthwise \
              convolution split across the threads, then a ReLU kept on one) is charged to \
-             every op that splits differently from the op that wrote its input",
+             the ops kept on one thread that write a like-sized output from a split op's data",
             models.len(),
             crate::device::calibration::NEIGHBOURS,
             budget.as_secs_f64()

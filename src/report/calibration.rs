@@ -62,8 +62,8 @@ pub fn render_calibration(calibration: &Calibration) -> String {
         let _ = writeln!(
             out,
             "handoff at {} threads: one thread reads what the others just wrote at {:.1} GB/s \
-             (median of {} pairs); charged to ops that split differently from their input's \
-             producer",
+             (median of {} pairs); charged to ops kept on one thread that write a like-sized \
+             output from a split op's data",
             rate.threads, rate.read_gbs, rate.pairs
         );
     }
