@@ -77,13 +77,13 @@ impl TuningCache {
         let base = GemmConfig::default();
         if let Some(t) = self.entries.get(&key(&base, m, n, k, threads)) {
             return GemmConfig {
-                isa: base.isa,
                 blocking: Blocking {
                     mc: t.mc,
                     kc: t.kc,
                     nc: t.nc,
                     nc_short: t.nc_short,
                 },
+                ..base
             };
         }
         if !tune || m.saturating_mul(n).saturating_mul(k) > MAX_TUNED_VOLUME || m < 2 || n < 2 {
@@ -143,8 +143,8 @@ fn tune_shape(
     let mut rates = Vec::with_capacity(candidates.len());
     for blocking in &candidates {
         let config = GemmConfig {
-            isa: base.isa,
             blocking: *blocking,
+            ..base
         };
         gemm::sgemm_with(&config, &am, &bm, &mut c, n, &ep, threads);
         let mut best = f64::INFINITY;
@@ -161,8 +161,8 @@ fn tune_shape(
     let chosen = candidates[winner];
     (
         GemmConfig {
-            isa: base.isa,
             blocking: chosen,
+            ..base
         },
         TunedBlocking {
             mc: chosen.mc,

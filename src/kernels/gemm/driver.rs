@@ -117,6 +117,10 @@ pub(crate) struct Job<'a> {
     pub kc: usize,
     pub nc: usize,
     pub nc_short: usize,
+    /// B comes from memory, not from a cache, at this call: larger than the last-level cache,
+    /// or one of a set of weights that is (`GemmConfig::b_from_memory`). The GEMV forms over a
+    /// row-major B then prefetch the rows ahead.
+    pub b_from_memory: bool,
 }
 
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
@@ -617,7 +621,12 @@ fn few_rows(job: &Job, a: Src, b: Src, threads: usize) {
     debug_assert!((2..=FEW_ROWS).contains(&m) && (b.ws == 1 || b.ks == 1));
     // The axpy form where B's rows are contiguous, else the dot form over B's columns.
     let (kernel, stride) = if b.ws == 1 {
-        (job.kern.gemv_axpy_rows, b.ks)
+        let rows_kernel = if job.b_from_memory {
+            job.kern.gemv_axpy_rows_stream
+        } else {
+            job.kern.gemv_axpy_rows
+        };
+        (rows_kernel, b.ks)
     } else {
         (job.kern.gemv_dot_rows, b.ws)
     };
@@ -762,7 +771,12 @@ fn gemv(job: &Job, threads: usize) -> bool {
                     (kern.gemv_dot)(ptr.add(o0 * rs), *rs, len, k, xp.get(), y.as_mut_ptr())
                 }
                 GemvMat::Axpy { ptr, cs } => {
-                    (kern.gemv_axpy)(ptr.add(o0), *cs, len, k, xp.get(), y.as_mut_ptr())
+                    let axpy = if job.b_from_memory {
+                        kern.gemv_axpy_stream
+                    } else {
+                        kern.gemv_axpy
+                    };
+                    axpy(ptr.add(o0), *cs, len, k, xp.get(), y.as_mut_ptr())
                 }
                 GemvMat::Panel { view, is_a } => {
                     let p0 = o0 / width;

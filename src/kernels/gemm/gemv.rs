@@ -113,7 +113,7 @@ unsafe fn zero<V: Vf32>(y: *mut f32, len: usize) {
 /// stream poorly: a 4096×4096 MatMul GEMV from DRAM reached 24-31% of the read roof that way,
 /// against 81-89% for the contiguous dot-product form.
 #[inline(always)]
-pub(crate) unsafe fn gemv_axpy<V: Vf32>(
+pub(crate) unsafe fn gemv_axpy<V: Vf32, const STREAM: bool>(
     m: *const f32,
     cs: usize,
     rows: usize,
@@ -124,7 +124,6 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
     let l = V::LANES;
     let full = rows / l * l;
     let tail = rows - full;
-    let from_memory = k.saturating_mul(cs).saturating_mul(4) as u64 > last_level_bytes();
     zero::<V>(y, rows);
     let mut kk = 0;
     while kk + 4 <= k {
@@ -141,13 +140,13 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
             m.add((kk + 3) * cs),
         ];
         // The next four rows' strips, into L2 while these stream, when the matrix comes from
-        // memory: a strip is a few KiB of a row (the chunk's outputs) and the next one a row
+        // memory (`STREAM`, see `Job::b_from_memory`): a strip is a few KiB of a row (the chunk's outputs) and the next one a row
         // stride away, past the page the hardware prefetchers stay in, so each strip started
         // cold. MatMul 1×4096 · 4096×4096 (64 MiB) on one thread ran at 21 GB/s against the
         // transposed (dot) form's 28-31, and takes 2.0-2.5 ms instead of 3.0-3.4 with it
         // (4096×11008: 8.9 → 7.1 ms). From the last-level cache the prefetches only cost issue
-        // slots (768×3072, 9 MiB: 120 → 139 µs), hence the size test.
-        let ahead = (from_memory && kk + 8 <= k).then_some(4 * cs);
+        // slots (768×3072, 9 MiB: 120 → 139 µs).
+        let ahead = (STREAM && kk + 8 <= k).then_some(4 * cs);
         let mut r = 0;
         while r < full {
             if let Some(ahead) = ahead {
@@ -201,7 +200,7 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32>(
 #[inline(always)]
 // Register arrays indexed in step with one another read clearest as index loops.
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
-pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize>(
+pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize, const STREAM: bool>(
     m: *const f32,
     cs: usize,
     len: usize,
@@ -247,14 +246,13 @@ pub(crate) unsafe fn gemv_axpy_rows<V: Vf32, const R: usize>(
     }
     // The strips two passes ahead into L2 when the matrix comes from memory (as in
     // `gemv_axpy`).
-    let from_memory = k.saturating_mul(cs).saturating_mul(4) as u64 > last_level_bytes();
     // Two matrix rows per pass halve the loads and stores of y.
     let mut kk = 0;
     while kk + 2 <= k {
         let x0: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk)));
         let x1: [V; R] = std::array::from_fn(|r| V::splat(*x.add(r * xs + kk + 1)));
         let (m0, m1) = (m.add(kk * cs), m.add((kk + 1) * cs));
-        let ahead = (from_memory && kk + 6 <= k).then_some(4 * cs);
+        let ahead = (STREAM && kk + 6 <= k).then_some(4 * cs);
         let mut o = 0;
         while o < full {
             if let Some(ahead) = ahead {
@@ -354,19 +352,6 @@ pub(crate) unsafe fn gemv_dot_rows<V: Vf32, const R: usize>(
         }
         o += rows;
     }
-}
-
-/// The last-level cache instance the executor stated (`blocking::use_caches`), or the one the
-/// default blockings were tuned for: a matrix larger streams from memory. The unit tests take
-/// 64 KiB, so their GEMV shapes run both forms.
-fn last_level_bytes() -> u64 {
-    if cfg!(test) {
-        return 64 << 10;
-    }
-    super::blocking::stated_caches()
-        .and_then(|caches| caches.l3_bytes)
-        .or(super::blocking::TUNED_FOR.l3_bytes)
-        .unwrap_or(32 << 20)
 }
 
 /// How far ahead the streaming GEMV forms prefetch (floats): 2 KiB, a few hundred cycles of

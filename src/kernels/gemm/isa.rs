@@ -42,7 +42,10 @@ pub(crate) struct Kernel {
     pub pack_b: PackFn,
     pub gemv_dot: GemvFn,
     pub gemv_axpy: GemvFn,
+    /// `gemv_axpy` prefetching rows ahead, for a matrix that streams from memory.
+    pub gemv_axpy_stream: GemvFn,
     pub gemv_axpy_rows: GemvRowsFn,
+    pub gemv_axpy_rows_stream: GemvRowsFn,
     pub gemv_dot_rows: GemvRowsFn,
     pub panel_gemv_a: PanelGemvFn,
     pub panel_gemv_b: PanelGemvFn,
@@ -190,7 +193,19 @@ macro_rules! isa_kernels {
                 x: *const f32,
                 y: *mut f32,
             ) {
-                gemv::gemv_axpy::<$V>(m, cs, rows, k, x, y)
+                gemv::gemv_axpy::<$V, false>(m, cs, rows, k, x, y)
+            }
+
+            $(#[$attr])*
+            pub unsafe fn gemv_axpy_stream(
+                m: *const f32,
+                cs: usize,
+                rows: usize,
+                k: usize,
+                x: *const f32,
+                y: *mut f32,
+            ) {
+                gemv::gemv_axpy::<$V, true>(m, cs, rows, k, x, y)
             }
 
             $(#[$attr])*
@@ -207,9 +222,29 @@ macro_rules! isa_kernels {
                 ys: usize,
             ) {
                 match rows {
-                    2 => gemv::gemv_axpy_rows::<$V, 2>(m, cs, len, k, x, xs, y, ys),
-                    3 => gemv::gemv_axpy_rows::<$V, 3>(m, cs, len, k, x, xs, y, ys),
-                    _ => gemv::gemv_axpy_rows::<$V, 4>(m, cs, len, k, x, xs, y, ys),
+                    2 => gemv::gemv_axpy_rows::<$V, 2, false>(m, cs, len, k, x, xs, y, ys),
+                    3 => gemv::gemv_axpy_rows::<$V, 3, false>(m, cs, len, k, x, xs, y, ys),
+                    _ => gemv::gemv_axpy_rows::<$V, 4, false>(m, cs, len, k, x, xs, y, ys),
+                }
+            }
+
+            $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn gemv_axpy_rows_stream(
+                m: *const f32,
+                cs: usize,
+                len: usize,
+                k: usize,
+                x: *const f32,
+                xs: usize,
+                rows: usize,
+                y: *mut f32,
+                ys: usize,
+            ) {
+                match rows {
+                    2 => gemv::gemv_axpy_rows::<$V, 2, true>(m, cs, len, k, x, xs, y, ys),
+                    3 => gemv::gemv_axpy_rows::<$V, 3, true>(m, cs, len, k, x, xs, y, ys),
+                    _ => gemv::gemv_axpy_rows::<$V, 4, true>(m, cs, len, k, x, xs, y, ys),
                 }
             }
 
@@ -302,7 +337,9 @@ macro_rules! kernel_table {
             pack_b: $m::pack_b,
             gemv_dot: $m::gemv_dot,
             gemv_axpy: $m::gemv_axpy,
+            gemv_axpy_stream: $m::gemv_axpy_stream,
             gemv_axpy_rows: $m::gemv_axpy_rows,
+            gemv_axpy_rows_stream: $m::gemv_axpy_rows_stream,
             gemv_dot_rows: $m::gemv_dot_rows,
             panel_gemv_a: $m::panel_gemv_a,
             panel_gemv_b: $m::panel_gemv_b,

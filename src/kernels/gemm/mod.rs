@@ -224,6 +224,10 @@ pub struct Blocking {
 pub struct GemmConfig {
     pub isa: Isa,
     pub blocking: Blocking,
+    /// B streams from memory at every call although it fits the last-level cache alone: the
+    /// plan's weights as a set outgrow that cache (an LLM's decode step reads 0.5-14 GB of
+    /// 2-60 MB matrices), so the GEMV forms prefetch it (`Job::b_from_memory`).
+    pub b_from_memory: bool,
 }
 
 impl GemmConfig {
@@ -240,6 +244,7 @@ impl GemmConfig {
                     Some(caches) => blocking::for_caches(tuned, isa.tile(), caches),
                     None => tuned,
                 },
+                b_from_memory: false,
             }
         })
     }
@@ -339,6 +344,19 @@ pub fn sgemm_with(
     );
 }
 
+/// The last-level cache instance the executor stated (`blocking::use_caches`), or the one the
+/// default blockings were tuned for: a B larger streams from memory at every call (`Job::b_from_memory`). The
+/// unit tests take 64 KiB, so their GEMV shapes run both forms.
+pub(crate) fn last_level_bytes() -> u64 {
+    if cfg!(test) {
+        return 64 << 10;
+    }
+    blocking::stated_caches()
+        .and_then(|caches| caches.l3_bytes)
+        .or(blocking::TUNED_FOR.l3_bytes)
+        .unwrap_or(32 << 20)
+}
+
 /// Drives one validated `m × n × k` GEMM with `cfg`'s kernel and blocking: the one place every
 /// entry point builds its [`Job`].
 #[allow(clippy::too_many_arguments)]
@@ -367,6 +385,8 @@ fn run(
         kc: bl.kc,
         nc: bl.nc,
         nc_short: bl.nc_short,
+        b_from_memory: cfg.b_from_memory
+            || k.saturating_mul(n).saturating_mul(4) as u64 > last_level_bytes(),
     };
     driver::drive(&job, threads);
 }

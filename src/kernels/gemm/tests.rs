@@ -338,6 +338,7 @@ fn tiny_blocking(isa: Isa) -> GemmConfig {
     let (mr, nr) = isa.tile();
     GemmConfig {
         isa,
+        b_from_memory: false,
         blocking: Blocking {
             mc: 2 * mr,
             kc: 5,
