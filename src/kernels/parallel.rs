@@ -321,7 +321,9 @@ pub(crate) fn par_pieces_weighted(
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
     let units = out.len().div_ceil(unit.max(1));
-    let pieces = elementwise_pieces(out.len(), work_per_element, threads).min(units);
+    let pieces = elementwise_pieces(out.len(), work_per_element, threads)
+        .min(units)
+        .max(1);
     if pieces == 1 {
         f(0, out);
         return;
@@ -365,6 +367,20 @@ mod tests {
     use super::*;
     use crate::kernels::elementwise::{self, Binary};
     use crate::kernels::norm;
+
+    /// An empty output (a reduction over an empty axis) runs once on nothing, on any count.
+    #[test]
+    fn an_empty_output_is_one_empty_piece() {
+        for threads in [1, 2, 8] {
+            let calls = AtomicUsize::new(0);
+            par_pieces(&mut [], 16, threads, |start, piece| {
+                assert_eq!((start, piece.len()), (0, 0));
+                calls.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(calls.into_inner(), 1);
+        }
+        assert_eq!(elementwise_pieces(0, 1, 4), 1);
+    }
 
     #[test]
     fn element_wise_pieces_cover_the_tensor_once_and_keep_channels() {
