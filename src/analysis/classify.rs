@@ -164,44 +164,65 @@ pub fn stays_on_one_thread(class: KernelClass, threads: usize, flops: u64) -> bo
         && crate::kernels::parallel::compute_threads(threads, flops as f64) == 1
 }
 
-/// Whether the tool's kernel for an op of `class` splits its output across the plan's
-/// `threads`, by the kernels' own rules: the GEMM driver and the direct convolution by their
-/// compute work (`kernels::parallel::compute_threads`), depthwise, grouped and Winograd
-/// convolutions by channels, groups or tiles and attention's products by batch whatever their
-/// size, pooling and LRN by their
-/// window work, reductions by the elements they reduce (four times the element-wise
-/// threshold: `exec::lower::reduce`), and every other kernel by its output elements
-/// (`kernels::parallel::elementwise_pieces`). An op that splits differently from the op that
-/// wrote its input reads part of that input from another core's caches
+/// Whether the tool's kernel for an op of `class` (ONNX type `op_type`, output `output_shape`,
+/// `flops` of work) splits its output across the plan's `threads`, by the rules the kernels
+/// apply (from `kernels`, so both sides read one definition): dense and 1×1 convolutions by
+/// their compute work (`parallel::compute_threads`); products by their batches where those are
+/// shared (`parallel::batches_shared`), else a one-row product (a GEMV) by the matrix it
+/// streams (`gemm::gemv_threads`) and any other by its compute work; depthwise, grouped and
+/// Winograd convolutions by channels, groups or tiles whatever their size; reductions by the
+/// elements they reduce (`parallel::reduction_pieces`); pooling and LRN by their window work,
+/// row normalisations by three passes per element, other element-wise kernels by their output
+/// (`parallel::elementwise_pieces`); of the movement ops only Transpose and Resize split. An op
+/// kept on one thread after one that split reads part of its input from another core's caches
 /// (`analysis::handoff`).
 pub fn splits_across_threads(
     class: KernelClass,
+    op_type: &str,
     threads: usize,
     flops: u64,
-    output_elements: u64,
+    output_shape: &[u64],
 ) -> bool {
-    use crate::kernels::parallel::{compute_threads, elementwise_pieces};
+    use crate::kernels::gemm::gemv_threads;
+    use crate::kernels::parallel::{
+        batches_shared, compute_threads, elementwise_pieces, reduction_pieces,
+    };
     if threads <= 1 {
         return false;
     }
-    let pieces = |elements: u64| elementwise_pieces(elements as usize, 1, threads) > 1;
+    let output_elements = output_shape.iter().product::<u64>() as usize;
+    let pieces = |work: usize, weight: usize| elementwise_pieces(work, weight, threads) > 1;
     match class {
-        KernelClass::Conv | KernelClass::Pointwise | KernelClass::Gemm => {
-            compute_threads(threads, flops as f64) > 1
+        KernelClass::Conv | KernelClass::Pointwise => compute_threads(threads, flops as f64) > 1,
+        KernelClass::Gemm | KernelClass::Matmul => {
+            let rank = output_shape.len();
+            let batch = output_shape[..rank.saturating_sub(2)]
+                .iter()
+                .product::<u64>();
+            let rows = if rank >= 2 { output_shape[rank - 2] } else { 1 };
+            if batches_shared(batch as usize, threads) {
+                return true;
+            }
+            let product_flops = flops / batch.max(1);
+            if rows == 1 {
+                gemv_threads(threads, (product_flops / 2) as usize) > 1
+            } else {
+                compute_threads(threads, product_flops as f64) > 1
+            }
         }
-        // A product of two computed operands is attention's batched one, whose batches the
-        // executor shares across the threads (`exec::lower::gemm`).
-        KernelClass::Depthwise
-        | KernelClass::Grouped
-        | KernelClass::Winograd
-        | KernelClass::Matmul => true,
-        KernelClass::Pool | KernelClass::Lrn => pieces(flops.max(output_elements)),
-        KernelClass::Reduce => pieces(flops / 4),
-        KernelClass::Elementwise
-        | KernelClass::BatchNorm
-        | KernelClass::Norm
-        | KernelClass::Softmax
-        | KernelClass::Movement => pieces(output_elements),
+        KernelClass::Depthwise | KernelClass::Grouped | KernelClass::Winograd => true,
+        KernelClass::Pool | KernelClass::Lrn => {
+            pieces(flops.max(output_elements as u64) as usize, 1)
+        }
+        // A reduction's work is one operation per element it reads.
+        KernelClass::Reduce => reduction_pieces(flops as usize, threads).min(output_elements) > 1,
+        KernelClass::Norm => pieces(output_elements, 3),
+        KernelClass::Elementwise | KernelClass::BatchNorm | KernelClass::Softmax => {
+            pieces(output_elements, 1)
+        }
+        KernelClass::Movement => {
+            matches!(op_type, "Transpose" | "Resize") && pieces(output_elements, 1)
+        }
     }
 }
 

@@ -12,9 +12,10 @@
 //! op that writes little (a global pool reading the same split output ran in its one-thread
 //! time), and an op that splits after one kept on one thread (the PP-OCR classifier's
 //! depthwise convolutions after its one-thread 1×1 ones ran at their calibrated times; charged,
-//! they were expected 30-100% slow). Two split ops are taken to split alike: the worker pool
-//! deals tasks to threads in the same order in every op (`kernels::parallel`), so the first
-//! half of one op's output and the first half of the next op's are on the same core.
+//! they were expected 30-100% slow). Two split ops are taken to split alike: each thread
+//! first claims the tasks of its own contiguous block (`kernels::parallel`), so when every
+//! thread is on time the first half of one op's output and the first half of the next op's are
+//! on the same core.
 
 use std::collections::HashMap;
 
@@ -22,12 +23,17 @@ use super::graph::{Graph, NodeId, ValueId};
 use super::model::{NodeAnalysis, NodeStatus};
 use super::{classify, VIEW_OPS};
 
-/// An op is charged for an input it writes at least this fraction of (in bytes) as output.
-/// Reading the other cores' share is cheap for an op that writes little: a global average pool
-/// of a split depthwise convolution's 25 k floats ran in its one-thread time (1.07 against
-/// 1.00 µs), where a ReLU of the same output took 6.8 µs against 1.9, and the ReLU after
-/// the pool (the lines already fetched) 1.95.
-const WRITES_AT_LEAST: u64 = 8;
+/// The least output, as a share of an input read from a split op, for which an op is charged:
+/// reading the other cores' share is cheap for an op that writes little (a global average pool
+/// of a split depthwise convolution's 25 k floats ran in its one-thread time, 1.07 against
+/// 1.00 µs, where a ReLU of the same output took 6.8 µs against 1.9).
+const MIN_OUTPUT_SHARE: f64 = 0.125;
+
+/// The part of a `bytes` activation that the other `threads − 1` threads of a split op wrote.
+pub fn other_cores_share(bytes: u64, threads: usize) -> u64 {
+    let threads = threads.max(1) as u64;
+    bytes.saturating_mul(threads - 1) / threads
+}
 
 /// Adds to each op's expected time what reading its input across the cores costs at
 /// `threads` threads and `read_gbs` (one thread reading what the others wrote).
@@ -49,44 +55,33 @@ pub fn charge(
         .map(|(&id, record)| split_of(graph, id, record, threads))
         .collect();
     for (index, &id) in order.iter().enumerate() {
-        let Some(consumer_splits) = splits[index] else {
-            continue;
-        };
-        if nodes[index].expected_s.is_none() {
+        // Only an op kept on one thread, with an expected time to add to.
+        if splits[index] != Some(false) || nodes[index].expected_s.is_none() {
             continue;
         }
-        let output_bytes: u64 = graph.dag[id]
+        let node = &graph.dag[id];
+        let output_bytes: u64 = node
             .outputs
             .iter()
-            .map(|&v| {
-                let fact = &graph.values[v].fact;
-                fact.element_count().unwrap_or(0) * fact.dtype.size_bytes()
-            })
+            .filter_map(|&v| bytes_of(graph, v))
             .sum();
-        let mut handoff_bytes = 0.0;
-        for &value in graph.dag[id].inputs.iter().flatten() {
-            let fact = &graph.values[value].fact;
-            if fact.is_constant() {
-                continue;
-            }
-            let Some(bytes) = fact
-                .element_count()
-                .map(|count| count * fact.dtype.size_bytes())
-            else {
-                continue;
-            };
-            let Some(producer_splits) =
-                writer(graph, &position, value).and_then(|writer| splits[writer])
-            else {
-                continue;
-            };
-            if producer_splits && !consumer_splits && output_bytes * WRITES_AT_LEAST >= bytes {
-                handoff_bytes += bytes as f64 * (threads - 1) as f64 / threads as f64;
-            }
-        }
-        if handoff_bytes > 0.0 {
+        // Each input once: `Mul(x, x)` reads x's lines from the other core once.
+        let mut inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        let handoff_bytes: u64 = inputs
+            .into_iter()
+            .filter(|&value| !graph.values[value].fact.is_constant())
+            .filter(|&value| {
+                writer(graph, &position, value).and_then(|writer| splits[writer]) == Some(true)
+            })
+            .filter_map(|value| bytes_of(graph, value))
+            .filter(|&bytes| output_bytes as f64 >= MIN_OUTPUT_SHARE * bytes as f64)
+            .map(|bytes| other_cores_share(bytes, threads))
+            .sum();
+        if handoff_bytes > 0 {
             let record = &mut nodes[index];
-            let handoff_s = handoff_bytes / (read_gbs * 1e9);
+            let handoff_s = handoff_bytes as f64 / (read_gbs * 1e9);
             record.handoff_s = Some(handoff_s);
             if let Some(expected) = record.expected_s.as_mut() {
                 *expected += handoff_s;
@@ -96,6 +91,15 @@ pub fn charge(
     }
 }
 
+/// A value's bytes, where its shape is known.
+fn bytes_of(graph: &Graph, value: ValueId) -> Option<u64> {
+    let fact = &graph.values[value].fact;
+    Some(
+        fact.element_count()?
+            .saturating_mul(fact.dtype.size_bytes()),
+    )
+}
+
 /// Whether the op splits across `threads`; `None` for views (they write nothing) and ops no
 /// kernel class covers (their threading is not known).
 fn split_of(graph: &Graph, id: NodeId, record: &NodeAnalysis, threads: usize) -> Option<bool> {
@@ -103,22 +107,23 @@ fn split_of(graph: &Graph, id: NodeId, record: &NodeAnalysis, threads: usize) ->
         return None;
     }
     let class = record.kernel_class?;
-    let output_elements = graph.dag[id]
+    let output_shape = graph.dag[id]
         .outputs
         .first()
-        .and_then(|&v| graph.values[v].fact.element_count())?;
+        .and_then(|&v| graph.values[v].fact.concrete_shape())?;
     Some(classify::splits_across_threads(
         class,
+        &record.op_type,
         threads,
         record.executed_flops.unwrap_or(record.flops),
-        output_elements,
+        &output_shape,
     ))
 }
 
 /// The position of the op that wrote `value`'s data: its producer, or through a chain of
-/// one-input views (Reshape, Flatten…) the op that wrote what they view. `None` for graph
-/// inputs and for views of several inputs (an in-place Concat: its parts have several
-/// writers).
+/// views (Reshape, Flatten…: their first input) the op that wrote what they view. `None` for
+/// graph inputs. An in-place Concat is returned as itself: a view record, whose split is
+/// unknown (its parts have several writers).
 fn writer(graph: &Graph, position: &HashMap<NodeId, usize>, mut value: ValueId) -> Option<usize> {
     loop {
         let producer = graph.values[value].producer?;
@@ -238,7 +243,7 @@ mod tests {
         for value in [2, 3, 5] {
             graph.values[value].fact = big.clone();
         }
-        records[1].kernel_class = Some(KernelClass::Gemm);
+        records[1].kernel_class = Some(KernelClass::Pointwise);
         records[1].flops = 1000;
         charge(&graph, &order, &mut records, 4, 10.0);
         assert!(records[1].handoff_s.is_some());
@@ -248,6 +253,8 @@ mod tests {
         graph.values[2].fact = TensorFact::known(DType::F32, &[1, 88, 1, 1]);
         records[1].op_type = "GlobalAveragePool".into();
         records[1].kernel_class = Some(KernelClass::Pool);
+        // One addition per input element: too little work to split.
+        records[1].flops = 88 * 3 * 96;
         charge(&graph, &order, &mut records, 2, 10.0);
         assert_eq!(records[1].handoff_s, None);
     }

@@ -7,7 +7,7 @@ pub mod edit;
 pub mod error;
 mod footprint;
 pub mod graph;
-mod handoff;
+pub mod handoff;
 pub mod import;
 pub mod infer;
 pub mod legacy;

@@ -14,6 +14,7 @@
 //! feeding a ReLU too small to split; the ReLU's time at `threads` less its time at one
 //! thread is what reading the other cores' share added.
 
+use crate::analysis::handoff::other_cores_share;
 use crate::analysis::AnalyzeOptions;
 use crate::bench::{bench_graph, BenchOptions};
 use crate::builtin::builder::{attr_int, attr_ints, GraphBuilder, SigDim, WeightFill};
@@ -101,17 +102,25 @@ pub fn measure(
     thread_counts: &[usize],
     runs: usize,
 ) -> Result<Vec<HandoffRate>, CalibrateError> {
+    let counts: Vec<usize> = thread_counts.iter().copied().filter(|&t| t > 1).collect();
+    if counts.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Each consumer alone, once for every thread count.
+    let alone: Vec<Option<f64>> = PAIRS
+        .iter()
+        .map(|&(channels, height, width)| consumer_s(channels, height, width, device, 1, runs))
+        .collect::<Result<_, _>>()?;
     let mut rates = Vec::new();
-    for &threads in thread_counts.iter().filter(|&&t| t > 1) {
+    for threads in counts {
         let mut pair_gbs = Vec::new();
-        for &(channels, height, width) in &PAIRS {
-            let alone = consumer_s(channels, height, width, device, 1, runs)?;
+        for (&(channels, height, width), alone) in PAIRS.iter().zip(&alone) {
             let handed = consumer_s(channels, height, width, device, threads, runs)?;
-            let (Some(alone), Some(handed)) = (alone, handed) else {
+            let (Some(alone), Some(handed)) = (*alone, handed) else {
                 continue;
             };
-            let remote_bytes = remote_bytes((channels * height * width) as u64 * 4, threads);
-            if let Some(gbs) = rate_gbs(remote_bytes, handed - alone) {
+            let bytes = (channels * height * width) as u64 * 4;
+            if let Some(gbs) = rate_gbs(other_cores_share(bytes, threads), handed - alone) {
                 pair_gbs.push(gbs);
             }
         }
@@ -128,12 +137,6 @@ pub fn measure(
     Ok(rates)
 }
 
-/// The share of a `bytes` activation written by the other `threads − 1` cores.
-pub fn remote_bytes(bytes: u64, threads: usize) -> u64 {
-    let threads = threads.max(1) as u64;
-    bytes * (threads - 1) / threads
-}
-
 /// GB/s of `remote_bytes` read in `added_s` more than alone; none when reading them added
 /// nothing measurable (under 50 ns: the timer's resolution and the runs' spread).
 fn rate_gbs(remote_bytes: u64, added_s: f64) -> Option<f64> {
@@ -145,20 +148,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_pairs_split_their_producer_and_keep_their_consumer_on_one_thread() {
+    fn the_pairs_keep_their_consumer_on_one_thread() {
         use crate::analysis::classify::splits_across_threads;
         use crate::device::calibration::KernelClass;
         for &(channels, height, width) in &PAIRS {
-            let elements = (channels * height * width) as u64;
+            let shape = [1, channels as u64, height as u64, width as u64];
+            let elements = shape.iter().product::<u64>();
             for threads in [2, 4, 8] {
-                assert!(splits_across_threads(
-                    KernelClass::Depthwise,
-                    threads,
-                    elements * 50,
-                    elements
-                ));
                 assert!(
-                    !splits_across_threads(KernelClass::Elementwise, threads, elements, elements),
+                    !splits_across_threads(
+                        KernelClass::Elementwise,
+                        "Relu",
+                        threads,
+                        elements,
+                        &shape
+                    ),
                     "{channels}x{height}x{width} at {threads} threads"
                 );
             }
@@ -167,9 +171,9 @@ mod tests {
 
     #[test]
     fn the_rate_is_the_other_cores_share_over_the_added_time() {
-        assert_eq!(remote_bytes(100_000, 2), 50_000);
-        assert_eq!(remote_bytes(100_000, 4), 75_000);
-        assert_eq!(remote_bytes(100_000, 1), 0);
+        assert_eq!(other_cores_share(100_000, 2), 50_000);
+        assert_eq!(other_cores_share(100_000, 4), 75_000);
+        assert_eq!(other_cores_share(100_000, 1), 0);
         let gbs = rate_gbs(50_000, 4e-6).unwrap();
         assert!((gbs - 12.5).abs() < 1e-9, "{gbs}");
         // Nothing added: cores that share their caches, or noise.

@@ -1,8 +1,10 @@
 //! The one worker pool every threaded kernel runs on, and the helpers that split an output
 //! between its workers: `parallel_for` (tasks on a cached pool of exactly `threads` workers,
 //! the caller being one; idle workers spin for a millisecond before they sleep, see `SPIN`),
-//! `SendPtr` (an output pointer handed to tasks that write disjoint parts of it), and the
-//! element-wise splitters `par_pieces` / `par_planes`.
+//! `SendPtr` (an output pointer handed to tasks that write disjoint parts of it), the
+//! element-wise splitters `par_pieces` / `par_planes`, and the rules that decide how many threads
+//! an op takes (`compute_threads`, `elementwise_pieces`, `reduction_pieces`, `batches_shared`),
+//! which the cost model reads too (`analysis::classify::splits_across_threads`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -293,6 +295,25 @@ pub fn elementwise_pieces(elements: usize, work_per_element: usize, threads: usi
     threads
         .min(elements.saturating_mul(work_per_element.max(1)) / MIN_ELEMENTWISE_PER_THREAD)
         .max(1)
+}
+
+/// Input elements a thread must have before a reduction is split (the same order as the
+/// element-wise ops' threshold: below it the hand-off costs more than the work).
+const MIN_REDUCED_PER_THREAD: usize = 1 << 16;
+
+/// The pieces, of `threads`, that a reduction over `input_elements` splits into (at most one
+/// per output row: `exec::lower::reduce`, which also keeps reductions over other than the
+/// trailing axes on one thread).
+pub fn reduction_pieces(input_elements: usize, threads: usize) -> usize {
+    threads.min(input_elements / MIN_REDUCED_PER_THREAD).max(1)
+}
+
+/// Whether a batched product shares its `batch` products across `threads`, one product per
+/// task (`exec::lower::gemm`), rather than splitting each one: when they divide evenly or are
+/// many. Attention's per-head products (12 of 128×64×128 in BERT) are too small for one GEMM
+/// to split.
+pub fn batches_shared(batch: usize, threads: usize) -> bool {
+    threads > 1 && batch >= 2 && (batch.is_multiple_of(threads) || batch >= 4 * threads)
 }
 
 /// Piece boundaries of flat element-wise ops fall on whole vectors (64 bytes).

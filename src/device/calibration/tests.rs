@@ -550,9 +550,12 @@ fn the_handoff_rate_is_used_at_its_own_thread_count_for_own_kernels_only() {
     // Another runtime's profiles: its threading is not the tool's.
     calibration.mode = "onnxruntime 1.32".into();
     assert_eq!(calibration.handoff_gbs(2), None);
-    // Saved before the rate existed: the field defaults to none.
-    let mut json = serde_json::to_value(calibration_of(Vec::new())).unwrap();
-    json.as_object_mut().unwrap().remove("handoff");
+    // Saved, it keeps its rates; saved before the rate existed, the field defaults to none.
+    calibration.handoff.truncate(1);
+    let mut json = serde_json::to_value(&calibration).unwrap();
+    let loaded: Calibration = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(loaded.handoff[0].read_gbs, 12.5);
+    assert!(json.as_object_mut().unwrap().remove("handoff").is_some());
     let loaded: Calibration = serde_json::from_value(json).unwrap();
     assert!(loaded.handoff.is_empty());
 }

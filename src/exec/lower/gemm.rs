@@ -376,10 +376,7 @@ pub(crate) fn run(spec: &MatMulSpec, cpu: &Prepared, io: &mut Io) -> Result<(), 
     // attention's per-head products (12 of 128×64×128 in BERT) are too small for one GEMM to
     // split, and ran on one thread whatever the plan's count.
     let threads = io.threads;
-    if threads > 1
-        && spec.batch >= 2
-        && (spec.batch.is_multiple_of(threads) || spec.batch >= 4 * threads)
-    {
+    if crate::kernels::parallel::batches_shared(spec.batch, threads) {
         parallel_for(threads, spec.batch, |batch| one(batch, 1));
     } else {
         (0..spec.batch).for_each(|batch| one(batch, threads));

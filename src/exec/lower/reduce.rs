@@ -9,10 +9,6 @@ use crate::exec::{ExecError, RtData, RtTensor};
 use crate::kernels::movement::{self, Reduction};
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
-/// Input elements a thread must have before a reduction is split (the same order as the
-/// element-wise ops' threshold: below it the hand-off costs more than the work).
-const MIN_REDUCED_PER_THREAD: usize = 1 << 16;
-
 #[derive(Clone, Debug)]
 pub(crate) enum ReduceKernel {
     Reduce {
@@ -120,7 +116,7 @@ pub(crate) fn run(kernel: &ReduceKernel, io: &mut Io) -> Result<(), String> {
                 .all(|(i, &axis)| axis == rank - axes.len() + i);
             let row_len: usize = axes.iter().map(|&a| shape[a]).product();
             let rows = io.outs[0].len();
-            let pieces = io.threads.min(x.len() / MIN_REDUCED_PER_THREAD).min(rows);
+            let pieces = crate::kernels::parallel::reduction_pieces(x.len(), io.threads).min(rows);
             if !trailing || row_len == 0 || pieces < 2 || rows * row_len != x.len() {
                 movement::reduce(x, shape, axes, *kind, io.outs[0]);
                 return Ok(());

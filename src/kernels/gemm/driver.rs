@@ -33,6 +33,13 @@ const GEMV_CHUNK_MAX: usize = GEMV_CHUNK + 64;
 /// outputs (8 KiB) stay in L1.
 const AXPY_CHUNK: usize = 2048;
 
+/// `gemm::gemv_threads`: the GEMV's split as the kernels apply it outside the unit tests.
+pub(crate) fn gemv_threads(threads: usize, matrix_elements: usize) -> usize {
+    threads
+        .min(matrix_elements / MIN_GEMV_ELEMS_PER_THREAD)
+        .max(1)
+}
+
 /// The unit tests thread even tiny GEMVs, so the threaded paths are covered cheaply.
 fn min_gemv_elems_per_thread() -> usize {
     if cfg!(test) {
@@ -117,10 +124,11 @@ pub(crate) struct Job<'a> {
     pub kc: usize,
     pub nc: usize,
     pub nc_short: usize,
-    /// B comes from memory, not from a cache, at this call: larger than the last-level cache,
-    /// or one of a set of weights that is (`GemmConfig::b_from_memory`). The GEMV forms over a
-    /// row-major B then prefetch the rows ahead.
-    pub b_from_memory: bool,
+    /// The matrix a GEMV streams (B, or A for a one-column product) comes from memory, not
+    /// from a cache, at this call: it is larger than the last-level cache, or B is one of a set
+    /// of weights that is (`GemmConfig::b_from_memory`). The axpy forms then prefetch the rows
+    /// ahead.
+    pub gemv_matrix_from_memory: bool,
 }
 
 // SAFETY: operands are read-only; tasks write disjoint regions of `c` (see `drive`).
@@ -621,7 +629,7 @@ fn few_rows(job: &Job, a: Src, b: Src, threads: usize) {
     debug_assert!((2..=FEW_ROWS).contains(&m) && (b.ws == 1 || b.ks == 1));
     // The axpy form where B's rows are contiguous, else the dot form over B's columns.
     let (kernel, stride) = if b.ws == 1 {
-        let rows_kernel = if job.b_from_memory {
+        let rows_kernel = if job.gemv_matrix_from_memory {
             job.kern.gemv_axpy_rows_stream
         } else {
             job.kern.gemv_axpy_rows
@@ -771,7 +779,7 @@ fn gemv(job: &Job, threads: usize) -> bool {
                     (kern.gemv_dot)(ptr.add(o0 * rs), *rs, len, k, xp.get(), y.as_mut_ptr())
                 }
                 GemvMat::Axpy { ptr, cs } => {
-                    let axpy = if job.b_from_memory {
+                    let axpy = if job.gemv_matrix_from_memory {
                         kern.gemv_axpy_stream
                     } else {
                         kern.gemv_axpy

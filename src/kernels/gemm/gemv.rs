@@ -140,12 +140,12 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32, const STREAM: bool>(
             m.add((kk + 3) * cs),
         ];
         // The next four rows' strips, into L2 while these stream, when the matrix comes from
-        // memory (`STREAM`, see `Job::b_from_memory`): a strip is a few KiB of a row (the chunk's outputs) and the next one a row
-        // stride away, past the page the hardware prefetchers stay in, so each strip started
-        // cold. MatMul 1×4096 · 4096×4096 (64 MiB) on one thread ran at 21 GB/s against the
-        // transposed (dot) form's 28-31, and takes 2.0-2.5 ms instead of 3.0-3.4 with it
-        // (4096×11008: 8.9 → 7.1 ms). From the last-level cache the prefetches only cost issue
-        // slots (768×3072, 9 MiB: 120 → 139 µs).
+        // memory (`STREAM`, see `Job::gemv_matrix_from_memory`): a strip is a few KiB of a row
+        // (the chunk's outputs) and the next one a row stride away, past the page the hardware
+        // prefetchers stay in, so each strip started cold. MatMul 1×4096 · 4096×4096 (64 MiB)
+        // on one thread ran at 21 GB/s against the transposed (dot) form's 28-31, and takes
+        // 2.0-2.5 ms instead of 3.0-3.4 with it (4096×11008: 8.9 → 7.1 ms). From the last-level
+        // cache the prefetches only cost issue slots (768×3072, 9 MiB: 120 → 139 µs).
         let ahead = (STREAM && kk + 8 <= k).then_some(4 * cs);
         let mut r = 0;
         while r < full {

@@ -224,9 +224,10 @@ pub struct Blocking {
 pub struct GemmConfig {
     pub isa: Isa,
     pub blocking: Blocking,
-    /// B streams from memory at every call although it fits the last-level cache alone: the
-    /// plan's weights as a set outgrow that cache (an LLM's decode step reads 0.5-14 GB of
-    /// 2-60 MB matrices), so the GEMV forms prefetch it (`Job::b_from_memory`).
+    /// B streams from memory at every call although it may fit the last-level cache alone: set
+    /// on every product of a plan whose weights as a set outgrow that cache (an LLM's decode
+    /// step reads 0.5-14 GB of 2-60 MB matrices, and its attention products read the KV cache
+    /// between them), so the GEMV forms prefetch it (`Job::gemv_matrix_from_memory`).
     pub b_from_memory: bool,
 }
 
@@ -344,17 +345,18 @@ pub fn sgemm_with(
     );
 }
 
-/// The last-level cache instance the executor stated (`blocking::use_caches`), or the one the
-/// default blockings were tuned for: a B larger streams from memory at every call (`Job::b_from_memory`). The
-/// unit tests take 64 KiB, so their GEMV shapes run both forms.
+/// The last-level cache instance the executor stated (`blocking::use_caches`), else the one
+/// the default blockings were tuned for (32 MiB): a matrix larger streams from memory at every
+/// call (`Job::gemv_matrix_from_memory`). The unit tests take 64 KiB, so their GEMV shapes run
+/// both forms.
 pub(crate) fn last_level_bytes() -> u64 {
+    const TUNED_FOR_L3: u64 = 32 << 20;
     if cfg!(test) {
         return 64 << 10;
     }
     blocking::stated_caches()
         .and_then(|caches| caches.l3_bytes)
-        .or(blocking::TUNED_FOR.l3_bytes)
-        .unwrap_or(32 << 20)
+        .unwrap_or(TUNED_FOR_L3)
 }
 
 /// Drives one validated `m × n × k` GEMM with `cfg`'s kernel and blocking: the one place every
@@ -385,8 +387,11 @@ fn run(
         kc: bl.kc,
         nc: bl.nc,
         nc_short: bl.nc_short,
-        b_from_memory: cfg.b_from_memory
-            || k.saturating_mul(n).saturating_mul(4) as u64 > last_level_bytes(),
+        // A one-column product streams A, any other B.
+        gemv_matrix_from_memory: cfg.b_from_memory
+            || k.saturating_mul(if n == 1 { m } else { n })
+                .saturating_mul(4) as u64
+                > last_level_bytes(),
     };
     driver::drive(&job, threads);
 }
@@ -501,6 +506,13 @@ impl std::fmt::Debug for PackedB {
             self.bytes()
         )
     }
+}
+
+/// The threads, of `threads`, that a one-row product over a `matrix_elements` matrix (a GEMV)
+/// runs on: memory-bound, it splits by the matrix it streams, not by its compute work. The cost
+/// model reads the same rule (`analysis::classify::splits_across_threads`).
+pub fn gemv_threads(threads: usize, matrix_elements: usize) -> usize {
+    driver::gemv_threads(threads, matrix_elements)
 }
 
 /// Whether a product with `m` rows of A reads B through packed panels. With 1-4 rows the
