@@ -74,17 +74,8 @@ fn consumer_s(
         reason: e.to_string(),
     })?;
     let options = BenchOptions {
-        runs,
         warmup: 3,
-        threads,
-        seed: 0,
-        tune: false,
-        decode: false,
-        measure_algorithms: false,
-        per_op_only: true,
-        nhwc_pairs: true,
-        check_exchange: false,
-        evict_bytes: 0,
+        ..super::point_bench_options(threads, runs)
     };
     let report = bench_graph(graph, &shape, device, &AnalyzeOptions::default(), &options)
         .map_err(|source| CalibrateError::Model { shape, source })?;

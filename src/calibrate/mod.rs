@@ -544,14 +544,10 @@ fn point_graph(
         .map_err(|e| import_error(e.to_string()))
 }
 
-/// Benches one grid model on `threads` threads with `runs` timed runs.
-fn bench_model(
-    model: &grid::GridModel,
-    device: &DeviceProfile,
-    threads: usize,
-    runs: usize,
-) -> Result<crate::bench::BenchReport, CalibrateError> {
-    let options = BenchOptions {
+/// How a calibration model is benched: per-op times only, on `threads` threads, `runs` timed
+/// runs after one warm-up, weights warm.
+fn point_bench_options(threads: usize, runs: usize) -> BenchOptions {
+    BenchOptions {
         runs,
         warmup: 1,
         threads,
@@ -565,11 +561,24 @@ fn bench_model(
         nhwc_pairs: true,
         // The grid checks the placement itself, every quarter second (`PlacementWatch`).
         check_exchange: false,
+        evict_bytes: 0,
+    }
+}
+
+/// Benches one grid model on `threads` threads with `runs` timed runs.
+fn bench_model(
+    model: &grid::GridModel,
+    device: &DeviceProfile,
+    threads: usize,
+    runs: usize,
+) -> Result<crate::bench::BenchReport, CalibrateError> {
+    let options = BenchOptions {
         evict_bytes: if model.cold_weights {
             crate::exec::conv_timing::evict_bytes(device.largest_cache_bytes())
         } else {
             0
         },
+        ..point_bench_options(threads, runs)
     };
     let analyze = AnalyzeOptions {
         conv_algorithms: model.policy,

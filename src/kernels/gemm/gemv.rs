@@ -192,6 +192,27 @@ pub(crate) unsafe fn gemv_axpy<V: Vf32, const STREAM: bool>(
     }
 }
 
+/// [`gemv_axpy_rows`] for `rows` rows of A (2-4; more are taken as 4).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemv_axpy_some_rows<V: Vf32, const STREAM: bool>(
+    m: *const f32,
+    cs: usize,
+    len: usize,
+    k: usize,
+    x: *const f32,
+    xs: usize,
+    rows: usize,
+    y: *mut f32,
+    ys: usize,
+) {
+    match rows {
+        2 => gemv_axpy_rows::<V, 2, STREAM>(m, cs, len, k, x, xs, y, ys),
+        3 => gemv_axpy_rows::<V, 3, STREAM>(m, cs, len, k, x, xs, y, ys),
+        _ => gemv_axpy_rows::<V, 4, STREAM>(m, cs, len, k, x, xs, y, ys),
+    }
+}
+
 /// Axpy form for `R` rows of x at once (`R` ≤ 4): `y_r += x_r[kk]·M[:, kk]` for each row `r`,
 /// with `x_r` at `x + r·xs` and `y_r` at `y + r·ys` (`len` outputs each). Each matrix row is
 /// loaded once for all `R` outputs rows, where `R` separate GEMVs would stream it `R` times:

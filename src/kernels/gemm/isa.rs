@@ -221,11 +221,7 @@ macro_rules! isa_kernels {
                 y: *mut f32,
                 ys: usize,
             ) {
-                match rows {
-                    2 => gemv::gemv_axpy_rows::<$V, 2, false>(m, cs, len, k, x, xs, y, ys),
-                    3 => gemv::gemv_axpy_rows::<$V, 3, false>(m, cs, len, k, x, xs, y, ys),
-                    _ => gemv::gemv_axpy_rows::<$V, 4, false>(m, cs, len, k, x, xs, y, ys),
-                }
+                gemv::gemv_axpy_some_rows::<$V, false>(m, cs, len, k, x, xs, rows, y, ys)
             }
 
             $(#[$attr])*
@@ -241,11 +237,7 @@ macro_rules! isa_kernels {
                 y: *mut f32,
                 ys: usize,
             ) {
-                match rows {
-                    2 => gemv::gemv_axpy_rows::<$V, 2, true>(m, cs, len, k, x, xs, y, ys),
-                    3 => gemv::gemv_axpy_rows::<$V, 3, true>(m, cs, len, k, x, xs, y, ys),
-                    _ => gemv::gemv_axpy_rows::<$V, 4, true>(m, cs, len, k, x, xs, y, ys),
-                }
+                gemv::gemv_axpy_some_rows::<$V, true>(m, cs, len, k, x, xs, rows, y, ys)
             }
 
             $(#[$attr])*
