@@ -20,7 +20,7 @@ pub(super) fn cycled_bytes(
         .saturating_add(peak_live_activation_bytes(graph, order, states))
 }
 
-fn stored_bytes(graph: &Graph, value: usize) -> u64 {
+pub(crate) fn stored_bytes(graph: &Graph, value: usize) -> u64 {
     let fact = &graph.values[value].fact;
     fact.element_count()
         .map_or(0, |n| n.saturating_mul(fact.dtype.size_bytes()))
@@ -37,7 +37,7 @@ fn graph_io_bytes(graph: &Graph) -> u64 {
 }
 
 /// Bytes of the float constants the model's running ops read.
-fn model_weight_bytes(
+pub(crate) fn model_weight_bytes(
     graph: &Graph,
     order: &[graph::NodeId],
     states: &HashMap<graph::NodeId, NodeState>,

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use super::footprint::stored_bytes;
 use super::graph::{Graph, NodeId, ValueId};
 use super::model::{NodeAnalysis, NodeStatus};
 use super::{classify, VIEW_OPS};
@@ -60,11 +61,7 @@ pub fn charge(
             continue;
         }
         let node = &graph.dag[id];
-        let output_bytes: u64 = node
-            .outputs
-            .iter()
-            .filter_map(|&v| bytes_of(graph, v))
-            .sum();
+        let output_bytes: u64 = node.outputs.iter().map(|&v| stored_bytes(graph, v)).sum();
         // Each input once: `Mul(x, x)` reads x's lines from the other core once.
         let mut inputs: Vec<ValueId> = node.inputs.iter().flatten().copied().collect();
         inputs.sort_unstable();
@@ -75,8 +72,8 @@ pub fn charge(
             .filter(|&value| {
                 writer(graph, &position, value).and_then(|writer| splits[writer]) == Some(true)
             })
-            .filter_map(|value| bytes_of(graph, value))
-            .filter(|&bytes| output_bytes as f64 >= MIN_OUTPUT_SHARE * bytes as f64)
+            .map(|value| stored_bytes(graph, value))
+            .filter(|&bytes| bytes > 0 && output_bytes as f64 >= MIN_OUTPUT_SHARE * bytes as f64)
             .map(|bytes| other_cores_share(bytes, threads))
             .sum();
         if handoff_bytes > 0 {
@@ -89,15 +86,6 @@ pub fn charge(
             }
         }
     }
-}
-
-/// A value's bytes, where its shape is known.
-fn bytes_of(graph: &Graph, value: ValueId) -> Option<u64> {
-    let fact = &graph.values[value].fact;
-    Some(
-        fact.element_count()?
-            .saturating_mul(fact.dtype.size_bytes()),
-    )
 }
 
 /// Whether the op splits across `threads`; `None` for views (they write nothing) and ops no

@@ -5,7 +5,7 @@ pub mod algorithm;
 pub mod classify;
 pub mod edit;
 pub mod error;
-mod footprint;
+pub(crate) mod footprint;
 pub mod graph;
 pub mod handoff;
 pub mod import;

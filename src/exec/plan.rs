@@ -201,7 +201,7 @@ pub fn build_plan(
     // 1 GiB of them, and at most an eighth of the memory available now.
     let mut prepack_budget = (super::sysmem::available_bytes().0 / 8).min(1 << 30) as usize;
     let threads = options.threads.max(1);
-    let weights_from_memory = weights_outgrow_cache(graph);
+    let weights_from_memory = weights_outgrow_cache(graph, order, states);
     let mut gemm_config = |m: usize, n: usize, k: usize| -> gemm::GemmConfig {
         let config = match &options.tuning {
             Some(cache) => match cache.lock() {
@@ -726,21 +726,16 @@ pub(super) fn implicit_inputs(graph: &Graph, node: &Node) -> Result<Vec<ValueId>
         .collect()
 }
 
-/// Whether the graph's float weights as a set outgrow the last-level cache: each run then
-/// streams every weight matrix from memory, however small (an LLM's decode step:
-/// GPT-2's 0.5 GB of 2-9 MB matrices), and the GEMV forms prefetch them
-/// (`GemmConfig::b_from_memory`).
-fn weights_outgrow_cache(graph: &Graph) -> bool {
-    let weight_bytes: u64 = graph
-        .values
-        .iter()
-        .filter(|value| value.fact.is_constant() && value.fact.dtype.is_float())
-        .filter_map(|value| {
-            let count = value.fact.element_count()?;
-            Some(count.saturating_mul(value.fact.dtype.size_bytes()))
-        })
-        .sum();
-    weight_bytes > gemm::last_level_bytes()
+/// Whether the float weights the plan's ops read (`analysis::footprint::model_weight_bytes`)
+/// as a set outgrow the last-level cache: each run then streams every weight matrix from
+/// memory, however small (an LLM's decode step: GPT-2's 0.5 GB of 2-9 MB matrices), and the
+/// GEMV forms prefetch them (`GemmConfig::b_from_memory`).
+fn weights_outgrow_cache(
+    graph: &Graph,
+    order: &[NodeId],
+    states: &HashMap<NodeId, NodeState>,
+) -> bool {
+    crate::analysis::footprint::model_weight_bytes(graph, order, states) > gemm::last_level_bytes()
 }
 
 #[cfg(test)]

@@ -472,19 +472,24 @@ fn constant_b_is_packed_once_for_products_of_many_rows() {
 /// every run, so every GEMM of the plan is configured for it; a model whose weights fit is not.
 #[test]
 fn a_weight_set_larger_than_the_last_level_cache_streams() {
-    let graph_of = |features: i64| {
+    let prepared_of = |features: i64| {
         let mut b = GraphBuilder::new(WeightFill::Random(5));
         let x = b.input("x", 1, &[SigDim::Fixed(1), SigDim::Fixed(features)]);
         let y = b.linear(&x, features, features);
         b.output(&y, 1, &[SigDim::Fixed(1), SigDim::Fixed(features)]);
-        crate::analysis::import::import_model(
+        let graph = crate::analysis::import::import_model(
             &b.finish("gemv"),
             std::path::Path::new("."),
             std::path::Path::new("gemv.onnx"),
         )
-        .unwrap()
+        .unwrap();
+        Prepared::new(graph, &Bindings::default()).unwrap()
+    };
+    let outgrows = |features: i64| {
+        let prepared = prepared_of(features);
+        weights_outgrow_cache(&prepared.graph, &prepared.order, &prepared.states)
     };
     // 64 × 64 floats: 16 KiB; 256 × 256: 256 KiB.
-    assert!(!weights_outgrow_cache(&graph_of(64)));
-    assert!(weights_outgrow_cache(&graph_of(256)));
+    assert!(!outgrows(64));
+    assert!(outgrows(256));
 }
