@@ -108,8 +108,8 @@ pub fn apply_unary(op: Unary, x: f32) -> f32 {
             x * math::tanh(sp)
         }
         Unary::Softsign => x / (1.0 + x.abs()),
-        Unary::Sin => x.sin(),
-        Unary::Cos => x.cos(),
+        Unary::Sin => math::sin(x),
+        Unary::Cos => math::cos(x),
         Unary::MulScalar(c) => x * c,
         Unary::AddScalar(c) => x + c,
         Unary::PowScalar(c) => {
@@ -265,11 +265,46 @@ macro_rules! per_unary {
 multiversion! {
     /// y[i] = op(x[i]).
     pub fn unary(op: Unary, x: &[f32], y: &mut [f32]) {
+        match op {
+            Unary::Sin => return trig_blocks(x, y, |v| math::sin_in_range(v), f32::sin),
+            Unary::Cos => return trig_blocks(x, y, |v| math::cos_in_range(v), f32::cos),
+            _ => {}
+        }
         per_unary!(op, |f| {
             for (out, &v) in y.iter_mut().zip(x) {
                 *out = f(v);
             }
         })
+    }
+}
+
+/// Sin or Cos over blocks: the branch-free reduction and polynomials for the whole block (one
+/// vectorised loop), then libm's for the rare elements past [`math::TRIG_LIMIT`] or NaN. A
+/// libm call in the loop kept it scalar: 7 ns an element, 2.5-2.8× onnxruntime's time on a
+/// 64×56×56 tensor.
+#[inline(always)]
+fn trig_blocks(
+    x: &[f32],
+    y: &mut [f32],
+    in_range: impl Fn(f32) -> f32,
+    exact: impl Fn(f32) -> f32,
+) {
+    const BLOCK: usize = 64;
+    for (out, values) in y.chunks_mut(BLOCK).zip(x.chunks(BLOCK)) {
+        for (o, &v) in out.iter_mut().zip(values) {
+            *o = in_range(v);
+        }
+        // `!(|v| < limit)` is also true for NaN, which takes libm's NaN.
+        let all_in_range = values
+            .iter()
+            .fold(true, |all, &v| all & (v.abs() < math::TRIG_LIMIT));
+        if !all_in_range {
+            for (o, &v) in out.iter_mut().zip(values) {
+                if !(v.abs() < math::TRIG_LIMIT) {
+                    *o = exact(v);
+                }
+            }
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! Vectorisable f32 approximations of exp, erf, tanh and friends: branch-free arithmetic that
 //! LLVM turns into SIMD inside the multiversioned kernels (libm calls would stay scalar).
 //! Accuracy: exp ≈ 2 ulp over [-87, 88]; erf max abs error 1.5e-7 (Abramowitz & Stegun 7.1.26
-//! refined by one exp); tanh and sigmoid inherit exp's relative accuracy.
+//! refined by one exp); tanh and sigmoid inherit exp's relative accuracy; sin and cos
+//! |error| ≤ 2e-7 for |x| below [`TRIG_LIMIT`] (libm's past it).
 
 /// e^x for f32, Cody-Waite range reduction and a degree-6 polynomial.
 #[inline(always)]
@@ -85,6 +86,103 @@ pub fn ln(x: f32) -> f32 {
     }
 }
 
+/// |x| below which [`sin_in_range`] and [`cos_in_range`] hold: x·2/π must stay under 2^22 for
+/// the rounding trick that finds the quadrant. Rotary embeddings reach about 10^6 (positions ×
+/// the highest frequency).
+pub const TRIG_LIMIT: f32 = 6.5e6;
+
+/// x = n·π/2 + r with |r| ≤ π/4 (plus rounding), and n mod 4. π/2 is split into three
+/// f32 parts (the nearest f32 to π/2, then the nearest to each remainder): with a fused
+/// multiply-add the first product is exact and x − n·C1 is exact too (it is small and its bits
+/// lie within one f32), so r's error is one rounding of a number below 1, about 3e-8, for
+/// every n up to 2^22.
+#[inline(always)]
+fn reduce_quadrant(x: f32) -> (f32, u32) {
+    const ROUND: f32 = 12_582_912.0;
+    const PIO2_HI: f32 = f32::from_bits(0x3fc9_0fdb);
+    const PIO2_MID: f32 = f32::from_bits(0xb33b_bd2e);
+    const PIO2_LO: f32 = f32::from_bits(0xa6f7_2ced);
+    let t = x.mul_add(std::f32::consts::FRAC_2_PI, ROUND);
+    let n = t - ROUND;
+    let r = n.mul_add(-PIO2_HI, x);
+    let r = n.mul_add(-PIO2_MID, r);
+    let r = n.mul_add(-PIO2_LO, r);
+    // t's bits are 0x4B40_0000 + n, and 0x4B40_0000 is a multiple of 4.
+    (r, t.to_bits() & 3)
+}
+
+/// sin(r) on [-π/4, π/4]: Taylor through r⁹ (the next term is under 2e-9 there).
+#[inline(always)]
+fn sin_poly(r: f32) -> f32 {
+    let r2 = r * r;
+    let mut p = 1.0 / 362_880.0f32;
+    p = p.mul_add(r2, -1.0 / 5040.0);
+    p = p.mul_add(r2, 1.0 / 120.0);
+    p = p.mul_add(r2, -1.0 / 6.0);
+    (p * r2).mul_add(r, r)
+}
+
+/// cos(r) on [-π/4, π/4]: Taylor through r¹⁰ (the next term is under 2e-10 there).
+#[inline(always)]
+fn cos_poly(r: f32) -> f32 {
+    let r2 = r * r;
+    let mut p = -1.0 / 3_628_800.0f32;
+    p = p.mul_add(r2, 1.0 / 40320.0);
+    p = p.mul_add(r2, -1.0 / 720.0);
+    p = p.mul_add(r2, 1.0 / 24.0);
+    p = p.mul_add(r2, -0.5);
+    p.mul_add(r2, 1.0)
+}
+
+/// sin or cos of the quadrant `q` (0-3) of r: both polynomials, one kept and its sign flipped
+/// in quadrants 2 and 3, branch-free so that the loops around it vectorise.
+#[inline(always)]
+fn quadrant_value(r: f32, q: u32) -> f32 {
+    let (s, c) = (sin_poly(r), cos_poly(r));
+    let value = if q & 1 == 0 { s } else { c };
+    f32::from_bits(value.to_bits() ^ ((q & 2) << 30))
+}
+
+/// sin(x) for |x| < [`TRIG_LIMIT`] (branch-free; other x give garbage, NaN gives NaN).
+#[inline(always)]
+pub fn sin_in_range(x: f32) -> f32 {
+    let (r, q) = reduce_quadrant(x);
+    // sin(−0) is −0 (the polynomial's +0 term would make it +0): a select, not a branch.
+    if x == 0.0 {
+        x
+    } else {
+        quadrant_value(r, q)
+    }
+}
+
+/// cos(x) for |x| < [`TRIG_LIMIT`]: sin(x + π/2), one quadrant on.
+#[inline(always)]
+pub fn cos_in_range(x: f32) -> f32 {
+    let (r, q) = reduce_quadrant(x);
+    quadrant_value(r, (q + 1) & 3)
+}
+
+/// sin(x) for every x: [`sin_in_range`] where it holds, libm's past [`TRIG_LIMIT`] (the branch
+/// keeps a loop around it scalar: vector kernels test a block and patch it instead).
+#[inline(always)]
+pub fn sin(x: f32) -> f32 {
+    if x.abs() < TRIG_LIMIT {
+        sin_in_range(x)
+    } else {
+        x.sin()
+    }
+}
+
+/// cos(x) for every x, as [`sin`].
+#[inline(always)]
+pub fn cos(x: f32) -> f32 {
+    if x.abs() < TRIG_LIMIT {
+        cos_in_range(x)
+    } else {
+        x.cos()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +207,44 @@ mod tests {
             }
             x += 0.037;
         }
+    }
+
+    #[test]
+    fn sin_and_cos_match_f64_over_the_reduced_range_and_fall_back_past_it() {
+        let mut worst: f64 = 0.0;
+        let mut check = |x: f32| {
+            let (want_sin, want_cos) = ((x as f64).sin(), (x as f64).cos());
+            let (got_sin, got_cos) = (sin(x) as f64, cos(x) as f64);
+            let error = (got_sin - want_sin).abs().max((got_cos - want_cos).abs());
+            assert!(
+                error < 2e-7,
+                "x = {x}: sin {got_sin} vs {want_sin}, cos {got_cos} vs {want_cos}"
+            );
+            worst = worst.max(error);
+        };
+        // Dense over the range models use (angles, positions × frequencies), both signs.
+        let mut x = -200.0f32;
+        while x < 200.0 {
+            check(x);
+            x += 0.0013;
+        }
+        // Multiples of π/2 (where r is smallest and the quadrant flips), and large arguments
+        // up to the limit and past it (libm).
+        for k in -4000..4000 {
+            let near = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            check(near);
+            check(f32::from_bits(near.to_bits() + 1));
+        }
+        let mut x = 200.0f32;
+        while x < 3.0e7 {
+            check(x);
+            check(-x);
+            x *= 1.0007;
+        }
+        assert!(worst > 0.0);
+        assert_eq!(sin(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert!(sin(f32::NAN).is_nan() && cos(f32::INFINITY).is_nan());
+        assert!(sin_in_range(f32::NAN).is_nan());
     }
 
     /// erf by its Taylor/continued-fraction definition in f64, as the test reference.
