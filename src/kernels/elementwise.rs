@@ -266,8 +266,8 @@ multiversion! {
     /// y[i] = op(x[i]).
     pub fn unary(op: Unary, x: &[f32], y: &mut [f32]) {
         match op {
-            Unary::Sin => return trig_blocks(x, y, |v| math::sin_in_range(v), f32::sin),
-            Unary::Cos => return trig_blocks(x, y, |v| math::cos_in_range(v), f32::cos),
+            Unary::Sin => return trig_blocks(x, y, math::sin_in_range, f32::sin),
+            Unary::Cos => return trig_blocks(x, y, math::cos_in_range, f32::cos),
             _ => {}
         }
         per_unary!(op, |f| {
@@ -294,13 +294,13 @@ fn trig_blocks(
         for (o, &v) in out.iter_mut().zip(values) {
             *o = in_range(v);
         }
-        // `!(|v| < limit)` is also true for NaN, which takes libm's NaN.
+        // A NaN fails the test too, and takes libm's NaN.
         let all_in_range = values
             .iter()
             .fold(true, |all, &v| all & (v.abs() < math::TRIG_LIMIT));
         if !all_in_range {
             for (o, &v) in out.iter_mut().zip(values) {
-                if !(v.abs() < math::TRIG_LIMIT) {
+                if v.is_nan() || v.abs() >= math::TRIG_LIMIT {
                     *o = exact(v);
                 }
             }
