@@ -395,14 +395,34 @@ pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Ve
         return Err(format!("TopK: k = {k} for an axis of {len}"));
     }
     let k = k as usize;
-    let keys: Vec<f64> = match &x.data {
-        RtData::F32(v) => v.iter().map(|&e| e as f64).collect(),
-        RtData::I64(v) => v.iter().map(|&e| e as f64).collect(),
-    };
     let mut shape = x.shape.clone();
     shape[axis] = k;
     let mut sources = Vec::with_capacity(outer * k * inner);
     let mut indices = vec![0i64; outer * k * inner];
+    if let (RtData::F32(values), 1) = (&x.data, inner) {
+        if (1..=SMALL_K).contains(&k) && k < len {
+            let mut kept: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+            for (o, row) in values.chunks_exact(len).enumerate() {
+                top_k_of_row(row, k, largest, &mut kept);
+                for (n, &(_, a)) in kept.iter().enumerate() {
+                    indices[o * k + n] = a as i64;
+                    sources.push(o * len + a);
+                }
+            }
+            let values = select(x, shape.clone(), &sources);
+            return Ok(vec![
+                values,
+                RtTensor {
+                    shape,
+                    data: RtData::I64(indices),
+                },
+            ]);
+        }
+    }
+    let keys: Vec<f64> = match &x.data {
+        RtData::F32(v) => v.iter().map(|&e| e as f64).collect(),
+        RtData::I64(v) => v.iter().map(|&e| e as f64).collect(),
+    };
     let mut order: Vec<(f64, usize)> = Vec::with_capacity(len);
     for o in 0..outer {
         for i in 0..inner {
@@ -471,6 +491,49 @@ pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Ve
             data: RtData::I64(indices),
         },
     ])
+}
+
+/// The `k` best of one contiguous f32 row (1 ≤ k < row length), best first, ties by lower
+/// index, NaN ordered as `f32::total_cmp` orders it (the general path's order). Once `k` are
+/// kept, blocks of 16 are skipped when none of their values reaches the worst kept (one
+/// vectorised compare per element); only blocks with a candidate, a tie or a NaN take the exact
+/// insertion. Over 64 rows of 1000 with k = 5 the scan through f64 keys and `total_cmp` per
+/// element took 273 µs, onnxruntime 84.
+fn top_k_of_row(row: &[f32], k: usize, largest: bool, kept: &mut Vec<(f32, usize)>) {
+    let before = |x: &(f32, usize), y: &(f32, usize)| {
+        let by_value = if largest {
+            y.0.total_cmp(&x.0)
+        } else {
+            x.0.total_cmp(&y.0)
+        };
+        by_value.then(x.1.cmp(&y.1))
+    };
+    kept.clear();
+    const BLOCK: usize = 16;
+    for (block_index, block) in row.chunks(BLOCK).enumerate() {
+        if kept.len() == k {
+            let worst = kept[k - 1].0;
+            // A superset of the values that can enter: ties and NaNs go to the exact path.
+            let any = block.iter().fold(false, |any, &v| {
+                any | v.is_nan() | if largest { v >= worst } else { v <= worst }
+            });
+            if !any {
+                continue;
+            }
+        }
+        for (offset, &value) in block.iter().enumerate() {
+            let candidate = (value, block_index * BLOCK + offset);
+            if kept.len() == k {
+                // Scanned in index order, a candidate beats a kept element only by value.
+                if before(&candidate, &kept[k - 1]).is_ge() {
+                    continue;
+                }
+                kept.pop();
+            }
+            let place = kept.partition_point(|entry| before(entry, &candidate).is_lt());
+            kept.insert(place, candidate);
+        }
+    }
 }
 
 pub(super) fn one_hot(

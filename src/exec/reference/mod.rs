@@ -812,31 +812,62 @@ mod tests {
     /// directions, along a middle axis.
     #[test]
     fn top_k_matches_a_full_sort() {
-        let (outer, len, inner) = (3usize, 40usize, 2usize);
-        let values: Vec<f32> = (0..outer * len * inner)
-            .map(|v| ((v * 37) % 11) as f32)
-            .collect();
-        let x = f(&[outer, len, inner], &values);
-        for k in [1usize, 5, 39, 40] {
-            for largest in [true, false] {
-                let out = top_k(&x, k as i64, 1, largest).unwrap();
-                let indices = ints(&out[1]);
-                for o in 0..outer {
-                    for i in 0..inner {
-                        let mut order: Vec<usize> = (0..len).collect();
-                        let key = |a: usize| values[(o * len + a) * inner + i];
-                        order.sort_by(|&a, &b| {
-                            let by = key(a).total_cmp(&key(b));
-                            if largest {
-                                by.reverse()
-                            } else {
-                                by
+        // inner 1 takes the blocked path for contiguous f32 rows (blocks of 16). Its rows of
+        // 48: the first block sets the kept values, the later blocks hold only values that
+        // lose to them but for one NaN, −NaN, +0 after −0s or infinity, which a compare that
+        // skips blocks must still see, in `total_cmp` order.
+        let rows_48: Vec<f32> = [
+            (f32::NAN, 40usize),
+            (-f32::NAN, 21),
+            (0.0, 20),
+            (f32::INFINITY, 47),
+        ]
+        .iter()
+        .flat_map(|&(special, at)| {
+            (0..48usize).map(move |a| match a {
+                _ if a == at => special,
+                0..=15 if special == 0.0 => -0.0,
+                0..=15 => 1.0 + a as f32,
+                _ if special == 0.0 => -1.0,
+                _ => 0.5,
+            })
+        })
+        .collect();
+        for (outer, len, inner) in [(3usize, 40usize, 2usize), (3, 70, 1), (4, 48, 1)] {
+            let values: Vec<f32> = if len == 48 {
+                rows_48.clone()
+            } else {
+                (0..outer * len * inner)
+                    .map(|v| ((v * 37) % 11) as f32)
+                    .collect()
+            };
+            let x = f(&[outer, len, inner], &values);
+            for k in [1usize, 2, 5, 39, 40] {
+                for largest in [true, false] {
+                    let out = top_k(&x, k as i64, 1, largest).unwrap();
+                    let indices = ints(&out[1]);
+                    for o in 0..outer {
+                        for i in 0..inner {
+                            let mut order: Vec<usize> = (0..len).collect();
+                            let key = |a: usize| values[(o * len + a) * inner + i];
+                            order.sort_by(|&a, &b| {
+                                let by = key(a).total_cmp(&key(b));
+                                if largest {
+                                    by.reverse()
+                                } else {
+                                    by
+                                }
+                            });
+                            let got: Vec<usize> = (0..k)
+                                .map(|n| indices[(o * k + n) * inner + i] as usize)
+                                .collect();
+                            assert_eq!(got, order[..k], "k {k} largest {largest} line {o},{i}");
+                            let got_values = out[0].to_f32();
+                            for (n, &a) in order[..k].iter().enumerate() {
+                                let value = got_values[(o * k + n) * inner + i];
+                                assert_eq!(value.to_bits(), key(a).to_bits());
                             }
-                        });
-                        let got: Vec<usize> = (0..k)
-                            .map(|n| indices[(o * k + n) * inner + i] as usize)
-                            .collect();
-                        assert_eq!(got, order[..k], "k {k} largest {largest} line {o},{i}");
+                        }
                     }
                 }
             }
