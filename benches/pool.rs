@@ -28,6 +28,9 @@ const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
     ("max 3x3/2 576x14²", true, 576, 14, 3, 2, 1),
     ("max 3x3/1 1024x7²", true, 1024, 7, 3, 1, 1),
     ("avg 3x3/1 1024x7²", false, 1024, 7, 3, 1, 1),
+    // Inception-v1 (the ONNX zoo export) at 224²: its last stages run on 13² and 6² planes.
+    ("max 3x3/1 512x13²", true, 512, 13, 3, 1, 1),
+    ("max 3x3/1 832x6²", true, 832, 6, 3, 1, 1),
     // YOLOv5/v8 SPPF at 640² (5×5 stride 1 three times in a row) and YOLOv3's SPP 9 and 13.
     ("max 5x5/1 256x20²", true, 256, 20, 5, 1, 2),
     ("max 9x9/1 512x19²", true, 512, 19, 9, 1, 4),

@@ -1,13 +1,17 @@
 //! Pooling over NCHW: max and average windows (padding, strides, dilation for max,
-//! `count_include_pad` for average) and global pools. Children: `narrow` (the AVX-512 kernel for
-//! planes whose output rows fit one vector) and `wide` (AVX-512 3×3 stride-1 windows on wider
-//! planes).
+//! `count_include_pad` for average) and global pools. Children: `flat` (the AVX-512 kernel for
+//! stride-1 "same" pools on planes of a few vectors, computed on the flattened plane),
+//! `narrow` (AVX-512, planes whose output rows fit one vector) and `wide` (AVX-512 stride-1
+//! windows on wider planes).
 
 use super::movement::{fold_row, Reduction};
 use super::simd::{isa_level, multiversion, IsaLevel};
 
+mod flat;
 mod narrow;
 mod wide;
+#[cfg(target_arch = "x86_64")]
+use flat::{flat_applies, flat_pool_avx512};
 #[cfg(target_arch = "x86_64")]
 use narrow::{narrow_planes_apply, narrow_planes_avx512};
 #[cfg(target_arch = "x86_64")]
@@ -46,9 +50,10 @@ pub fn max_pool_at(level: IsaLevel, p: &Pool2d, input: &[f32], output: &mut [f32
     max_pool_with::at(level, p, input, output, stride2_rows(level))
 }
 
-/// Runs `p` on the AVX-512 kernel that takes its geometry, if one does: the narrow-plane kernel,
-/// else the wide 3×3 stride-1 one; max (`MAX`) or sum scaled by `inverse()` (the average's
-/// divisors, computed only when a kernel runs). False when neither applies.
+/// Runs `p` on the AVX-512 kernel that takes its geometry, if one does: the flattened-plane
+/// kernel, else the narrow-plane one, else the wide stride-1 one; max (`MAX`) or sum scaled by
+/// `inverse()` (the average's divisors, computed only when a kernel runs). False when none
+/// applies.
 #[cfg(target_arch = "x86_64")]
 fn own_kernel<const MAX: bool>(
     level: IsaLevel,
@@ -57,8 +62,9 @@ fn own_kernel<const MAX: bool>(
     output: &mut [f32],
     inverse: impl FnOnce() -> Option<Vec<f32>>,
 ) -> bool {
-    let narrow = narrow_planes_apply(level, p);
-    if !narrow && !wide_applies(level, p) {
+    let flat = flat_applies(level, p);
+    let narrow = !flat && narrow_planes_apply(level, p);
+    if !flat && !narrow && !wide_applies(level, p) {
         return false;
     }
     assert!(input.len() >= p.planes * p.in_h * p.in_w);
@@ -66,7 +72,9 @@ fn own_kernel<const MAX: bool>(
     let inverse = inverse();
     // SAFETY: AVX-512F is available (checked with the geometry); the slices were checked.
     unsafe {
-        if narrow {
+        if flat {
+            flat_pool_avx512::<MAX>(p, input, output, inverse.as_deref());
+        } else if narrow {
             narrow_planes_avx512::<MAX>(p, input, output, inverse.as_deref());
         } else {
             wide_pool_avx512::<MAX>(p, input, output, inverse.as_deref());

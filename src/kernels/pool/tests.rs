@@ -298,3 +298,86 @@ fn wide_pools_match_the_window_loop() {
         ));
     }
 }
+
+#[test]
+fn flat_pools_match_the_window_loop_and_stay_inside_their_planes() {
+    // Stride-1 windows whose output plane is the input's, on planes of up to 128 floats:
+    // Inception's 3×3 on 6² and 7², a 5×5, one-float planes, rows wider than a vector, the
+    // 128-float limit, and 2×2 windows padded on one side (SAME_UPPER: pad_top 0; SAME_LOWER:
+    // 1).
+    for (kernel, pad, in_h, in_w, planes) in [
+        (3, 1, 6, 6, 5),
+        (3, 1, 8, 16, 3),
+        (3, 1, 7, 7, 4),
+        (5, 2, 9, 9, 2),
+        (3, 1, 1, 1, 3),
+        (3, 1, 2, 17, 2),
+        (1, 0, 5, 5, 2),
+        (3, 1, 11, 11, 2),
+        (2, 0, 5, 5, 3),
+        (2, 1, 4, 7, 3),
+    ] {
+        let p = Pool2d {
+            planes,
+            in_h,
+            in_w,
+            kernel_h: kernel,
+            kernel_w: kernel,
+            stride_h: 1,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: pad,
+            out_h: in_h,
+            out_w: in_w,
+        };
+        let pad_after = kernel - 1 - pad;
+        let input: Vec<f32> = (0..planes * in_h * in_w)
+            .map(|i| ((i * 7919) % 101) as f32 - 50.0)
+            .collect();
+        let len = planes * in_h * in_w;
+        // Outputs are written into the front of a longer buffer: what follows (another
+        // thread's planes) must keep its sentinel.
+        let sentinel = 12345.0;
+        for level in crate::kernels::simd::available_levels() {
+            let want = naive_max(&p, &input);
+            let mut got = vec![sentinel; len + 16];
+            max_pool_at(level, &p, &input, &mut got[..len]);
+            assert_eq!(got[..len], want[..], "max {p:?} at {level:?}");
+            assert!(
+                got[len..].iter().all(|&v| v == sentinel),
+                "max {p:?} wrote past its planes"
+            );
+            for include_pad in [false, true] {
+                let want = naive_avg(&p, include_pad, pad_after, pad_after, &input);
+                let mut got = vec![sentinel; len + 16];
+                avg_pool_at(
+                    level,
+                    &p,
+                    include_pad,
+                    pad_after,
+                    pad_after,
+                    &input,
+                    &mut got[..len],
+                );
+                for (g, w) in got[..len].iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                        "avg {p:?} {g} {w}"
+                    );
+                }
+                assert!(
+                    got[len..].iter().all(|&v| v == sentinel),
+                    "avg {p:?} wrote past its planes"
+                );
+            }
+        }
+        if crate::kernels::simd::isa_level() == crate::kernels::simd::IsaLevel::Avx512 {
+            assert!(
+                flat::flat_applies(crate::kernels::simd::IsaLevel::Avx512, &p),
+                "{p:?}"
+            );
+        }
+    }
+}
