@@ -543,7 +543,10 @@ pub enum Reduction {
     LogSumExp,
 }
 
-/// Reduces over `axes` (sorted) of `shape`; output has the kept axes in order.
+super::simd::multiversion! {
+/// Reduces over `axes` (sorted) of `shape`; output has the kept axes in order. Compiled per
+/// ISA: the baseline build folded rows in SSE2 vectors, and a max over 128 rows of 768 took
+/// 21.7 µs against onnxruntime's 11.7.
 pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, out: &mut [f32]) {
     let init = match kind {
         Reduction::Max | Reduction::LogSumExp => f32::NEG_INFINITY,
@@ -569,8 +572,8 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
     }
     let combine = |o: f32, v: f32, max: f32| match kind {
         Reduction::Sum | Reduction::Mean => o + v,
-        Reduction::Max => o.max(v),
-        Reduction::Min => o.min(v),
+        Reduction::Max => max_ignoring_nan(o, v),
+        Reduction::Min => min_ignoring_nan(o, v),
         Reduction::Prod => o * v,
         Reduction::SumSquare | Reduction::L2 => o + v * v,
         Reduction::L1 => o + v.abs(),
@@ -591,8 +594,8 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
             let pairs = acc.iter_mut().zip(row);
             match kind {
                 Reduction::Sum | Reduction::Mean => pairs.for_each(|(o, &v)| *o += v),
-                Reduction::Max => pairs.for_each(|(o, &v)| *o = o.max(v)),
-                Reduction::Min => pairs.for_each(|(o, &v)| *o = o.min(v)),
+                Reduction::Max => pairs.for_each(|(o, &v)| *o = max_ignoring_nan(*o, v)),
+                Reduction::Min => pairs.for_each(|(o, &v)| *o = min_ignoring_nan(*o, v)),
                 Reduction::Prod => pairs.for_each(|(o, &v)| *o *= v),
                 Reduction::SumSquare | Reduction::L2 => pairs.for_each(|(o, &v)| *o += v * v),
                 Reduction::L1 => pairs.for_each(|(o, &v)| *o += v.abs()),
@@ -621,6 +624,29 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
         _ => {}
     }
 }
+}
+
+/// `f32::max` for an accumulator that is never NaN (it starts at −∞ and keeps itself against
+/// a NaN element): one compare and select, which vectorises to `vmaxps`, where `f32::max`
+/// adds a NaN fix-up to every vector. NaN elements are skipped, as `f32::max` skips them.
+#[inline(always)]
+fn max_ignoring_nan(acc: f32, value: f32) -> f32 {
+    if value > acc {
+        value
+    } else {
+        acc
+    }
+}
+
+/// The minimum counterpart of [`max_ignoring_nan`].
+#[inline(always)]
+fn min_ignoring_nan(acc: f32, value: f32) -> f32 {
+    if value < acc {
+        value
+    } else {
+        acc
+    }
+}
 
 /// `kind` folded over `row` onto `init`, in eight independent lanes the compiler vectorises
 /// (summation order differs from a sequential fold by rounding only).
@@ -646,10 +672,10 @@ pub(crate) fn fold_row(kind: Reduction, row: &[f32], init: f32, max: f32) -> f32
         Reduction::Sum | Reduction::Mean => init + sum(lanes(row, 0.0, |a, v| a + v)),
         Reduction::SumSquare | Reduction::L2 => init + sum(lanes(row, 0.0, |a, v| a + v * v)),
         Reduction::L1 => init + sum(lanes(row, 0.0, |a, v| a + v.abs())),
-        Reduction::Max => lanes(row, f32::NEG_INFINITY, f32::max)
+        Reduction::Max => lanes(row, f32::NEG_INFINITY, max_ignoring_nan)
             .into_iter()
             .fold(init, f32::max),
-        Reduction::Min => lanes(row, f32::INFINITY, f32::min)
+        Reduction::Min => lanes(row, f32::INFINITY, min_ignoring_nan)
             .into_iter()
             .fold(init, f32::min),
         Reduction::Prod => lanes(row, 1.0, |a, v| a * v)
@@ -745,6 +771,52 @@ mod tests {
         let mut y = [0; 6];
         transpose(&x, &[2, 3], &[1, 0], &mut y);
         assert_eq!(y, [1, 4, 2, 5, 3, 6]);
+    }
+
+    #[test]
+    fn max_and_min_skip_nans_along_and_across_rows_at_every_isa() {
+        // Rows of 37 with NaNs scattered (one row all NaN but one value): the folds along the
+        // last axis and across rows (axis 0) must give `f32::max`/`f32::min` of the rest.
+        let (rows, len) = (5usize, 37usize);
+        let mut x: Vec<f32> = (0..rows * len)
+            .map(|i| ((i * 7919) % 97) as f32 - 48.0)
+            .collect();
+        for at in [3, 40, 41, 77, 150, 184] {
+            x[at] = f32::NAN;
+        }
+        for (k, value) in x[2 * len..3 * len].iter_mut().enumerate() {
+            if k != 17 {
+                *value = f32::NAN;
+            }
+        }
+        let shape = [rows, len];
+        for level in crate::kernels::simd::available_levels() {
+            for (kind, fold) in [
+                (Reduction::Max, f32::max as fn(f32, f32) -> f32),
+                (Reduction::Min, f32::min),
+            ] {
+                let identity = if kind == Reduction::Max {
+                    f32::NEG_INFINITY
+                } else {
+                    f32::INFINITY
+                };
+                let mut along = vec![0.0; rows];
+                reduce::at(level, &x, &shape, &[1], kind, &mut along);
+                for r in 0..rows {
+                    let want = x[r * len..(r + 1) * len]
+                        .iter()
+                        .copied()
+                        .fold(identity, fold);
+                    assert_eq!(along[r], want, "{kind:?} row {r} at {level:?}");
+                }
+                let mut across = vec![0.0; len];
+                reduce::at(level, &x, &shape, &[0], kind, &mut across);
+                for c in 0..len {
+                    let want = (0..rows).map(|r| x[r * len + c]).fold(identity, fold);
+                    assert_eq!(across[c], want, "{kind:?} column {c} at {level:?}");
+                }
+            }
+        }
     }
 
     #[test]
