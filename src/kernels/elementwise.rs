@@ -262,9 +262,26 @@ macro_rules! per_unary {
     };
 }
 
+/// y[i] = op(x[i]), at the best ISA level.
+pub fn unary(op: Unary, x: &[f32], y: &mut [f32]) {
+    unary_at(super::simd::isa_level(), op, x, y)
+}
+
+/// y[i] = op(x[i]) at `level` or the best below it the CPU has. Sin and Cos at the scalar level
+/// take libm's: their reduction and polynomials are a dozen `mul_add`s an element, each a call
+/// to `fmaf` in code compiled without FMA, slower than one libm call.
+pub fn unary_at(level: super::simd::IsaLevel, op: Unary, x: &[f32], y: &mut [f32]) {
+    let scalar = level.min(super::simd::isa_level()) == super::simd::IsaLevel::Scalar;
+    match op {
+        Unary::Sin if scalar => y.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sin()),
+        Unary::Cos if scalar => y.iter_mut().zip(x).for_each(|(o, &v)| *o = v.cos()),
+        _ => unary_vectorised::at(level, op, x, y),
+    }
+}
+
 multiversion! {
-    /// y[i] = op(x[i]).
-    pub fn unary(op: Unary, x: &[f32], y: &mut [f32]) {
+    /// y[i] = op(x[i]), compiled per ISA.
+    pub fn unary_vectorised(op: Unary, x: &[f32], y: &mut [f32]) {
         match op {
             Unary::Sin => return trig_blocks(x, y, math::sin_in_range, f32::sin),
             Unary::Cos => return trig_blocks(x, y, math::cos_in_range, f32::cos),
@@ -283,12 +300,7 @@ multiversion! {
 /// libm call in the loop kept it scalar: 7 ns an element, 2.5-2.8× onnxruntime's time on a
 /// 64×56×56 tensor.
 #[inline(always)]
-fn trig_blocks(
-    x: &[f32],
-    y: &mut [f32],
-    in_range: impl Fn(f32) -> f32,
-    exact: impl Fn(f32) -> f32,
-) {
+fn trig_blocks(x: &[f32], y: &mut [f32], in_range: impl Fn(f32) -> f32, libm: impl Fn(f32) -> f32) {
     const BLOCK: usize = 64;
     for (out, values) in y.chunks_mut(BLOCK).zip(x.chunks(BLOCK)) {
         for (o, &v) in out.iter_mut().zip(values) {
@@ -301,7 +313,7 @@ fn trig_blocks(
         if !all_in_range {
             for (o, &v) in out.iter_mut().zip(values) {
                 if v.is_nan() || v.abs() >= math::TRIG_LIMIT {
-                    *o = exact(v);
+                    *o = libm(v);
                 }
             }
         }

@@ -66,6 +66,33 @@ pub fn venv_python() -> Option<PathBuf> {
     None
 }
 
+/// Python that sets `REDUCE_RANGE` for onnxruntime's quantizers: True where onnxruntime's own
+/// u8 × s8 kernels saturate. Without VNNI (AVX2, AVX-512 before Cascade Lake) they multiply
+/// through `vpmaddubsw`, which clamps each pair of products to int16: a row of 255 × 127 over
+/// k = 256 came out 4 194 176 (32 767 × 128) instead of 8 290 560 on an AVX2-only Zen 1, and a
+/// dynamically quantized BERT's LayerNorm output was off by 1.9. The int8 kernels here are
+/// exact, so on such a CPU the reference is quantized with 7-bit weights (`reduce_range`, the
+/// remedy onnxruntime documents for these machines), whose pairs cannot reach the clamp.
+pub const ORT_REDUCE_RANGE: &str = r#"
+import numpy as _np, onnx as _onnx, onnxruntime as _ort
+from onnx import helper as _helper, TensorProto as _TP
+def _u8s8_saturates():
+    graph = _helper.make_graph([_helper.make_node("MatMulInteger", ["A", "B"], ["Y"])], "probe",
+        [_helper.make_tensor_value_info("A", _TP.UINT8, [4, 256])],
+        [_helper.make_tensor_value_info("Y", _TP.INT32, [4, 16])],
+        [_onnx.numpy_helper.from_array(_np.full((256, 16), 127, _np.int8), "B")])
+    model = _helper.make_model(graph, opset_imports=[_helper.make_opsetid("", 13)])
+    session = _ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"A": _np.full((4, 256), 255, _np.uint8)})[0]
+    return int(got[0, 0]) != 255 * 127 * 256
+REDUCE_RANGE = _u8s8_saturates()
+"#;
+
+/// `script` with [`ORT_REDUCE_RANGE`] run first.
+pub fn with_reduce_range(script: &str) -> String {
+    format!("{ORT_REDUCE_RANGE}{script}")
+}
+
 pub fn analyze_builtin(name: &str, device: &str, precision: Precision) -> Analysis {
     let model = builtin::find(name).unwrap();
     let proto = model.build(WeightFill::Zeros);

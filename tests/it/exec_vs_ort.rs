@@ -188,7 +188,7 @@ for name in ["bert_tiny_ort_extended", "bert_tiny_transformers"]:
         sys.exit(f"{name}: no com.microsoft op")
     print(name, dict(ops))
 from onnxruntime.quantization import quantize_dynamic, QuantType
-quantize_dynamic(source, folder + "/bert_tiny_dynamic_int8.onnx", weight_type=QuantType.QInt8)
+quantize_dynamic(source, folder + "/bert_tiny_dynamic_int8.onnx", weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE)
 ops = collections.Counter(n.op_type for n in onnx.load(folder + "/bert_tiny_dynamic_int8.onnx").graph.node)
 if not ops["MatMulInteger"] or not ops["DynamicQuantizeLinear"]:
     sys.exit(f"dynamic quantization wrote {dict(ops)}")
@@ -202,7 +202,7 @@ fn onnxruntime_optimised_transformers_match_onnxruntime() {
     std::fs::create_dir_all(&folder).unwrap();
     let made = Command::new(&python)
         .arg("-c")
-        .arg(ORT_OPTIMISED)
+        .arg(super::common::with_reduce_range(ORT_OPTIMISED))
         .arg(&source)
         .arg(&folder)
         .output()
@@ -267,7 +267,8 @@ m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 m.ir_version = 8
 onnx.checker.check_model(m)
 onnx.save(m, out + ".float.onnx")
-quantize_dynamic(out + ".float.onnx", out, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "LSTM", "MatMul"])
+quantize_dynamic(out + ".float.onnx", out, weight_type=QuantType.QInt8, op_types_to_quantize=["Conv", "LSTM", "MatMul"],
+                 reduce_range=REDUCE_RANGE)
 import collections
 print(dict(collections.Counter(n.op_type for n in onnx.load(out).graph.node)))
 "#;
@@ -280,7 +281,7 @@ fn dynamically_quantized_conv_and_lstm_match_onnxruntime() {
     let model = folder.join("convlstm_dynamic_int8.onnx");
     let made = Command::new(&python)
         .arg("-c")
-        .arg(DYNAMIC_CONV_LSTM)
+        .arg(super::common::with_reduce_range(DYNAMIC_CONV_LSTM))
         .arg(&model)
         .output()
         .expect("python runs");

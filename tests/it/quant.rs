@@ -387,10 +387,11 @@ class Reader(CalibrationDataReader):
     def get_next(self):
         return next(self.data, None)
 quantize_static(sys.argv[1], sys.argv[2], Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE)
 "#;
     let out = std::process::Command::new(&python)
-        .args(["-c", script])
+        .arg("-c")
+        .arg(super::common::with_reduce_range(script))
         .arg(&fp32)
         .arg(&qdq)
         .output()
@@ -524,12 +525,13 @@ class Reader(CalibrationDataReader):
     def get_next(self):
         return next(self.data, None)
 quantize_static(sys.argv[1], sys.argv[2], Reader(), quant_format=QuantFormat.QOperator, per_channel=True,
-                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE)
 ops = collections.Counter(n.op_type for n in onnx.load(sys.argv[2]).graph.node)
 assert ops["QLinearConv"] > 0 and ops["QLinearAdd"] > 0, ops
 "#;
     let made = std::process::Command::new(&python)
-        .args(["-c", script])
+        .arg("-c")
+        .arg(super::common::with_reduce_range(script))
         .arg(&fp32)
         .arg(&qop)
         .output()

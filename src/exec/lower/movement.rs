@@ -1,6 +1,7 @@
 //! Data movement: `Transpose`, `Concat`, `Split`, `Slice`, `Gather`, `Expand`, `Pad` and
-//! `Resize` / `Upsample` (nearest and linear over the last two axes). `Tile` runs through the
-//! generic evaluator. Slice starts, pads and scales must be constants.
+//! `Resize` / `Upsample` (nearest and linear over the last two axes). `Tile` with constant
+//! repeats runs as an Expand; with run-time repeats through the generic evaluator. Slice
+//! starts, pads and scales must be constants.
 
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
 use crate::analysis::ops;
@@ -177,11 +178,32 @@ fn lower_expand(cx: &Cx) -> Result<Lowered, ExecError> {
     })
 }
 
-/// Tile runs through the generic evaluator, once its shapes are known like Expand's.
+/// Tile with constant repeats is a broadcast: out[.., r·s_a + i, ..] = x[.., i, ..] is the
+/// row-major layout of the input viewed as [1, s_0, 1, s_1, ...] expanded to
+/// [r_0, s_0, r_1, s_1, ...], which Expand's kernel writes (1×64×28² tiled 2×2 through the
+/// generic evaluator took 85 µs, onnxruntime 38). Run-time repeats take the generic evaluator.
 fn lower_tile(cx: &Cx) -> Result<Lowered, ExecError> {
-    cx.shape_of(0)?;
-    cx.out_shape(0)?;
-    Ok(Lowered::generic())
+    let x = cx.shape_of(0)?;
+    let out = cx.out_shape(0)?;
+    match cx.const_i64(1) {
+        // Negative repeats and a declared output shape that disagrees are the generic
+        // evaluator's to report.
+        Some(repeats)
+            if repeats.len() == x.len()
+                && out.len() == x.len()
+                && (0..x.len())
+                    .all(|a| repeats[a] >= 0 && out[a] == x[a] * repeats[a] as usize) =>
+        {
+            let shape = x.iter().flat_map(|&extent| [1, extent]).collect();
+            let out_shape = x
+                .iter()
+                .zip(&repeats)
+                .flat_map(|(&extent, &times)| [times as usize, extent])
+                .collect();
+            movement(MovementKernel::Expand { shape, out_shape })
+        }
+        _ => Ok(Lowered::generic()),
+    }
 }
 
 fn lower_pad(cx: &Cx) -> Result<Lowered, ExecError> {

@@ -814,9 +814,11 @@ mod tests {
     fn top_k_matches_a_full_sort() {
         // inner 1 takes the blocked path for contiguous f32 rows (blocks of 16). Its rows of
         // 48: the first block sets the kept values, the later blocks hold only values that
-        // lose to them but for one NaN, −NaN, +0 after −0s or infinity, which a compare that
-        // skips blocks must still see, in `total_cmp` order.
-        let rows_48: Vec<f32> = [
+        // lose to them but for one NaN, −NaN, +0 after −0s (a tie: the lower index wins) or
+        // infinity, which a compare that skips blocks must still see. The last two rows open
+        // with a block of −NaN or +NaN, kept first and worst, which every later value beats
+        // (largest and smallest asked for respectively).
+        let mut rows_48: Vec<f32> = [
             (f32::NAN, 40usize),
             (-f32::NAN, 21),
             (0.0, 20),
@@ -833,7 +835,10 @@ mod tests {
             })
         })
         .collect();
-        for (outer, len, inner) in [(3usize, 40usize, 2usize), (3, 70, 1), (4, 48, 1)] {
+        for nan in [-f32::NAN, f32::NAN] {
+            rows_48.extend((0..48usize).map(|a| if a < 16 { nan } else { a as f32 }));
+        }
+        for (outer, len, inner) in [(3usize, 40usize, 2usize), (3, 70, 1), (6, 48, 1)] {
             let values: Vec<f32> = if len == 48 {
                 rows_48.clone()
             } else {
@@ -850,8 +855,13 @@ mod tests {
                         for i in 0..inner {
                             let mut order: Vec<usize> = (0..len).collect();
                             let key = |a: usize| values[(o * len + a) * inner + i];
+                            // Stable: equal values (−0 = +0) keep the lower index first.
                             order.sort_by(|&a, &b| {
-                                let by = key(a).total_cmp(&key(b));
+                                let by = if key(a) == key(b) {
+                                    std::cmp::Ordering::Equal
+                                } else {
+                                    key(a).total_cmp(&key(b))
+                                };
                                 if largest {
                                     by.reverse()
                                 } else {

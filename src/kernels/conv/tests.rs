@@ -218,14 +218,35 @@ fn small_planes_run_pixel_major_and_match() {
         geom(128, 128, 4, 3, 1, 1, 4, 1), // four groups of 32 channels, 3×3
         geom(128, 128, 4, 1, 1, 0, 4, 1), // four pointwise groups
     ];
+    // Chosen on the 12×32 AVX-512 tiles; `check` runs them on this CPU's ISA, where the layout
+    // may differ: on AVX2's 6×16 tiles 64 channels × 56 pixels waste nothing either way
+    // (3584 computed both ways) and stay channel-major.
     for g in cases {
         assert_eq!(
-            gemm_layout(gemm::Isa::detect(), &g),
+            gemm_layout(gemm::Isa::Avx512, &g),
             GemmLayout::PixelMajor,
             "{g:?} should take the pixel-major path"
         );
         check(g);
     }
+    assert_eq!(
+        gemm_layout(gemm::Isa::Avx2Fma, &cases[0]),
+        GemmLayout::ChannelMajor
+    );
+    // 7×7 pixels against 64 channels is pixel-major on both tiles (AVX2: 50 × 64 = 3200
+    // computed against 64 × 56 = 3584; AVX-512: 52 × 64 against 64 × 64), so the path also runs
+    // on a CPU without AVX-512.
+    let seven = Conv2d {
+        in_h: 7,
+        in_w: 7,
+        out_h: 7,
+        out_w: 7,
+        ..geom(16, 64, 7, 3, 1, 1, 1, 1)
+    };
+    for isa in [gemm::Isa::Avx2Fma, gemm::Isa::Avx512] {
+        assert_eq!(gemm_layout(isa, &seven), GemmLayout::PixelMajor, "{isa:?}");
+    }
+    check(seven);
     // The ResNet-50 stage-4 shape is pixel-major on the 12×32 AVX-512 tiles.
     let stage4 = Conv2d {
         batch: 1,

@@ -187,7 +187,7 @@ fn sin_and_cos_blocks_patch_the_elements_past_the_reduced_range_at_every_isa() {
     ] {
         for level in crate::kernels::simd::available_levels() {
             let mut got = vec![0.0; x.len()];
-            unary::at(level, op, &x, &mut got);
+            unary_at(level, op, &x, &mut got);
             for (&v, &g) in x.iter().zip(&got) {
                 let want = exact(f64::from(v));
                 if want.is_nan() {
@@ -236,7 +236,7 @@ fn every_isa_variant_matches_the_scalar_semantics() {
         let want: Vec<f32> = x.iter().map(|&v| apply_unary(op, v)).collect();
         for level in crate::kernels::simd::available_levels() {
             let mut got = vec![0.0; x.len()];
-            unary::at(level, op, &x, &mut got);
+            unary_at(level, op, &x, &mut got);
             for (g, w) in got.iter().zip(&want) {
                 assert!(
                     (g - w).abs() <= 1e-6 * (1.0 + w.abs()),

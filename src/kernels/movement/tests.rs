@@ -1,0 +1,285 @@
+use super::*;
+
+/// Every permutation of ranks 1-5 with extents that exercise merging, size-1 axes and
+/// partial tiles, against the definition out[i] = in[perm⁻¹(i)].
+#[test]
+fn transpose_matches_the_definition() {
+    fn permutations(n: usize) -> Vec<Vec<usize>> {
+        if n == 0 {
+            return vec![vec![]];
+        }
+        let mut all = Vec::new();
+        for p in permutations(n - 1) {
+            for at in 0..=p.len() {
+                let mut q = p.clone();
+                q.insert(at, n - 1);
+                all.push(q);
+            }
+        }
+        all
+    }
+    for shape in [
+        vec![7],
+        vec![17, 33],
+        vec![1, 18, 3, 20],
+        vec![2, 3, 1, 19, 5],
+        vec![4, 1, 1, 35],
+        // Narrow interleaved planes (2-4 channels against a long axis), and 5 (not narrow).
+        vec![2, 37, 3],
+        vec![3, 2, 41],
+        vec![2, 4, 19, 5],
+    ] {
+        let total: usize = shape.iter().product();
+        let x: Vec<u32> = (0..total as u32).collect();
+        for perm in permutations(shape.len()) {
+            check_transpose(&x, &shape, &perm, 0);
+        }
+    }
+}
+
+/// `transpose` against out[i] = in[perm⁻¹(i)], element by element.
+fn check_transpose<T: Copy + PartialEq + std::fmt::Debug + 'static>(
+    x: &[T],
+    shape: &[usize],
+    perm: &[usize],
+    fill: T,
+) {
+    let in_strides = strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut got = vec![fill; x.len()];
+    transpose(x, shape, perm, &mut got);
+    let out_strides = strides(&out_shape);
+    for (linear, &value) in got.iter().enumerate() {
+        let src: usize = (0..shape.len())
+            .map(|a| (linear / out_strides[a]) % out_shape[a] * in_strides[perm[a]])
+            .sum();
+        assert_eq!(value, x[src], "shape {shape:?} perm {perm:?} at {linear}");
+    }
+}
+
+/// f32 takes the 8×8 register path (full blocks, edge rows and columns, several planes).
+#[test]
+fn transpose_f32_matches_the_definition() {
+    for (shape, perm) in [
+        (vec![17, 33], vec![1, 0]),
+        (vec![8, 8], vec![1, 0]),
+        (vec![2, 50, 3], vec![0, 2, 1]),
+        (vec![2, 4, 50], vec![0, 2, 1]),
+        (vec![1, 2, 100, 64], vec![0, 1, 3, 2]),
+        (vec![3, 20, 41], vec![0, 2, 1]),
+        (vec![2, 9, 8, 16], vec![0, 3, 1, 2]),
+        (vec![4, 24, 5, 40], vec![2, 1, 3, 0]),
+    ] {
+        let total: usize = shape.iter().product();
+        let x: Vec<f32> = (0..total).map(|v| v as f32).collect();
+        check_transpose(&x, &shape, &perm, -1.0);
+    }
+}
+
+/// Broadcasts against out[i] = x[i with every size-1 source axis at 0]: rows under 8, 8-63
+/// and 64+ long (the three ways a row is copied), an innermost broadcast axis, consecutive
+/// broadcast axes that merge, Tile's interleaved shapes, a zero extent, rank 0.
+#[test]
+fn broadcast_matches_the_definition() {
+    for (shape, out_shape) in [
+        (vec![1, 3, 1, 5], vec![2, 3, 4, 5]),
+        (vec![4, 1], vec![4, 70]),
+        (vec![1, 1, 28], vec![6, 7, 28]),
+        (vec![1, 2, 1, 28], vec![3, 2, 2, 28]),
+        (vec![1, 64], vec![5, 64]),
+        (vec![2, 1, 9], vec![2, 3, 9]),
+        (vec![3, 1, 9], vec![3, 0, 9]),
+        (vec![1, 1], vec![1, 1]),
+        (vec![], vec![]),
+    ] {
+        let x: Vec<u32> = (0..shape.iter().product::<usize>() as u32).collect();
+        let total: usize = out_shape.iter().product();
+        let out_strides = strides(&out_shape);
+        let in_strides = strides(&shape);
+        let want: Vec<u32> = (0..total)
+            .map(|i| {
+                let source: usize = (0..out_shape.len())
+                    .filter(|&a| shape[a] != 1)
+                    .map(|a| (i / out_strides[a] % out_shape[a]) * in_strides[a])
+                    .sum();
+                x[source]
+            })
+            .collect();
+        let mut got = vec![u32::MAX; total];
+        broadcast(&x, &shape, &out_shape, &mut got);
+        assert_eq!(got, want, "{shape:?} → {out_shape:?}");
+    }
+}
+
+#[test]
+fn transpose_2d() {
+    let x = [1, 2, 3, 4, 5, 6];
+    let mut y = [0; 6];
+    transpose(&x, &[2, 3], &[1, 0], &mut y);
+    assert_eq!(y, [1, 4, 2, 5, 3, 6]);
+}
+
+#[test]
+fn max_and_min_skip_nans_along_and_across_rows_at_every_isa() {
+    // Rows of 37 with NaNs scattered (one row all NaN but one value): the folds along the
+    // last axis and across rows (axis 0) must give `f32::max`/`f32::min` of the rest.
+    let (rows, len) = (5usize, 37usize);
+    let mut x: Vec<f32> = (0..rows * len)
+        .map(|i| ((i * 7919) % 97) as f32 - 48.0)
+        .collect();
+    for at in [3, 40, 41, 77, 150, 184] {
+        x[at] = f32::NAN;
+    }
+    for (k, value) in x[2 * len..3 * len].iter_mut().enumerate() {
+        if k != 17 {
+            *value = f32::NAN;
+        }
+    }
+    let shape = [rows, len];
+    for level in crate::kernels::simd::available_levels() {
+        for (kind, fold) in [
+            (Reduction::Max, f32::max as fn(f32, f32) -> f32),
+            (Reduction::Min, f32::min),
+        ] {
+            let identity = if kind == Reduction::Max {
+                f32::NEG_INFINITY
+            } else {
+                f32::INFINITY
+            };
+            let mut along = vec![0.0; rows];
+            reduce::at(level, &x, &shape, &[1], kind, &mut along);
+            for r in 0..rows {
+                let want = x[r * len..(r + 1) * len]
+                    .iter()
+                    .copied()
+                    .fold(identity, fold);
+                assert_eq!(along[r], want, "{kind:?} row {r} at {level:?}");
+            }
+            let mut across = vec![0.0; len];
+            reduce::at(level, &x, &shape, &[0], kind, &mut across);
+            for c in 0..len {
+                let want = (0..rows).map(|r| x[r * len + c]).fold(identity, fold);
+                assert_eq!(across[c], want, "{kind:?} column {c} at {level:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_middle_axis() {
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let mut out = vec![0.0; 4];
+    reduce(&x, &[2, 3, 2], &[1], Reduction::Sum, &mut out);
+    assert_eq!(out, vec![6.0, 9.0, 24.0, 27.0]);
+}
+
+/// Every reduction over a contiguous row (the lane-folded path, with a tail) and over an
+/// outer axis (the element-wise path) against the definition in f64.
+#[test]
+fn reductions_match_the_definition() {
+    let shape = [3, 19];
+    let x: Vec<f32> = (0..57)
+        .map(|v| ((v * 37 % 23) as f32 - 11.0) / 7.0)
+        .collect();
+    let kinds = [
+        Reduction::Sum,
+        Reduction::Mean,
+        Reduction::Max,
+        Reduction::Min,
+        Reduction::Prod,
+        Reduction::SumSquare,
+        Reduction::L1,
+        Reduction::L2,
+        Reduction::LogSumExp,
+    ];
+    let define = |kind: Reduction, values: &[f64]| -> f64 {
+        let n = values.len() as f64;
+        let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        match kind {
+            Reduction::Sum => values.iter().sum(),
+            Reduction::Mean => values.iter().sum::<f64>() / n,
+            Reduction::Max => max,
+            Reduction::Min => values.iter().cloned().fold(f64::INFINITY, f64::min),
+            Reduction::Prod => values.iter().product(),
+            Reduction::SumSquare => values.iter().map(|v| v * v).sum(),
+            Reduction::L1 => values.iter().map(|v| v.abs()).sum(),
+            Reduction::L2 => values.iter().map(|v| v * v).sum::<f64>().sqrt(),
+            Reduction::LogSumExp => values.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max,
+        }
+    };
+    for kind in kinds {
+        for (axis, kept) in [(1usize, 3usize), (0, 19)] {
+            let mut out = vec![0.0; kept];
+            reduce(&x, &shape, &[axis], kind, &mut out);
+            for (k, &got) in out.iter().enumerate() {
+                let values: Vec<f64> = (0..shape[axis])
+                    .map(|r| {
+                        let (i, j) = if axis == 1 { (k, r) } else { (r, k) };
+                        f64::from(x[i * 19 + j])
+                    })
+                    .collect();
+                let want = define(kind, &values);
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{kind:?} over axis {axis}, output {k}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn negative_step_slice() {
+    let x = [0, 1, 2, 3, 4];
+    let mut y = [0; 5];
+    slice(&x, &[5], &[4], &[-1], &[5], &mut y);
+    assert_eq!(y, [4, 3, 2, 1, 0]);
+}
+
+/// Every mode on a 3-D tensor with leading, trailing and wider-than-the-axis pads, against
+/// the per-element definition.
+#[test]
+fn pad_matches_the_definition() {
+    let shape = [2usize, 3, 4];
+    let x: Vec<f32> = (0..24).map(|v| v as f32).collect();
+    for mode in [PadMode::Constant, PadMode::Edge, PadMode::Reflect] {
+        for (begin, end) in [
+            ([0, 1, 2], [1, 0, 3]),
+            ([1, 2, 0], [0, 2, 1]),
+            ([0, 0, 0], [0, 0, 0]),
+        ] {
+            let out_shape: Vec<usize> = (0..3).map(|a| shape[a] + begin[a] + end[a]).collect();
+            let mut got = vec![f32::NAN; out_shape.iter().product()];
+            pad(&x, &shape, &begin, &out_shape, mode, -1.0, &mut got);
+            let out_strides = strides(&out_shape);
+            for (linear, &value) in got.iter().enumerate() {
+                let mut src = Some(0);
+                for a in 0..3 {
+                    let at = linear / out_strides[a] % out_shape[a];
+                    let c = at as isize - begin[a] as isize;
+                    let n = shape[a] as isize;
+                    let c = if (0..n).contains(&c) {
+                        Some(c)
+                    } else {
+                        match mode {
+                            PadMode::Constant => None,
+                            PadMode::Edge => Some(c.clamp(0, n - 1)),
+                            PadMode::Reflect => Some(if c < 0 { -c } else { 2 * (n - 1) - c }),
+                        }
+                    };
+                    src = src.zip(c).map(|(s, c)| s * shape[a] + c as usize);
+                }
+                let want = src.map_or(-1.0, |s| x[s]);
+                assert_eq!(value, want, "{mode:?} {begin:?} {end:?} at {linear}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reflect_pad() {
+    let x = [1.0, 2.0, 3.0];
+    let mut y = [0.0; 7];
+    pad(&x, &[3], &[2], &[7], PadMode::Reflect, 0.0, &mut y);
+    assert_eq!(y, [3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
+}
