@@ -48,6 +48,9 @@ pub struct ComputeKernel {
     /// What one loop iteration executes.
     pub description: &'static str,
     pub flops_per_iteration: f64,
+    /// (class, instructions per iteration): what the theoretical rate of this loop is
+    /// derived from ([`super::microarch::CoreModel::body_flops_per_cycle`]).
+    pub body: &'static [(OpClass, u64)],
     /// Retired instructions per iteration, the loop's `dec`/`jnz` included.
     pub instructions_per_iteration: u64,
     pub fallback: bool,
@@ -300,6 +303,7 @@ fn build(spec: Spec) -> ComputeKernel {
         chains: (fma_type + adds) as u32,
         description: spec.description,
         flops_per_iteration: flops,
+        body: spec.body,
         instructions_per_iteration: fma_type + adds + 2,
         fallback: matches!(spec.function, KernelFn::Portable(_)),
         operand_bits: spec.operand_bits,

@@ -260,6 +260,42 @@ impl CoreModel {
             .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
     }
 
+    /// FLOP per cycle per core of a loop whose iteration issues `body` ((class, instructions))
+    /// at `vector_bits`: its FLOPs over the cycles its busiest group of pipes needs. Adds issue
+    /// on their own pipes where the core has them (`fadd`), else in the FMA pipes' slots (Intel's
+    /// shared ports, Zen 1's FADD pipes that do not issue beside an FMA), so an FMA+ADD mix
+    /// there runs below the FMA-only rate. For a body of one class this is
+    /// [`Self::flops_per_cycle`] at that width. `None` when a class has no rate at the width.
+    pub fn body_flops_per_cycle(
+        &self,
+        precision: Precision,
+        body: &[(OpClass, u64)],
+        vector_bits: u32,
+    ) -> Option<f64> {
+        let separate_adders = self.fadd.at(vector_bits) > 0.0;
+        let mut flops = 0.0;
+        // Cycles per pipe group: each class on its own pipes, adds with the FMAs when shared.
+        let mut cycles: Vec<(OpClass, f64)> = Vec::new();
+        for &(class, count) in body {
+            flops += count as f64 * flops_per_instruction(class, precision, vector_bits);
+            let group = if class == OpClass::Add && !separate_adders {
+                OpClass::Fma
+            } else {
+                class
+            };
+            let rate = self.per_cycle(group).at(vector_bits);
+            if rate <= 0.0 {
+                return None;
+            }
+            match cycles.iter_mut().find(|(pipes, _)| *pipes == group) {
+                Some((_, busy)) => *busy += count as f64 / rate,
+                None => cycles.push((group, count as f64 / rate)),
+            }
+        }
+        let busiest = cycles.iter().map(|&(_, busy)| busy).fold(0.0, f64::max);
+        (busiest > 0.0).then(|| flops / busiest)
+    }
+
     pub fn record(&self) -> CoreModelRecord {
         CoreModelRecord {
             name: self.name.to_string(),
@@ -590,6 +626,47 @@ mod tests {
         assert_eq!(record.amx_bf16_flops_per_cycle, 1024.0);
         assert_eq!(record.amx_int8_ops_per_cycle, 2048.0);
         assert!(record.licence_frequency.contains("93%"));
+    }
+
+    /// Hand-derived rates of the probe's mixed loops (8 FMA + 7 ADD ymm, 12 + 12 zmm): with
+    /// separate adders the busier pipe group sets the cycles, with shared issue the sum does.
+    #[test]
+    fn an_fma_add_loop_is_judged_by_the_pipes_it_issues_on() {
+        use OpClass::{Add, Fma};
+        let ymm_mix: &[(OpClass, u64)] = &[(Fma, 8), (Add, 7)];
+        // Zen 3: FMAs 8 / 2 = 4 cycles, adds 7 / 2 = 3.5 beside them: 184 FLOP (fp32) in 4.
+        let zen3 = x86_core_model("AuthenticAMD", 0x19, 0x01, Some(1));
+        let rate = zen3.body_flops_per_cycle(Precision::Fp32, ymm_mix, 256);
+        assert_close(rate.unwrap(), 46.0);
+        // Zen 1: a ymm FMA or add is one per cycle and they do not overlap: 184 FLOP in 15.
+        let zen1 = x86_core_model("AuthenticAMD", 0x17, 0x01, Some(2));
+        assert_eq!(zen1.name, "AMD Zen / Zen+");
+        let rate = zen1.body_flops_per_cycle(Precision::Fp32, ymm_mix, 256);
+        assert_close(rate.unwrap(), 184.0 / 15.0);
+        // ... which the kernel-independent FMA+ADD peak does not exceed: FMA alone, 16.
+        let (peak, _) = zen1
+            .flops_per_cycle(Precision::Fp32, ComputeMix::FmaAdd, &AVX2)
+            .unwrap();
+        assert_close(peak, 16.0);
+        // Ice Lake-SP, adds on the two FMA ports: 24 zmm instructions in 12 cycles, 576 FLOP
+        // (fp32), below the FMA-only 64 per cycle.
+        let icx = x86_core_model("GenuineIntel", 6, 0x6a, Some(6));
+        let zmm_mix: &[(OpClass, u64)] = &[(Fma, 12), (Add, 12)];
+        assert_close(
+            icx.body_flops_per_cycle(Precision::Fp32, zmm_mix, 512)
+                .unwrap(),
+            48.0,
+        );
+        // One class: the per-width peak. No ADD at a width without FMA rate: none.
+        let fma_only: &[(OpClass, u64)] = &[(Fma, 12)];
+        assert_close(
+            zen3.body_flops_per_cycle(Precision::Fp64, fma_only, 256)
+                .unwrap(),
+            16.0,
+        );
+        assert!(zen3
+            .body_flops_per_cycle(Precision::Fp32, zmm_mix, 512)
+            .is_none());
     }
 
     #[test]

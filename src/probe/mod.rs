@@ -405,12 +405,13 @@ pub fn run_probe(
             }
             // Theory at the clock the kernel's own instructions ran at (measured right after
             // blocks of it, each thread's fastest round).
-            let widths = cpu.isa.widths_for(kernel.precision);
+            // The kernel's own mix, at its own width: an FMA+ADD loop on a core whose adds share
+            // the FMA pipes' issue cannot reach the FMA-only peak, and is not judged against it.
             let theory = cpu
                 .core_model
-                .flops_per_cycle(kernel.precision, kernel.mix, &widths)
+                .body_flops_per_cycle(kernel.precision, kernel.body, kernel.vector_bits)
                 .filter(|_| clocks.len() == threads && clocks.iter().all(|&hz| hz > 0.0))
-                .map(|(per_cycle, _)| microarch::theoretical_flops(per_cycle, &clocks));
+                .map(|per_cycle| microarch::theoretical_flops(per_cycle, &clocks));
             let mut flags = Vec::new();
             if timing.noisy {
                 flags.push(MeasurementFlag::Noisy);
@@ -528,8 +529,13 @@ pub fn run_probe(
     for &threads in &thread_counts {
         for precision in Precision::ALL {
             for mix in [ComputeMix::Fma, ComputeMix::FmaAdd] {
+                // Where adds have no pipes of their own (they share the FMAs' issue) an FMA+ADD
+                // peak is the FMA one, and no FMA+ADD kernel runs to give it a clock.
+                let separate_adders = [128, 256, 512]
+                    .iter()
+                    .any(|&bits| cpu.core_model.fadd.at(bits) > 0.0);
                 if mix == ComputeMix::FmaAdd
-                    && !matches!(precision, Precision::Fp64 | Precision::Fp32)
+                    && (!separate_adders || !matches!(precision, Precision::Fp64 | Precision::Fp32))
                 {
                     continue;
                 }
