@@ -448,7 +448,7 @@ mod tests {
             geom(1, (16, 33, 1), (7, 9), (1, 1), 1, 1, 0),
             geom(1, (4, 12, 1), (5, 40), (1, 5), 1, 1, 0),
         ];
-        let variants = [QIsa::Scalar, QIsa::AvxVnni, QIsa::Avx512Vnni];
+        let variants = QIsa::ALL;
         for (s, g) in shapes.iter().enumerate() {
             let taps = g.in_channels / g.group * g.kernel_h * g.kernel_w;
             let image: Vec<u8> =

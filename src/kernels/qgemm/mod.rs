@@ -37,6 +37,7 @@
 //! |---|---|---|---|
 //! | `avx512-vnni` | `vpdpbusd zmm` (+ AVX-512BW packing) | 8 × 32 | 8 × 32, 1 × 32 |
 //! | `avx-vnni` | `vpdpbusd ymm` (VEX) | 6 × 16 | 6 × 16, 1 × 16 |
+//! | `avx2` | 2 `vpmaddwd` on even / odd bytes widened to i16 (exact) | 6 × 16 | 6 × 16, 1 × 16 |
 //! | `scalar` | widening i32 multiply-add | 4 × 8 | 4 × 8, 1 × 8 |
 //! | `avx512-bf16` | `vdpbf16ps zmm`, k-pairs | 8 × 32 | 8 × 32, 1 × 32 |
 //! | `scalar` (bf16) | f32 multiply-add of bf16 values | 4 × 8 | 4 × 8, 1 × 8 |
@@ -75,17 +76,20 @@ use super::gemm::Activation;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum QIsa {
     Scalar,
+    /// AVX2 without VNNI: `vpdpbusd` emulated exactly with `vpmaddwd` on widened bytes.
+    Avx2,
     AvxVnni,
     Avx512Vnni,
 }
 
 impl QIsa {
     /// Every variant, slowest first.
-    pub const ALL: [QIsa; 3] = [QIsa::Scalar, QIsa::AvxVnni, QIsa::Avx512Vnni];
+    pub const ALL: [QIsa; 4] = [QIsa::Scalar, QIsa::Avx2, QIsa::AvxVnni, QIsa::Avx512Vnni];
 
     pub fn name(self) -> &'static str {
         match self {
             QIsa::Scalar => "scalar",
+            QIsa::Avx2 => "avx2",
             QIsa::AvxVnni => "avx-vnni",
             QIsa::Avx512Vnni => "avx512-vnni",
         }
@@ -95,6 +99,8 @@ impl QIsa {
     pub fn is_available(self) -> bool {
         match self {
             QIsa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            QIsa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
             #[cfg(target_arch = "x86_64")]
             QIsa::AvxVnni => {
                 (is_x86_feature_detected!("avxvnni") || cfg!(test) && x86::has_evex_vnni256())
@@ -138,7 +144,7 @@ impl QIsa {
     pub fn tile(self) -> (usize, usize) {
         match self {
             QIsa::Scalar => (scalar::MR, scalar::NR),
-            QIsa::AvxVnni => (6, 16),
+            QIsa::Avx2 | QIsa::AvxVnni => (6, 16),
             QIsa::Avx512Vnni => (8, 32),
         }
     }
@@ -487,6 +493,8 @@ fn kernels(isa: QIsa) -> &'static QKernels {
         QIsa::Scalar => &scalar::KERNELS,
         #[cfg(all(target_arch = "x86_64", test))]
         QIsa::AvxVnni if !is_x86_feature_detected!("avxvnni") => &x86::AVXVNNI_EVEX,
+        #[cfg(target_arch = "x86_64")]
+        QIsa::Avx2 => &x86::AVX2,
         #[cfg(target_arch = "x86_64")]
         QIsa::AvxVnni => &x86::AVXVNNI,
         #[cfg(target_arch = "x86_64")]
@@ -850,7 +858,7 @@ pub fn qgemm_xw_with(
     });
 }
 
-/// Which int8 variant this CPU runs ("avx512-vnni", "avx-vnni" or "scalar").
+/// Which int8 variant this CPU runs ("avx512-vnni", "avx-vnni", "avx2" or "scalar").
 pub fn isa_name() -> &'static str {
     QIsa::detect().name()
 }

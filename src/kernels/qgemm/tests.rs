@@ -489,8 +489,24 @@ fn check_offset_terms(isa: QIsa) {
 
 fn check_offset_terms_with(isa: QIsa, m: usize) {
     let (k, n) = (41, 37);
-    let activations: Vec<u8> = (0..m * k).map(|i| ((i * 89 + 7) % 256) as u8).collect();
-    let weights: Vec<i8> = (0..k * n).map(|i| ((i * 53) % 256) as u8 as i8).collect();
+    // Row 0 all 255 against channel 0 all 127 and channel 1 all −128: every pair of products
+    // (±64 770) is past i16, where a `vpmaddubsw` emulation of `vpdpbusd` would clamp.
+    let activations: Vec<u8> = (0..m * k)
+        .map(|i| {
+            if i < k {
+                255
+            } else {
+                ((i * 89 + 7) % 256) as u8
+            }
+        })
+        .collect();
+    let weights: Vec<i8> = (0..k * n)
+        .map(|i| match i % n {
+            0 => 127,
+            1 => -128,
+            _ => ((i * 53) % 256) as u8 as i8,
+        })
+        .collect();
     // xw: A rows (m × k) by weights k × n (channels are columns).
     let packed = PackedQWeights::for_dense(isa, &weights, k, n);
     let factor: Vec<i32> = (0..n).map(|c| c as i32 * 7 - 120).collect();
@@ -595,6 +611,7 @@ fn check_offset_terms_with(isa: QIsa, m: usize) {
 
 int8_suite!(
     scalar => QIsa::Scalar,
+    avx2 => QIsa::Avx2,
     avx_vnni => QIsa::AvxVnni,
     avx512_vnni => QIsa::Avx512Vnni,
 );

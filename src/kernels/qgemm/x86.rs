@@ -1,5 +1,6 @@
 //! x86 int8 variants: AVX-512 VNNI (`vpdpbusd zmm`, masked epilogue in registers, AVX-512BW
-//! packing) and AVX-VNNI (`vpdpbusd ymm`, VEX encoded; the portable epilogue and packing).
+//! packing), AVX-VNNI (`vpdpbusd ymm`, VEX encoded; the portable epilogue and packing) and AVX2
+//! (the AVX-VNNI tiles with `vpdpbusd` emulated by `vpmaddwd`).
 //!
 //! Each ISA's entry points are `#[target_feature]` functions instantiating the `#[inline(always)]`
 //! generic tile with that ISA's tile shape; they may only be called after
@@ -23,6 +24,15 @@ pub(crate) static AVXVNNI: QKernels = QKernels {
     wx: wx_256,
     xw: xw_256,
     xw1: xw1_256,
+    pack_kmajor: scalar::pack_kmajor,
+    pack_rows: scalar::pack_rows,
+};
+
+/// The 256-bit tiles on AVX2 without VNNI: each `vpdpbusd` emulated exactly ([`dpbusd_256`]).
+pub(crate) static AVX2: QKernels = QKernels {
+    wx: wx_256_avx2,
+    xw: xw_256_avx2,
+    xw1: xw1_256_avx2,
     pack_kmajor: scalar::pack_kmajor,
     pack_rows: scalar::pack_rows,
 };
@@ -423,17 +433,17 @@ unsafe fn pack_kmajor_512(x: &ActSrc, k: usize, j0: usize, w: usize, panel: usiz
 
 #[target_feature(enable = "avxvnni,avx2,fma")]
 unsafe fn wx_256(t: &Tile) {
-    tile_256::<6, 2, false, false>(t)
+    tile_256::<6, 2, false, DOT_VEX>(t)
 }
 
 #[target_feature(enable = "avxvnni,avx2,fma")]
 unsafe fn xw_256(t: &Tile) {
-    tile_256::<6, 2, true, false>(t)
+    tile_256::<6, 2, true, DOT_VEX>(t)
 }
 
 #[target_feature(enable = "avxvnni,avx2,fma")]
 unsafe fn xw1_256(t: &Tile) {
-    tile_256::<1, 2, true, false>(t)
+    tile_256::<1, 2, true, DOT_VEX>(t)
 }
 
 /// The AVX-VNNI tiles with `vpdpbusd ymm` in its EVEX encoding (AVX512-VNNI + VL): the same
@@ -451,35 +461,69 @@ pub(crate) static AVXVNNI_EVEX: QKernels = QKernels {
 #[cfg(test)]
 #[target_feature(enable = "avx512vnni,avx512vl,avx2,fma")]
 unsafe fn wx_256_evex(t: &Tile) {
-    tile_256::<6, 2, false, true>(t)
+    tile_256::<6, 2, false, DOT_EVEX>(t)
 }
 
 #[cfg(test)]
 #[target_feature(enable = "avx512vnni,avx512vl,avx2,fma")]
 unsafe fn xw_256_evex(t: &Tile) {
-    tile_256::<6, 2, true, true>(t)
+    tile_256::<6, 2, true, DOT_EVEX>(t)
 }
 
 #[cfg(test)]
 #[target_feature(enable = "avx512vnni,avx512vl,avx2,fma")]
 unsafe fn xw1_256_evex(t: &Tile) {
-    tile_256::<1, 2, true, true>(t)
+    tile_256::<1, 2, true, DOT_EVEX>(t)
 }
 
-/// `acc + Σ₄ u8·s8` on 8 lanes, VEX (AVX-VNNI) or EVEX (AVX512-VNNI + VL) encoded.
+/// `vpdpbusd ymm` VEX encoded (AVX-VNNI).
+const DOT_VEX: u8 = 0;
+/// `vpdpbusd ymm` EVEX encoded (AVX512-VNNI + VL).
+const DOT_EVEX: u8 = 1;
+/// AVX2 alone: see [`dpbusd_256`].
+const DOT_AVX2: u8 = 2;
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn wx_256_avx2(t: &Tile) {
+    tile_256::<6, 2, false, DOT_AVX2>(t)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn xw_256_avx2(t: &Tile) {
+    tile_256::<6, 2, true, DOT_AVX2>(t)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn xw1_256_avx2(t: &Tile) {
+    tile_256::<1, 2, true, DOT_AVX2>(t)
+}
+
+/// `acc + Σ₄ u8·s8` on 8 lanes. Without VNNI the quad splits into its even and odd bytes,
+/// widened to i16 (u8 zero-extended, s8 sign-extended), and two `vpmaddwd` sum the pairs into
+/// i32: exact, unlike `vpmaddubsw`, which clamps each pair sum to i16 (255·127·2 = 64 770 does
+/// not fit; onnxruntime's kernels on such CPUs return the clamped sums). The operands' splits
+/// are the same for every use of a broadcast or loaded vector, and are hoisted by the compiler.
 #[inline(always)]
-unsafe fn dpbusd_256<const EVEX: bool>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    if EVEX {
-        _mm256_dpbusd_epi32(acc, u, s)
-    } else {
-        _mm256_dpbusd_avx_epi32(acc, u, s)
+unsafe fn dpbusd_256<const DOT: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    match DOT {
+        DOT_EVEX => _mm256_dpbusd_epi32(acc, u, s),
+        DOT_VEX => _mm256_dpbusd_avx_epi32(acc, u, s),
+        _ => {
+            let u_even = _mm256_and_si256(u, _mm256_set1_epi16(0x00ff));
+            let u_odd = _mm256_srli_epi16::<8>(u);
+            let s_even = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(s));
+            let s_odd = _mm256_srai_epi16::<8>(s);
+            let pairs = _mm256_add_epi32(
+                _mm256_madd_epi16(u_even, s_even),
+                _mm256_madd_epi16(u_odd, s_odd),
+            );
+            _mm256_add_epi32(acc, pairs)
+        }
     }
 }
 
 #[inline(always)]
-unsafe fn tile_256<const M: usize, const NV: usize, const BCAST_U8: bool, const EVEX: bool>(
-    t: &Tile,
-) {
+unsafe fn tile_256<const M: usize, const NV: usize, const BCAST_U8: bool, const DOT: u8>(t: &Tile) {
     let mut acc = [[_mm256_setzero_si256(); NV]; M];
     let mut a = t.bcast;
     let mut b = t.vec;
@@ -492,9 +536,9 @@ unsafe fn tile_256<const M: usize, const NV: usize, const BCAST_U8: bool, const 
             let s = _mm256_set1_epi32((a.add(r * 4) as *const i32).read_unaligned());
             for (x, y) in row.iter_mut().zip(bv.iter()) {
                 *x = if BCAST_U8 {
-                    dpbusd_256::<EVEX>(*x, s, *y)
+                    dpbusd_256::<DOT>(*x, s, *y)
                 } else {
-                    dpbusd_256::<EVEX>(*x, *y, s)
+                    dpbusd_256::<DOT>(*x, *y, s)
                 };
             }
         }
