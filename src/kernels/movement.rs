@@ -409,8 +409,9 @@ pub fn broadcast<T: Copy>(input: &[T], shape: &[usize], out_shape: &[usize], out
 
 /// Writes `out` (the product of `axes`' extents) from `src` at `offset`, axis by axis: a
 /// repeated axis (source stride 0) writes its first block and copies it to the others, one
-/// large copy each, instead of rebuilding every repeat from the source row by row. Tile 2×2
-/// of 1×64×28² wrote 7168 rows of 28 floats one at a time (102 µs, onnxruntime 31).
+/// large copy each, instead of rebuilding every repeat from the source row by row (Tile 2×2
+/// of 1×64×28² as 7168 rows of 28 floats written one at a time took 102 µs on a Zen 4 guest,
+/// onnxruntime 31).
 fn broadcast_axes<T: Copy>(src: &[T], offset: usize, axes: &[(usize, usize)], out: &mut [T]) {
     let (extent, stride) = axes[0];
     if axes.len() == 1 {
