@@ -235,21 +235,7 @@ fn wide_pools_match_the_window_loop() {
         (13, 6, 20, 20, 2),
         (13, 6, 15, 33, 1),
     ] {
-        let p = Pool2d {
-            planes,
-            in_h,
-            in_w,
-            kernel_h: kernel,
-            kernel_w: kernel,
-            stride_h: 1,
-            stride_w: 1,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: pad,
-            pad_left: pad,
-            out_h: in_h + 2 * pad + 1 - kernel,
-            out_w: in_w + 2 * pad + 1 - kernel,
-        };
+        let p = stride1_square(planes, (in_h, in_w), kernel, pad);
         let input: Vec<f32> = (0..planes * in_h * in_w)
             .map(|i| ((i * 7919) % 101) as f32 - 50.0)
             .collect();
@@ -272,21 +258,7 @@ fn wide_pools_match_the_window_loop() {
         }
     }
     // The kernel is the one these geometries take on AVX-512 (YOLO's SPPF 5×5 too).
-    let mut p = Pool2d {
-        planes: 1,
-        in_h: 28,
-        in_w: 28,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 1,
-        stride_w: 1,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        out_h: 28,
-        out_w: 28,
-    };
+    let mut p = stride1_square(1, (28, 28), 3, 1);
     if crate::kernels::simd::isa_level() == crate::kernels::simd::IsaLevel::Avx512 {
         assert!(wide::wide_applies(
             crate::kernels::simd::IsaLevel::Avx512,
@@ -297,6 +269,31 @@ fn wide_pools_match_the_window_loop() {
             crate::kernels::simd::IsaLevel::Avx512,
             &p
         ));
+    }
+}
+
+/// A stride-1 `kernel × kernel` window over `planes` planes of `in_h × in_w`, padded by `pad`
+/// before and after.
+fn stride1_square(
+    planes: usize,
+    (in_h, in_w): (usize, usize),
+    kernel: usize,
+    pad: usize,
+) -> Pool2d {
+    Pool2d {
+        planes,
+        in_h,
+        in_w,
+        kernel_h: kernel,
+        kernel_w: kernel,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: pad,
+        pad_left: pad,
+        out_h: in_h + 2 * pad + 1 - kernel,
+        out_w: in_w + 2 * pad + 1 - kernel,
     }
 }
 
@@ -318,20 +315,11 @@ fn flat_pools_match_the_window_loop_and_stay_inside_their_planes() {
         (2, 0, 5, 5, 3),
         (2, 1, 4, 7, 3),
     ] {
+        // The output plane is the input's: `kernel − 1 − pad` padded after.
         let p = Pool2d {
-            planes,
-            in_h,
-            in_w,
-            kernel_h: kernel,
-            kernel_w: kernel,
-            stride_h: 1,
-            stride_w: 1,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: pad,
-            pad_left: pad,
             out_h: in_h,
             out_w: in_w,
+            ..stride1_square(planes, (in_h, in_w), kernel, pad)
         };
         let pad_after = kernel - 1 - pad;
         let input: Vec<f32> = (0..planes * in_h * in_w)
