@@ -271,7 +271,9 @@ pub fn unary(op: Unary, x: &[f32], y: &mut [f32]) {
 /// take libm's: their reduction and polynomials are a dozen `mul_add`s an element, each a call
 /// to `fmaf` in code compiled without FMA, slower than one libm call.
 pub fn unary_at(level: super::simd::IsaLevel, op: Unary, x: &[f32], y: &mut [f32]) {
-    let scalar = level.min(super::simd::isa_level()) == super::simd::IsaLevel::Scalar;
+    // Only x86 without FMA lacks a fused multiply-add instruction in baseline code.
+    let scalar = cfg!(target_arch = "x86_64")
+        && level.min(super::simd::isa_level()) == super::simd::IsaLevel::Scalar;
     match op {
         Unary::Sin if scalar => y.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sin()),
         Unary::Cos if scalar => y.iter_mut().zip(x).for_each(|(o, &v)| *o = v.cos()),

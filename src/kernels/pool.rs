@@ -262,7 +262,6 @@ const STRIDE2_SLACK: usize = 32;
 /// 1])` for `x` in `0..written`; the caller finishes the rest.
 type Stride2Rows = unsafe fn(&[f32], &mut [f32], usize, Stride2) -> usize;
 
-/// The stride-2 row kernel of `level` (capped by the CPU), if it has one.
 /// A level's stride-2 kernels: the row kernel, and the whole-window one where the level has it.
 #[derive(Clone, Copy)]
 struct Stride2Kernels {
@@ -270,6 +269,7 @@ struct Stride2Kernels {
     window: Option<Stride2Window>,
 }
 
+/// The stride-2 kernels of `level` (capped by the CPU), if it has them.
 fn stride2_rows(level: IsaLevel) -> Option<Stride2Kernels> {
     #[cfg(target_arch = "x86_64")]
     match level.min(isa_level()) {

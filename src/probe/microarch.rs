@@ -6,8 +6,10 @@
 //! from the table in `microarch_table.rs`, one row per core design, each with the source it was
 //! taken from, the frequency behaviour documented for heavy vector code on that core, and (for
 //! the AMX cores) the tile throughput as documentation. The FMA-only peak (what GEMM can use)
-//! and the FMA+ADD peak (FMAs plus the separate FP adders) are distinct ceilings and both are
-//! reported.
+//! and the FMA+ADD peak (FMAs plus the separate FP adders) are distinct ceilings, both reported
+//! where the core has separate adders; where adds share the FMAs' issue (Intel, Zen 1) the
+//! FMA+ADD peak would equal the FMA one and is not listed. A measured kernel is judged against
+//! the rate of its own instruction mix ([`CoreModel::body_flops_per_cycle`]).
 
 use crate::device::Precision;
 

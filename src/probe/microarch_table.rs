@@ -129,9 +129,9 @@ pub(super) const AMD_ZEN1: CoreModel = CoreModel {
     name: "AMD Zen / Zen+",
     fma: PerWidth::new(2.0, 1.0, 0.0),
     // The FADD pipes are there, but a loop of 8 vfmadd231ps + 7 vaddps ymm ran at 12.5 FLOP per
-    // cycle on a Zen 1 EPYC guest (2026-12-06), the rate of the two issued one after the other
-    // (184 FLOP in 15 cycles), not beside each other (24 per cycle): adds are modelled in the
-    // FMA pipes' slots.
+    // cycle on a Zen 1 EPYC guest (2026-12-06), about the rate of the two issued one after the
+    // other (184 FLOP in 15 cycles, 12.3), far from beside each other (24 per cycle): adds are
+    // modelled in the FMA pipes' slots.
     fadd: PerWidth::NONE,
     fma_latency_cycles: 5.0,
     assumption: "2 FMA pipes of 128 bits; 256-bit ops run as two halves; adds do not issue \

@@ -407,9 +407,21 @@ pub fn run_probe(
             // blocks of it, each thread's fastest round).
             // The kernel's own mix, at its own width: an FMA+ADD loop on a core whose adds share
             // the FMA pipes' issue cannot reach the FMA-only peak, and is not judged against it.
-            let theory = cpu
-                .core_model
-                .body_flops_per_cycle(kernel.precision, kernel.body, kernel.vector_bits)
+            // A portable fallback kernel (one lane as far as its spec says) is judged against
+            // the precision's vector peak, what the core could do.
+            let per_cycle = if kernel.fallback {
+                let widths = cpu.isa.widths_for(kernel.precision);
+                cpu.core_model
+                    .flops_per_cycle(kernel.precision, kernel.mix, &widths)
+                    .map(|(per_cycle, _)| per_cycle)
+            } else {
+                cpu.core_model.body_flops_per_cycle(
+                    kernel.precision,
+                    kernel.body,
+                    kernel.vector_bits,
+                )
+            };
+            let theory = per_cycle
                 .filter(|_| clocks.len() == threads && clocks.iter().all(|&hz| hz > 0.0))
                 .map(|per_cycle| microarch::theoretical_flops(per_cycle, &clocks));
             let mut flags = Vec::new();

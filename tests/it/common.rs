@@ -82,6 +82,7 @@ def _u8s8_saturates():
         [_helper.make_tensor_value_info("Y", _TP.INT32, [4, 16])],
         [_onnx.numpy_helper.from_array(_np.full((256, 16), 127, _np.int8), "B")])
     model = _helper.make_model(graph, opset_imports=[_helper.make_opsetid("", 13)])
+    model.ir_version = 8
     session = _ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"A": _np.full((4, 256), 255, _np.uint8)})[0]
     return int(got[0, 0]) != 255 * 127 * 256

@@ -413,7 +413,7 @@ pub(super) fn dequantized_lstm_weights<'a>(
 pub(super) fn int8_lstm_weights<'a>(
     get: &dyn Fn(usize) -> Option<&'a RtTensor>,
 ) -> Option<super::rnn::Int8Lstm> {
-    if crate::kernels::qgemm::QIsa::detect() == crate::kernels::qgemm::QIsa::Scalar {
+    if !crate::kernels::qgemm::multiplies_bytes_natively() {
         return None;
     }
     let per_direction = |inputs: (usize, usize, usize)| -> Option<Vec<super::rnn::Int8Weights>> {

@@ -438,7 +438,7 @@ pub(super) fn center_conv_weights(
     let group = ConvConfig::parse(&node.attrs)?.group.max(1) as usize;
     // The int8 GEMM where the CPU multiplies bytes natively; the f32 convolution is as quick
     // as the portable int8 kernel.
-    let int8 = (crate::kernels::qgemm::QIsa::detect() != crate::kernels::qgemm::QIsa::Scalar)
+    let int8 = crate::kernels::qgemm::multiplies_bytes_natively()
         .then(|| {
             let narrow: Vec<i32> = centred
                 .iter()
@@ -861,7 +861,7 @@ mod tests {
         let prepared = super::super::prepare(&node, &given, &constants).expect("W is constant");
         // The f32 weights, and where the CPU has VNNI the int8 panels: 24 channels of 72
         // taps in quads, and one offset per channel.
-        let int8_bytes = if crate::kernels::qgemm::QIsa::detect().name() == "scalar" {
+        let int8_bytes = if !crate::kernels::qgemm::multiplies_bytes_natively() {
             0
         } else {
             24 * 72 + 24 * 4

@@ -124,7 +124,7 @@ fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
             .map(|i| ((i * 7919) % 101) as f32 - 50.0)
             .collect();
         // Each level runs its own stride-2 path: AVX-512 and AVX2 their de-interleaving row
-        // kernels (AVX2's ending rows of 20-24 outputs with an overlapping block), scalar the
+        // kernels (AVX2 ends the 21-output row with an overlapping block), scalar the
         // generic phasing.
         for include_pad in [false, true] {
             let want = naive_avg(&p, include_pad, pad_end, pad_end, &input);

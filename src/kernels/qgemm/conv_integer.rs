@@ -14,7 +14,10 @@
 //! stay exact in `i32` while the reduction depth is at most [`MAX_TAPS`].
 
 use super::pack::im2col_u8;
-use super::{qgemm_wx_with, qgemm_xw, ActSrc, OffsetTerm, PackedQWeights, QEpilogue, QIsa, QOut};
+use super::{
+    multiplies_bytes_natively, qgemm_wx_with, qgemm_xw, ActSrc, OffsetTerm, PackedQWeights,
+    QEpilogue, QIsa, QOut,
+};
 use crate::kernels::conv::{im2col_channels_threaded, Conv2d};
 use crate::kernels::gemm::Activation;
 use crate::kernels::parallel::{parallel_for, SendPtr};
@@ -64,7 +67,12 @@ impl IntegerDenseWeights {
     /// than [`MAX_TAPS`], or when a column spans more than a byte.
     pub fn new(centred: &[i64], k: usize, n: usize) -> Option<Self> {
         let isa = QIsa::detect();
-        if isa == QIsa::Scalar || k == 0 || n == 0 || k > MAX_TAPS || centred.len() != k * n {
+        if !multiplies_bytes_natively()
+            || k == 0
+            || n == 0
+            || k > MAX_TAPS
+            || centred.len() != k * n
+        {
             return None;
         }
         let mut lows = vec![i64::MAX; n];

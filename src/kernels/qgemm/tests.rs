@@ -490,7 +490,7 @@ fn check_offset_terms(isa: QIsa) {
 fn check_offset_terms_with(isa: QIsa, m: usize) {
     let (k, n) = (41, 37);
     // Row 0 all 255 against channel 0 all 127 and channel 1 all −128: every pair of products
-    // (±64 770) is past i16, where a `vpmaddubsw` emulation of `vpdpbusd` would clamp.
+    // (64 770 and −65 280) is past i16, where a `vpmaddubsw` emulation of `vpdpbusd` would clamp.
     let activations: Vec<u8> = (0..m * k)
         .map(|i| {
             if i < k {
