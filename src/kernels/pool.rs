@@ -47,7 +47,7 @@ pub fn max_pool_at(level: IsaLevel, p: &Pool2d, input: &[f32], output: &mut [f32
     if own_kernel::<true>(level, p, input, output, || None) {
         return;
     }
-    max_pool_with::at(level, p, input, output, stride2_rows(level))
+    max_pool_with::at(level, p, input, output, stride2_kernels(level))
 }
 
 /// Runs `p` on the AVX-512 kernel that takes its geometry, if one does: the flattened-plane
@@ -94,9 +94,9 @@ pub fn pool_separable_at(
     output: &mut [f32],
 ) {
     if max {
-        max_pool_with::at(level, p, input, output, stride2_rows(level))
+        max_pool_with::at(level, p, input, output, stride2_kernels(level))
     } else {
-        avg_pool_with::at(level, p, false, 0, 0, input, output, stride2_rows(level))
+        avg_pool_with::at(level, p, false, 0, 0, input, output, stride2_kernels(level))
     }
 }
 
@@ -270,7 +270,7 @@ struct Stride2Kernels {
 }
 
 /// The stride-2 kernels of `level` (capped by the CPU), if it has them.
-fn stride2_rows(level: IsaLevel) -> Option<Stride2Kernels> {
+fn stride2_kernels(level: IsaLevel) -> Option<Stride2Kernels> {
     #[cfg(target_arch = "x86_64")]
     match level.min(isa_level()) {
         IsaLevel::Avx512 => {
@@ -795,7 +795,7 @@ pub fn avg_pool_at(
     }) {
         return;
     }
-    let rows = stride2_rows(level);
+    let rows = stride2_kernels(level);
     avg_pool_with::at(
         level,
         p,

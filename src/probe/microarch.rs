@@ -262,6 +262,14 @@ impl CoreModel {
             .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)))
     }
 
+    /// Whether adds have pipes of their own at some width (else they take FMA issue slots).
+    pub fn has_separate_adders(&self) -> bool {
+        self.fadd
+            .as_array()
+            .iter()
+            .any(|&per_cycle| per_cycle > 0.0)
+    }
+
     /// FLOP per cycle per core of a loop whose iteration issues `body` ((class, instructions))
     /// at `vector_bits`: its FLOPs over the cycles its busiest group of pipes needs. Adds issue
     /// on their own pipes where the core has them (`fadd`), else in the FMA pipes' slots (Intel's

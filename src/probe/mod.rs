@@ -543,11 +543,9 @@ pub fn run_probe(
             for mix in [ComputeMix::Fma, ComputeMix::FmaAdd] {
                 // Where adds have no pipes of their own (they share the FMAs' issue) an FMA+ADD
                 // peak is the FMA one, and no FMA+ADD kernel runs to give it a clock.
-                let separate_adders = [128, 256, 512]
-                    .iter()
-                    .any(|&bits| cpu.core_model.fadd.at(bits) > 0.0);
                 if mix == ComputeMix::FmaAdd
-                    && (!separate_adders || !matches!(precision, Precision::Fp64 | Precision::Fp32))
+                    && (!cpu.core_model.has_separate_adders()
+                        || !matches!(precision, Precision::Fp64 | Precision::Fp32))
                 {
                     continue;
                 }

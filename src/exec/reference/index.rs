@@ -437,19 +437,8 @@ pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Ve
             };
             if k <= SMALL_K && k < len {
                 // A few best kept sorted: most elements lose to the worst kept in one compare.
-                // Scanned in index order, a candidate beats a kept element only by value.
-                let beats = |value: f64, kept: f64| rank_values(value, kept, largest).is_lt();
                 for a in 0..len {
-                    let value = keys[at(a)];
-                    if order.len() == k {
-                        if k == 0 || !beats(value, order[k - 1].0) {
-                            continue;
-                        }
-                        order.pop();
-                    }
-                    let candidate = (value, a);
-                    let place = order.partition_point(|kept| before(kept, &candidate).is_lt());
-                    order.insert(place, candidate);
+                    offer(&mut order, k, (keys[at(a)], a), before);
                 }
             } else {
                 order.extend((0..len).map(|a| (keys[at(a)], a)));
@@ -479,6 +468,26 @@ pub(super) fn top_k(x: &RtTensor, k: i64, axis: i64, largest: bool) -> Result<Ve
             data: RtData::I64(indices),
         },
     ])
+}
+
+/// Offers `candidate` to `kept`, the best `k` so far sorted by `before`: scanned in index order,
+/// a candidate that does not come before the worst kept (a tie included) is dropped.
+fn offer<T>(
+    kept: &mut Vec<(T, usize)>,
+    k: usize,
+    candidate: (T, usize),
+    before: impl Fn(&(T, usize), &(T, usize)) -> std::cmp::Ordering,
+) {
+    if kept.len() >= k {
+        match kept.last() {
+            Some(worst) if before(&candidate, worst).is_lt() => {
+                kept.pop();
+            }
+            _ => return,
+        }
+    }
+    let place = kept.partition_point(|entry| before(entry, &candidate).is_lt());
+    kept.insert(place, candidate);
 }
 
 /// TopK's order of two values, best first: values that compare equal (−0 and +0 included) tie,
@@ -520,16 +529,7 @@ fn top_k_of_row(row: &[f32], k: usize, largest: bool, kept: &mut Vec<(f32, usize
             }
         }
         for (offset, &value) in block.iter().enumerate() {
-            let candidate = (value, block_index * BLOCK + offset);
-            if kept.len() == k {
-                // Scanned in index order, a candidate beats a kept element only by value.
-                if before(&candidate, &kept[k - 1]).is_ge() {
-                    continue;
-                }
-                kept.pop();
-            }
-            let place = kept.partition_point(|entry| before(entry, &candidate).is_lt());
-            kept.insert(place, candidate);
+            offer(kept, k, (value, block_index * BLOCK + offset), before);
         }
     }
 }
