@@ -153,11 +153,13 @@ fn check_block(relu_between: bool) {
 }
 
 /// A MobileNet-style pair, 1×1 convolution (8 → 96 channels) then a 3×3 depthwise one
-/// (stride 1 and 2, 14² planes), both with bias: on AVX-512 the activation between them is
-/// held NHWC (the pointwise side writes it, the depthwise side reads it) and the output is
-/// the all-NCHW plan's; when the pointwise output is also a graph output, or the CPU has
-/// no AVX-512, no pair is made, nor with 40 channels (the pixel-major GEMM's 32-wide tiles
-/// would compute 64 of them).
+/// (stride 1 and 2, 14² planes), both with bias: on AVX-512 and AVX2 the activation between
+/// them is held NHWC (the pointwise side writes it, the depthwise side reads it) and the
+/// output is the all-NCHW plan's; when the pointwise output is also a graph output, or the
+/// CPU has neither, no pair is made. With 40 channels the pair depends on the tiles: on
+/// AVX-512 (12×32, 16-wide edge tiles) the pixel-major GEMM would compute 196 × 48 outputs
+/// against 40 × 208 channel-major, so no pair; on AVX2 (6×16, 8-wide edge tiles) 196 × 40
+/// against 40 × 200, a pair.
 #[test]
 fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
     for (stride, pointwise_is_output, channels) in [
@@ -200,8 +202,13 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
                 other => panic!("{other:?}"),
             })
             .collect();
-        let paired =
-            !pointwise_is_output && channels == 96 && gemm::Isa::detect() == gemm::Isa::Avx512;
+        let isa = gemm::Isa::detect();
+        let paired = !pointwise_is_output
+            && match isa {
+                gemm::Isa::Avx512 => channels == 96,
+                gemm::Isa::Avx2Fma => true,
+                gemm::Isa::Scalar => false,
+            };
         if paired {
             assert_eq!(layouts, [PairLayout::NhwcOutput, PairLayout::NhwcInput]);
         } else {

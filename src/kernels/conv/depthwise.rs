@@ -216,19 +216,22 @@ pub fn depthwise_conv2d(
     );
 }
 
-/// Whether [`depthwise_conv2d_nhwc_input`] runs `geom` on this CPU: one image, AVX-512, and
-/// planes small enough for the sixteen-channel kernel.
+/// Whether [`depthwise_conv2d_nhwc_input`] runs `geom` on this CPU: one image, AVX-512 or
+/// AVX2, and planes small enough for the channel-per-lane kernel.
 pub fn nhwc_input_applies(geom: &Conv2d) -> bool {
     cfg!(target_arch = "x86_64")
         && geom.is_depthwise()
         && geom.batch == 1
-        && Isa::detect() == Isa::Avx512
-        && SmallPlaneTaps::applies(geom)
+        && match Isa::detect() {
+            Isa::Avx512 => SmallPlaneTaps::applies(geom),
+            Isa::Avx2Fma => SmallPlaneTaps::applies_avx2(geom),
+            Isa::Scalar => false,
+        }
 }
 
 /// [`depthwise_conv2d`] of an input held NHWC (`input[pixel · C + channel]`, one image), the
-/// output NCHW as usual. The sixteen-channel kernel reads each pixel's channel vector with one
-/// load where the NCHW input needs a 16×16 transpose per sixteen pixels and channels: a
+/// output NCHW as usual. The channel-per-lane kernel reads each pixel's channel vector with one
+/// load where the NCHW input needs a 16×16 (AVX2: 8×8) transpose per vector of pixels and channels: a
 /// pointwise convolution run pixel-major writes its output so (no transpose back) for the
 /// depthwise convolution that reads it (`exec::plan`'s NHWC pairs).
 ///
@@ -253,9 +256,10 @@ pub fn depthwise_conv2d_nhwc_input(
     assert!(epilogue.bias.is_none_or(|b| b.len() >= geom.in_channels));
     assert!(epilogue.residual.is_none_or(|r| r.len() >= out_len));
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: AVX-512F is available (`nhwc_input_applies`); slices were checked above.
+    // SAFETY: the detected ISA has the kernel (`nhwc_input_applies`); slices were checked above.
     unsafe {
         small_planes(
+            Isa::detect(),
             geom,
             input,
             SmallPlaneInput::Nhwc,
@@ -317,10 +321,13 @@ pub fn depthwise_conv2d_with(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && SmallPlaneTaps::applies(geom) {
-        // SAFETY: AVX-512F is available; slices were checked against the geometry.
+    if (isa == Isa::Avx512 && SmallPlaneTaps::applies(geom))
+        || (isa == Isa::Avx2Fma && SmallPlaneTaps::applies_avx2(geom))
+    {
+        // SAFETY: `isa` is available; slices were checked against the geometry.
         unsafe {
             small_planes(
+                isa,
                 geom,
                 input,
                 SmallPlaneInput::Nchw,
@@ -645,30 +652,50 @@ unsafe fn accumulate_3x3<V: Vf32, const S: usize>(block: &GridBlock, kernel: &[f
     let per_block = (block.next_len * 4)
         .div_ceil(block.rows.max(1))
         .next_multiple_of(16);
+    // Two vectors per row on AVX-512 (8 accumulators + 9 weights of 32 registers); one on
+    // AVX2, whose 16 registers would otherwise spill the weights inside the FMA loop.
+    if V::LANES >= 16 {
+        rows_3x3_blocks::<V, S, 2, 4>(block, kernel, bias, per_block);
+    } else {
+        rows_3x3_blocks::<V, S, 1, 4>(block, kernel, bias, per_block);
+    }
+}
+
+/// The row blocks of [`accumulate_3x3`], `C` vectors per output row.
+#[inline(always)]
+unsafe fn rows_3x3_blocks<V: Vf32, const S: usize, const C: usize, const R: usize>(
+    block: &GridBlock,
+    kernel: &[f32],
+    bias: f32,
+    per_block: usize,
+) {
     let mut r = 0;
-    while r + 4 <= block.rows {
+    while r + R <= block.rows {
         if !block.next_plane.is_null() {
-            let from = (r / 4) * per_block;
+            let from = (r / R) * per_block;
             let mut at = from;
             while at < (from + per_block).min(block.next_len) {
                 V::prefetch(block.next_plane.wrapping_add(at));
                 at += 16;
             }
         }
-        rows_3x3::<V, S, 4>(block, r, kernel, bias);
-        r += 4;
+        rows_3x3::<V, S, R, C>(block, r, kernel, bias);
+        r += R;
     }
     match block.rows - r {
-        3 => rows_3x3::<V, S, 3>(block, r, kernel, bias),
-        2 => rows_3x3::<V, S, 2>(block, r, kernel, bias),
-        1 => rows_3x3::<V, S, 1>(block, r, kernel, bias),
+        5 => rows_3x3::<V, S, 5, C>(block, r, kernel, bias),
+        4 => rows_3x3::<V, S, 4, C>(block, r, kernel, bias),
+        3 => rows_3x3::<V, S, 3, C>(block, r, kernel, bias),
+        2 => rows_3x3::<V, S, 2, C>(block, r, kernel, bias),
+        1 => rows_3x3::<V, S, 1, C>(block, r, kernel, bias),
         _ => {}
     }
 }
 
-/// `R` output rows from block row `r` (see [`accumulate_3x3`]), written with the epilogue.
+/// `R` output rows of `C` vectors from block row `r` (see [`accumulate_3x3`]), written with
+/// the epilogue.
 #[inline(always)]
-unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
+unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize, const C: usize>(
     block: &GridBlock,
     r: usize,
     kernel: &[f32],
@@ -681,8 +708,8 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
     let mut x = 0;
     while x < block.out_w {
         let lanes = |v: usize| (block.out_w - x).saturating_sub(v * l).min(l);
-        let full = block.out_w - x >= 2 * l;
-        let mut acc = [[V::splat(bias); 2]; R];
+        let full = block.out_w - x >= C * l;
+        let mut acc = [[V::splat(bias); C]; R];
         for ky in 0..3 {
             for kx in 0..3 {
                 let phase = ((ky % S) * S + kx % S) * block.phase_len;
@@ -726,7 +753,7 @@ unsafe fn rows_3x3<V: Vf32, const S: usize, const R: usize>(
                 }
             }
         }
-        x += 2 * l;
+        x += C * l;
     }
 }
 

@@ -8,15 +8,19 @@ use std::sync::{Arc, Mutex};
 
 use crate::kernels::conv::geometry::{Conv2d, ConvEpilogue};
 use crate::kernels::gemm::act::activate;
+use crate::kernels::gemm::simd::Vf32;
+use crate::kernels::gemm::Isa;
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
 #[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::__m512;
+use std::arch::x86_64::{__m256, __m512};
 
-/// The small-plane kernel over all planes, blocks of sixteen channels split across `threads`.
+/// The small-plane kernel over all planes, blocks of one vector's channels (sixteen on
+/// AVX-512, eight on AVX2) split across `threads`. `isa` must be AVX-512 or AVX2 and available.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn small_planes(
+    isa: Isa,
     geom: &Conv2d,
     input: &[f32],
     layout: SmallPlaneInput,
@@ -25,21 +29,28 @@ pub(super) unsafe fn small_planes(
     output: &mut [f32],
     threads: usize,
 ) {
+    let lanes = if isa == Isa::Avx512 { 16 } else { 8 };
     let channels = geom.batch * geom.in_channels;
     let small = SmallPlaneTaps::cached(geom);
-    let blocks = channels.div_ceil(16);
+    let blocks = channels.div_ceil(lanes);
     let tasks = if threads <= 1 {
         1
     } else {
         (threads * 4).min(blocks)
     };
-    let per_task = blocks.div_ceil(tasks.max(1)) * 16;
+    let per_task = blocks.div_ceil(tasks.max(1)) * lanes;
     let out = SendPtr(output.as_mut_ptr());
     parallel_for(threads, channels.div_ceil(per_task), |task| {
         let range = task * per_task..((task + 1) * per_task).min(channels);
         // SAFETY: the caller checked the ISA and the slices; each task writes only the planes
         // of its own channels.
-        unsafe { small_planes_avx512(geom, &small, input, layout, weights, epilogue, out, range) }
+        unsafe {
+            if isa == Isa::Avx512 {
+                small_planes_avx512(geom, &small, input, layout, weights, epilogue, out, range)
+            } else {
+                small_planes_avx2(geom, &small, input, layout, weights, epilogue, out, range)
+            }
+        }
     });
 }
 
@@ -72,6 +83,10 @@ pub(super) struct SmallPlaneTaps {
     tap_offsets: Vec<u32>,
 }
 
+/// Largest output and input planes of the AVX2 small-plane kernel.
+const AVX2_MAX_OUT: usize = 1024;
+const AVX2_MAX_IN: usize = 4096;
+
 /// Output pixels of one row computed together (independent FMA chains).
 const SMALL_PLANE_PIXELS: usize = 8;
 
@@ -80,6 +95,12 @@ impl SmallPlaneTaps {
     /// stay in L1/L2.
     pub(super) fn applies(g: &Conv2d) -> bool {
         g.out_h * g.out_w <= 256 && g.in_h * g.in_w <= 1024
+    }
+
+    /// Whether the eight-channel AVX2 kernel takes `g`: its pixel vectors are half the
+    /// size, so planes up to twice as large keep the grid in L1/L2.
+    pub(super) fn applies_avx2(g: &Conv2d) -> bool {
+        g.out_h * g.out_w <= AVX2_MAX_OUT && g.in_h * g.in_w <= AVX2_MAX_IN
     }
 
     /// The grid of `g`'s plane geometry, built once per geometry and process.
@@ -260,11 +281,7 @@ unsafe fn small_planes_avx512(
                 }
             }
         }
-        match g.stride_w {
-            1 => small_planes_grid::<1>(g, small, &grid, &kernel, bias, &mut pixels_out),
-            2 => small_planes_grid::<2>(g, small, &grid, &kernel, bias, &mut pixels_out),
-            _ => small_planes_grid::<0>(g, small, &grid, &kernel, bias, &mut pixels_out),
-        }
+        small_planes_grid_avx512(g, small, &grid, &kernel, bias, &mut pixels_out);
         let out = output.get().add(p0 * out_plane);
         let residual = epilogue.residual.map(|r| r.as_ptr().add(p0 * out_plane));
         for q0 in (0..out_plane).step_by(16) {
@@ -286,20 +303,18 @@ unsafe fn small_planes_avx512(
     }
 }
 
-/// The output pixels of sixteen planes (lane = plane) from their gathered `grid`, bias first.
-/// `STRIDE` is the column stride when it is 1 or 2 (each FMA's address is then the tap's
-/// offset plus a constant: one instruction per FMA instead of four), 0 for any other stride.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn small_planes_grid<const STRIDE: usize>(
+/// The output pixels of one vector of planes (lane = plane) from their gathered `grid`, bias
+/// first. `STRIDE` is the column stride when it is 1 or 2 (each FMA's address is then the
+/// tap's offset plus a constant: one instruction per FMA instead of four), 0 for any other.
+#[inline(always)]
+unsafe fn small_planes_grid<V: Vf32, const STRIDE: usize>(
     g: &Conv2d,
     small: &SmallPlaneTaps,
-    grid: &[__m512],
-    kernel: &[__m512],
-    bias: __m512,
-    pixels_out: &mut [__m512],
+    grid: &[V],
+    kernel: &[V],
+    bias: V,
+    pixels_out: &mut [V],
 ) {
-    use std::arch::x86_64::*;
     const P: usize = SMALL_PLANE_PIXELS;
     let stride_w = if STRIDE == 0 { g.stride_w } else { STRIDE };
     let grid = grid.as_ptr();
@@ -313,7 +328,7 @@ unsafe fn small_planes_grid<const STRIDE: usize>(
                 let at = base.add(off as usize);
                 for (i, a) in acc.iter_mut().enumerate() {
                     // In bounds: `grid_len` covers every block's last pixel's widest tap.
-                    *a = _mm512_fmadd_ps(*k, *at.add(i * stride_w), *a);
+                    *a = V::fma(*k, *at.add(i * stride_w), *a);
                 }
             }
             let valid = (g.out_w - x0).min(P);
@@ -325,5 +340,196 @@ unsafe fn small_planes_grid<const STRIDE: usize>(
                 }
             }
         }
+    }
+}
+
+/// [`small_planes_grid`] for AVX-512 vectors, dispatched on the column stride.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn small_planes_grid_avx512(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    grid: &[__m512],
+    kernel: &[__m512],
+    bias: __m512,
+    pixels_out: &mut [__m512],
+) {
+    match g.stride_w {
+        1 => small_planes_grid::<__m512, 1>(g, small, grid, kernel, bias, pixels_out),
+        2 => small_planes_grid::<__m512, 2>(g, small, grid, kernel, bias, pixels_out),
+        _ => small_planes_grid::<__m512, 0>(g, small, grid, kernel, bias, pixels_out),
+    }
+}
+
+/// [`small_planes_grid`] for AVX2 vectors, dispatched on the column stride.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn small_planes_grid_avx2(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    grid: &[__m256],
+    kernel: &[__m256],
+    bias: __m256,
+    pixels_out: &mut [__m256],
+) {
+    match g.stride_w {
+        1 => small_planes_grid::<__m256, 1>(g, small, grid, kernel, bias, pixels_out),
+        2 => small_planes_grid::<__m256, 2>(g, small, grid, kernel, bias, pixels_out),
+        _ => small_planes_grid::<__m256, 0>(g, small, grid, kernel, bias, pixels_out),
+    }
+}
+
+/// The 8×8 transpose of the rows at `rows[i]` (eight readable floats each): element `j` of
+/// the result `i` is `rows[j][i]`. Each 128-bit half is loaded on its own (rows `k` and
+/// `k + 4` share a register), so only in-lane shuffles remain: 16 for 64 floats. Zen 1 runs
+/// a lane-crossing `vperm2f128` as eight micro-ops, an `vinsertf128` from memory as two.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose8(rows: [*const f32; 8]) -> [__m256; 8] {
+    use std::arch::x86_64::*;
+    let half = |row: usize, col: usize| {
+        _mm256_insertf128_ps::<1>(
+            _mm256_castps128_ps256(_mm_loadu_ps(rows[row].add(col))),
+            _mm_loadu_ps(rows[row + 4].add(col)),
+        )
+    };
+    let mut out = [_mm256_setzero_ps(); 8];
+    for col in [0, 4] {
+        let t: [__m256; 4] = std::array::from_fn(|k| half(k, col));
+        let (a, b) = (
+            _mm256_unpacklo_ps(t[0], t[1]),
+            _mm256_unpackhi_ps(t[0], t[1]),
+        );
+        let (c, d) = (
+            _mm256_unpacklo_ps(t[2], t[3]),
+            _mm256_unpackhi_ps(t[2], t[3]),
+        );
+        out[col] = _mm256_shuffle_ps::<0x44>(a, c);
+        out[col + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
+        out[col + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+        out[col + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
+    }
+    out
+}
+
+/// [`small_planes_avx512`] with eight planes per vector: the same grid and taps, 8×8
+/// transposes ([`transpose8`]) in and out, and partial blocks (the last pixels of a plane, the
+/// last planes of the range) staged through a zeroed 8×8 tile instead of masked loads.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn small_planes_avx2(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    input: &[f32],
+    layout: SmallPlaneInput,
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: SendPtr<f32>,
+    planes: Range<usize>,
+) {
+    use std::arch::x86_64::*;
+    const L: usize = 8;
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let zero = _mm256_setzero_ps();
+    // Border cells are never written: they stay zero for every block of planes.
+    let mut grid = vec![zero; small.grid_len];
+    let mut pixels_out = vec![zero; out_plane.next_multiple_of(L)];
+    let mut kernel = vec![zero; taps];
+    let mut tile = [[0.0f32; L]; L];
+    let mut p0 = planes.start;
+    while p0 < planes.end {
+        let n = (planes.end - p0).min(L);
+        // Lane l: plane p0 + l, its channel wrapping at C (one division per block); lanes
+        // past n compute zeros.
+        let c0 = p0 % g.in_channels;
+        let channel: [usize; L] = std::array::from_fn(|l| {
+            let c = c0 + l;
+            if c >= g.in_channels {
+                c - g.in_channels
+            } else {
+                c
+            }
+        });
+        for (t, k) in kernel.iter_mut().enumerate() {
+            let lane = |l: usize| {
+                if l < n {
+                    *weights.get_unchecked(channel[l] * taps + t)
+                } else {
+                    0.0
+                }
+            };
+            *k = _mm256_loadu_ps(std::array::from_fn::<f32, L, _>(lane).as_ptr());
+        }
+        let bias = match epilogue.bias {
+            Some(b) => {
+                let lane = |l: usize| if l < n { b[channel[l]] } else { 0.0 };
+                _mm256_loadu_ps(std::array::from_fn::<f32, L, _>(lane).as_ptr())
+            }
+            None => zero,
+        };
+        match layout {
+            SmallPlaneInput::Nhwc => {
+                let base = input.as_ptr().add(p0);
+                for q in 0..in_plane {
+                    let pixel = <__m256 as Vf32>::load_n(base.add(q * g.in_channels), n);
+                    *grid.get_unchecked_mut(*small.grid_at.get_unchecked(q) as usize) = pixel;
+                }
+            }
+            SmallPlaneInput::Nchw => {
+                let base = input.as_ptr().add(p0 * in_plane);
+                for q0 in (0..in_plane).step_by(L) {
+                    let valid = (in_plane - q0).min(L);
+                    let rows: [*const f32; L] = if valid == L && n == L {
+                        std::array::from_fn(|l| base.add(l * in_plane + q0))
+                    } else {
+                        for (l, row) in tile.iter_mut().enumerate() {
+                            row.fill(0.0);
+                            if l < n {
+                                let src = base.add(l * in_plane + q0);
+                                row[..valid]
+                                    .copy_from_slice(std::slice::from_raw_parts(src, valid));
+                            }
+                        }
+                        std::array::from_fn(|l| tile[l].as_ptr())
+                    };
+                    let pixels = transpose8(rows);
+                    for (j, pixel) in pixels.iter().enumerate().take(valid) {
+                        let at = *small.grid_at.get_unchecked(q0 + j) as usize;
+                        *grid.get_unchecked_mut(at) = *pixel;
+                    }
+                }
+            }
+        }
+        small_planes_grid_avx2(g, small, &grid, &kernel, bias, &mut pixels_out);
+        let out = output.get().add(p0 * out_plane);
+        let residual = epilogue.residual.map(|r| r.as_ptr().add(p0 * out_plane));
+        for q0 in (0..out_plane).step_by(L) {
+            let valid = (out_plane - q0).min(L);
+            let rows = transpose8(std::array::from_fn(|j| {
+                pixels_out.as_ptr().add(q0 + j) as *const f32
+            }));
+            for (l, row) in rows.iter().enumerate().take(n) {
+                let at = l * out_plane + q0;
+                let mut v = *row;
+                if valid == L {
+                    if let Some(r) = residual {
+                        v = _mm256_add_ps(v, _mm256_loadu_ps(r.add(at)));
+                    }
+                    _mm256_storeu_ps(out.add(at), activate(&epilogue.activation, v));
+                } else {
+                    if let Some(r) = residual {
+                        let mut res = [0.0f32; L];
+                        res[..valid].copy_from_slice(std::slice::from_raw_parts(r.add(at), valid));
+                        v = _mm256_add_ps(v, _mm256_loadu_ps(res.as_ptr()));
+                    }
+                    let mut values = [0.0f32; L];
+                    _mm256_storeu_ps(values.as_mut_ptr(), activate(&epilogue.activation, v));
+                    std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), valid);
+                }
+            }
+        }
+        p0 += n;
     }
 }
