@@ -169,6 +169,15 @@ def cases():
     yield "Conv 3x3 64", single("Conv", [img], {"pads": [1, 1, 1, 1]},
                                 consts=[const("w", r(64, 64, 3, 3)), const("b", r(64))])
     yield "Conv 1x1 64->256", single("Conv", [img], consts=[const("w", r(256, 64, 1, 1))])
+    # MobileNetV2's narrow pointwise convolutions (K or M of 16-32 channels on large planes)
+    # and its stem: small-K GEMMs whose tiles do little work per store.
+    for cin, cout, side in [(16, 96, 112), (24, 144, 56), (144, 24, 56), (96, 24, 56),
+                            (192, 32, 28), (32, 16, 112)]:
+        yield f"Conv 1x1 {cin}->{cout} {side}²", single(
+            "Conv", [[1, cin, side, side]], consts=[const("w", r(cout, cin, 1, 1))])
+    yield "Conv 3x3 s2 3->32 stem", single("Conv", [[1, 3, 224, 224]],
+                                           {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                           consts=[const("w", r(32, 3, 3, 3))])
     yield "Conv 3x3 s2", single("Conv", [img], {"pads": [1, 1, 1, 1], "strides": [2, 2]},
                                 consts=[const("w", r(128, 64, 3, 3))])
     yield "Conv dw 3x3", single("Conv", [[1, 144, 56, 56]], {"pads": [1, 1, 1, 1], "group": 144},

@@ -30,8 +30,9 @@ use std::arch::x86_64::{__m256, __m512};
 
 /// Register tile of the AVX-512 kernel: output channels × vectors of 16 grid indices.
 const AVX512_TILE: (usize, usize) = (8, 3);
-/// Register tile of the AVX2 kernel (16 registers: 12 accumulators, 3 inputs, 1 weight).
-const AVX2_TILE: (usize, usize) = (4, 3);
+/// Register tile of the AVX2 kernel (16 registers: 12 accumulators, 2 inputs, 1 weight, one
+/// spare). The 4×3 tile used all sixteen and spilled: 1.2-1.8× the 6×2 tile's time on Zen 1.
+const AVX2_TILE: (usize, usize) = (6, 2);
 /// Floats of one tile's results staged before write-out: the larger tile of the two ISAs.
 const STAGED_FLOATS: usize = AVX512_TILE.0 * AVX512_TILE.1 * 16;
 
@@ -55,9 +56,26 @@ fn tile_of(isa: Isa) -> Option<(usize, usize, usize)> {
 /// kernel's reach and the partial last tile) and from K ≈ 2300 on (0.84-1.07); it lost on
 /// strided 1×1 convolutions (1.13-1.33: their phase planes copy four times what the one tap
 /// reads) and on 7² planes with K = 4608 (1.05-1.07).
+///
+/// On AVX2 (measured on Zen 1, whose 256-bit operations run as two 128-bit halves, 1 thread)
+/// the 6×2 tile led on every stride-1 3×3 and 5×5 shape (0.74-0.99×) and on the image stems
+/// (3 input channels, strides 2 and 4: 0.70-0.95×), but lost on strided 3×3 layers with 16-256
+/// input channels (1.10-1.33×) and on the narrow 1×1 layers (1.01-1.24×): those stay on the
+/// GEMM there ([`avx2_takes`]).
 pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
-    tile_of(isa).is_some() && applies_to_geometry(geom)
+    tile_of(isa).is_some() && applies_to_geometry(geom) && (isa != Isa::Avx2Fma || avx2_takes(geom))
 }
+
+/// The AVX2 part of [`applies`]: stride 1, or a strided stem on at most
+/// [`AVX2_MAX_STRIDED_IN`] input channels per group; no in-place 1×1.
+fn avx2_takes(geom: &Conv2d) -> bool {
+    let strided = geom.stride_h > 1 || geom.stride_w > 1;
+    !narrow_pointwise(geom)
+        && (!strided || geom.in_channels / geom.group.max(1) <= AVX2_MAX_STRIDED_IN)
+}
+
+/// Most input channels per group of a strided convolution the AVX2 direct kernel takes.
+const AVX2_MAX_STRIDED_IN: usize = 4;
 
 /// The ISA-independent part of [`applies`].
 pub(super) fn applies_to_geometry(geom: &Conv2d) -> bool {
@@ -981,5 +999,24 @@ mod tests {
             Isa::Scalar,
             &geometry((16, 64), (55, 55), 3, 1, 1, 1, 1)
         ));
+    }
+
+    /// AVX2's own exclusions (`avx2_takes`): strided layers past the stems and the in-place
+    /// 1×1 stay on the GEMM there, and take the direct kernel on AVX-512.
+    #[test]
+    fn avx2_keeps_strided_layers_and_narrow_pointwise_on_the_gemm() {
+        let stem = geometry((3, 32), (224, 224), 3, 2, 1, 1, 1);
+        let strided = geometry((64, 128), (56, 56), 3, 2, 1, 1, 1);
+        let stride_one = geometry((64, 64), (56, 56), 3, 1, 1, 1, 1);
+        let narrow = geometry((144, 24), (56, 56), 1, 1, 0, 1, 1);
+        for (geom, on_avx2) in [
+            (stem, true),
+            (strided, false),
+            (stride_one, true),
+            (narrow, false),
+        ] {
+            assert_eq!(applies(Isa::Avx2Fma, &geom), on_avx2, "{geom:?}");
+            assert!(applies(Isa::Avx512, &geom), "{geom:?}");
+        }
     }
 }

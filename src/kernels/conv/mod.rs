@@ -24,8 +24,9 @@ pub use transpose::conv_transpose2d;
 /// table of `exec::conv_timing`) measured under another revision are timed again. Bump it when
 /// a change moves a kernel's time. 1: the direct kernel prefetches large phase planes (it had
 /// run 1.2-1.8× slower on 96×160² inputs); 2: its stride-1 rows share their padding zeros
-/// (0.89-0.91× on 13² planes).
-pub const KERNELS_REVISION: u32 = 2;
+/// (0.89-0.91× on 13² planes); 3: the AVX2 direct kernel's 6×2 tile (the 4×3 one spilled:
+/// 0.55-0.85× of its time on Zen 1) and AVX2's strided layers on the GEMM.
+pub const KERNELS_REVISION: u32 = 3;
 #[cfg(test)]
 pub(crate) use reference::reference_conv;
 
