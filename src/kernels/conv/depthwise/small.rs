@@ -472,8 +472,14 @@ unsafe fn small_planes_avx2(
         match layout {
             SmallPlaneInput::Nhwc => {
                 let base = input.as_ptr().add(p0);
+                // Plain loads for whole vectors: a masked `vmaskmovps` costs more on Zen 1.
                 for q in 0..in_plane {
-                    let pixel = <__m256 as Vf32>::load_n(base.add(q * g.in_channels), n);
+                    let at = base.add(q * g.in_channels);
+                    let pixel = if n == L {
+                        _mm256_loadu_ps(at)
+                    } else {
+                        <__m256 as Vf32>::load_n(at, n)
+                    };
                     *grid.get_unchecked_mut(*small.grid_at.get_unchecked(q) as usize) = pixel;
                 }
             }
