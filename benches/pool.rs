@@ -3,7 +3,7 @@
 //! output write, the memory floor of an op that reads and writes them once). Prints, per shape,
 //! the time, the copy's time and `time / copy time`.
 //!
-//! `cargo bench --bench pool`. Inputs are written before timing, every shape runs a warm-up,
+//! `cargo bench --bench pool` (`POOL_ONLY=TEXT` keeps the shapes whose name contains TEXT). Inputs are written before timing, every shape runs a warm-up,
 //! and the median of at least 30 calls is reported.
 
 mod common;
@@ -42,7 +42,11 @@ fn main() {
         "{:<20} {:>10} {:>10} {:>8} {:>14}",
         "shape", "pool µs", "copy µs", "÷ copy", "separable µs"
     );
+    let only = std::env::var("POOL_ONLY").unwrap_or_default();
     for &(name, is_max, channels, side, kernel, stride, pad) in SHAPES {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         let out_side = (side + 2 * pad - kernel) / stride + 1;
         let geom = Pool2d {
             planes: channels,
