@@ -481,11 +481,12 @@ pub fn build_plan(
 /// step, depthwise step)`). MobileNet-style blocks expand channels with a 1×1 convolution
 /// and filter each with a 3×3 depthwise one. On small planes the 1×1 runs pixel-major (its
 /// GEMM's rows are pixels) and transposes its result to NCHW, and the depthwise kernel,
-/// sixteen channels per vector, transposes it back: in a pair, neither transpose runs.
+/// one channel per vector lane, transposes it back: in a pair, neither transpose runs.
 /// A pair is a one-group, one-image pointwise convolution with no residual whose only output
 /// is read by nothing but the depthwise convolution's input (not a graph output, so no
 /// caller sees the NHWC tensor), and a depthwise geometry the NHWC kernel runs
-/// (`depthwise::nhwc_input_applies`: AVX-512, planes of at most 256 outputs), and the 1×1's
+/// (`depthwise::nhwc_input_applies`: AVX-512 on planes of at most 256 outputs, AVX2 within its
+/// eight-channel kernel's limits), and the 1×1's
 /// pixel-major GEMM must waste no more of its tiles than the channel-major one
 /// (`conv::pixel_major_fits`).
 fn nhwc_pairs(steps: &[Step], outputs: &[(ValueId, String)]) -> Vec<(usize, usize)> {

@@ -144,8 +144,8 @@ fn separable_pool(
         return grid_pool(p, input, output, identity, combine, inverse);
     }
     // 2×2 and 3×3 stride-2 windows whole in registers where the level has the kernel: each
-    // block of 16 outputs loads its window rows straight from the plane (masked at the
-    // edges), combines them vertically, then de-interleaves once.
+    // block of 16 outputs (8 on AVX2) loads its window rows straight from the plane (masked,
+    // or on AVX2 permuted, at the edges), combines them vertically, then de-interleaves once.
     if let Some(window) = stride2_kernel.and_then(|kernels| kernels.window) {
         let fits = p.stride_h == 2
             && p.stride_w == 2

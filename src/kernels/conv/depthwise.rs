@@ -640,8 +640,8 @@ struct GridBlock<'a> {
     next_len: usize,
 }
 
-/// 3×3 taps, dilation 1, stride `S` in both directions: four output rows by two vectors at a
-/// time, stored straight to the output with the epilogue (no grid round trip). The loops are
+/// 3×3 taps, dilation 1, stride `S` in both directions: four output rows by two vectors (one
+/// on AVX2) at a time, stored straight to the output with the epilogue (no grid round trip). The loops are
 /// over constants, so they unroll completely and the loads of the same
 /// input vector for different (output row, tap row) pairs (rows `y + j + ky / S` coincide)
 /// become one: about half a load per FMA instead of one, which is what limits the flat loop.
@@ -649,15 +649,12 @@ struct GridBlock<'a> {
 unsafe fn accumulate_3x3<V: Vf32, const S: usize>(block: &GridBlock, kernel: &[f32], bias: f32) {
     // Prefetch the next plane in step with the row blocks: its fill then finds it in cache
     // instead of waiting on L3 or DRAM with nothing else to do.
-    let per_block = (block.next_len * 4)
-        .div_ceil(block.rows.max(1))
-        .next_multiple_of(16);
     // Two vectors per row on AVX-512 (8 accumulators + 9 weights of 32 registers); one on
     // AVX2, whose 16 registers would otherwise spill the weights inside the FMA loop.
     if V::LANES >= 16 {
-        rows_3x3_blocks::<V, S, 2, 4>(block, kernel, bias, per_block);
+        rows_3x3_blocks::<V, S, 2, 4>(block, kernel, bias);
     } else {
-        rows_3x3_blocks::<V, S, 1, 4>(block, kernel, bias, per_block);
+        rows_3x3_blocks::<V, S, 1, 4>(block, kernel, bias);
     }
 }
 
@@ -667,8 +664,11 @@ unsafe fn rows_3x3_blocks<V: Vf32, const S: usize, const C: usize, const R: usiz
     block: &GridBlock,
     kernel: &[f32],
     bias: f32,
-    per_block: usize,
 ) {
+    // Floats of the next plane prefetched per block of R rows.
+    let per_block = (block.next_len * R)
+        .div_ceil(block.rows.max(1))
+        .next_multiple_of(16);
     let mut r = 0;
     while r + R <= block.rows {
         if !block.next_plane.is_null() {

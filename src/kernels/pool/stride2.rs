@@ -343,11 +343,12 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
     let width = iw as isize;
     if iw < 8 {
         // Rows narrower than a vector: the window loop, scalar (a few floats per row).
-        for (plane, out) in input
-            .chunks_exact(ih * iw)
-            .zip(output.chunks_exact_mut(oh * ow))
-        {
-            stride2_window_scalar::<MAX>(p, plane, out);
+        for plane_index in 0..p.planes {
+            stride2_window_scalar::<MAX>(
+                p,
+                &input[plane_index * ih * iw..(plane_index + 1) * ih * iw],
+                &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow],
+            );
         }
         return;
     }

@@ -1,7 +1,8 @@
-//! The sixteen-channel kernel for small planes (at most 256 outputs) on AVX-512: one channel
-//! per lane, each tap one FMA for sixteen channels. An NCHW input is brought in by 16×16
-//! register transposes; an NHWC one (the plan's pointwise → depthwise pairs) is loaded a pixel
-//! at a time. Results go back to NCHW by the same transposes, with the epilogue.
+//! The channel-per-lane kernel for small planes: sixteen channels per vector on AVX-512 (at
+//! most 256 outputs), eight on AVX2 (at most 1024 outputs, 4096 inputs); each tap one FMA for
+//! a vector of channels. An NCHW input is brought in by 16×16 (8×8) register transposes; an
+//! NHWC one (the plan's pointwise → depthwise pairs) is loaded a pixel at a time. Results go
+//! back to NCHW by the same transposes, with the epilogue.
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::kernels::conv::geometry::{Conv2d, ConvEpilogue};
 use crate::kernels::gemm::act::activate;
 use crate::kernels::gemm::simd::Vf32;
+#[cfg(target_arch = "x86_64")]
 use crate::kernels::gemm::Isa;
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
@@ -52,6 +54,16 @@ pub(super) unsafe fn small_planes(
             }
         }
     });
+}
+
+/// `c mod channels` for a `c` a few multiples past it at most (a lane of a block of planes
+/// whose batch runs on past C): subtractions, not a division per lane.
+#[inline(always)]
+fn wrap_channel(mut c: usize, channels: usize) -> usize {
+    while c >= channels {
+        c -= channels;
+    }
+    c
 }
 
 /// How the small-plane kernel's input is laid out.
@@ -227,14 +239,14 @@ unsafe fn small_planes_avx512(
     while p0 < planes.end {
         let n = (planes.end - p0).min(16);
         // Lane l: plane p0 + l, channel (p0 + l) mod C (one division per block: the lanes'
-        // channels are consecutive, wrapping at C); lanes past n get index 0 and compute zeros.
+        // channels are consecutive, wrapping at C, several times when C is under sixteen and
+        // the batch runs on); lanes past n get index 0 and compute zeros.
         let c0 = p0 % g.in_channels;
         let channels: [i32; 16] = std::array::from_fn(|l| {
-            let c = c0 + l;
-            match (l < n, c >= g.in_channels) {
-                (false, _) => 0,
-                (true, false) => c as i32,
-                (true, true) => (c - g.in_channels) as i32,
+            if l < n {
+                wrap_channel(c0 + l, g.in_channels) as i32
+            } else {
+                0
             }
         });
         let channels = _mm512_loadu_si512(channels.as_ptr() as *const _);
@@ -306,6 +318,7 @@ unsafe fn small_planes_avx512(
 /// The output pixels of one vector of planes (lane = plane) from their gathered `grid`, bias
 /// first. `STRIDE` is the column stride when it is 1 or 2 (each FMA's address is then the
 /// tap's offset plus a constant: one instruction per FMA instead of four), 0 for any other.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn small_planes_grid<V: Vf32, const STRIDE: usize>(
     g: &Conv2d,
@@ -444,14 +457,7 @@ unsafe fn small_planes_avx2(
         // Lane l: plane p0 + l, its channel wrapping at C (one division per block); lanes
         // past n compute zeros.
         let c0 = p0 % g.in_channels;
-        let channel: [usize; L] = std::array::from_fn(|l| {
-            let c = c0 + l;
-            if c >= g.in_channels {
-                c - g.in_channels
-            } else {
-                c
-            }
-        });
+        let channel: [usize; L] = std::array::from_fn(|l| wrap_channel(c0 + l, g.in_channels));
         for (t, k) in kernel.iter_mut().enumerate() {
             let lane = |l: usize| {
                 if l < n {

@@ -68,6 +68,16 @@ fn check(g: Conv2d, activation: Activation, with_residual: bool) {
 
 #[test]
 fn matches_the_direct_loop_for_every_stride_padding_and_isa() {
+    // Fewer channels than a vector with a batch that runs on: a block of planes wraps past C
+    // more than once (3 channels × 3 images in one 8- or 16-lane block).
+    check(
+        Conv2d {
+            batch: 3,
+            ..geom(3, 7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1)
+        },
+        Activation::Relu,
+        true,
+    );
     let relu6 = Activation::Clip { min: 0.0, max: 6.0 };
     // MobileNet shapes: 3×3 stride 1 and 2 on wide, narrow and 7×7 planes.
     check(
