@@ -696,8 +696,10 @@ pub fn qgemm_wx_with(
     let m_per = m_panels.div_ceil(m_tasks);
     parallel_for(threads, n_tasks * m_tasks, |task| {
         let (tn, tm) = (task % n_tasks, task / n_tasks);
-        let (p0, p1) = (tn * n_per, ((tn + 1) * n_per).min(n_panels));
-        let (q0, q1) = (tm * m_per, ((tm + 1) * m_per).min(m_panels));
+        // Rounded-up shares can leave the last tasks past the end (5 panels over 4 tasks of
+        // 2): their ranges start clamped, so they are empty rather than reversed.
+        let (p0, p1) = ((tn * n_per).min(n_panels), ((tn + 1) * n_per).min(n_panels));
+        let (q0, q1) = ((tm * m_per).min(m_panels), ((tm + 1) * m_per).min(m_panels));
         // Pixel panels are packed a chunk at a time (as many as fit in 32 KiB), then every
         // channel panel runs over the whole chunk: with a short K, writing C dominates, and
         // this writes each output row in long runs instead of one tile-width per channel panel.

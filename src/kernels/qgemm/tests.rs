@@ -434,6 +434,74 @@ fn check_conv(isa: QIsa) {
     }
 }
 
+/// Five panels on the split side and just enough multiply-adds for four tasks: shares of two
+/// panels leave the fourth task past the end, which must run nothing (its range once came out
+/// reversed). The threaded result must be the one-thread result, bit for bit.
+fn check_uneven_shares(isa: QIsa) {
+    let (mr, nr) = isa.tile();
+    let k = 256;
+    for wx in [true, false] {
+        // The split side: pixel panels for `wx`, channel panels for `xw`.
+        let (m, n) = if wx {
+            let n = 5 * nr;
+            ((4 * MIN_MACS_PER_TASK).div_ceil(n * k), n)
+        } else {
+            let m = 5 * mr;
+            (m, (4 * MIN_MACS_PER_TASK).div_ceil(m * k))
+        };
+        assert_eq!(m * n * k / MIN_MACS_PER_TASK, 4);
+        let run = |threads: usize| -> Vec<f32> {
+            let mut out = vec![f32::NAN; m * n];
+            if wx {
+                let c = case(m, k, n, 11);
+                let w = PackedQWeights::for_conv(isa, &c.w, m, k);
+                let coeffs = ChannelCoeffs::new(&c.w_scale, w.sums(), X_SCALE, X_ZP, None);
+                let src = ActSrc::F32 {
+                    data: &c.x,
+                    ld: n,
+                    inv_scale: 1.0 / X_SCALE,
+                    zero_point: X_ZP,
+                };
+                let target = QOut::F32 {
+                    data: &mut out,
+                    requant: None,
+                };
+                let epi = coeffs.epilogue(None, Activation::None);
+                qgemm_wx_with(isa, &w, &src, n, target, n, &epi, threads);
+            } else {
+                let c = case(n, k, m, 12);
+                let w = PackedQWeights::for_dense(isa, &c.w, k, n);
+                let coeffs = ChannelCoeffs::new(&c.w_scale, w.sums(), X_SCALE, X_ZP, None);
+                let src = ActSrc::F32 {
+                    data: &c.x,
+                    ld: k,
+                    inv_scale: 1.0 / X_SCALE,
+                    zero_point: X_ZP,
+                };
+                let target = QOut::F32 {
+                    data: &mut out,
+                    requant: None,
+                };
+                let epi = coeffs.epilogue(None, Activation::None);
+                qgemm_xw_with(isa, &src, m, &w, target, n, &epi, threads);
+            }
+            out
+        };
+        let (one, three) = (run(1), run(3));
+        assert!(
+            one.iter().all(|v| v.is_finite()),
+            "{} left outputs unwritten",
+            isa.name()
+        );
+        assert!(
+            one == three,
+            "{} {}: 3 threads differ from 1 on {m}x{n}x{k}",
+            isa.name(),
+            if wx { "wx" } else { "xw" }
+        );
+    }
+}
+
 macro_rules! int8_suite {
     ($($name:ident => $isa:expr),* $(,)?) => {$(
         mod $name {
@@ -467,6 +535,11 @@ macro_rules! int8_suite {
             #[test]
             fn convolutions_match_the_direct_loop() {
                 if let Some(isa) = isa() { check_conv(isa) }
+            }
+
+            #[test]
+            fn uneven_thread_shares_give_the_one_thread_result() {
+                if let Some(isa) = isa() { check_uneven_shares(isa) }
             }
 
             #[test]
