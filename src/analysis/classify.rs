@@ -259,6 +259,23 @@ pub fn window_extents(
     }
 }
 
+/// A convolution's window taps (the product of its weight's spatial dims, 1 for a 1×1), or 0
+/// for other ops and weights of unknown shape: what [`ShapeFeatures::with_taps`] matches on.
+///
+/// [`ShapeFeatures::with_taps`]: crate::device::calibration::ShapeFeatures::with_taps
+pub fn window_taps(op_type: &str, weight: Option<&TensorFact>) -> u64 {
+    if !matches!(
+        super::model::kernel_op_type(op_type),
+        "Conv" | "ConvTranspose" | "ConvInteger"
+    ) {
+        return 0;
+    }
+    match weight.and_then(TensorFact::concrete_shape) {
+        Some(shape) if shape.len() >= 3 => shape[2..].iter().product(),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,6 +314,17 @@ mod tests {
         assert_eq!(class(&four, &per_group), Some(KernelClass::Grouped));
         let strided = attrs(&[("strides", Attr::Ints(vec![2, 2]))]);
         assert_eq!(class(&strided, &point), Some(KernelClass::Conv));
+    }
+
+    #[test]
+    fn window_taps_come_from_the_weight_spatial_dims() {
+        assert_eq!(window_taps("Conv", Some(&fact(&[64, 8, 3, 3]))), 9);
+        assert_eq!(window_taps("Conv", Some(&fact(&[64, 8, 1, 1]))), 1);
+        assert_eq!(window_taps("Conv", Some(&fact(&[64, 8, 5]))), 5);
+        assert_eq!(window_taps("FusedConv", Some(&fact(&[64, 8, 7, 7]))), 49);
+        // Not a convolution, or a weight of unknown shape: absent.
+        assert_eq!(window_taps("MatMul", Some(&fact(&[64, 8, 3, 3]))), 0);
+        assert_eq!(window_taps("Conv", None), 0);
     }
 
     #[test]

@@ -372,7 +372,7 @@ pub fn analyze_prepared(
                                 class,
                                 &op_type,
                                 calibration_threads,
-                                &shape_features(node, cost, &roof, &output_facts),
+                                &shape_features(node, cost, &roof, &input_facts, &output_facts),
                                 bound_s,
                             )
                         };
@@ -446,7 +446,8 @@ pub fn analyze_prepared(
                 record.memory_s = est.memory_s;
                 record.predicted_s = est.predicted_s;
                 if !cost.is_view {
-                    let features = shape_features(node, &cost, &op_roof, &output_facts);
+                    let features =
+                        shape_features(node, &cost, &op_roof, &input_facts, &output_facts);
                     record.kernel_class = match &record.algorithm {
                         Some(choice) if choice.algorithm != algorithm::ConvAlgorithm::Direct => {
                             Some(crate::device::calibration::KernelClass::Winograd)
@@ -483,7 +484,13 @@ pub fn analyze_prepared(
                                     class,
                                     &record.calibration_op_type(),
                                     1,
-                                    &shape_features(node, &cost, &alone_roof, &output_facts),
+                                    &shape_features(
+                                        node,
+                                        &cost,
+                                        &alone_roof,
+                                        &input_facts,
+                                        &output_facts,
+                                    ),
                                     estimate(&cost, &alone_roof).predicted_s,
                                 )
                             }
@@ -734,11 +741,12 @@ pub fn drop_self_reading_concats<K: Copy>(
 
 /// What the calibration matches an op on: its work, bytes (weights + activations read, written)
 /// and output elements, at the memory levels `roof` charges its traffic at, and a
-/// convolution's output channels (a depthwise one's output row width instead).
+/// convolution's output channels (a depthwise one's output row width instead) and window taps.
 fn shape_features(
     node: &graph::Node,
     cost: &ops::OpCost,
     roof: &Roof,
+    input_facts: &[Option<&TensorFact>],
     output_facts: &[&TensorFact],
 ) -> crate::device::calibration::ShapeFeatures {
     let output_elements = output_facts.iter().filter_map(|f| f.element_count()).sum();
@@ -754,6 +762,10 @@ fn shape_features(
     .at_levels(activation_level, weight_level)
     .with_output_channels(output_channels)
     .with_output_width(output_width)
+    .with_taps(classify::window_taps(
+        &node.op_type,
+        input_facts.get(1).copied().flatten(),
+    ))
 }
 
 /// The part of an op's activation reads that are graph inputs: its `act_read` split in

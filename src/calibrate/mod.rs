@@ -90,7 +90,7 @@ pub fn calibrate(
 ) -> Result<Calibration, CalibrateError> {
     let started = Instant::now();
     let models = grid::grid(options.quick);
-    let runs = if options.quick { 3 } else { 5 };
+    let runs = if options.quick { QUICK_RUNS } else { 5 };
     // The grid is timed in several rounds and each point keeps the median of its rounds: a
     // slow spell of a shared machine then lands on different points in each round instead of
     // on one class.
@@ -114,6 +114,12 @@ pub fn calibrate(
     let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
         Default::default();
     let mut placement = PlacementWatch::default();
+    // The first round always runs whole, so on a slow machine it alone can outlast the
+    // budget (Zen 1: 70 s for a 48 s budget). Once a tenth of it is done, a model whose round
+    // is projected past the budget is timed with the quick mode's runs instead.
+    let first_round_total = models.len() * options.thread_counts.len();
+    let paced_runs = runs.min(QUICK_RUNS);
+    let mut paced_timings = 0;
     let mut rounds = 0;
     // Time the last round spent on the points every round times.
     let mut repeated_round = std::time::Duration::ZERO;
@@ -131,7 +137,17 @@ pub fn calibrate(
                     continue;
                 }
                 let model_started = Instant::now();
-                let report = bench_model(model, device, threads, runs)?;
+                let behind = rounds == 1
+                    && completed * 10 >= first_round_total
+                    && started.elapsed().as_secs_f64() * first_round_total as f64
+                        > budget.as_secs_f64() * completed as f64;
+                let model_runs = if behind {
+                    paced_timings += 1;
+                    paced_runs
+                } else {
+                    runs
+                };
+                let report = bench_model(model, device, threads, model_runs)?;
                 if !model.first_round_only {
                     repeated_round += model_started.elapsed();
                 }
@@ -330,8 +346,9 @@ pub fn calibrate(
         method: format!(
             "the tool's own kernels on {} one-op models per thread count (per point the lower \
              median of {rounds} rounds over the grid, the int8, bf16 and dynamic-int8 points \
-             timed in the first only, each the median of {runs} timed runs after a \
-             warm-up, inputs and weights warm in cache as in repeated inference, and each \
+             timed in the first only, each the median of {runs} timed runs ({paced_timings} \
+             of the first round's {first_round_total} timings {paced_runs}, their round \
+             running past the budget's pace) after a warm-up, inputs and weights warm in cache as in repeated inference, and each \
              convolution and GEMM again with its weights cold: caches evicted before every \
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
              the algorithm rule chooses timed as direct, F(2x2) and F(4x4)); an op's expected \
@@ -339,7 +356,7 @@ pub fn calibrate(
              class, of its op type where the class has it (a Winograd variant's own points) \
              (inverse squared distance in log2 of work, bytes, weight bytes, output \
              elements and, for convolutions, output channels (depthwise ones: output row \
-             width), averaged in log space; from a class running the same packed GEMM when \
+             width) and window taps, averaged in log space; from a class running the same packed GEMM when \
              that has a point nearer than every point of its own class past three doublings; \
              the multi-thread tables hold only ops the kernels split across threads, those \
              kept on one thread are predicted from the one-thread table; \
@@ -503,6 +520,9 @@ impl PlacementWatch {
 
 /// Time the full grid's rounds may take: under the 60 s `calibrate` promises, with room for
 /// start-up and the fit.
+/// Timed runs per point in `--quick` (and for the first round's points past the full mode's
+/// pace).
+const QUICK_RUNS: usize = 3;
 const FULL_BUDGET: std::time::Duration = std::time::Duration::from_secs(48);
 /// The same for `--quick` (under 10 s).
 const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(7);

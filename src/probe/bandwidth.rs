@@ -29,7 +29,7 @@ static TRIAD_SCALAR: f64 = 0.5;
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! Register use: rdi = a (destination), rsi = b, rdx = c, rcx = bytes per array (the read
-    //! kernel: rdi, rsi, rdx, rax = the array's quarters, rcx = bytes per quarter),
+    //! and write kernels: rdi, rsi, rdx, rax = the array's quarters, rcx = bytes per quarter),
     //! r8 = passes, r9 = offset, r10 = &scalar. Vector registers 0-7 carry data, 15 the scalar.
 
     macro_rules! write_lines {
@@ -55,15 +55,15 @@ mod x86 {
         };
     }
 
-    /// The read kernel: four sequential streams, one per quarter of the array, each `$step`
-    /// bytes per iteration (two lines on zmm, one on ymm). A single stream leaves the core's
-    /// prefetchers one line sequence to run ahead on, too few misses in flight to reach the
-    /// rate of the shared cache and main memory: on Zen 1, one stream read 48 GB/s from L3 and
-    /// 13 from DRAM where four read 62 and 18, and a GEMV over a 2 MiB weight matrix (several
-    /// rows at once) beat a bound drawn from the one-stream figure by 18%. The quarters are
-    /// multiples of 128 bytes (arrays are multiples of 512).
-    macro_rules! read_kernel {
-        ($name:ident, $feature:literal, $step:literal, $body:expr) => {
+    /// The read and write kernels: four sequential streams, one per quarter of the array, each
+    /// `$step` bytes per iteration (two lines on zmm, one on ymm). A single stream leaves the
+    /// core's prefetchers one line sequence to run ahead on, too few misses in flight to reach
+    /// the rate of the shared cache and main memory: on Zen 1, one stream read 48 GB/s from L3
+    /// and 13 from DRAM where four read 62 and 18 (and wrote DRAM at 8 against 12), and a GEMV
+    /// over a 2 MiB weight matrix (several rows at once) beat a bound drawn from the one-stream
+    /// figure by 18%. The quarters are multiples of 128 bytes (arrays are multiples of 512).
+    macro_rules! quarters_kernel {
+        ($name:ident, $feature:literal, $w:literal, $step:literal, $body:expr) => {
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(
                 a: *mut u8,
@@ -77,6 +77,7 @@ mod x86 {
                 // is declared clobbered through the C ABI.
                 unsafe {
                     std::arch::asm!(
+                        concat!("vbroadcastsd ", $w, "15, qword ptr [r10]"),
                         "shr rcx, 2",
                         "lea rsi, [rdi + rcx]",
                         "lea rdx, [rsi + rcx]",
@@ -94,8 +95,9 @@ mod x86 {
                         in("rcx") bytes,
                         inout("r8") passes.max(1) => _,
                         out("r9") _,
+                        in("r10") &super::TRIAD_SCALAR,
                         clobber_abi("C"),
-                        options(nostack, readonly),
+                        options(nostack),
                     );
                 }
             }
@@ -104,6 +106,11 @@ mod x86 {
     macro_rules! read_streams {
         ($w:literal; $($r:literal $base:literal $o:literal),*) => {
             concat!($("vpaddq ", $w, $r, ", ", $w, $r, ", [", $base, " + r9 + ", $o, "]\n"),*)
+        };
+    }
+    macro_rules! write_streams {
+        ($w:literal; $($base:literal $o:literal),*) => {
+            concat!($("vmovapd [", $base, " + r9 + ", $o, "], ", $w, "15\n"),*)
         };
     }
 
@@ -149,20 +156,21 @@ mod x86 {
         };
     }
 
-    read_kernel!(
+    quarters_kernel!(
         read_zmm,
         "avx512f",
+        "zmm",
         "128",
         read_streams!("zmm"; "0" "rdi" "0", "1" "rdi" "64", "2" "rsi" "0", "3" "rsi" "64",
                              "4" "rdx" "0", "5" "rdx" "64", "6" "rax" "0", "7" "rax" "64")
     );
-    bw_kernel!(
+    quarters_kernel!(
         write_zmm,
         "avx512f",
         "zmm",
-        "512",
-        "",
-        write_lines!("vmovapd", "zmm"; "0", "64", "128", "192", "256", "320", "384", "448")
+        "128",
+        write_streams!("zmm"; "rdi" "0", "rdi" "64", "rsi" "0", "rsi" "64",
+                              "rdx" "0", "rdx" "64", "rax" "0", "rax" "64")
     );
     bw_kernel!(
         write_nt_zmm,
@@ -209,20 +217,21 @@ mod x86 {
                                                    "4" "256", "5" "320", "6" "384", "7" "448")
     );
 
-    read_kernel!(
+    quarters_kernel!(
         read_ymm,
         "avx2",
+        "ymm",
         "64",
         read_streams!("ymm"; "0" "rdi" "0", "1" "rdi" "32", "2" "rsi" "0", "3" "rsi" "32",
                              "4" "rdx" "0", "5" "rdx" "32", "6" "rax" "0", "7" "rax" "32")
     );
-    bw_kernel!(
+    quarters_kernel!(
         write_ymm,
         "avx2",
         "ymm",
-        "256",
-        "",
-        write_lines!("vmovapd", "ymm"; "0", "32", "64", "96", "128", "160", "192", "224")
+        "64",
+        write_streams!("ymm"; "rdi" "0", "rdi" "32", "rsi" "0", "rsi" "32",
+                              "rdx" "0", "rdx" "32", "rax" "0", "rax" "32")
     );
     bw_kernel!(
         write_nt_ymm,
@@ -575,7 +584,8 @@ mod tests {
             set(&mut buffer, 1, 10.0);
             set(&mut buffer, 2, 100.0);
             assert!(kernels.run(kernel, &mut buffer, bytes, 2));
-            for i in [0, 1, words / 2, words - 1] {
+            // Every element: the read and write kernels split the array into four streams.
+            for i in 0..words {
                 let a = element(&mut buffer, 0, i);
                 let expected = match kernel {
                     BandwidthKernel::Read => i as f64,

@@ -88,7 +88,7 @@ fn an_op_too_small_to_split_is_bounded_by_one_thread() {
 }
 
 #[test]
-fn convolutions_are_matched_on_output_channels_depthwise_ones_on_row_width() {
+fn convolutions_are_matched_on_output_channels_depthwise_ones_on_row_width_and_on_taps() {
     let mut b = GraphBuilder::new(WeightFill::Zeros);
     let x = b.input("x", 1, &[1, 8, 16, 16].map(SigDim::Fixed));
     let dense = b.conv(&x, 8, ConvSpec::new(4, 3, 1));
@@ -114,6 +114,11 @@ fn convolutions_are_matched_on_output_channels_depthwise_ones_on_row_width() {
         .map(|f| (f.log2_output_channels, f.log2_output_width))
         .collect();
     assert_eq!(extents, [(2.0, 0.0), (0.0, 4.0)]);
+    // Both are 3×3 windows: log2(9) + 1 (stored plus one, 0 meaning absent).
+    for node in analysis.nodes.iter().filter(|n| n.op_type == "Conv") {
+        let taps = node.features.unwrap().log2_taps_plus_one;
+        assert!((taps - (9f64.log2() + 1.0)).abs() < 1e-12, "{taps}");
+    }
 }
 
 /// Two 1×1 convolutions on two threads: one of 33 kFLOP, which the tool's kernels keep on one

@@ -91,6 +91,36 @@ fn output_channels_count_only_where_both_sides_have_them() {
 }
 
 #[test]
+fn window_taps_tell_a_1x1_layer_from_a_3x3_one_of_the_same_size() {
+    let base = ShapeFeatures::new(1 << 23, 1 << 20, 1 << 14, 1 << 17).with_output_channels(136);
+    let (one, nine) = (base.with_taps(1), base.with_taps(9));
+    // A 1×1 window is present (not "absent"); 1×1 against 3×3 is log2(9) doublings apart.
+    assert!(one.log2_taps_plus_one > 0.0);
+    assert!((one.distance_squared(&nine) - 9f64.log2().powi(2)).abs() < 1e-9);
+    assert_eq!(one.distance_squared(&base), 0.0);
+    assert_eq!(base.with_taps(0), base);
+    // Grouped points of equal work: 1×1 at 1.6× the bound, 3×3 at 3×; a 1×1 query a little
+    // larger than both takes the 1×1 ratio.
+    let with_taps = |taps: u64, ratio: f64| CalibrationPoint {
+        features: base.with_taps(taps),
+        ..point(1 << 23, 1 << 20, 1.0, ratio)
+    };
+    let t = table(vec![
+        with_taps(1, 1.6),
+        with_taps(9, 3.0),
+        with_taps(9, 3.1),
+    ]);
+    let query = ShapeFeatures::new(1 << 24, 1 << 20, 1 << 14, 1 << 17)
+        .with_output_channels(136)
+        .with_taps(1);
+    let ratio = t.ratio_at("", &query).unwrap();
+    assert!(ratio < 2.0, "{ratio}");
+    // Without the feature the three points are equally near: their geometric mean, 2.5.
+    let blind = t.ratio_at("", &query.with_taps(0)).unwrap();
+    assert!(blind > 2.3, "{blind}");
+}
+
+#[test]
 fn a_depthwise_row_width_picks_points_of_its_plane_shape() {
     // Square planes (28 wide) at 3× the bound and a text-line plane (160 wide) at 1.7×, of
     // equal work and traffic: an op on 128-wide rows takes the long-row ratio.
