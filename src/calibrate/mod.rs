@@ -141,7 +141,7 @@ pub fn calibrate(
                     && completed * 10 >= first_round_total
                     && started.elapsed().as_secs_f64() * first_round_total as f64
                         > budget.as_secs_f64() * completed as f64;
-                let model_runs = if behind {
+                let model_runs = if behind && paced_runs < runs {
                     paced_timings += 1;
                     paced_runs
                 } else {
@@ -338,6 +338,14 @@ pub fn calibrate(
             Vec::new()
         }
     };
+    let paced = if paced_timings > 0 {
+        format!(
+            " ({paced_timings} of the first round's {first_round_total} timings with \
+             {paced_runs}: the round ran past the budget's pace)"
+        )
+    } else {
+        String::new()
+    };
     Ok(Calibration {
         tool_version: env!("CARGO_PKG_VERSION").to_string(),
         measured_at: crate::probe::rfc3339_utc(SystemTime::now()),
@@ -346,24 +354,24 @@ pub fn calibrate(
         method: format!(
             "the tool's own kernels on {} one-op models per thread count (per point the lower \
              median of {rounds} rounds over the grid, the int8, bf16 and dynamic-int8 points \
-             timed in the first only, each the median of {runs} timed runs ({paced_timings} \
-             of the first round's {first_round_total} timings {paced_runs}, their round \
-             running past the budget's pace) after a warm-up, inputs and weights warm in cache as in repeated inference, and each \
+             timed in the first only, each the median of {runs} timed runs{paced} after a \
+             warm-up, inputs and weights warm in cache as in repeated inference, and each \
              convolution and GEMM again with its weights cold: caches evicted before every \
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
              the algorithm rule chooses timed as direct, F(2x2) and F(4x4)); an op's expected \
-             time is its roofline bound × measured/bound of the {} nearest grid shapes of its kernel \
-             class, of its op type where the class has it (a Winograd variant's own points) \
-             (inverse squared distance in log2 of work, bytes, weight bytes, output \
+             time is its roofline bound × measured/bound of the {} nearest grid shapes of its \
+             kernel class, of its op type where the class has it (a Winograd variant's own \
+             points) (inverse squared distance in log2 of work, bytes, weight bytes, output \
              elements and, for convolutions, output channels (depthwise ones: output row \
-             width) and window taps, averaged in log space; from a class running the same packed GEMM when \
-             that has a point nearer than every point of its own class past three doublings; \
+             width) and window taps, averaged in log space; from a class running the same \
+             packed GEMM when that has a point nearer than every point of its own class past \
+             three doublings; \
              the multi-thread tables hold only ops the kernels split across threads, those \
              kept on one thread are predicted from the one-thread table; \
              {apart_times_dropped} multi-thread time(s) taken while the cores exchanged data \
              at least {EXCHANGE_MOVED}x slower than at the grid's best check with the threads \
-             on separate cores, or while they shared one core (see `exchange`), left out of their points' medians; {retimed_points} multi-thread \
-             point(s) ({stalled_count} whose bound expected them to scale and whose time did \
+             on separate cores, or while they shared one core (see `exchange`), left out of \
+             their points' medians; {retimed_points} multi-thread point(s) ({stalled_count} whose bound expected them to scale and whose time did \
              not, {apart_points} timed apart in every round) timed again in {retime_rounds} \
              round(s) of their own ({discarded_rounds} round(s) run apart themselves \
              discarded; {apart_kept} point(s) left apart); rounds past the first are left out \
@@ -518,11 +526,11 @@ impl PlacementWatch {
     }
 }
 
-/// Time the full grid's rounds may take: under the 60 s `calibrate` promises, with room for
-/// start-up and the fit.
 /// Timed runs per point in `--quick` (and for the first round's points past the full mode's
 /// pace).
 const QUICK_RUNS: usize = 3;
+/// Time the full grid's rounds may take: under the 60 s `calibrate` promises, with room for
+/// start-up and the fit.
 const FULL_BUDGET: std::time::Duration = std::time::Duration::from_secs(48);
 /// The same for `--quick` (under 10 s).
 const QUICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(7);

@@ -155,15 +155,16 @@ pub struct ShapeFeatures {
     /// work (28² to 56²) ran at 2.4-3.2×, and were predicted from those 1.3-1.6× too slow.
     #[serde(default)]
     pub log2_output_width: f64,
-    /// log2 of a convolution's window taps (0 for a 1×1, 3.2 for a 3×3), stored plus one so
-    /// that 0 stays "absent, not compared" (other ops, points saved before the feature).
-    /// Work, bytes and channels do not tell a grouped 1×1 layer from a grouped 3×3 one of
-    /// the same size, and their kernels differ (a GEMM per group straight on the plane against
-    /// an im2col first): on Zen 1, ShuffleNet's 1×1 g4 layers ran at 0.54-0.66 of their
-    /// 2-thread bound, like the grid's 1×1 g3/g8 points (0.58-0.64), and were predicted from
-    /// its 3×3 g32 ones (0.24-0.56) at 0.39-0.48.
+    /// log2 of a convolution's window taps (a 1×1 present but near 0, 3.2 for a 3×3); 0 for
+    /// other ops and points saved before the feature, and then not compared. Work, bytes and
+    /// channels do not tell a grouped 1×1 layer from a grouped 3×3 one of the same size, and
+    /// their kernels differ (a GEMM per group straight on the plane against an im2col first):
+    /// on Zen 1, ShuffleNet's 1×1 g4 layers ran at 0.54-0.66 of their 2-thread bound, like the
+    /// grid's 1×1 g3/g8 points (0.58-0.64), and were predicted from its 3×3 g32 ones
+    /// (0.24-0.56) at 0.39-0.48. Leave-one-out on one calibration (Zen 1), median/p90 without
+    /// → with: grouped 31/65% → 17/46% at 1 thread, 15/58% → 13/44% at 2; no class worse.
     #[serde(default)]
-    pub log2_taps_plus_one: f64,
+    pub log2_taps: f64,
 }
 
 /// log2 of an optional extent: 0 (absent, not compared) for 0, and above 0 for 1, so a
@@ -205,18 +206,14 @@ impl ShapeFeatures {
             weight_level: 0,
             log2_output_channels: 0.0,
             log2_output_width: 0.0,
-            log2_taps_plus_one: 0.0,
+            log2_taps: 0.0,
         }
     }
 
     /// The same features with a convolution's window taps (0: not a convolution).
     pub fn with_taps(self, taps: u64) -> ShapeFeatures {
         ShapeFeatures {
-            log2_taps_plus_one: if taps == 0 {
-                0.0
-            } else {
-                (taps as f64).log2() + 1.0
-            },
+            log2_taps: log2_present(taps),
             ..self
         }
     }
@@ -292,8 +289,8 @@ impl ShapeFeatures {
         } else {
             0.0
         };
-        let taps = if self.log2_taps_plus_one > 0.0 && other.log2_taps_plus_one > 0.0 {
-            (self.log2_taps_plus_one - other.log2_taps_plus_one).powi(2)
+        let taps = if self.log2_taps > 0.0 && other.log2_taps > 0.0 {
+            (self.log2_taps - other.log2_taps).powi(2)
         } else {
             0.0
         };

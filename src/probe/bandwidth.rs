@@ -55,52 +55,18 @@ mod x86 {
         };
     }
 
-    /// The read and write kernels: four sequential streams, one per quarter of the array, each
-    /// `$step` bytes per iteration (two lines on zmm, one on ymm). A single stream leaves the
+    /// The read and write kernels' set-up: rdi, rsi, rdx and rax point at the array's four
+    /// quarters and rcx holds a quarter's bytes, so the body walks four sequential streams,
+    /// `$step` bytes of each per iteration (two lines on zmm, one on ymm). A single stream leaves the
     /// core's prefetchers one line sequence to run ahead on, too few misses in flight to reach
-    /// the rate of the shared cache and main memory: on Zen 1, one stream read 48 GB/s from L3
-    /// and 13 from DRAM where four read 62 and 18 (and wrote DRAM at 8 against 12), and a GEMV
-    /// over a 2 MiB weight matrix (several rows at once) beat a bound drawn from the one-stream
-    /// figure by 18%. The quarters are multiples of 128 bytes (arrays are multiples of 512).
-    macro_rules! quarters_kernel {
-        ($name:ident, $feature:literal, $w:literal, $step:literal, $body:expr) => {
-            #[target_feature(enable = $feature)]
-            pub(super) unsafe fn $name(
-                a: *mut u8,
-                _b: *const u8,
-                _c: *const u8,
-                bytes: usize,
-                passes: u64,
-            ) {
-                // SAFETY (for the caller): needs `$feature`; `a` valid for `bytes` bytes,
-                // 64-byte aligned, `bytes` a non-zero multiple of 512; every register written
-                // is declared clobbered through the C ABI.
-                unsafe {
-                    std::arch::asm!(
-                        concat!("vbroadcastsd ", $w, "15, qword ptr [r10]"),
-                        "shr rcx, 2",
-                        "lea rsi, [rdi + rcx]",
-                        "lea rdx, [rsi + rcx]",
-                        "lea rax, [rdx + rcx]",
-                        "2:",
-                        "xor r9d, r9d",
-                        "3:",
-                        $body,
-                        concat!("add r9, ", $step),
-                        "cmp r9, rcx",
-                        "jb 3b",
-                        "dec r8",
-                        "jnz 2b",
-                        in("rdi") a,
-                        in("rcx") bytes,
-                        inout("r8") passes.max(1) => _,
-                        out("r9") _,
-                        in("r10") &super::TRIAD_SCALAR,
-                        clobber_abi("C"),
-                        options(nostack),
-                    );
-                }
-            }
+    /// the rate of the shared cache and main memory. On Zen 1 (1 thread) the one-stream kernels
+    /// gave L3 reads 53 GB/s, DRAM reads 15.7 and DRAM writes 8.5, these 62, 22.4 and 13.6,
+    /// and GEMVs over 2-8 MiB of weights (several rows at once) had beaten bounds drawn from
+    /// the one-stream figures by 9-27%. The quarters are multiples of 128 bytes (arrays are
+    /// multiples of 512).
+    macro_rules! quarters {
+        () => {
+            "shr rcx, 2\nlea rsi, [rdi + rcx]\nlea rdx, [rsi + rcx]\nlea rax, [rdx + rcx]\n"
         };
     }
     macro_rules! read_streams {
@@ -114,9 +80,11 @@ mod x86 {
         };
     }
 
-    /// One pass loop around `$body`, which handles `$step` bytes of each array.
+    /// One pass loop around `$body`, which handles `$step` bytes of each array (of each
+    /// quarter after the [`quarters`] set-up).
     macro_rules! bw_kernel {
-        ($name:ident, $feature:literal, $w:literal, $step:literal, $tail:literal, $body:expr) => {
+        ($name:ident, $feature:literal, $w:literal, $step:literal, $setup:expr, $tail:literal,
+         $body:expr) => {
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(
                 a: *mut u8,
@@ -127,10 +95,12 @@ mod x86 {
             ) {
                 // SAFETY (for the caller): needs `$feature`; `a`, `b`, `c` valid for `bytes`
                 // bytes (those the kernel uses), 64-byte aligned, `bytes` a non-zero multiple
-                // of 512; registers written are declared clobbered through the C ABI.
+                // of 512; the general registers written are outputs, the vector ones clobbered
+                // through the C ABI.
                 unsafe {
                     std::arch::asm!(
                         concat!("vbroadcastsd ", $w, "15, qword ptr [r10]"),
+                        $setup,
                         "2:",
                         "xor r9d, r9d",
                         "3:",
@@ -141,10 +111,14 @@ mod x86 {
                         "dec r8",
                         "jnz 2b",
                         $tail,
-                        in("rdi") a,
-                        in("rsi") b,
-                        in("rdx") c,
-                        in("rcx") bytes,
+                        // The quarters' set-up moves rsi, rdx and rcx and writes rax, so
+                        // they are outputs here: `clobber_abi` alone would not cover rsi (nor
+                        // rdi) where the C ABI saves them for the caller (Win64).
+                        inout("rdi") a => _,
+                        inout("rsi") b => _,
+                        inout("rdx") c => _,
+                        inout("rcx") bytes => _,
+                        out("rax") _,
                         inout("r8") passes.max(1) => _,
                         out("r9") _,
                         in("r10") &super::TRIAD_SCALAR,
@@ -156,19 +130,23 @@ mod x86 {
         };
     }
 
-    quarters_kernel!(
+    bw_kernel!(
         read_zmm,
         "avx512f",
         "zmm",
         "128",
+        quarters!(),
+        "",
         read_streams!("zmm"; "0" "rdi" "0", "1" "rdi" "64", "2" "rsi" "0", "3" "rsi" "64",
                              "4" "rdx" "0", "5" "rdx" "64", "6" "rax" "0", "7" "rax" "64")
     );
-    quarters_kernel!(
+    bw_kernel!(
         write_zmm,
         "avx512f",
         "zmm",
         "128",
+        quarters!(),
+        "",
         write_streams!("zmm"; "rdi" "0", "rdi" "64", "rsi" "0", "rsi" "64",
                               "rdx" "0", "rdx" "64", "rax" "0", "rax" "64")
     );
@@ -177,6 +155,7 @@ mod x86 {
         "avx512f",
         "zmm",
         "512",
+        "",
         "sfence",
         write_lines!("vmovntpd", "zmm"; "0", "64", "128", "192", "256", "320", "384", "448")
     );
@@ -186,6 +165,7 @@ mod x86 {
         "zmm",
         "512",
         "",
+        "",
         copy_lines!("vmovapd", "vmovapd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
                                                  "4" "256", "5" "320", "6" "384", "7" "448")
     );
@@ -194,6 +174,7 @@ mod x86 {
         "avx512f",
         "zmm",
         "512",
+        "",
         "sfence",
         copy_lines!("vmovapd", "vmovntpd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
                                                   "4" "256", "5" "320", "6" "384", "7" "448")
@@ -204,6 +185,7 @@ mod x86 {
         "zmm",
         "512",
         "",
+        "",
         triad_lines!("vmovapd", "vmovapd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
                                                   "4" "256", "5" "320", "6" "384", "7" "448")
     );
@@ -212,24 +194,29 @@ mod x86 {
         "avx512f",
         "zmm",
         "512",
+        "",
         "sfence",
         triad_lines!("vmovapd", "vmovntpd", "zmm"; "0" "0", "1" "64", "2" "128", "3" "192",
                                                    "4" "256", "5" "320", "6" "384", "7" "448")
     );
 
-    quarters_kernel!(
+    bw_kernel!(
         read_ymm,
         "avx2",
         "ymm",
         "64",
+        quarters!(),
+        "",
         read_streams!("ymm"; "0" "rdi" "0", "1" "rdi" "32", "2" "rsi" "0", "3" "rsi" "32",
                              "4" "rdx" "0", "5" "rdx" "32", "6" "rax" "0", "7" "rax" "32")
     );
-    quarters_kernel!(
+    bw_kernel!(
         write_ymm,
         "avx2",
         "ymm",
         "64",
+        quarters!(),
+        "",
         write_streams!("ymm"; "rdi" "0", "rdi" "32", "rsi" "0", "rsi" "32",
                               "rdx" "0", "rdx" "32", "rax" "0", "rax" "32")
     );
@@ -238,6 +225,7 @@ mod x86 {
         "avx2",
         "ymm",
         "256",
+        "",
         "sfence",
         write_lines!("vmovntpd", "ymm"; "0", "32", "64", "96", "128", "160", "192", "224")
     );
@@ -247,6 +235,7 @@ mod x86 {
         "ymm",
         "256",
         "",
+        "",
         copy_lines!("vmovapd", "vmovapd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
                                                  "4" "128", "5" "160", "6" "192", "7" "224")
     );
@@ -255,6 +244,7 @@ mod x86 {
         "avx2",
         "ymm",
         "256",
+        "",
         "sfence",
         copy_lines!("vmovapd", "vmovntpd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
                                                   "4" "128", "5" "160", "6" "192", "7" "224")
@@ -265,6 +255,7 @@ mod x86 {
         "ymm",
         "256",
         "",
+        "",
         triad_lines!("vmovapd", "vmovapd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
                                                   "4" "128", "5" "160", "6" "192", "7" "224")
     );
@@ -273,6 +264,7 @@ mod x86 {
         "avx2,fma",
         "ymm",
         "256",
+        "",
         "sfence",
         triad_lines!("vmovapd", "vmovntpd", "ymm"; "0" "0", "1" "32", "2" "64", "3" "96",
                                                    "4" "128", "5" "160", "6" "192", "7" "224")
@@ -557,47 +549,66 @@ mod tests {
     fn kernels_compute_what_they_count() {
         let isa = IsaFlags::detect();
         let kernels = BandwidthKernels::select(&isa);
-        let bytes = 4 * ARRAY_GRANULE;
-        let mut buffer = AlignedBuffer::new(buffer_bytes_needed(BandwidthKernel::Triad, bytes))
-            .expect("allocates");
-        buffer.prefault();
-        let stride = bytes + ARRAY_GAP;
-        let words = bytes / 8;
-        let element = |buffer: &mut AlignedBuffer, array: usize, i: usize| -> f64 {
-            // SAFETY: inside the buffer, aligned.
-            unsafe { *buffer.as_mut_ptr().add(array * stride).cast::<f64>().add(i) }
-        };
-        let set = |buffer: &mut AlignedBuffer, array: usize, value: f64| {
-            for i in 0..words {
+        // One loop iteration per quarter (the smallest array) and several.
+        for bytes in [ARRAY_GRANULE, 4 * ARRAY_GRANULE] {
+            let total = buffer_bytes_needed(BandwidthKernel::Triad, bytes);
+            let mut buffer = AlignedBuffer::new(total).expect("allocates");
+            buffer.prefault();
+            let stride = bytes + ARRAY_GAP;
+            let words = bytes / 8;
+            let word = |buffer: &mut AlignedBuffer, byte: usize| -> f64 {
                 // SAFETY: inside the buffer, aligned.
-                unsafe {
-                    *buffer.as_mut_ptr().add(array * stride).cast::<f64>().add(i) =
-                        value + i as f64;
+                unsafe { *buffer.as_mut_ptr().add(byte).cast::<f64>() }
+            };
+            for kernel in BandwidthKernel::ALL {
+                if !kernels.has(kernel) {
+                    continue;
+                }
+                // Arrays 0, 1, 2 hold 0 + i, 10 + i, 100 + i; the gaps hold -1.
+                for byte in (0..total).step_by(8) {
+                    let (array, offset) = (byte / stride, byte % stride);
+                    let value = if offset < bytes {
+                        [0.0, 10.0, 100.0][array] + (offset / 8) as f64
+                    } else {
+                        -1.0
+                    };
+                    // SAFETY: inside the buffer, aligned.
+                    unsafe { *buffer.as_mut_ptr().add(byte).cast::<f64>() = value };
+                }
+                assert!(kernels.run(kernel, &mut buffer, bytes, 2));
+                // Every element: the read and write kernels split the array into four streams.
+                for i in 0..words {
+                    let a = word(&mut buffer, 8 * i);
+                    let expected = match kernel {
+                        BandwidthKernel::Read => i as f64,
+                        BandwidthKernel::Write | BandwidthKernel::WriteNt => TRIAD_SCALAR,
+                        BandwidthKernel::Copy | BandwidthKernel::CopyNt => 10.0 + i as f64,
+                        BandwidthKernel::Triad | BandwidthKernel::TriadNt => {
+                            10.0 + i as f64 + TRIAD_SCALAR * (100.0 + i as f64)
+                        }
+                    };
+                    assert_eq!(a, expected, "{} element {i} of {bytes} B", kernel.name());
+                }
+                // Nothing past the destination array is written: gaps and sources intact.
+                for byte in (bytes..total).step_by(8) {
+                    let (array, offset) = (byte / stride, byte % stride);
+                    let expected = if offset < bytes {
+                        [0.0, 10.0, 100.0][array] + (offset / 8) as f64
+                    } else {
+                        -1.0
+                    };
+                    assert_eq!(
+                        word(&mut buffer, byte),
+                        expected,
+                        "{} wrote byte {byte} of a {bytes}-byte array's buffer",
+                        kernel.name()
+                    );
                 }
             }
-        };
-        for kernel in BandwidthKernel::ALL {
-            if !kernels.has(kernel) {
-                continue;
-            }
-            set(&mut buffer, 0, 0.0);
-            set(&mut buffer, 1, 10.0);
-            set(&mut buffer, 2, 100.0);
-            assert!(kernels.run(kernel, &mut buffer, bytes, 2));
-            // Every element: the read and write kernels split the array into four streams.
-            for i in 0..words {
-                let a = element(&mut buffer, 0, i);
-                let expected = match kernel {
-                    BandwidthKernel::Read => i as f64,
-                    BandwidthKernel::Write | BandwidthKernel::WriteNt => TRIAD_SCALAR,
-                    BandwidthKernel::Copy | BandwidthKernel::CopyNt => 10.0 + i as f64,
-                    BandwidthKernel::Triad | BandwidthKernel::TriadNt => {
-                        10.0 + i as f64 + TRIAD_SCALAR * (100.0 + i as f64)
-                    }
-                };
-                assert_eq!(a, expected, "{} element {i}", kernel.name());
-            }
         }
+        let mut buffer = AlignedBuffer::new(buffer_bytes_needed(BandwidthKernel::Triad, 4096))
+            .expect("allocates");
+        buffer.prefault();
         // Misuse is refused, not executed.
         assert!(!kernels.run(BandwidthKernel::Read, &mut buffer, 100, 1));
         assert!(!kernels.run(BandwidthKernel::Triad, &mut buffer, 1 << 20, 1));

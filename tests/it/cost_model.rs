@@ -114,10 +114,10 @@ fn convolutions_are_matched_on_output_channels_depthwise_ones_on_row_width_and_o
         .map(|f| (f.log2_output_channels, f.log2_output_width))
         .collect();
     assert_eq!(extents, [(2.0, 0.0), (0.0, 4.0)]);
-    // Both are 3×3 windows: log2(9) + 1 (stored plus one, 0 meaning absent).
+    // Both are 3×3 windows.
     for node in analysis.nodes.iter().filter(|n| n.op_type == "Conv") {
-        let taps = node.features.unwrap().log2_taps_plus_one;
-        assert!((taps - (9f64.log2() + 1.0)).abs() < 1e-12, "{taps}");
+        let taps = node.features.unwrap().log2_taps;
+        assert!((taps - 9f64.log2()).abs() < 1e-12, "{taps}");
     }
 }
 

@@ -122,12 +122,20 @@ pub(super) fn compare(model: &Path, reference_dir: &Path) -> Result<String, Stri
                 ));
             }
             let (g, w) = (got.to_f32(), want.to_f32());
-            let first_run = first[name].to_f32();
-            if first_run != g {
+            let first_run = first
+                .get(name)
+                .ok_or_else(|| format!("output {name} missing from the first run"))?
+                .to_f32();
+            if first_run.len() != g.len() {
                 return Err(format!(
-                    "{name}, {threads} thread(s): the second run on the same workspace gave {:?}, the first {:?}",
-                    &g[..g.len().min(4)],
-                    &first_run[..first_run.len().min(4)]
+                    "{name}: the two runs gave different element counts"
+                ));
+            }
+            if let Some(at) = (0..g.len()).find(|&i| first_run[i].to_bits() != g[i].to_bits()) {
+                return Err(format!(
+                    "{name}, {threads} thread(s): the second run on the same workspace gave \
+                     {} at element {at}, the first {}",
+                    g[at], first_run[at]
                 ));
             }
             let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));

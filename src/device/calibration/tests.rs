@@ -95,7 +95,7 @@ fn window_taps_tell_a_1x1_layer_from_a_3x3_one_of_the_same_size() {
     let base = ShapeFeatures::new(1 << 23, 1 << 20, 1 << 14, 1 << 17).with_output_channels(136);
     let (one, nine) = (base.with_taps(1), base.with_taps(9));
     // A 1×1 window is present (not "absent"); 1×1 against 3×3 is log2(9) doublings apart.
-    assert!(one.log2_taps_plus_one > 0.0);
+    assert!(one.log2_taps > 0.0);
     assert!((one.distance_squared(&nine) - 9f64.log2().powi(2)).abs() < 1e-9);
     assert_eq!(one.distance_squared(&base), 0.0);
     assert_eq!(base.with_taps(0), base);

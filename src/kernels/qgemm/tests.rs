@@ -450,39 +450,35 @@ fn check_uneven_shares(isa: QIsa) {
             (m, (4 * MIN_MACS_PER_TASK).div_ceil(m * k))
         };
         assert_eq!(m * n * k / MIN_MACS_PER_TASK, 4);
+        // wx: weights [m, k] against activations [k, n]; xw: activations [m, k] against
+        // weights [k, n].
+        let c = if wx {
+            case(m, k, n, 11)
+        } else {
+            case(n, k, m, 12)
+        };
+        let w = if wx {
+            PackedQWeights::for_conv(isa, &c.w, m, k)
+        } else {
+            PackedQWeights::for_dense(isa, &c.w, k, n)
+        };
+        let coeffs = ChannelCoeffs::new(&c.w_scale, w.sums(), X_SCALE, X_ZP, None);
+        let src = ActSrc::F32 {
+            data: &c.x,
+            ld: if wx { n } else { k },
+            inv_scale: 1.0 / X_SCALE,
+            zero_point: X_ZP,
+        };
+        let epi = coeffs.epilogue(None, Activation::None);
         let run = |threads: usize| -> Vec<f32> {
             let mut out = vec![f32::NAN; m * n];
+            let target = QOut::F32 {
+                data: &mut out,
+                requant: None,
+            };
             if wx {
-                let c = case(m, k, n, 11);
-                let w = PackedQWeights::for_conv(isa, &c.w, m, k);
-                let coeffs = ChannelCoeffs::new(&c.w_scale, w.sums(), X_SCALE, X_ZP, None);
-                let src = ActSrc::F32 {
-                    data: &c.x,
-                    ld: n,
-                    inv_scale: 1.0 / X_SCALE,
-                    zero_point: X_ZP,
-                };
-                let target = QOut::F32 {
-                    data: &mut out,
-                    requant: None,
-                };
-                let epi = coeffs.epilogue(None, Activation::None);
                 qgemm_wx_with(isa, &w, &src, n, target, n, &epi, threads);
             } else {
-                let c = case(n, k, m, 12);
-                let w = PackedQWeights::for_dense(isa, &c.w, k, n);
-                let coeffs = ChannelCoeffs::new(&c.w_scale, w.sums(), X_SCALE, X_ZP, None);
-                let src = ActSrc::F32 {
-                    data: &c.x,
-                    ld: k,
-                    inv_scale: 1.0 / X_SCALE,
-                    zero_point: X_ZP,
-                };
-                let target = QOut::F32 {
-                    data: &mut out,
-                    requant: None,
-                };
-                let epi = coeffs.epilogue(None, Activation::None);
                 qgemm_xw_with(isa, &src, m, &w, target, n, &epi, threads);
             }
             out
