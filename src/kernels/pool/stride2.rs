@@ -134,15 +134,7 @@ unsafe fn stride2_window_avx512_with<const MAX: bool>(
         let plane = &input[plane_index * ih * iw..(plane_index + 1) * ih * iw];
         let out = &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow];
         for y in 0..oh {
-            let mut rows: [*const f32; 3] = [std::ptr::null(); 3];
-            let mut present = 0;
-            for ky in 0..p.kernel_h {
-                let iy = (2 * y + ky) as isize - p.pad_top as isize;
-                if (0..ih as isize).contains(&iy) {
-                    rows[present] = plane.as_ptr().add(iy as usize * iw);
-                    present += 1;
-                }
-            }
+            let (rows, present) = window_rows(p, plane, y);
             let out_row = out.as_mut_ptr().add(y * ow);
             for (b, &(c, masks)) in blocks.iter().enumerate() {
                 let (mut lo, mut hi) = (identity, identity);
@@ -396,15 +388,7 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
         let plane = &input[plane_index * ih * iw..(plane_index + 1) * ih * iw];
         let out = &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow];
         for y in 0..oh {
-            let mut rows: [*const f32; 3] = [std::ptr::null(); 3];
-            let mut present = 0;
-            for ky in 0..p.kernel_h {
-                let iy = (2 * y + ky) as isize - p.pad_top as isize;
-                if (0..ih as isize).contains(&iy) {
-                    rows[present] = plane.as_ptr().add(iy as usize * iw);
-                    present += 1;
-                }
-            }
+            let (rows, present) = window_rows(p, plane, y);
             let out_row = out.as_mut_ptr().add(y * ow);
             for &(x, c, edges) in &blocks {
                 let (mut lo, mut hi) = (identity, identity);
@@ -463,6 +447,23 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
             }
         }
     }
+}
+
+/// The input rows of output row `y`'s windows that lie inside `plane` (rows in the padding left
+/// out), and how many there are: both window kernels read their windows through these.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn window_rows(p: &Pool2d, plane: &[f32], y: usize) -> ([*const f32; 3], usize) {
+    let mut rows: [*const f32; 3] = [std::ptr::null(); 3];
+    let mut present = 0;
+    for ky in 0..p.kernel_h {
+        let iy = (2 * y + ky) as isize - p.pad_top as isize;
+        if (0..p.in_h as isize).contains(&iy) {
+            rows[present] = plane[iy as usize * p.in_w..].as_ptr();
+            present += 1;
+        }
+    }
+    (rows, present)
 }
 
 /// One plane of a stride-2 pool (window at most 3×3) by the window loop, for rows narrower than
