@@ -119,10 +119,16 @@ macro_rules! isa_kernels {
                 const R2: usize = super::edge_rows(MR).1;
                 macro_rules! run {
                     ($rows:expr, $vecs:expr) => {
-                        micro::micro::<$V, MR, $nv, { $rows }, { $vecs }>(
+                        micro::micro::<$V, MR, $nv, { $rows }, { $vecs }, true>(
                             kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile,
                         )
                     };
+                }
+                if m_eff == MR && n_eff == NR {
+                    // Whole tiles, nearly all of them, run the instance without an edge path.
+                    return micro::micro::<$V, MR, $nv, MR, $nv, false>(
+                        kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile,
+                    );
                 }
                 match (m_eff > R2, m_eff > R1, n_eff > LANES) {
                     (true, _, true) => run!(MR, $nv),

@@ -47,6 +47,10 @@ pub(crate) type StoreTileFn = unsafe fn(*const f32, usize, usize, usize, *mut f3
 /// tiles use a smaller instance (`m_eff <= ROWS`, `n_eff <= VECS · LANES`) instead of doing
 /// the whole tile's FMAs for a few rows or columns. A 64-channel conv with 12-row tiles would
 /// otherwise compute 72 rows, and a 196-pixel one 224 columns.
+///
+/// `EDGE = false` is the instance for whole tiles only (`m_eff == ROWS`, `n_eff == VECS ·
+/// LANES`): without an edge path in the same function, LLVM no longer stores the accumulators
+/// to the stack after the k loop for the path it might take.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn micro<
@@ -55,6 +59,7 @@ pub(crate) unsafe fn micro<
     const NV: usize,
     const ROWS: usize,
     const VECS: usize,
+    const EDGE: bool,
 >(
     kc: usize,
     a: *const f32,
@@ -133,24 +138,13 @@ pub(crate) unsafe fn micro<
             pf = pf.wrapping_add(PREFETCH_STRIDE);
         }
     }
-    if m_eff == ROWS && n_eff == tile_nr {
+    debug_assert!(EDGE || (m_eff == ROWS && n_eff == tile_nr));
+    if !EDGE || (m_eff == ROWS && n_eff == tile_nr) {
         // A full tile: finished in registers (no spill, no second pass over C).
+        finish_tile(&mut acc, epi, c, ldc);
         for (i, row) in acc.iter().enumerate() {
-            let crow = c.add(i * ldc);
-            let bias_row = row_bias::<V>(epi, i);
-            let residual = offset(epi.residual, i * ldc);
             for (v, accv) in row.iter().enumerate() {
-                let j = v * V::LANES;
-                let x = finish(
-                    *accv,
-                    epi,
-                    crow.add(j),
-                    bias_row,
-                    offset(epi.bias_col, j),
-                    offset(residual, j),
-                    |p| V::load(p),
-                );
-                V::store(crow.add(j), x);
+                V::store(c.add(i * ldc + v * V::LANES), *accv);
             }
         }
         return;
@@ -176,6 +170,79 @@ pub(crate) unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
         p
     } else {
         p.add(n)
+    }
+}
+
+/// [`finish`] over a whole tile held in registers, one step at a time over all its vectors:
+/// each test on the epilogue (accumulate, bias, residual, which activation) is made once per
+/// tile. Per vector, with the activation's `match` inside the loop, LLVM kept the tests and an
+/// indirect jump per vector and stored the accumulators to the stack: on AVX2 a 6 × 16 tile of
+/// K = 16 ran at 57% of the FMA peak. Each element sees the same operations in the same order
+/// as in `finish`, so both paths round alike.
+#[inline(always)]
+unsafe fn finish_tile<V: Vf32, const ROWS: usize, const VECS: usize>(
+    acc: &mut [[V; VECS]; ROWS],
+    epi: &TileEpi,
+    c: *const f32,
+    ldc: usize,
+) {
+    if epi.accumulate {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, accv) in row.iter_mut().enumerate() {
+                *accv = V::add(*accv, V::load(c.add(i * ldc + v * V::LANES)));
+            }
+        }
+    }
+    if !epi.last {
+        return;
+    }
+    if !epi.bias_row.is_null() {
+        for (i, row) in acc.iter_mut().enumerate() {
+            let bias = V::splat(*epi.bias_row.add(i));
+            for accv in row.iter_mut() {
+                *accv = V::add(*accv, bias);
+            }
+        }
+    }
+    if !epi.bias_col.is_null() {
+        for row in acc.iter_mut() {
+            for (v, accv) in row.iter_mut().enumerate() {
+                *accv = V::add(*accv, V::load(epi.bias_col.add(v * V::LANES)));
+            }
+        }
+    }
+    if !epi.residual.is_null() {
+        for (i, row) in acc.iter_mut().enumerate() {
+            for (v, accv) in row.iter_mut().enumerate() {
+                *accv = V::add(*accv, V::load(epi.residual.add(i * ldc + v * V::LANES)));
+            }
+        }
+    }
+    // The common activations with their constants splat once; the others per vector.
+    match *epi.act {
+        Activation::None => {}
+        Activation::Relu => {
+            for row in acc.iter_mut() {
+                for accv in row.iter_mut() {
+                    *accv = V::max(*accv, V::zero());
+                }
+            }
+        }
+        Activation::Clip { min, max } => {
+            let (lo, hi) = (V::splat(min), V::splat(max));
+            for row in acc.iter_mut() {
+                for accv in row.iter_mut() {
+                    *accv = V::min(V::max(*accv, lo), hi);
+                }
+            }
+        }
+        ref act => {
+            for row in acc.iter_mut() {
+                for accv in row.iter_mut() {
+                    *accv = activate(act, *accv);
+                }
+            }
+        }
     }
 }
 
