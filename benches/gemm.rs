@@ -6,7 +6,8 @@
 //! (min..max), and best/peak. A naive triple loop is timed and compared on 256³ as a sanity
 //! check. Then the criterion groups (throughput in FLOP, so criterion prints GFLOP/s as
 //! Gelem/s). `GEMM_BENCH_QUICK=1` skips criterion; `GEMM_BENCH_ISA=avx2|scalar` picks a
-//! lower variant.
+//! lower variant. The blocking is the executor's, sized for this machine's caches
+//! (`ROOFLINE_GEMM_BLOCKING=tuned`: the ISA table's as tuned).
 //!
 //! Buffers are written before timing (pages faulted), results go through `black_box`, and
 //! every figure above the measured peak is flagged.
@@ -112,6 +113,9 @@ unsafe fn fma_avx2(iters: u64) -> f32 {
 }
 
 fn config() -> GemmConfig {
+    // The blocking the executor runs: sized for this machine's caches
+    // (`ROOFLINE_GEMM_BLOCKING=tuned` keeps the ISA table's).
+    roofline::exec::state_machine_caches();
     let isa = match std::env::var("GEMM_BENCH_ISA").as_deref() {
         Ok("scalar") => Isa::Scalar,
         Ok("avx2") => Isa::Avx2Fma,

@@ -81,7 +81,7 @@ impl Prepared {
 /// sysfs, never its stated defaults), once per process, before the first plan takes a blocking.
 /// `ROOFLINE_GEMM_BLOCKING=tuned` keeps the ISA tables' blockings as tuned, for A/B runs of the
 /// cache-sized blocking on machines unlike the tuned one.
-pub(crate) fn state_machine_caches() {
+pub fn state_machine_caches() {
     static STATED: std::sync::Once = std::sync::Once::new();
     STATED.call_once(|| {
         if std::env::var_os("ROOFLINE_GEMM_BLOCKING").is_some_and(|choice| choice == "tuned") {

@@ -362,7 +362,7 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
     let short = i1 - i0 <= job.mc;
     let nc = if short { job.nc_short } else { job.nc };
     let a_len = match job.a {
-        Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc,
+        Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc.min(job.k),
         Opnd::Packed(_) => 0,
         Opnd::Source(_) => unreachable!("only B operands pack themselves"),
     };

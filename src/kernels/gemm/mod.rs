@@ -383,7 +383,7 @@ fn run(
         c: c.as_mut_ptr(),
         ldc,
         epi: epilogue,
-        mc: bl.mc,
+        mc: rows_per_a_block(bl.mc, bl.kc, k, cfg.isa.tile().0),
         kc: bl.kc,
         nc: bl.nc,
         nc_short: bl.nc_short,
@@ -394,6 +394,17 @@ fn run(
                 > last_level_bytes(),
     };
     driver::drive(&job, threads);
+}
+
+/// Rows of A per A block for a product of depth `k`: the block is sized in floats (`mc × kc`,
+/// what the L2 holds), so a k shorter than `kc` fits proportionally more rows, rounded down to
+/// whole `mr` tiles. A pointwise convolution with 16-32 input channels then runs its
+/// 96-192 output channels as one A block, on the short-problem loop order that writes C in
+/// long runs (`driver::run_region`), instead of as a tall problem that writes C one NR-column
+/// strip of every row at a time (Zen 1, MobileNetV2's 16 → 96 layer at 112²: 1.79 → 1.55 ms).
+fn rows_per_a_block(mc: usize, kc: usize, k: usize, mr: usize) -> usize {
+    let depth = k.clamp(1, kc);
+    (mc * kc / depth / mr * mr).max(mc)
 }
 
 fn validate(m: usize, k: usize, kb: usize, n: usize, c: &[f32], ldc: usize, epi: &Epilogue) {
