@@ -23,6 +23,8 @@ const SHAPES: &[(&str, bool, usize, usize, usize, usize, usize)] = &[
     ("max 3x3/2 64x112²", true, 64, 112, 3, 2, 1),
     ("max 3x3/2 192x56²", true, 192, 56, 3, 2, 1),
     ("max 3x3/2 96x109²", true, 96, 109, 3, 2, 0),
+    ("max 3x3/2 128x55²", true, 128, 55, 3, 2, 0),
+    ("max 3x3/2 256x27²", true, 256, 27, 3, 2, 0),
     ("max 2x2/2 128x56²", true, 128, 56, 2, 2, 0),
     ("avg 3x3/1 192x28²", false, 192, 28, 3, 1, 1),
     ("max 3x3/2 576x14²", true, 576, 14, 3, 2, 1),

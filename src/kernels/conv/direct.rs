@@ -61,17 +61,22 @@ fn tile_of(isa: Isa) -> Option<(usize, usize, usize)> {
 /// the 6×2 tile led on every stride-1 3×3 and 5×5 shape (0.74-0.99×) and on the image stems
 /// (3 input channels, strides 2 and 4: 0.70-0.95×), but lost on strided 3×3 layers with 16-256
 /// input channels (1.10-1.33×) and on the narrow 1×1 layers (1.01-1.24×): those stay on the
-/// GEMM there ([`avx2_takes`]).
+/// GEMM there ([`avx2_takes`]). Once the GEMM's microkernel finished whole tiles in registers
+/// (session 41, same machine) the 3×3 stride-2 stems turned too: direct ÷ GEMM 1.17 (3→32 on
+/// 224², MobileNetV2), 1.23 (3→64, SqueezeNet), 1.00 (3→16 on 640², YOLOv8n), while the 7×7
+/// and 11×11 stems stayed direct (0.96, 0.73): with 9 taps per channel the phase-plane copy and
+/// the write-out weigh more than the im2col packing the direct kernel saves.
 pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
     tile_of(isa).is_some() && applies_to_geometry(geom) && (isa != Isa::Avx2Fma || avx2_takes(geom))
 }
 
-/// The AVX2 part of [`applies`]: stride 1, or a strided stem on at most
-/// [`AVX2_MAX_STRIDED_IN`] input channels per group; no in-place 1×1.
+/// The AVX2 part of [`applies`]: stride 1, or a strided stem with a window larger than 3×3 on
+/// at most [`AVX2_MAX_STRIDED_IN`] input channels per group; no in-place 1×1.
 fn avx2_takes(geom: &Conv2d) -> bool {
     let strided = geom.stride_h > 1 || geom.stride_w > 1;
-    !narrow_pointwise(geom)
-        && (!strided || geom.in_channels / geom.group.max(1) <= AVX2_MAX_STRIDED_IN)
+    let stem = geom.in_channels / geom.group.max(1) <= AVX2_MAX_STRIDED_IN
+        && geom.kernel_h * geom.kernel_w > 9;
+    !narrow_pointwise(geom) && (!strided || stem)
 }
 
 /// Most input channels per group of a strided convolution the AVX2 direct kernel takes.

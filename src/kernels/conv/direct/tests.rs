@@ -309,16 +309,19 @@ fn the_rule_keeps_long_columns_and_plain_gemms_off_the_direct_kernel() {
     ));
 }
 
-/// AVX2's own exclusions (`avx2_takes`): strided layers past the stems and the in-place
-/// 1×1 stay on the GEMM there, and take the direct kernel on AVX-512.
+/// AVX2's own exclusions (`avx2_takes`): strided layers past the 7×7 and larger stems (3×3
+/// stems included) and the in-place 1×1 stay on the GEMM there, and take the direct kernel on
+/// AVX-512.
 #[test]
 fn avx2_keeps_strided_layers_and_narrow_pointwise_on_the_gemm() {
-    let stem = geometry((3, 32), (224, 224), 3, 2, 1, 1, 1);
+    let stem = geometry((3, 64), (224, 224), 7, 2, 3, 1, 1);
+    let small_stem = geometry((3, 32), (224, 224), 3, 2, 1, 1, 1);
     let strided = geometry((64, 128), (56, 56), 3, 2, 1, 1, 1);
     let stride_one = geometry((64, 64), (56, 56), 3, 1, 1, 1, 1);
     let narrow = geometry((144, 24), (56, 56), 1, 1, 0, 1, 1);
     for (geom, on_avx2) in [
         (stem, true),
+        (small_stem, false),
         (strided, false),
         (stride_one, true),
         (narrow, false),
