@@ -112,7 +112,7 @@ def main():
                     continue
                 reports.setdefault((model, threads), []).append(report)
     print(f"{'model':<40} {'thr':>3} {'measured':>10} {'bound':>10} {'expected':>10} "
-          f"{'exp err':>8} {'covered':>8}")
+          f"{'exp err':>8} {'covered':>8} {'GHz':>5} {'at clock':>8}")
     for model in models:
         for threads in args.threads:
             name = os.path.basename(model)
@@ -127,12 +127,21 @@ def main():
             expected = report.get("expected_latency_ms")
             coverage = report["analysis"]["summary"].get("expected_coverage")
             error_e2e = None if expected is None else (expected - measured) / measured
+            # The expected latency at the clock each round's runs saw (`bench`'s `clock`:
+            # compute-bound ops scaled by calibration clock ÷ run clock), median over rounds.
+            clocks = [r["clock"] for r in runs if r.get("clock")]
+            at_clock = [c["expected_latency_ms"] for c in clocks
+                        if c.get("expected_latency_ms") is not None]
+            run_ghz = statistics.median(c["run_hz"] for c in clocks) / 1e9 if clocks else None
+            error_clock = (None if not at_clock
+                           else (statistics.median(at_clock) - measured) / measured)
             # The figure is the median of its rounds; it describes another placement of the
             # threads than the calibration's when most of its rounds ran apart.
             apart = sum(id(r) in apart_reports for r in runs) * 2 > len(runs)
             rows.append({"model": name, "threads": threads, "measured_ms": measured,
                          "bound_ms": bound, "expected_ms": expected, "error": error_e2e,
-                         "coverage": coverage, "rounds": len(runs), "apart": apart})
+                         "coverage": coverage, "rounds": len(runs), "apart": apart,
+                         "run_ghz": run_ghz, "error_at_run_clock": error_clock})
             ops = []
             for index, op in enumerate(report["ops"]):
                 op = dict(op)
@@ -151,8 +160,11 @@ def main():
             exp_text = "-" if expected is None else f"{expected:.2f}"
             err_text = "-" if error_e2e is None else f"{error_e2e * 100:+.0f}%"
             cov_text = "-" if coverage is None else f"{coverage * 100:.0f}%"
+            ghz_text = "-" if run_ghz is None else f"{run_ghz:.2f}"
+            clock_text = "-" if error_clock is None else f"{error_clock * 100:+.0f}%"
             print(f"{name:<40} {threads:>3} {measured:>10.2f} {bound:>10.2f} {exp_text:>10} "
-                  f"{err_text:>8} {cov_text:>8}{'  apart' if apart else ''}", flush=True)
+                  f"{err_text:>8} {cov_text:>8} {ghz_text:>5} {clock_text:>8}"
+                  f"{'  apart' if apart else ''}", flush=True)
 
     judged = [r for r in rows if r["error"] is not None]
     within = [r for r in judged if abs(r["error"]) <= 0.10]
@@ -168,6 +180,12 @@ def main():
                   f"{len(within_placed)}/{len(placed)} within ±10%; "
                   f"{len(judged) - len(placed)} run(s) measured apart (bench's core_exchange "
                   f"warning in most rounds) judge another placement")
+        at_clock = [r for r in judged if r["error_at_run_clock"] is not None]
+        if at_clock:
+            within_clock = [r for r in at_clock if abs(r["error_at_run_clock"]) <= 0.10]
+            print(f"  at the clock the runs saw (compute-bound ops scaled by calibration clock "
+                  f"÷ run clock): {len(within_clock)}/{len(at_clock)} within ±10%; median "
+                  f"|error| {100 * statistics.median(abs(r['error_at_run_clock']) for r in at_clock):.0f}%")
         bound_ratio = [r["bound_ms"] / r["measured_ms"] for r in judged]
         print(f"bound ÷ measured: median {statistics.median(bound_ratio):.2f}, "
               f"range {min(bound_ratio):.2f}-{max(bound_ratio):.2f}")

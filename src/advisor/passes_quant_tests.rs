@@ -212,6 +212,7 @@ fn int8_gain_is_also_expected_from_the_calibration() {
             exchange: None,
             warnings: Vec::new(),
             handoff: Vec::new(),
+            clock_hz: None,
         });
         let options = AdviseOptions {
             apply: vec!["int8".into()],

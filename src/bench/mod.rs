@@ -11,8 +11,8 @@ use crate::exec::{self, build_plan, ExecError};
 pub mod decode;
 
 pub use crate::report::model::bench::{
-    BenchReport, DecodeInfo, ErrorSummary, ExchangeCheck, Latency, OpMeasurement, BENCH_SCHEMA,
-    BENCH_SCHEMA_VERSION,
+    BenchReport, DecodeInfo, ErrorSummary, ExchangeCheck, Latency, OpMeasurement, RunClock,
+    BENCH_SCHEMA, BENCH_SCHEMA_VERSION,
 };
 
 #[derive(Clone, Debug)]
@@ -186,6 +186,8 @@ pub fn bench_graph(
     let evict = &mut evict[..options.evict_bytes];
     let cold_weights = !evict.is_empty();
     let end_to_end_runs = if options.per_op_only { 0 } else { runs };
+    // The core clock after each run that gives the latency, outside its timed region.
+    let mut clock_samples: Vec<f64> = Vec::with_capacity(runs);
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..end_to_end_runs {
         if cold_weights {
@@ -196,6 +198,7 @@ pub fn bench_graph(
         let start = std::time::Instant::now();
         plan.run_staged(&mut workspace, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
+        clock_samples.extend(crate::probe::chain_clock_now());
         feed(&mut workspace, &mut inputs)?;
     }
     let steps = plan.steps();
@@ -213,6 +216,7 @@ pub fn bench_graph(
         }
         if options.per_op_only {
             latencies.push(timings.step_seconds.iter().sum::<f64>() * 1e3);
+            clock_samples.extend(crate::probe::chain_clock_now());
         }
         feed(&mut workspace, &mut inputs)?;
     }
@@ -254,6 +258,7 @@ pub fn bench_graph(
     sorted_latency.sort_by(f64::total_cmp);
     let median_ms = percentile(&sorted_latency, 0.5);
     let predicted_ms = analysis.summary.predicted_latency_s * 1e3;
+    let clock = run_clock(&analysis, device, &mut clock_samples, median_ms);
     Ok(BenchReport {
         schema: BENCH_SCHEMA.to_string(),
         schema_version: BENCH_SCHEMA_VERSION,
@@ -307,7 +312,56 @@ pub fn bench_graph(
             )
         },
         core_exchange,
+        clock,
         analysis,
+    })
+}
+
+/// The runs' clock (median of `samples`, `None` when no chain could be timed) against the
+/// calibration's, with the expected latency at the runs' clock: each compute-bound op's
+/// calibrated time scaled by calibration clock ÷ run clock, the others kept (their roofs are
+/// memory rates, not the core's clock).
+fn run_clock(
+    analysis: &analysis::Analysis,
+    device: &DeviceProfile,
+    samples: &mut [f64],
+    measured_ms: f64,
+) -> Option<RunClock> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_by(f64::total_cmp);
+    let run_hz = percentile(samples, 0.5);
+    let calibration_hz = device
+        .calibration
+        .as_ref()
+        .and_then(|c| c.clock_hz)
+        .filter(|hz| hz.is_finite() && *hz > 0.0);
+    let compute_scale = calibration_hz.map(|hz| hz / run_hz);
+    // As `Summary::expected_latency_s`: an op the calibration does not cover counts its bound.
+    let expected_latency_ms = compute_scale
+        .filter(|_| analysis.summary.expected_latency_s.is_some())
+        .map(|scale| {
+            let total_s: f64 = analysis
+                .nodes
+                .iter()
+                .map(|node| match node.expected_s {
+                    Some(expected_s) if node.bound == analysis::roofline::Bound::Compute => {
+                        expected_s * scale
+                    }
+                    Some(expected_s) => expected_s,
+                    None => node.predicted_s,
+                })
+                .sum();
+            total_s * 1e3
+        });
+    Some(RunClock {
+        run_hz,
+        calibration_hz,
+        compute_scale,
+        expected_latency_ms,
+        expected_end_to_end_error: expected_latency_ms
+            .map(|expected| (expected - measured_ms) / measured_ms),
     })
 }
 
@@ -425,6 +479,68 @@ mod tests {
         ExchangeRecord::with_figures(ns, gbs)
     }
 
+    /// Hand-derived, on tinycnn's nodes with made-up expected times and bounds (compute and
+    /// memory in turn): with the calibration at 2.5 GHz and runs at 2.9 (the median of three
+    /// samples), each compute-bound op's expected time is scaled by 2.5/2.9 and the others
+    /// kept; an op the calibration does not cover counts its bound, as in the summary. Without
+    /// a calibration clock only the runs' clock is reported, without samples nothing.
+    #[test]
+    fn the_expected_latency_follows_the_runs_clock_for_compute_bound_ops() {
+        let mut device = crate::device::catalog()[0].to_profile();
+        let model = crate::builtin::find("tinycnn").unwrap();
+        let graph = model.graph(model.analysis_fill()).unwrap();
+        let options = AnalyzeOptions {
+            bindings: (model.default_bindings)(),
+            ..AnalyzeOptions::default()
+        };
+        let mut analysis = analysis::analyze_graph(graph, "tinycnn", &device, &options).unwrap();
+        let (mut compute, mut other) = (0.0, 0.0);
+        for (i, node) in analysis.nodes.iter_mut().enumerate() {
+            if i == 0 {
+                node.expected_s = None;
+                other += node.predicted_s;
+                continue;
+            }
+            let expected_s = 1e-3 * (i + 1) as f64;
+            node.expected_s = Some(expected_s);
+            node.bound = if i % 2 == 1 {
+                analysis::roofline::Bound::Compute
+            } else {
+                analysis::roofline::Bound::Memory
+            };
+            if node.bound == analysis::roofline::Bound::Compute {
+                compute += expected_s;
+            } else {
+                other += expected_s;
+            }
+        }
+        assert!(compute > 0.0 && other > 0.0);
+        analysis.summary.expected_latency_s = Some(compute + other);
+        let mut samples = vec![2.9e9, 3.1e9, 2.7e9];
+        let unknown = run_clock(&analysis, &device, &mut samples, 10.0).unwrap();
+        assert_eq!(unknown.run_hz, 2.9e9);
+        assert!(unknown.calibration_hz.is_none() && unknown.expected_latency_ms.is_none());
+        device.calibration = Some(Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 0.0,
+            method: String::new(),
+            tables: Vec::new(),
+            exchange: None,
+            warnings: Vec::new(),
+            handoff: Vec::new(),
+            clock_hz: Some(2.5e9),
+        });
+        let clock = run_clock(&analysis, &device, &mut samples, 10.0).unwrap();
+        let want_ms = (compute * 2.5 / 2.9 + other) * 1e3;
+        assert!((clock.expected_latency_ms.unwrap() - want_ms).abs() < 1e-9 * want_ms);
+        assert!((clock.compute_scale.unwrap() - 2.5 / 2.9).abs() < 1e-12);
+        let error = clock.expected_end_to_end_error.unwrap();
+        assert!((error - (want_ms - 10.0) / 10.0).abs() < 1e-9);
+        assert!(run_clock(&analysis, &device, &mut [], 10.0).is_none());
+    }
+
     /// The calibration's exchange is the reference when it has one; a run whose check after
     /// the runs is 4× slower is flagged with both figures, one within the quiet spread is not,
     /// and without any reference nothing is judged.
@@ -444,6 +560,7 @@ mod tests {
             exchange: Some(record(60.0, 70.0)),
             warnings: Vec::new(),
             handoff: Vec::new(),
+            clock_hz: None,
         });
         let apart = judge_exchange(&device, Some(record(62.0, 69.0)), Some(record(350.0, 25.0)));
         assert_eq!(apart.reference_source.as_deref(), Some("calibration"));

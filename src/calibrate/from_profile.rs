@@ -233,6 +233,7 @@ pub fn fit(
         exchange: None,
         warnings: Vec::new(),
         handoff: Vec::new(),
+        clock_hz: None,
     })
 }
 

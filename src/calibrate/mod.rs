@@ -114,6 +114,8 @@ pub fn calibrate(
     let mut points: std::collections::BTreeMap<(usize, usize, usize), TimedPoint> =
         Default::default();
     let mut placement = PlacementWatch::default();
+    // The core clock after the timed runs of every point (`BenchReport::clock`).
+    let mut run_clocks: Vec<f64> = Vec::new();
     // The first round always runs whole, so on a slow machine it alone can outlast the
     // budget (Zen 1: 70 s for a 48 s budget). Once a tenth of it is done, a model whose round
     // is projected past the budget is timed with the quick mode's runs instead.
@@ -148,6 +150,7 @@ pub fn calibrate(
                     runs
                 };
                 let report = bench_model(model, device, threads, model_runs)?;
+                run_clocks.extend(report.clock.as_ref().map(|clock| clock.run_hz));
                 if !model.first_round_only {
                     repeated_round += model_started.elapsed();
                 }
@@ -387,6 +390,10 @@ pub fn calibrate(
         exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
         warnings,
         handoff,
+        clock_hz: (!run_clocks.is_empty()).then(|| {
+            run_clocks.sort_by(f64::total_cmp);
+            run_clocks[run_clocks.len() / 2]
+        }),
     })
 }
 

@@ -576,6 +576,11 @@ pub struct Calibration {
     /// an op that splits differently from the op that wrote its input (`analysis::handoff`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handoff: Vec<HandoffRate>,
+    /// The core clock the grid's timings ran at, Hz: the median of a short dependent-add
+    /// chain timed after each timed run (`probe::chain_clock_now`). `bench` compares it with
+    /// the clock of its own runs (`RunClock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_hz: Option<f64>,
 }
 
 /// One thread reading an activation that the other threads of the plan have just written

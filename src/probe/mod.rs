@@ -36,6 +36,7 @@ use crate::device::{
 use crate::report::units::fmt_bytes_binary;
 
 pub use crate::device::profile::default_profile_path;
+pub use clock::chain_clock_now;
 pub use microarch::{CoreModel, PerWidth};
 pub use record::*;
 

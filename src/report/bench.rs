@@ -98,6 +98,19 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
             "predicted is the roofline bound; `roofline calibrate` adds an expected time per op"
         );
     }
+    if let Some(clock) = &report.clock {
+        let _ = match (clock.calibration_hz, clock.expected_latency_ms, clock.expected_end_to_end_error) {
+            (Some(calibration_hz), Some(expected), Some(error)) => writeln!(
+                out,
+                "clock    {:.2} GHz during the runs, {:.2} GHz during calibration: at the runs' clock (compute-bound ops x{:.2}) expected {expected:.3} ms, error {:+.0}%",
+                clock.run_hz / 1e9,
+                calibration_hz / 1e9,
+                clock.compute_scale.unwrap_or(1.0),
+                error * 100.0
+            ),
+            _ => writeln!(out, "clock    {:.2} GHz during the runs", clock.run_hz / 1e9),
+        };
+    }
     let _ = writeln!(
         out,
         "bound per-op |error|  median {:.0}%  p90 {:.0}%   activations {} planned ({} without reuse), weights {}",

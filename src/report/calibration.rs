@@ -15,6 +15,13 @@ pub fn render_calibration(calibration: &Calibration) -> String {
         calibration.measured_at,
         calibration.wall_time_s
     );
+    if let Some(clock_hz) = calibration.clock_hz {
+        let _ = writeln!(
+            out,
+            "core clock during the timed runs: {:.2} GHz (median; `bench` compares its own runs' clock)",
+            clock_hz / 1e9
+        );
+    }
     let _ = writeln!(
         out,
         "{:<12} {:>3} {:>6} {:>22} {:>22}",

@@ -155,6 +155,7 @@ fn an_op_the_kernels_keep_on_one_thread_is_expected_from_the_one_thread_table() 
         exchange: None,
         warnings: vec![],
         handoff: vec![],
+        clock_hz: None,
     };
     let analyse = |profile: &DeviceProfile| {
         let mut b = GraphBuilder::new(WeightFill::Zeros);

@@ -23,6 +23,7 @@ fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
         exchange: None,
         warnings: Vec::new(),
         handoff: Vec::new(),
+        clock_hz: None,
     }
 }
 
@@ -396,6 +397,7 @@ fn the_table_of_the_thread_count_in_use_is_chosen() {
         exchange: None,
         warnings: Vec::new(),
         handoff: Vec::new(),
+        clock_hz: None,
     };
     let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
     let expected = |threads| {
@@ -438,6 +440,7 @@ fn impossible_points_are_refused() {
         exchange: None,
         warnings: Vec::new(),
         handoff: Vec::new(),
+        clock_hz: None,
     };
     assert!(c.validate().is_err());
     c.tables[0].points[0].measured_s = 1.0;

@@ -98,7 +98,30 @@ pub struct BenchReport {
     /// figure the predictions were made with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_exchange: Option<ExchangeCheck>,
+    /// The core clock the timed runs saw, against the calibration's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<RunClock>,
     pub analysis: Analysis,
+}
+
+/// The core clock of the timed runs (a 0.1 ms dependent-add chain after each run, on the
+/// thread that times them), next to the one the calibration's timings ran at. A shared host
+/// moves a vCPU's clock by 10-15% within minutes (a Zen 1 guest: 2.54 and 2.9 GHz half an hour
+/// apart), and a compute-bound op's time moves with it while the calibration holds the clock
+/// of its own minute; the expected latency at the runs' clock tells that drift from the cost
+/// model's own error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunClock {
+    /// Median over the timed runs.
+    pub run_hz: f64,
+    pub calibration_hz: Option<f64>,
+    /// `calibration_hz / run_hz`: what a compute-bound op's calibrated time is scaled by.
+    pub compute_scale: Option<f64>,
+    /// The expected latency with every compute-bound op's expected time scaled by
+    /// `compute_scale` (memory-bound ops unscaled: their roofs are not the core's clock).
+    pub expected_latency_ms: Option<f64>,
+    /// `(expected_latency_ms − measured median) / measured median`.
+    pub expected_end_to_end_error: Option<f64>,
 }
 
 /// The cores' data exchange (`probe::exchange`) measured before and after the timed runs,
