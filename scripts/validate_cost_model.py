@@ -82,6 +82,7 @@ def main():
 
     models = args.models or BUILTINS + corpus()
     rows = []
+    calibration_state = None
     per_op_errors = {t: [] for t in args.threads}
     per_op_bound_violations = []
     # Rounds over the whole list, each model's figure the median of its rounds: a slow spell of
@@ -112,7 +113,7 @@ def main():
                     continue
                 reports.setdefault((model, threads), []).append(report)
     print(f"{'model':<40} {'thr':>3} {'measured':>10} {'bound':>10} {'expected':>10} "
-          f"{'exp err':>8} {'covered':>8} {'GHz':>5} {'at clock':>8}")
+          f"{'exp err':>8} {'covered':>8} {'GHz':>5} {'FMA GF/s':>8}")
     for model in models:
         for threads in args.threads:
             name = os.path.basename(model)
@@ -127,21 +128,22 @@ def main():
             expected = report.get("expected_latency_ms")
             coverage = report["analysis"]["summary"].get("expected_coverage")
             error_e2e = None if expected is None else (expected - measured) / measured
-            # The expected latency at the clock each round's runs saw (`bench`'s `clock`:
-            # compute-bound ops scaled by calibration clock ÷ run clock), median over rounds.
+            # The clock and FMA rate after the rounds' runs (`bench`'s `clock`), medians: which
+            # state of a shared host the row was measured in (the calibration's is printed last).
             clocks = [r["clock"] for r in runs if r.get("clock")]
-            at_clock = [c["expected_latency_ms"] for c in clocks
-                        if c.get("expected_latency_ms") is not None]
             run_ghz = statistics.median(c["run_hz"] for c in clocks) / 1e9 if clocks else None
-            error_clock = (None if not at_clock
-                           else (statistics.median(at_clock) - measured) / measured)
+            fma = [c["run_fma_gflops"] for c in clocks if c.get("run_fma_gflops")]
+            run_fma = statistics.median(fma) if fma else None
+            if clocks and calibration_state is None:
+                calibration_state = (clocks[0].get("calibration_hz"),
+                                     clocks[0].get("calibration_fma_gflops"))
             # The figure is the median of its rounds; it describes another placement of the
             # threads than the calibration's when most of its rounds ran apart.
             apart = sum(id(r) in apart_reports for r in runs) * 2 > len(runs)
             rows.append({"model": name, "threads": threads, "measured_ms": measured,
                          "bound_ms": bound, "expected_ms": expected, "error": error_e2e,
                          "coverage": coverage, "rounds": len(runs), "apart": apart,
-                         "run_ghz": run_ghz, "error_at_run_clock": error_clock})
+                         "run_ghz": run_ghz, "run_fma_gflops": run_fma})
             ops = []
             for index, op in enumerate(report["ops"]):
                 op = dict(op)
@@ -161,9 +163,9 @@ def main():
             err_text = "-" if error_e2e is None else f"{error_e2e * 100:+.0f}%"
             cov_text = "-" if coverage is None else f"{coverage * 100:.0f}%"
             ghz_text = "-" if run_ghz is None else f"{run_ghz:.2f}"
-            clock_text = "-" if error_clock is None else f"{error_clock * 100:+.0f}%"
+            fma_text = "-" if run_fma is None else f"{run_fma:.1f}"
             print(f"{name:<40} {threads:>3} {measured:>10.2f} {bound:>10.2f} {exp_text:>10} "
-                  f"{err_text:>8} {cov_text:>8} {ghz_text:>5} {clock_text:>8}"
+                  f"{err_text:>8} {cov_text:>8} {ghz_text:>5} {fma_text:>8}"
                   f"{'  apart' if apart else ''}", flush=True)
 
     judged = [r for r in rows if r["error"] is not None]
@@ -180,12 +182,11 @@ def main():
                   f"{len(within_placed)}/{len(placed)} within ±10%; "
                   f"{len(judged) - len(placed)} run(s) measured apart (bench's core_exchange "
                   f"warning in most rounds) judge another placement")
-        at_clock = [r for r in judged if r["error_at_run_clock"] is not None]
-        if at_clock:
-            within_clock = [r for r in at_clock if abs(r["error_at_run_clock"]) <= 0.10]
-            print(f"  at the clock the runs saw (compute-bound ops scaled by calibration clock "
-                  f"÷ run clock): {len(within_clock)}/{len(at_clock)} within ±10%; median "
-                  f"|error| {100 * statistics.median(abs(r['error_at_run_clock']) for r in at_clock):.0f}%")
+        if calibration_state is not None:
+            hz, gflops = calibration_state
+            print(f"  calibration: clock {'-' if hz is None else f'{hz / 1e9:.2f} GHz'}, FMA "
+                  f"block {'-' if gflops is None else f'{gflops:.1f} GFLOP/s'} (columns GHz and "
+                  f"FMA GF/s: the same after each row's runs)")
         bound_ratio = [r["bound_ms"] / r["measured_ms"] for r in judged]
         print(f"bound ÷ measured: median {statistics.median(bound_ratio):.2f}, "
               f"range {min(bound_ratio):.2f}-{max(bound_ratio):.2f}")

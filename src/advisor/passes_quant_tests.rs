@@ -213,6 +213,7 @@ fn int8_gain_is_also_expected_from_the_calibration() {
             warnings: Vec::new(),
             handoff: Vec::new(),
             clock_hz: None,
+            fma_gflops: None,
         });
         let options = AdviseOptions {
             apply: vec!["int8".into()],

@@ -188,6 +188,7 @@ pub fn bench_graph(
     let end_to_end_runs = if options.per_op_only { 0 } else { runs };
     // The core clock after each run that gives the latency, outside its timed region.
     let mut clock_samples: Vec<f64> = Vec::with_capacity(runs);
+    let mut fma_samples: Vec<f64> = Vec::with_capacity(runs);
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..end_to_end_runs {
         if cold_weights {
@@ -199,6 +200,7 @@ pub fn bench_graph(
         plan.run_staged(&mut workspace, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
         clock_samples.extend(crate::probe::chain_clock_now());
+        fma_samples.extend(crate::probe::fma_gflops_now());
         feed(&mut workspace, &mut inputs)?;
     }
     let steps = plan.steps();
@@ -223,6 +225,7 @@ pub fn bench_graph(
         // Per-op timings only (a calibration point: one chain, not one per run, in a budget
         // of a minute for about 1200 points).
         clock_samples.extend(crate::probe::chain_clock_now());
+        fma_samples.extend(crate::probe::fma_gflops_now());
     }
     let core_exchange =
         exchange_before.map(|before| exchange_check(device, before, options.threads));
@@ -262,7 +265,7 @@ pub fn bench_graph(
     sorted_latency.sort_by(f64::total_cmp);
     let median_ms = percentile(&sorted_latency, 0.5);
     let predicted_ms = analysis.summary.predicted_latency_s * 1e3;
-    let clock = run_clock(&analysis, device, &mut clock_samples, median_ms);
+    let clock = run_clock(device, &mut clock_samples, &mut fma_samples);
     Ok(BenchReport {
         schema: BENCH_SCHEMA.to_string(),
         schema_version: BENCH_SCHEMA_VERSION,
@@ -321,51 +324,24 @@ pub fn bench_graph(
     })
 }
 
-/// The runs' clock (median of `samples`, `None` when no chain could be timed) against the
-/// calibration's, with the expected latency at the runs' clock: each compute-bound op's
-/// calibrated time scaled by calibration clock ÷ run clock, the others kept (their roofs are
-/// memory rates, not the core's clock).
+/// The runs' clock and FMA rate (medians of the samples; `None` when no chain could be timed)
+/// next to the calibration's.
 fn run_clock(
-    analysis: &analysis::Analysis,
     device: &DeviceProfile,
     samples: &mut [f64],
-    measured_ms: f64,
+    fma_samples: &mut [f64],
 ) -> Option<RunClock> {
     if samples.is_empty() {
         return None;
     }
     samples.sort_by(f64::total_cmp);
-    let run_hz = percentile(samples, 0.5);
-    let calibration_hz = device
-        .calibration
-        .as_ref()
-        .and_then(|c| c.clock_hz)
-        .filter(|hz| hz.is_finite() && *hz > 0.0);
-    let compute_scale = calibration_hz.map(|hz| hz / run_hz);
-    // As `Summary::expected_latency_s`: an op the calibration does not cover counts its bound.
-    let expected_latency_ms = compute_scale
-        .filter(|_| analysis.summary.expected_latency_s.is_some())
-        .map(|scale| {
-            let total_s: f64 = analysis
-                .nodes
-                .iter()
-                .map(|node| match node.expected_s {
-                    Some(expected_s) if node.bound == analysis::roofline::Bound::Compute => {
-                        expected_s * scale
-                    }
-                    Some(expected_s) => expected_s,
-                    None => node.predicted_s,
-                })
-                .sum();
-            total_s * 1e3
-        });
+    fma_samples.sort_by(f64::total_cmp);
+    let calibration = device.calibration.as_ref();
     Some(RunClock {
-        run_hz,
-        calibration_hz,
-        compute_scale,
-        expected_latency_ms,
-        expected_end_to_end_error: expected_latency_ms
-            .map(|expected| (expected - measured_ms) / measured_ms),
+        run_hz: percentile(samples, 0.5),
+        calibration_hz: calibration.and_then(|c| c.clock_hz),
+        run_fma_gflops: (!fma_samples.is_empty()).then(|| percentile(fma_samples, 0.5)),
+        calibration_fma_gflops: calibration.and_then(|c| c.fma_gflops),
     })
 }
 
@@ -483,47 +459,16 @@ mod tests {
         ExchangeRecord::with_figures(ns, gbs)
     }
 
-    /// Hand-derived, on tinycnn's nodes with made-up expected times and bounds (compute and
-    /// memory in turn): with the calibration at 2.5 GHz and runs at 2.9 (the median of three
-    /// samples), each compute-bound op's expected time is scaled by 2.5/2.9 and the others
-    /// kept; an op the calibration does not cover counts its bound, as in the summary. Without
-    /// a calibration clock only the runs' clock is reported, without samples nothing.
+    /// The medians of the samples, next to the calibration's figures where it has them; no
+    /// samples, no figure.
     #[test]
-    fn the_expected_latency_follows_the_runs_clock_for_compute_bound_ops() {
+    fn the_runs_clock_is_reported_next_to_the_calibrations() {
         let mut device = crate::device::catalog()[0].to_profile();
-        let model = crate::builtin::find("tinycnn").unwrap();
-        let graph = model.graph(model.analysis_fill()).unwrap();
-        let options = AnalyzeOptions {
-            bindings: (model.default_bindings)(),
-            ..AnalyzeOptions::default()
-        };
-        let mut analysis = analysis::analyze_graph(graph, "tinycnn", &device, &options).unwrap();
-        let (mut compute, mut other) = (0.0, 0.0);
-        for (i, node) in analysis.nodes.iter_mut().enumerate() {
-            if i == 0 {
-                node.expected_s = None;
-                other += node.predicted_s;
-                continue;
-            }
-            let expected_s = 1e-3 * (i + 1) as f64;
-            node.expected_s = Some(expected_s);
-            node.bound = if i % 2 == 1 {
-                analysis::roofline::Bound::Compute
-            } else {
-                analysis::roofline::Bound::Memory
-            };
-            if node.bound == analysis::roofline::Bound::Compute {
-                compute += expected_s;
-            } else {
-                other += expected_s;
-            }
-        }
-        assert!(compute > 0.0 && other > 0.0);
-        analysis.summary.expected_latency_s = Some(compute + other);
         let mut samples = vec![2.9e9, 3.1e9, 2.7e9];
-        let unknown = run_clock(&analysis, &device, &mut samples, 10.0).unwrap();
-        assert_eq!(unknown.run_hz, 2.9e9);
-        assert!(unknown.calibration_hz.is_none() && unknown.expected_latency_ms.is_none());
+        let mut fma = vec![40.0, 36.0, 38.0];
+        let alone = run_clock(&device, &mut samples, &mut fma).unwrap();
+        assert_eq!((alone.run_hz, alone.run_fma_gflops), (2.9e9, Some(38.0)));
+        assert!(alone.calibration_hz.is_none() && alone.calibration_fma_gflops.is_none());
         device.calibration = Some(Calibration {
             tool_version: String::new(),
             measured_at: String::new(),
@@ -535,14 +480,13 @@ mod tests {
             warnings: Vec::new(),
             handoff: Vec::new(),
             clock_hz: Some(2.5e9),
+            fma_gflops: Some(34.2),
         });
-        let clock = run_clock(&analysis, &device, &mut samples, 10.0).unwrap();
-        let want_ms = (compute * 2.5 / 2.9 + other) * 1e3;
-        assert!((clock.expected_latency_ms.unwrap() - want_ms).abs() < 1e-9 * want_ms);
-        assert!((clock.compute_scale.unwrap() - 2.5 / 2.9).abs() < 1e-12);
-        let error = clock.expected_end_to_end_error.unwrap();
-        assert!((error - (want_ms - 10.0) / 10.0).abs() < 1e-9);
-        assert!(run_clock(&analysis, &device, &mut [], 10.0).is_none());
+        let both = run_clock(&device, &mut samples, &mut []).unwrap();
+        assert_eq!(both.calibration_hz, Some(2.5e9));
+        assert_eq!(both.calibration_fma_gflops, Some(34.2));
+        assert!(both.run_fma_gflops.is_none());
+        assert!(run_clock(&device, &mut [], &mut fma).is_none());
     }
 
     /// The calibration's exchange is the reference when it has one; a run whose check after
@@ -565,6 +509,7 @@ mod tests {
             warnings: Vec::new(),
             handoff: Vec::new(),
             clock_hz: None,
+            fma_gflops: None,
         });
         let apart = judge_exchange(&device, Some(record(62.0, 69.0)), Some(record(350.0, 25.0)));
         assert_eq!(apart.reference_source.as_deref(), Some("calibration"));

@@ -234,6 +234,7 @@ pub fn fit(
         warnings: Vec::new(),
         handoff: Vec::new(),
         clock_hz: None,
+        fma_gflops: None,
     })
 }
 

@@ -116,6 +116,7 @@ pub fn calibrate(
     let mut placement = PlacementWatch::default();
     // The core clock after the timed runs of every point (`BenchReport::clock`).
     let mut run_clocks: Vec<f64> = Vec::new();
+    let mut run_fma: Vec<f64> = Vec::new();
     // The first round always runs whole, so on a slow machine it alone can outlast the
     // budget (Zen 1: 70 s for a 48 s budget). Once a tenth of it is done, a model whose round
     // is projected past the budget is timed with the quick mode's runs instead.
@@ -150,7 +151,10 @@ pub fn calibrate(
                     runs
                 };
                 let report = bench_model(model, device, threads, model_runs)?;
-                run_clocks.extend(report.clock.as_ref().map(|clock| clock.run_hz));
+                if let Some(clock) = &report.clock {
+                    run_clocks.push(clock.run_hz);
+                    run_fma.extend(clock.run_fma_gflops);
+                }
                 if !model.first_round_only {
                     repeated_round += model_started.elapsed();
                 }
@@ -390,10 +394,8 @@ pub fn calibrate(
         exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
         warnings,
         handoff,
-        clock_hz: (!run_clocks.is_empty()).then(|| {
-            run_clocks.sort_by(f64::total_cmp);
-            run_clocks[run_clocks.len() / 2]
-        }),
+        clock_hz: upper_median(&mut run_clocks),
+        fma_gflops: upper_median(&mut run_fma),
     })
 }
 
@@ -629,6 +631,12 @@ fn bench_model(
             source,
         }
     })
+}
+
+/// The upper median of `values`, `None` when there are none.
+fn upper_median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// Classes with no table in `calibration` (for the report).

@@ -581,6 +581,10 @@ pub struct Calibration {
     /// the clock of its own runs (`RunClock`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_hz: Option<f64>,
+    /// The fp32 FMA rate one short FMA block reached after the same runs, GFLOP/s (median,
+    /// `probe::fma_gflops_now`): the vector throughput the grid's compute-bound points had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fma_gflops: Option<f64>,
 }
 
 /// One thread reading an activation that the other threads of the plan have just written

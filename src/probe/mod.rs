@@ -222,6 +222,29 @@ pub fn identify_cpu() -> CpuDescription {
     cpu::identify().description
 }
 
+/// Loop iterations of [`fma_gflops_now`]'s block: about 0.1 ms of a 16-chain 256-bit FMA
+/// kernel at one vector FMA per cycle and 3 GHz.
+const FMA_NOW_ITERATIONS: u64 = 1 << 14;
+
+/// The fp32 FMA rate one short block of the probe's FMA kernel reaches now on this thread,
+/// GFLOP/s (`None` without a vector FMA kernel). Unlike a dependent-add chain (the clock), it
+/// also sees what a busy SMT sibling on the host takes from the vector pipes: the throughput a
+/// compute-bound kernel gets. Called after a timed run, it reads the state the run left.
+pub fn fma_gflops_now() -> Option<f64> {
+    static KERNEL: std::sync::OnceLock<Option<compute::ComputeKernel>> = std::sync::OnceLock::new();
+    let kernel = KERNEL
+        .get_or_init(|| {
+            let cpu = cpu::identify();
+            compute::shared_core_kernel(&compute::select_kernels(&cpu.isa, &cpu.core_model))
+                .cloned()
+        })
+        .as_ref()?;
+    let start = std::time::Instant::now();
+    kernel.run(FMA_NOW_ITERATIONS);
+    let seconds = start.elapsed().as_secs_f64().max(1e-9);
+    Some(kernel.flops_per_iteration * FMA_NOW_ITERATIONS as f64 / seconds / 1e9)
+}
+
 /// Measures the data exchange between the first `threads` CPUs this process may use, as the
 /// probe does but in about 3 ms: what `bench` and `calibrate` check around their multi-thread
 /// runs. `None` with fewer than two usable CPUs or when a vCPU was taken away meanwhile.

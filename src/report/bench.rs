@@ -99,17 +99,25 @@ pub fn render_bench_table(report: &BenchReport, top: usize) -> String {
         );
     }
     if let Some(clock) = &report.clock {
-        let _ = match (clock.calibration_hz, clock.expected_latency_ms, clock.expected_end_to_end_error) {
-            (Some(calibration_hz), Some(expected), Some(error)) => writeln!(
-                out,
-                "clock    {:.2} GHz during the runs, {:.2} GHz during calibration: at the runs' clock (compute-bound ops x{:.2}) expected {expected:.3} ms, error {:+.0}%",
-                clock.run_hz / 1e9,
-                calibration_hz / 1e9,
-                clock.compute_scale.unwrap_or(1.0),
-                error * 100.0
-            ),
-            _ => writeln!(out, "clock    {:.2} GHz during the runs", clock.run_hz / 1e9),
-        };
+        let _ = writeln!(
+            out,
+            "clock    {:.2} GHz after the runs{}{}",
+            clock.run_hz / 1e9,
+            clock
+                .calibration_hz
+                .map(|hz| format!(" ({:.2} during calibration)", hz / 1e9))
+                .unwrap_or_default(),
+            clock
+                .run_fma_gflops
+                .map(|now| format!(
+                    "; an FMA block {now:.1} GFLOP/s{}",
+                    clock
+                        .calibration_fma_gflops
+                        .map(|then| format!(" ({then:.1} during calibration)"))
+                        .unwrap_or_default()
+                ))
+                .unwrap_or_default()
+        );
     }
     let _ = writeln!(
         out,

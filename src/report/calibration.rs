@@ -18,8 +18,12 @@ pub fn render_calibration(calibration: &Calibration) -> String {
     if let Some(clock_hz) = calibration.clock_hz {
         let _ = writeln!(
             out,
-            "core clock during the timed runs: {:.2} GHz (median; `bench` compares its own runs' clock)",
-            clock_hz / 1e9
+            "core clock during the timed runs: {:.2} GHz{} (medians; `bench` compares its own runs')",
+            clock_hz / 1e9,
+            calibration
+                .fma_gflops
+                .map(|gflops| format!(", an FMA block after them {gflops:.1} GFLOP/s"))
+                .unwrap_or_default()
         );
     }
     let _ = writeln!(

@@ -156,6 +156,7 @@ fn an_op_the_kernels_keep_on_one_thread_is_expected_from_the_one_thread_table() 
         warnings: vec![],
         handoff: vec![],
         clock_hz: None,
+        fma_gflops: None,
     };
     let analyse = |profile: &DeviceProfile| {
         let mut b = GraphBuilder::new(WeightFill::Zeros);

@@ -24,6 +24,7 @@ fn calibration_of(tables: Vec<ClassTable>) -> Calibration {
         warnings: Vec::new(),
         handoff: Vec::new(),
         clock_hz: None,
+        fma_gflops: None,
     }
 }
 
@@ -398,6 +399,7 @@ fn the_table_of_the_thread_count_in_use_is_chosen() {
         warnings: Vec::new(),
         handoff: Vec::new(),
         clock_hz: None,
+        fma_gflops: None,
     };
     let features = ShapeFeatures::new(1 << 20, 1 << 16, 0, 1);
     let expected = |threads| {
@@ -441,6 +443,7 @@ fn impossible_points_are_refused() {
         warnings: Vec::new(),
         handoff: Vec::new(),
         clock_hz: None,
+        fma_gflops: None,
     };
     assert!(c.validate().is_err());
     c.tables[0].points[0].measured_s = 1.0;

@@ -104,24 +104,22 @@ pub struct BenchReport {
     pub analysis: Analysis,
 }
 
-/// The core clock of the timed runs (a 0.1 ms dependent-add chain after each run, on the
-/// thread that times them), next to the one the calibration's timings ran at. A shared host
-/// moves a vCPU's clock by 10-15% within minutes (a Zen 1 guest: 2.54 and 2.9 GHz half an hour
-/// apart), and a compute-bound op's time moves with it while the calibration holds the clock
-/// of its own minute; the expected latency at the runs' clock tells that drift from the cost
-/// model's own error.
+/// The core clock and vector throughput around the timed runs (a 0.1 ms dependent-add chain and
+/// a 0.1 ms FMA block after each run, on the thread that times them), next to the
+/// calibration's: which state of a shared host the figures come from. On the Zen 1 guest of
+/// session 41 the chain read 2.99 GHz after the runs and 2.79 during calibration while the FMA
+/// block reached 47.3 GFLOP/s in both; scaling the compute-bound ops' expected times by the
+/// FMA ratio made the end-to-end predictions worse (32 → 23 of 36 within ±10%) and by the
+/// chain's ratio no better (20 → 21), so the figures are reported, not applied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunClock {
-    /// Median over the timed runs.
+    /// Median over the timed runs, Hz.
     pub run_hz: f64,
     pub calibration_hz: Option<f64>,
-    /// `calibration_hz / run_hz`: what a compute-bound op's calibrated time is scaled by.
-    pub compute_scale: Option<f64>,
-    /// The expected latency with every compute-bound op's expected time scaled by
-    /// `compute_scale` (memory-bound ops unscaled: their roofs are not the core's clock).
-    pub expected_latency_ms: Option<f64>,
-    /// `(expected_latency_ms − measured median) / measured median`.
-    pub expected_end_to_end_error: Option<f64>,
+    /// The fp32 FMA rate of the block after each run (median, GFLOP/s,
+    /// `probe::fma_gflops_now`), and the calibration's.
+    pub run_fma_gflops: Option<f64>,
+    pub calibration_fma_gflops: Option<f64>,
 }
 
 /// The cores' data exchange (`probe::exchange`) measured before and after the timed runs,
