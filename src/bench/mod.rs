@@ -188,7 +188,7 @@ pub fn bench_graph(
     let end_to_end_runs = if options.per_op_only { 0 } else { runs };
     // The core clock after each run that gives the latency, outside its timed region.
     let mut clock_samples: Vec<f64> = Vec::with_capacity(runs);
-    let mut fma_samples: Vec<f64> = Vec::with_capacity(runs);
+    let mut fma_samples: Vec<f64> = Vec::with_capacity(1);
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
     for _ in 0..end_to_end_runs {
         if cold_weights {
@@ -200,7 +200,6 @@ pub fn bench_graph(
         plan.run_staged(&mut workspace, None)?;
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
         clock_samples.extend(crate::probe::chain_clock_now());
-        fma_samples.extend(crate::probe::fma_gflops_now());
         feed(&mut workspace, &mut inputs)?;
     }
     let steps = plan.steps();
@@ -225,8 +224,10 @@ pub fn bench_graph(
         // Per-op timings only (a calibration point: one chain, not one per run, in a budget
         // of a minute for about 1200 points).
         clock_samples.extend(crate::probe::chain_clock_now());
-        fma_samples.extend(crate::probe::fma_gflops_now());
     }
+    // One FMA block, after the last run: on a core that lowers its clock for a while after
+    // 512-bit FMAs, a block between runs would slow the next run.
+    fma_samples.extend(crate::probe::fma_gflops_now());
     let core_exchange =
         exchange_before.map(|before| exchange_check(device, before, options.threads));
     let mut ops = Vec::with_capacity(steps.len());

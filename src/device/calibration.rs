@@ -577,11 +577,11 @@ pub struct Calibration {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handoff: Vec<HandoffRate>,
     /// The core clock the grid's timings ran at, Hz: the median of a short dependent-add
-    /// chain timed after each timed run (`probe::chain_clock_now`). `bench` compares it with
-    /// the clock of its own runs (`RunClock`).
+    /// chain timed after each point's runs (`probe::chain_clock_now`). `bench` reports it next
+    /// to the clock of its own runs (`RunClock`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_hz: Option<f64>,
-    /// The fp32 FMA rate one short FMA block reached after the same runs, GFLOP/s (median,
+    /// The fp32 FMA rate one short FMA block reached after each point's runs, GFLOP/s (median,
     /// `probe::fma_gflops_now`): the vector throughput the grid's compute-bound points had.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fma_gflops: Option<f64>,

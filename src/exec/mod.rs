@@ -46,9 +46,9 @@ use std::path::PathBuf;
 use crate::analysis::graph::Node;
 use crate::analysis::tensor::TensorFact;
 
-/// The quantized ops (their f16/bf16 rounding helpers are used by the quantizer and export).
 pub use cpu::state_machine_caches;
 pub(crate) use lower::conv::kernels_take_conv;
+/// The quantized ops (their f16/bf16 rounding helpers are used by the quantizer and export).
 pub use lower::quant;
 pub use plan::{build_plan, ConvAlgorithms, Plan, PlanOptions, StepInfo};
 pub use run::{RunTimings, Workspace};

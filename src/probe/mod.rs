@@ -222,8 +222,8 @@ pub fn identify_cpu() -> CpuDescription {
     cpu::identify().description
 }
 
-/// Loop iterations of [`fma_gflops_now`]'s block: about 0.1 ms of a 16-chain 256-bit FMA
-/// kernel at one vector FMA per cycle and 3 GHz.
+/// Loop iterations of [`fma_gflops_now`]'s block: 0.07-0.1 ms of the probe's fp32 FMA kernel
+/// (12 ymm chains on AVX2, 16 zmm on AVX-512) at one vector FMA per cycle and 3 GHz.
 const FMA_NOW_ITERATIONS: u64 = 1 << 14;
 
 /// The fp32 FMA rate one short block of the probe's FMA kernel reaches now on this thread,

@@ -18,7 +18,7 @@ pub fn render_calibration(calibration: &Calibration) -> String {
     if let Some(clock_hz) = calibration.clock_hz {
         let _ = writeln!(
             out,
-            "core clock during the timed runs: {:.2} GHz{} (medians; `bench` compares its own runs')",
+            "core clock after each point's runs: {:.2} GHz{} (medians; `bench` reports its own runs' next to them)",
             clock_hz / 1e9,
             calibration
                 .fma_gflops

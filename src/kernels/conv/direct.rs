@@ -70,8 +70,9 @@ pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
     tile_of(isa).is_some() && applies_to_geometry(geom) && (isa != Isa::Avx2Fma || avx2_takes(geom))
 }
 
-/// The AVX2 part of [`applies`]: stride 1, or a strided stem with a window larger than 3×3 on
-/// at most [`AVX2_MAX_STRIDED_IN`] input channels per group; no in-place 1×1.
+/// The AVX2 part of [`applies`]: stride 1, or a strided stem whose window has more than 9 taps
+/// (`kernel_h · kernel_w > 9`) on at most [`AVX2_MAX_STRIDED_IN`] input channels per group; no
+/// in-place 1×1.
 fn avx2_takes(geom: &Conv2d) -> bool {
     let strided = geom.stride_h > 1 || geom.stride_w > 1;
     let stem = geom.in_channels / geom.group.max(1) <= AVX2_MAX_STRIDED_IN

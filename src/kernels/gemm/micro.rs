@@ -5,9 +5,10 @@
 //! accumulators stay in registers for the whole k loop; each k step loads `NV` vectors of B and
 //! broadcasts `MR` scalars of A (folded into the FMAs' memory operands on AVX-512).
 //!
-//! The epilogue is applied while the tile is in registers (full tiles) or in a stack copy of it
-//! (edge tiles), both through `finish`: C is written once per k-block, and the last
-//! k-block writes the final value with bias, residual and activation already applied.
+//! The epilogue is applied while the tile is in registers (full tiles, `finish_tile`) or in a
+//! stack copy of it (edge tiles, `finish` per vector; both in the same order per element): C is
+//! written once per k-block, and the last k-block writes the final value with bias, residual
+//! and activation already applied.
 
 use super::act::activate;
 use super::simd::Vf32;
@@ -254,8 +255,8 @@ unsafe fn row_bias<V: Vf32>(epi: &TileEpi, i: usize) -> Option<V> {
 
 /// One vector of C's new value: the products `x`, plus C when accumulating; on the last k-block
 /// also the row bias, column bias and residual, then the activation. `ld` loads the lanes the
-/// vector covers. The one definition of the epilogue's order, shared by the full-tile and edge
-/// paths so they round alike.
+/// vector covers. The epilogue's order for edge tiles; [`finish_tile`] applies the same steps in
+/// the same order to whole tiles, so both round alike.
 #[inline(always)]
 unsafe fn finish<V: Vf32>(
     mut x: V,

@@ -824,3 +824,19 @@ fn mismatched_shapes_panic() {
         1,
     );
 }
+
+/// Hand-derived: the A block holds `mc · kc` floats, so a depth of a sixteenth of `kc` takes 16×
+/// the rows (AVX2 on Zen 1: 72 rows × 256 → 1152 rows × 16), rounded down to whole tiles; a
+/// depth of `kc` or more keeps `mc`, and a depth of 0 counts as 1.
+#[test]
+fn shallow_products_take_more_rows_per_a_block() {
+    assert_eq!(super::rows_per_a_block(72, 256, 16, 6), 1152);
+    assert_eq!(super::rows_per_a_block(72, 256, 24, 6), 768);
+    assert_eq!(super::rows_per_a_block(72, 256, 100, 6), 180);
+    assert_eq!(super::rows_per_a_block(72, 256, 256, 6), 72);
+    assert_eq!(super::rows_per_a_block(72, 256, 4096, 6), 72);
+    assert_eq!(
+        super::rows_per_a_block(240, 512, 0, 12),
+        240 * 512 / 12 * 12
+    );
+}

@@ -104,9 +104,9 @@ pub struct BenchReport {
     pub analysis: Analysis,
 }
 
-/// The core clock and vector throughput around the timed runs (a 0.1 ms dependent-add chain and
-/// a 0.1 ms FMA block after each run, on the thread that times them), next to the
-/// calibration's: which state of a shared host the figures come from. On the Zen 1 guest of
+/// The core clock and vector throughput around the timed runs (a 0.1 ms dependent-add chain
+/// after each end-to-end run, or once after per-op-only runs, and one 0.1 ms FMA block after
+/// the last run, on the thread that times them), next to the calibration's: which state of a shared host the figures come from. On the Zen 1 guest of
 /// session 41 the chain read 2.99 GHz after the runs and 2.79 during calibration while the FMA
 /// block reached 47.3 GFLOP/s in both; scaling the compute-bound ops' expected times by the
 /// FMA ratio made the end-to-end predictions worse (32 → 23 of 36 within ±10%) and by the
@@ -116,8 +116,8 @@ pub struct RunClock {
     /// Median over the timed runs, Hz.
     pub run_hz: f64,
     pub calibration_hz: Option<f64>,
-    /// The fp32 FMA rate of the block after each run (median, GFLOP/s,
-    /// `probe::fma_gflops_now`), and the calibration's.
+    /// The fp32 FMA rate of the block after the runs (GFLOP/s, `probe::fma_gflops_now`), and
+    /// the calibration's (median over its points).
     pub run_fma_gflops: Option<f64>,
     pub calibration_fma_gflops: Option<f64>,
 }

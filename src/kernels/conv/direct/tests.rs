@@ -309,9 +309,9 @@ fn the_rule_keeps_long_columns_and_plain_gemms_off_the_direct_kernel() {
     ));
 }
 
-/// AVX2's own exclusions (`avx2_takes`): strided layers past the 7×7 and larger stems (3×3
-/// stems included) and the in-place 1×1 stay on the GEMM there, and take the direct kernel on
-/// AVX-512.
+/// AVX2's own exclusions (`avx2_takes`): strided layers other than stems with more than 9 taps,
+/// 3×3 stems included, and the in-place 1×1 stay on the GEMM there, and take the direct kernel
+/// on AVX-512.
 #[test]
 fn avx2_keeps_strided_layers_and_narrow_pointwise_on_the_gemm() {
     let stem = geometry((3, 64), (224, 224), 7, 2, 3, 1, 1);
