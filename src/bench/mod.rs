@@ -460,6 +460,23 @@ mod tests {
         ExchangeRecord::with_figures(ns, gbs)
     }
 
+    /// A full calibration with no tables and no measured figures.
+    fn empty_calibration() -> Calibration {
+        Calibration {
+            tool_version: String::new(),
+            measured_at: String::new(),
+            mode: "full".into(),
+            wall_time_s: 0.0,
+            method: String::new(),
+            tables: Vec::new(),
+            exchange: None,
+            warnings: Vec::new(),
+            handoff: Vec::new(),
+            clock_hz: None,
+            fma_gflops: None,
+        }
+    }
+
     /// The medians of the samples, next to the calibration's figures where it has them; no
     /// samples, no figure.
     #[test]
@@ -471,17 +488,9 @@ mod tests {
         assert_eq!((alone.run_hz, alone.run_fma_gflops), (2.9e9, Some(38.0)));
         assert!(alone.calibration_hz.is_none() && alone.calibration_fma_gflops.is_none());
         device.calibration = Some(Calibration {
-            tool_version: String::new(),
-            measured_at: String::new(),
-            mode: "full".into(),
-            wall_time_s: 0.0,
-            method: String::new(),
-            tables: Vec::new(),
-            exchange: None,
-            warnings: Vec::new(),
-            handoff: Vec::new(),
             clock_hz: Some(2.5e9),
             fma_gflops: Some(34.2),
+            ..empty_calibration()
         });
         let both = run_clock(&device, &mut samples, &mut []).unwrap();
         assert_eq!(both.calibration_hz, Some(2.5e9));
@@ -500,17 +509,8 @@ mod tests {
         assert!(quiet.reference.is_none() && quiet.slowdown.is_none());
         assert!(quiet.warning.is_none());
         device.calibration = Some(Calibration {
-            tool_version: String::new(),
-            measured_at: String::new(),
-            mode: "full".into(),
-            wall_time_s: 0.0,
-            method: String::new(),
-            tables: Vec::new(),
             exchange: Some(record(60.0, 70.0)),
-            warnings: Vec::new(),
-            handoff: Vec::new(),
-            clock_hz: None,
-            fma_gflops: None,
+            ..empty_calibration()
         });
         let apart = judge_exchange(&device, Some(record(62.0, 69.0)), Some(record(350.0, 25.0)));
         assert_eq!(apart.reference_source.as_deref(), Some("calibration"));
