@@ -80,7 +80,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median (the upper one of an even count) of `values`, sorted in place; 0 when empty.
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     percentile(values, 0.5)
 }
@@ -335,13 +336,11 @@ fn run_clock(
     if samples.is_empty() {
         return None;
     }
-    samples.sort_by(f64::total_cmp);
-    fma_samples.sort_by(f64::total_cmp);
     let calibration = device.calibration.as_ref();
     Some(RunClock {
-        run_hz: percentile(samples, 0.5),
+        run_hz: median(samples),
         calibration_hz: calibration.and_then(|c| c.clock_hz),
-        run_fma_gflops: (!fma_samples.is_empty()).then(|| percentile(fma_samples, 0.5)),
+        run_fma_gflops: (!fma_samples.is_empty()).then(|| median(fma_samples)),
         calibration_fma_gflops: calibration.and_then(|c| c.fma_gflops),
     })
 }

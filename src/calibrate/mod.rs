@@ -394,8 +394,8 @@ pub fn calibrate(
         exchange: placement.best(options.thread_counts.iter().copied().max().unwrap_or(1)),
         warnings,
         handoff,
-        clock_hz: upper_median(&mut run_clocks),
-        fma_gflops: upper_median(&mut run_fma),
+        clock_hz: (!run_clocks.is_empty()).then(|| crate::bench::median(&mut run_clocks)),
+        fma_gflops: (!run_fma.is_empty()).then(|| crate::bench::median(&mut run_fma)),
     })
 }
 
@@ -631,12 +631,6 @@ fn bench_model(
             source,
         }
     })
-}
-
-/// The upper median of `values`, `None` when there are none.
-fn upper_median(values: &mut [f64]) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
 }
 
 /// Classes with no table in `calibration` (for the report).

@@ -231,18 +231,28 @@ const FMA_NOW_ITERATIONS: u64 = 1 << 14;
 /// also sees what a busy SMT sibling on the host takes from the vector pipes: the throughput a
 /// compute-bound kernel gets. Called after a timed run, it reads the state the run left.
 pub fn fma_gflops_now() -> Option<f64> {
-    static KERNEL: std::sync::OnceLock<Option<compute::ComputeKernel>> = std::sync::OnceLock::new();
-    let kernel = KERNEL
-        .get_or_init(|| {
-            let cpu = cpu::identify();
-            compute::shared_core_kernel(&compute::select_kernels(&cpu.isa, &cpu.core_model))
-                .cloned()
-        })
-        .as_ref()?;
+    let kernel = check_kernels().1.as_ref()?;
     let start = std::time::Instant::now();
     kernel.run(FMA_NOW_ITERATIONS);
     let seconds = start.elapsed().as_secs_f64().max(1e-9);
     Some(kernel.flops_per_iteration * FMA_NOW_ITERATIONS as f64 / seconds / 1e9)
+}
+
+/// The kernels of the quick checks `bench` and `calibrate` run around their timings (the
+/// exchange's bandwidth kernels, the fp32 FMA kernel of the shared-core check and of
+/// [`fma_gflops_now`]). Identifying the CPU reads CPUID and sysfs; `calibrate` checks twice a
+/// second, so they are chosen once per process.
+fn check_kernels() -> &'static (BandwidthKernels, Option<compute::ComputeKernel>) {
+    static KERNELS: std::sync::OnceLock<(BandwidthKernels, Option<compute::ComputeKernel>)> =
+        std::sync::OnceLock::new();
+    KERNELS.get_or_init(|| {
+        let cpu = cpu::identify();
+        (
+            BandwidthKernels::select(&cpu.isa),
+            compute::shared_core_kernel(&compute::select_kernels(&cpu.isa, &cpu.core_model))
+                .cloned(),
+        )
+    })
 }
 
 /// Measures the data exchange between the first `threads` CPUs this process may use, as the
@@ -254,18 +264,7 @@ pub fn exchange_now(threads: usize) -> Option<ExchangeRecord> {
     if cpus.len() < 2 {
         return None;
     }
-    // Identifying the CPU reads CPUID and sysfs; `calibrate` checks twice a second, so the
-    // kernels are chosen once per process.
-    static KERNELS: std::sync::OnceLock<(BandwidthKernels, Option<compute::ComputeKernel>)> =
-        std::sync::OnceLock::new();
-    let (kernels, fma) = KERNELS.get_or_init(|| {
-        let cpu = cpu::identify();
-        (
-            BandwidthKernels::select(&cpu.isa),
-            compute::shared_core_kernel(&compute::select_kernels(&cpu.isa, &cpu.core_model))
-                .cloned(),
-        )
-    });
+    let (kernels, fma) = check_kernels();
     exchange::measure(
         kernels,
         fma.as_ref(),
