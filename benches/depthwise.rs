@@ -5,7 +5,8 @@
 //! `time / copy time` and `time / compute floor`; the larger of the two floors is the roof.
 //!
 //! `cargo bench --bench depthwise`. Inputs are written before timing, every shape runs a
-//! warm-up, and the median of at least 30 calls is reported.
+//! warm-up, and the median of at least 30 calls is reported. `ROOFLINE_BENCH_ONLY=TEXT` keeps
+//! the shapes whose name (as printed, e.g. `144×56² s2`) contains TEXT.
 
 mod common;
 
@@ -48,7 +49,12 @@ fn main() {
         "{:<22} {:>10} {:>9} {:>12} {:>12}",
         "shape", "time", "GFLOP/s", "÷ copy", "÷ compute"
     );
+    let only = std::env::var("ROOFLINE_BENCH_ONLY").unwrap_or_default();
     for &(channels, side, stride) in SHAPES {
+        let name = format!("{channels}×{side}² s{stride}");
+        if !name.contains(&only) {
+            continue;
+        }
         let out = (side + 2 - 3) / stride + 1;
         let geom = Conv2d {
             batch: 1,
@@ -95,7 +101,7 @@ fn main() {
         let compute_s = flops / (peak_gflops * 1e9);
         println!(
             "{:<22} {:>8.1}µs {:>9.1} {:>11.2}× {:>11.2}×",
-            format!("{channels}×{side}² s{stride}"),
+            name,
             conv_s * 1e6,
             flops / conv_s / 1e9,
             conv_s / copy_s,

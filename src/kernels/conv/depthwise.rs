@@ -14,8 +14,9 @@
 //! value) and is stored once; the epilogue (residual, activation) is applied while the grid
 //! rows, still in L1, are copied to the output. Channels are split across `threads` workers.
 //!
-//! Stride-2 3×3 convolutions on larger planes skip the phase planes: their rows kernel reads
-//! the NCHW rows directly and splits even and odd columns in registers (see `rows_3x3_avx512`).
+//! 3×3 convolutions on larger planes skip the phase planes where a rows kernel reads the NCHW
+//! rows directly (even and odd columns split in registers at stride 2): stride 2 on AVX-512
+//! (`rows_3x3_avx512`), strides 1 and 2 on AVX2 (`rows_avx2`).
 //!
 //! Small planes (7×7, 14×14: at most 256 outputs) spend most of that per-channel work on fixed
 //! costs, so on AVX-512 they run sixteen channels at a time instead, one per lane: blocks of
@@ -33,6 +34,8 @@ use crate::kernels::gemm::{Activation, Isa};
 use crate::kernels::parallel::{parallel_for, SendPtr};
 
 mod rows;
+#[cfg(target_arch = "x86_64")]
+mod rows_avx2;
 mod small;
 use rows::rows_3x3_applies;
 #[cfg(target_arch = "x86_64")]
@@ -317,6 +320,26 @@ pub fn depthwise_conv2d_with(
             // SAFETY: AVX-512F is available; slices were checked against the geometry, and
             // each task writes only the planes of its own channels.
             unsafe { rows_3x3_avx512(geom, input, weights, epilogue, out, range) }
+        });
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2Fma
+        && rows_avx2::rows_3x3_avx2_fits(geom)
+        && !SmallPlaneTaps::applies_avx2(geom)
+    {
+        let tasks = if threads <= 1 {
+            1
+        } else {
+            (threads * 4).min(channels)
+        };
+        let per_task = channels.div_ceil(tasks.max(1));
+        let out = SendPtr(output.as_mut_ptr());
+        parallel_for(threads, channels.div_ceil(per_task), |task| {
+            let range = task * per_task..((task + 1) * per_task).min(channels);
+            // SAFETY: AVX2 and FMA are available; slices were checked against the geometry,
+            // and each task writes only the planes of its own channels.
+            unsafe { rows_avx2::rows_3x3_avx2(geom, input, weights, epilogue, out, range) }
         });
         return;
     }
@@ -649,8 +672,8 @@ struct GridBlock<'a> {
 unsafe fn accumulate_3x3<V: Vf32, const S: usize>(block: &GridBlock, kernel: &[f32], bias: f32) {
     // Prefetch the next plane in step with the row blocks: its fill then finds it in cache
     // instead of waiting on L3 or DRAM with nothing else to do.
-    // Two vectors per row on AVX-512 (8 accumulators + 9 weights of 32 registers); one on
-    // AVX2, whose 16 registers would otherwise spill the weights inside the FMA loop.
+    // Two vectors per row on AVX-512 (8 accumulators + 9 weights of 32 registers); one
+    // otherwise (AVX2 takes its own rows kernel for these shapes, `rows_avx2`).
     if V::LANES >= 16 {
         rows_3x3_blocks::<V, S, 2, 4>(block, kernel, bias);
     } else {
