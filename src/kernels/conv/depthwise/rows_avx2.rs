@@ -20,8 +20,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::kernels::conv::geometry::{Conv2d, ConvEpilogue};
-use crate::kernels::gemm::act::activate;
-use crate::kernels::gemm::Activation;
+use crate::kernels::gemm::act::{with_loop_activation, LoopActivation};
 use crate::kernels::parallel::SendPtr;
 
 /// Output rows computed together at stride 1: six input rows, each loaded at three column
@@ -49,48 +48,6 @@ pub(super) fn rows_3x3_avx2_fits(g: &Conv2d) -> bool {
         && (g.stride_w == 1 || g.stride_w == 2)
         && g.out_w >= 8
         && g.in_w >= 8
-}
-
-/// The epilogue's activation, chosen once per call so the vector loop holds no dispatch.
-trait RowActivation: Copy {
-    unsafe fn apply(self, value: __m256) -> __m256;
-}
-
-#[derive(Clone, Copy)]
-struct Identity;
-
-impl RowActivation for Identity {
-    #[inline(always)]
-    unsafe fn apply(self, value: __m256) -> __m256 {
-        value
-    }
-}
-
-/// Clip (and Relu as a clip to `[0, +∞)`): `max` then `min`, NaN giving the lower bound as in
-/// [`activate`].
-#[derive(Clone, Copy)]
-struct Clamp {
-    low: __m256,
-    high: __m256,
-}
-
-impl RowActivation for Clamp {
-    #[inline(always)]
-    unsafe fn apply(self, value: __m256) -> __m256 {
-        _mm256_min_ps(_mm256_max_ps(value, self.low), self.high)
-    }
-}
-
-/// Any other activation, through the shared vector code (a match per vector: these are rare
-/// after depthwise layers and cost far more than the dispatch).
-#[derive(Clone, Copy)]
-struct Other<'a>(&'a Activation);
-
-impl RowActivation for Other<'_> {
-    #[inline(always)]
-    unsafe fn apply(self, value: __m256) -> __m256 {
-        activate(self.0, value)
-    }
 }
 
 /// What every band of one call shares.
@@ -123,28 +80,13 @@ pub(super) unsafe fn rows_3x3_avx2(
     output: SendPtr<f32>,
     planes: Range<usize>,
 ) {
-    match epilogue.activation {
-        Activation::None => by_stride(g, input, weights, epilogue, output, planes, Identity),
-        Activation::Relu => {
-            let clamp = Clamp {
-                low: _mm256_setzero_ps(),
-                high: _mm256_set1_ps(f32::INFINITY),
-            };
-            by_stride(g, input, weights, epilogue, output, planes, clamp)
-        }
-        Activation::Clip { min, max } => {
-            let clamp = Clamp {
-                low: _mm256_set1_ps(min),
-                high: _mm256_set1_ps(max),
-            };
-            by_stride(g, input, weights, epilogue, output, planes, clamp)
-        }
-        ref other => by_stride(g, input, weights, epilogue, output, planes, Other(other)),
-    }
+    with_loop_activation!(&epilogue.activation, __m256, act => {
+        by_stride(g, input, weights, epilogue, output, planes, act)
+    })
 }
 
 #[inline(always)]
-unsafe fn by_stride<A: RowActivation>(
+unsafe fn by_stride<A: LoopActivation<__m256>>(
     g: &Conv2d,
     input: &[f32],
     weights: &[f32],
@@ -170,7 +112,7 @@ fn loaded_columns<const S: usize>(g: &Conv2d, x0: usize) -> (isize, isize) {
 }
 
 #[inline(always)]
-unsafe fn all_planes<const S: usize, const R: usize, A: RowActivation>(
+unsafe fn all_planes<const S: usize, const R: usize, A: LoopActivation<__m256>>(
     g: &Conv2d,
     input: &[f32],
     weights: &[f32],
@@ -226,7 +168,11 @@ unsafe fn all_planes<const S: usize, const R: usize, A: RowActivation>(
 
 /// Output rows `y..y + R` of one plane.
 #[inline(always)]
-unsafe fn band<const S: usize, const R: usize, A: RowActivation>(p: &Plane, y: usize, act: A) {
+unsafe fn band<const S: usize, const R: usize, A: LoopActivation<__m256>>(
+    p: &Plane,
+    y: usize,
+    act: A,
+) {
     let g = p.geom;
     // Input rows S·y − pad_top + i for i < S·(R − 1) + 3; the padding reads the zero row.
     let mut rows = [p.zero_row; BAND_INPUT_ROWS];
@@ -290,7 +236,7 @@ unsafe fn load<const MASKED: bool>(row: *const f32, column: isize, width: usize)
 /// Output columns `x0..x0 + 8` of rows `y..y + R`: all taps summed in registers, then the
 /// residual and activation, one store per row.
 #[inline(always)]
-unsafe fn vector<const S: usize, const R: usize, const MASKED: bool, A: RowActivation>(
+unsafe fn vector<const S: usize, const R: usize, const MASKED: bool, A: LoopActivation<__m256>>(
     p: &Plane,
     rows: &[*const f32; BAND_INPUT_ROWS],
     y: usize,

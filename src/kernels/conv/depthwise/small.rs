@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::kernels::conv::geometry::{Conv2d, ConvEpilogue};
 use crate::kernels::gemm::act::activate;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::gemm::act::{with_loop_activation, LoopActivation};
 use crate::kernels::gemm::simd::Vf32;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::gemm::Isa;
@@ -441,6 +443,28 @@ unsafe fn small_planes_avx2(
     output: SendPtr<f32>,
     planes: Range<usize>,
 ) {
+    // The activation matched once here, not per output vector (12-17% of this kernel's time
+    // on Zen 1 with Clip).
+    with_loop_activation!(&epilogue.activation, __m256, act => {
+        small_planes_avx2_with(g, small, input, layout, weights, epilogue, output, planes, act)
+    })
+}
+
+/// [`small_planes_avx2`] with its activation bound.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn small_planes_avx2_with<A: LoopActivation<__m256>>(
+    g: &Conv2d,
+    small: &SmallPlaneTaps,
+    input: &[f32],
+    layout: SmallPlaneInput,
+    weights: &[f32],
+    epilogue: &ConvEpilogue,
+    output: SendPtr<f32>,
+    planes: Range<usize>,
+    act: A,
+) {
     use std::arch::x86_64::*;
     const L: usize = 8;
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
@@ -529,7 +553,7 @@ unsafe fn small_planes_avx2(
                     if let Some(r) = residual {
                         v = _mm256_add_ps(v, _mm256_loadu_ps(r.add(at)));
                     }
-                    _mm256_storeu_ps(out.add(at), activate(&epilogue.activation, v));
+                    _mm256_storeu_ps(out.add(at), act.apply(v));
                 } else {
                     if let Some(r) = residual {
                         let mut res = [0.0f32; L];
@@ -537,7 +561,7 @@ unsafe fn small_planes_avx2(
                         v = _mm256_add_ps(v, _mm256_loadu_ps(res.as_ptr()));
                     }
                     let mut values = [0.0f32; L];
-                    _mm256_storeu_ps(values.as_mut_ptr(), activate(&epilogue.activation, v));
+                    _mm256_storeu_ps(values.as_mut_ptr(), act.apply(v));
                     std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), valid);
                 }
             }
