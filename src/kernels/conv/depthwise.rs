@@ -144,7 +144,7 @@ impl PhaseLayout {
                 (first, last)
             })
             .collect();
-        let three = g.kernel_h == 3 && g.kernel_w == 3 && g.dilation_h == 1 && g.dilation_w == 1;
+        let three = g.is_dense_3x3();
         let shape = match (three && g.out_w >= 16, g.stride_h, g.stride_w) {
             (true, 1, 1) => KernelShape::K3S1,
             (true, 2, 2) => KernelShape::K3S2,
@@ -308,15 +308,8 @@ pub fn depthwise_conv2d_with(
     let isa = if isa.is_available() { isa } else { Isa::Scalar };
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx512 && rows_3x3_applies(geom) {
-        let tasks = if threads <= 1 {
-            1
-        } else {
-            (threads * 4).min(channels)
-        };
-        let per_task = channels.div_ceil(tasks.max(1));
         let out = SendPtr(output.as_mut_ptr());
-        parallel_for(threads, channels.div_ceil(per_task), |task| {
-            let range = task * per_task..((task + 1) * per_task).min(channels);
+        for_plane_ranges(threads, channels, |range| {
             // SAFETY: AVX-512F is available; slices were checked against the geometry, and
             // each task writes only the planes of its own channels.
             unsafe { rows_3x3_avx512(geom, input, weights, epilogue, out, range) }
@@ -328,15 +321,8 @@ pub fn depthwise_conv2d_with(
         && rows_avx2::rows_3x3_avx2_fits(geom)
         && !SmallPlaneTaps::applies_avx2(geom)
     {
-        let tasks = if threads <= 1 {
-            1
-        } else {
-            (threads * 4).min(channels)
-        };
-        let per_task = channels.div_ceil(tasks.max(1));
         let out = SendPtr(output.as_mut_ptr());
-        parallel_for(threads, channels.div_ceil(per_task), |task| {
-            let range = task * per_task..((task + 1) * per_task).min(channels);
+        for_plane_ranges(threads, channels, |range| {
             // SAFETY: AVX2 and FMA are available; slices were checked against the geometry,
             // and each task writes only the planes of its own channels.
             unsafe { rows_avx2::rows_3x3_avx2(geom, input, weights, epilogue, out, range) }
@@ -370,14 +356,7 @@ pub fn depthwise_conv2d_with(
         epilogue,
         output: SendPtr(output.as_mut_ptr()),
     };
-    let tasks = if threads <= 1 {
-        1
-    } else {
-        (threads * 4).min(channels)
-    };
-    let per_task = channels.div_ceil(tasks.max(1));
-    parallel_for(threads, tasks, |task| {
-        let range = task * per_task..((task + 1) * per_task).min(channels);
+    for_plane_ranges(threads, channels, |range| {
         // SAFETY: `isa` is available (checked above); slices were checked against the geometry.
         unsafe {
             match isa {
@@ -388,6 +367,20 @@ pub fn depthwise_conv2d_with(
                 _ => run::<f32>(&job, range),
             }
         }
+    });
+}
+
+/// Runs `work` over the planes `0..planes` split into ranges of whole planes, about four per
+/// thread (one range when single-threaded), one task each.
+fn for_plane_ranges(threads: usize, planes: usize, work: impl Fn(Range<usize>) + Sync + Send) {
+    let tasks = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(planes)
+    };
+    let per_task = planes.div_ceil(tasks.max(1));
+    parallel_for(threads, planes.div_ceil(per_task), |task| {
+        work(task * per_task..((task + 1) * per_task).min(planes))
     });
 }
 

@@ -58,6 +58,11 @@ impl Conv2d {
         }
     }
 
+    /// A 3×3 kernel with no dilation (the shape the 3×3 row kernels are written for).
+    pub fn is_dense_3x3(&self) -> bool {
+        self.kernel_h == 3 && self.kernel_w == 3 && self.dilation_h == 1 && self.dilation_w == 1
+    }
+
     pub fn is_depthwise(&self) -> bool {
         self.group == self.in_channels && self.group == self.out_channels && self.group > 1
     }

@@ -23,10 +23,7 @@ pub(super) fn rows_3x3_applies(g: &Conv2d) -> bool {
 /// one column of left padding (the "same" padding of exported 3×3 layers; any top padding up
 /// to 2).
 pub(super) fn rows_3x3_kernel_fits(g: &Conv2d) -> bool {
-    g.kernel_h == 3
-        && g.kernel_w == 3
-        && g.dilation_h == 1
-        && g.dilation_w == 1
+    g.is_dense_3x3()
         && g.stride_h == g.stride_w
         && (g.stride_w == 1 || g.stride_w == 2)
         && g.pad_left == 1

@@ -40,10 +40,7 @@ const _: () = assert!(ROWS_S1 + 2 <= BAND_INPUT_ROWS && 2 * ROWS_S2 < BAND_INPUT
 /// directions (any padding), input and output rows at least one vector wide (narrower planes
 /// waste most lanes; the channel-per-lane kernel takes them).
 pub(super) fn rows_3x3_avx2_fits(g: &Conv2d) -> bool {
-    g.kernel_h == 3
-        && g.kernel_w == 3
-        && g.dilation_h == 1
-        && g.dilation_w == 1
+    g.is_dense_3x3()
         && g.stride_h == g.stride_w
         && (g.stride_w == 1 || g.stride_w == 2)
         && g.out_w >= 8

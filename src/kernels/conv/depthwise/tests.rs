@@ -35,16 +35,36 @@ fn geom(
     }
 }
 
-fn check(g: Conv2d, activation: Activation, with_residual: bool) {
-    let input: Vec<f32> = (0..g.batch * g.in_channels * g.in_h * g.in_w)
-        .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
-        .collect();
-    let weights: Vec<f32> = (0..g.in_channels * g.kernel_h * g.kernel_w)
-        .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
-        .collect();
-    let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
+/// Inputs, weights, bias and residual of a test convolution: fixed, varied values.
+struct Fixture {
+    input: Vec<f32>,
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+    residual: Vec<f32>,
+}
+
+fn fixture(g: &Conv2d) -> Fixture {
     let out_len = g.batch * g.out_channels * g.out_h * g.out_w;
-    let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+    Fixture {
+        input: (0..g.batch * g.in_channels * g.in_h * g.in_w)
+            .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
+            .collect(),
+        weights: (0..g.in_channels * g.kernel_h * g.kernel_w)
+            .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
+            .collect(),
+        bias: (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect(),
+        residual: (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect(),
+    }
+}
+
+fn check(g: Conv2d, activation: Activation, with_residual: bool) {
+    let Fixture {
+        input,
+        weights,
+        bias,
+        residual,
+    } = fixture(&g);
+    let out_len = residual.len();
     let epi = ConvEpilogue {
         bias: Some(&bias),
         residual: with_residual.then_some(&residual[..]),
@@ -246,15 +266,13 @@ fn avx2_rows_kernel_matches_the_reference_at_every_width() {
 #[cfg(target_arch = "x86_64")]
 fn check_rows_avx2(g: Conv2d) {
     let planes = g.batch * g.in_channels;
-    let input: Vec<f32> = (0..planes * g.in_h * g.in_w)
-        .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
-        .collect();
-    let weights: Vec<f32> = (0..g.in_channels * 9)
-        .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
-        .collect();
-    let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
-    let out_len = planes * g.out_h * g.out_w;
-    let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+    let Fixture {
+        input,
+        weights,
+        bias,
+        residual,
+    } = fixture(&g);
+    let out_len = residual.len();
     for (activation, residual) in [
         (Activation::Clip { min: 0.0, max: 6.0 }, Some(&residual[..])),
         (Activation::Relu, None),
@@ -296,15 +314,13 @@ fn check_rows_avx2(g: Conv2d) {
 #[cfg(target_arch = "x86_64")]
 fn check_rows_kernel(g: Conv2d) {
     let planes = g.batch * g.in_channels;
-    let input: Vec<f32> = (0..planes * g.in_h * g.in_w)
-        .map(|i| ((i * 7919) % 23) as f32 / 11.0 - 1.0)
-        .collect();
-    let weights: Vec<f32> = (0..g.in_channels * 9)
-        .map(|i| ((i * 104729) % 17) as f32 / 8.0 - 1.0)
-        .collect();
-    let bias: Vec<f32> = (0..g.in_channels).map(|i| i as f32 * 0.1 - 0.3).collect();
-    let out_len = planes * g.out_h * g.out_w;
-    let residual: Vec<f32> = (0..out_len).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+    let Fixture {
+        input,
+        weights,
+        bias,
+        residual,
+    } = fixture(&g);
+    let out_len = residual.len();
     for (activation, residual) in [
         (Activation::Clip { min: 0.0, max: 6.0 }, Some(&residual[..])),
         (Activation::None, None),
