@@ -8,8 +8,9 @@
 //! the row pointers did not fit sixteen registers next to an activation matched per vector.
 //! Here the activation is chosen once per call (a type parameter), only the edge vectors take
 //! the shifted loads that stand for the padding, and the interior loop holds the accumulators,
-//! the nine weights and one input vector. Same bench, one thread: 32×112² 434 → 317 µs,
-//! 144×56² 539 → 405, stride 2 96×112² 744 → 600, 144×56² 349 → 250-300.
+//! the nine weights and one input vector. Same bench, one thread, old and new in one sitting:
+//! 32×112² 448 → 321 µs, 144×56² 557 → 417, stride 2 96×112² 758 → 550 (144×56² stride 2,
+//! half of whose vectors are edges, unchanged at 250).
 //!
 //! Stride 2 splits each sixteen-column span into even and odd columns with one in-lane
 //! `shufps` per tap instead of a lane-crossing permute: the sums come out in the lane order
@@ -37,8 +38,9 @@ const BAND_INPUT_ROWS: usize = 6;
 const _: () = assert!(ROWS_S1 + 2 <= BAND_INPUT_ROWS && 2 * ROWS_S2 < BAND_INPUT_ROWS);
 
 /// Whether [`rows_3x3_avx2`] computes `g`: 3×3, dilation 1, the same stride 1 or 2 in both
-/// directions (any padding), input and output rows at least one vector wide (narrower planes
-/// waste most lanes; the channel-per-lane kernel takes them).
+/// directions (any padding), input and output rows at least one vector wide. `in_w ≥ 8` is a
+/// precondition of the edge loads (they load eight columns inside the row), not a tuning
+/// choice; the dispatcher also keeps the small planes on the channel-per-lane kernel.
 pub(super) fn rows_3x3_avx2_fits(g: &Conv2d) -> bool {
     g.is_dense_3x3()
         && g.stride_h == g.stride_w
@@ -108,6 +110,20 @@ fn loaded_columns<const S: usize>(g: &Conv2d, x0: usize) -> (isize, isize) {
     (first, last)
 }
 
+/// The output vectors whose loads stay inside the row and whose eight outputs are all stored:
+/// one run in the middle of the row (the conditions are monotone along it).
+fn interior_vectors<const S: usize>(g: &Conv2d) -> Range<usize> {
+    let vectors = g.out_w.div_ceil(8);
+    let inside = |v: usize| {
+        let x0 = 8 * v;
+        let (first, last) = loaded_columns::<S>(g, x0);
+        x0 + 8 <= g.out_w && first >= 0 && last < g.in_w as isize
+    };
+    let start = (0..vectors).find(|&v| inside(v)).unwrap_or(vectors);
+    let end = (start..vectors).find(|&v| !inside(v)).unwrap_or(vectors);
+    start..end
+}
+
 #[inline(always)]
 unsafe fn all_planes<const S: usize, const R: usize, A: LoopActivation<__m256>>(
     g: &Conv2d,
@@ -118,18 +134,7 @@ unsafe fn all_planes<const S: usize, const R: usize, A: LoopActivation<__m256>>(
     planes: Range<usize>,
     act: A,
 ) {
-    let vectors = g.out_w.div_ceil(8);
-    // The vectors whose loads stay inside the row and whose eight outputs are all stored:
-    // one run in the middle (the conditions are monotone along the row).
-    let inside = |v: usize| {
-        let x0 = 8 * v;
-        let (first, last) = loaded_columns::<S>(g, x0);
-        x0 + 8 <= g.out_w && first >= 0 && last < g.in_w as isize
-    };
-    let interior_start = (0..vectors).find(|&v| inside(v)).unwrap_or(vectors);
-    let interior_end = (interior_start..vectors)
-        .find(|&v| !inside(v))
-        .unwrap_or(vectors);
+    let interior = interior_vectors::<S>(g);
     // Every load lies inside `0..in_w` of its row (the edge loads are moved inside), so a
     // zero row of that width stands for the padding rows.
     let zeros = vec![0.0f32; g.in_w];
@@ -143,7 +148,7 @@ unsafe fn all_planes<const S: usize, const R: usize, A: LoopActivation<__m256>>(
         }
         let p = Plane {
             geom: g,
-            interior: interior_start..interior_end,
+            interior: interior.clone(),
             zero_row: zeros.as_ptr(),
             weights: kernel,
             bias: _mm256_set1_ps(epilogue.bias.map_or(0.0, |b| b[channel])),
@@ -181,8 +186,8 @@ unsafe fn band<const S: usize, const R: usize, A: LoopActivation<__m256>>(
     }
     // Bring in the rows that the band PREFETCH_BANDS ahead reads first (S·R rows past what
     // the band before it read). Inside a model the input was written by the op before and has
-    // mostly left L1 and L2; at the end of a plane the addresses run on into the next plane,
-    // the next one read (a prefetch cannot fault).
+    // mostly left L1 and L2. Near a plane's edges the addresses leave it (into the next plane,
+    // usually the next one read, or past or before the input): a prefetch cannot fault.
     let ahead =
         S as isize * (y + PREFETCH_BANDS * R) as isize - g.pad_top as isize + 3 - S as isize;
     let from = p.image.wrapping_offset(ahead * g.in_w as isize);
@@ -353,5 +358,20 @@ mod tests {
         assert!(!rows_3x3_avx2_fits(&geometry(7, 1, 1)));
         assert!(!rows_3x3_avx2_fits(&geometry(14, 2, 1)));
         assert!(!rows_3x3_avx2_fits(&geometry(40, 3, 1)));
+    }
+
+    #[test]
+    fn the_interior_is_the_run_of_vectors_with_no_edge() {
+        // 112² with padding 1: stride 1 has 14 vectors, the first reading column −1 and the
+        // last column 112; stride 2 has 7, the same two at the edges.
+        assert_eq!(interior_vectors::<1>(&geometry(112, 1, 1)), 1..13);
+        assert_eq!(interior_vectors::<2>(&geometry(112, 2, 1)), 1..6);
+        // No padding: the first vector is inside too; 56 outputs at stride 2 from 113 columns
+        // read up to column 2·48 + 17 = 113, past the row, so the last is an edge.
+        assert_eq!(interior_vectors::<1>(&geometry(112, 1, 0)), 0..13);
+        assert_eq!(interior_vectors::<2>(&geometry(113, 2, 0)), 0..6);
+        // A partial last vector is an edge; a row of eight with padding has no interior.
+        assert_eq!(interior_vectors::<1>(&geometry(20, 1, 1)), 1..2);
+        assert_eq!(interior_vectors::<1>(&geometry(8, 1, 1)).len(), 0);
     }
 }

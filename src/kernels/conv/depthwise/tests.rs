@@ -1,6 +1,7 @@
 //! Unit tests for `kernels::conv::depthwise`: every ISA variant of the direct depthwise kernel
-//! (row-blocked 3×3, the flat loop, sixteen-channel small planes, the stride-2 rows kernel)
-//! against the reference convolution, with epilogues and threads.
+//! (row-blocked 3×3, the flat loop, sixteen- and eight-channel small planes, the AVX-512
+//! stride-2 and AVX2 rows kernels) against the reference convolution, with epilogues and
+//! threads.
 
 use super::*;
 
@@ -223,8 +224,9 @@ fn rows_kernel_matches_the_reference_at_every_width() {
     check(large, relu6, true);
 }
 
-/// The AVX2 rows kernel, run directly: strides 1 and 2, output widths either side of one, two
-/// and seven vectors (its interior loop and both edges), odd and even input widths, paddings
+/// The AVX2 rows kernel, run directly: strides 1 and 2, input widths from one vector (8, the
+/// least it takes) to either side of two and seven vectors (its interior loop and both edges,
+/// and rows that are edges at both ends), odd and even input widths, paddings
 /// from none to two on each side, heights that leave every band remainder, all planes in one
 /// call and one per call, with a residual and Clip, Relu, no activation and HardSwish.
 #[test]
@@ -232,7 +234,9 @@ fn avx2_rows_kernel_matches_the_reference_at_every_width() {
     #[cfg(target_arch = "x86_64")]
     if Isa::Avx2Fma.is_available() {
         let mut covered = 0;
-        for w in [16, 17, 18, 19, 31, 32, 33, 34, 35, 47, 48, 112, 113] {
+        for w in [
+            8, 9, 10, 15, 16, 17, 18, 19, 31, 32, 33, 34, 35, 47, 48, 112, 113,
+        ] {
             for pad in [
                 (1, 1, 1, 1),
                 (0, 0, 1, 1),
