@@ -218,7 +218,8 @@ impl<V: Vf32> LoopActivation<V> for ClampActivation<V> {
     }
 }
 
-/// Any other activation, through [`activate`] (the functions whose cost dwarfs the dispatch).
+/// Any other activation, through [`activate`]'s match per vector (the rarer kinds after
+/// these kernels; their own cost is mostly larger than the dispatch).
 #[derive(Clone, Copy)]
 pub(crate) struct AnyActivation<'a>(pub(crate) &'a Activation);
 
