@@ -58,6 +58,18 @@ fn fixture(g: &Conv2d) -> Fixture {
     }
 }
 
+/// Every output within 1e-4 relative (plus 1e-4 absolute) of the reference; `context` names
+/// the case in the failure message.
+fn assert_close(got: &[f32], want: &[f32], context: impl Fn() -> String) {
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{} at {i}: {a} vs {b}",
+            context()
+        );
+    }
+}
+
 fn check(g: Conv2d, activation: Activation, with_residual: bool) {
     let Fixture {
         input,
@@ -77,12 +89,7 @@ fn check(g: Conv2d, activation: Activation, with_residual: bool) {
             // NaN-filled, so any output left unwritten fails.
             let mut got = vec![f32::NAN; out_len];
             depthwise_conv2d_with(isa, &g, &input, &weights, &epi, &mut got, threads);
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{isa:?} threads {threads} {g:?} at {i}: {a} vs {b}"
-                );
-            }
+            assert_close(&got, &want, || format!("{isa:?} threads {threads} {g:?}"));
         }
     }
 }
@@ -305,12 +312,7 @@ fn check_rows_avx2(g: Conv2d) {
                     );
                 }
             }
-            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                    "{g:?} {activation:?} at {i}: {a} vs {b}"
-                );
-            }
+            assert_close(&got, &want, || format!("{g:?} {activation:?}"));
         }
     }
 }
@@ -347,12 +349,7 @@ fn check_rows_kernel(g: Conv2d) {
                 0..planes,
             );
         }
-        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{g:?} at {i}: {a} vs {b}"
-            );
-        }
+        assert_close(&got, &want, || format!("{g:?}"));
     }
 }
 
