@@ -299,22 +299,31 @@ unsafe fn stride2_rows_avx2(row: &[f32], out: &mut [f32], kernel_w: usize, op: S
 #[target_feature(enable = "avx2,fma")]
 unsafe fn stride2_window_avx2(p: &Pool2d, input: &[f32], output: &mut [f32], op: Stride2) {
     match op {
-        Stride2::Max => stride2_window_avx2_with::<true>(p, input, output),
-        Stride2::Add => stride2_window_avx2_with::<false>(p, input, output),
+        Stride2::Max if p.kernel_w == 3 => stride2_window_avx2_with::<true, true>(p, input, output),
+        Stride2::Max => stride2_window_avx2_with::<true, false>(p, input, output),
+        Stride2::Add if p.kernel_w == 3 => {
+            stride2_window_avx2_with::<false, true>(p, input, output)
+        }
+        Stride2::Add => stride2_window_avx2_with::<false, false>(p, input, output),
     }
 }
 
-/// [`stride2_window_avx2`] for max (`MAX`) or sum, with the combine inlined.
+/// [`stride2_window_avx2`] for max (`MAX`) or sum, with the combine inlined, and a third
+/// window column (`THREE`) or not.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], output: &mut [f32]) {
+unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
+    p: &Pool2d,
+    input: &[f32],
+    output: &mut [f32],
+) {
     use std::arch::x86_64::*;
     let (ih, iw, oh, ow) = (p.in_h, p.in_w, p.out_h, p.out_w);
     assert!(
         input.len() >= p.planes * ih * iw
             && output.len() >= p.planes * oh * ow
             && p.kernel_h <= 3
-            && p.kernel_w <= 3
+            && p.kernel_w == if THREE { 3 } else { 2 }
     );
     let identity = if MAX {
         _mm256_set1_ps(f32::NEG_INFINITY)
@@ -330,8 +339,6 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
             }
         };
     }
-    let three = p.kernel_w == 3;
-    let reach: isize = if three { 18 } else { 16 };
     let width = iw as isize;
     if iw < 8 {
         // Rows narrower than a vector: the window loop, scalar (a few floats per row).
@@ -344,11 +351,15 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
         }
         return;
     }
+    // Columns a block loads past its first (`c + 2 + 16` for the third tap), and those whose
+    // values it uses: the third tap keeps the even columns of its loads only, so the last
+    // float it loads is discarded and may lie outside the row.
+    let (loaded, used): (isize, isize) = if THREE { (18, 17) } else { (16, 16) };
     // An edge load: 8 floats from column `c` of which some lie outside the row. It loads the
     // nearest 8 columns inside the row (from `c0`), moves each wanted column to its lane with
     // one `vpermps` and puts the identity in the lanes outside with one blend: `vmaskmovps`
     // loads (with a blend) ran these pools at 0.7 µs per 14² plane on a Zen 1 guest.
-    let edge = |c: isize| -> (isize, __m256i, __m256) {
+    let edge = |c: isize| -> Edge {
         let c0 = c.clamp(0, width - 8);
         let index: [i32; 8] = std::array::from_fn(|l| (c + l as isize - c0).clamp(0, 7) as i32);
         let outside: [f32; 8] = std::array::from_fn(|l| {
@@ -366,77 +377,175 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
             _mm256_loadu_ps(outside.as_ptr()),
         )
     };
-    // Block starts: every 8 outputs, the last one pulled back to end at the row's end (its
-    // outputs are pure, so writing some twice is harmless); a row narrower than a vector is
-    // one block stored through a copy.
-    let mut starts: Vec<usize> = (0..ow / 8).map(|b| 8 * b).collect();
-    if ow % 8 != 0 {
-        starts.push(ow.saturating_sub(8));
-    }
     type Edge = (isize, __m256i, __m256);
-    // Per block: its first column and, when a load leaves the row, its four edge loads.
-    let blocks: Vec<(usize, isize, Option<[Edge; 4]>)> = starts
-        .iter()
-        .map(|&x| {
-            let c = 2 * x as isize - p.pad_left as isize;
-            let inside = c >= 0 && c + reach <= width;
-            let edges = (!inside).then(|| [edge(c), edge(c + 8), edge(c + 2), edge(c + 10)]);
-            (x, c, edges)
-        })
-        .collect();
+    // A row's blocks: a run of whole blocks of 8 whose loads stay within `reach` columns of the
+    // row (the bounds are monotone along it), run straight, and the rest: the blocks at the
+    // edges with their four edge loads, and the last block, pulled back to end at the row's
+    // end when `ow` is not a multiple of 8 (its outputs are pure, so writing some twice is
+    // harmless; a row narrower than a vector is one block stored through a copy). Looking the
+    // blocks up in a table, edge or not, ran these pools at twice the time of the run.
+    struct RowPlan {
+        /// Whole blocks of 8 from `run.start`, every 8 columns, loads all inside the row.
+        run: std::ops::Range<usize>,
+        /// The block pulled back to end at the row's end, when it follows the run and its
+        /// loads are inside the row: run with it.
+        tail: Option<usize>,
+        /// The other blocks: first output, first column and (at the edges) the four loads.
+        others: Vec<(usize, isize, Option<[Edge; 4]>)>,
+    }
+    let row_plan = |reach: isize| -> RowPlan {
+        let column = |x: usize| 2 * x as isize - p.pad_left as isize;
+        let inside = |x: usize| column(x) >= 0 && column(x) + reach <= width;
+        let whole = ow / 8;
+        let run_start = (0..whole).find(|&b| inside(8 * b)).unwrap_or(whole);
+        let run_end = (run_start..whole)
+            .find(|&b| !inside(8 * b))
+            .unwrap_or(whole);
+        let mut starts: Vec<usize> = (0..run_start)
+            .chain(run_end..whole)
+            .map(|b| 8 * b)
+            .collect();
+        let mut tail = None;
+        if ow % 8 != 0 {
+            let last = ow.saturating_sub(8);
+            if ow >= 8 && run_end == whole && run_end > run_start && inside(last) {
+                tail = Some(last);
+            } else {
+                starts.push(last);
+            }
+        }
+        let others = starts
+            .into_iter()
+            .map(|x| {
+                let c = column(x);
+                let edges = (!inside(x)).then(|| [edge(c), edge(c + 8), edge(c + 2), edge(c + 10)]);
+                (x, c, edges)
+            })
+            .collect();
+        RowPlan {
+            run: 8 * run_start..8 * run_end,
+            tail,
+            others,
+        }
+    };
+    // A block whose discarded last float lies past the row reads the next row's first float,
+    // which is inside `input` except after the last row of the last plane: SqueezeNet's
+    // unpadded 55² and 27² pools end every row with such a block, and edge loads there cost
+    // more than the rest of the row.
+    let plan_in_plane = row_plan(used);
+    let plan_at_end = row_plan(loaded);
+    let input_end = input.as_ptr().add(p.planes * ih * iw);
+    let pad_left = p.pad_left as isize;
     for plane_index in 0..p.planes {
         let plane = &input[plane_index * ih * iw..(plane_index + 1) * ih * iw];
         let out = &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow];
         for y in 0..oh {
             let (rows, present) = window_rows(p, plane, y);
+            if present == 0 {
+                // A window wholly in the padding: the identity.
+                let identity_value = if MAX { f32::NEG_INFINITY } else { 0.0 };
+                out[y * ow..(y + 1) * ow].fill(identity_value);
+                continue;
+            }
+            let plan = if rows[present - 1].add(iw) == input_end {
+                &plan_at_end
+            } else {
+                &plan_in_plane
+            };
             let out_row = out.as_mut_ptr().add(y * ow);
-            for &(x, c, edges) in &blocks {
-                let (mut lo, mut hi) = (identity, identity);
-                let (mut lo2, mut hi2) = (identity, identity);
-                match edges {
-                    None => {
+            // The horizontal pass of a block's vertically combined columns `c..c + 16` (`lo`,
+            // `hi`) and `c + 2..c + 18` (`lo2`, `hi2`): even, odd and next-even columns, the
+            // in-lane shuffles leaving 64-bit quarters (x0 x1, x4 x5, x2 x3, x6 x7), put in
+            // order with one cross-lane permute.
+            macro_rules! horizontal {
+                ($lo:expr, $hi:expr, $lo2:expr, $hi2:expr) => {{
+                    let (lo, hi) = ($lo, $hi);
+                    let mut acc = combine!(
+                        _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi),
+                        _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)
+                    );
+                    if THREE {
+                        acc = combine!(acc, _mm256_shuffle_ps::<0b10_00_10_00>($lo2, $hi2));
+                    }
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
+                        acc,
+                    )))
+                }};
+            }
+            // The vertical then horizontal pass of the block of 8 outputs whose first column
+            // is `c`, loads all inside the rows: straight-line when the window has three rows
+            // (a loop over the rows ran twice the time).
+            macro_rules! inside_block {
+                ($c:expr) => {{
+                    let c = $c;
+                    if present == 3 {
+                        let (a, b, d) = (rows[0].offset(c), rows[1].offset(c), rows[2].offset(c));
+                        let column3 = |offset: usize| {
+                            combine!(
+                                combine!(
+                                    _mm256_loadu_ps(a.add(offset)),
+                                    _mm256_loadu_ps(b.add(offset))
+                                ),
+                                _mm256_loadu_ps(d.add(offset))
+                            )
+                        };
+                        if THREE {
+                            horizontal!(column3(0), column3(8), column3(2), column3(10))
+                        } else {
+                            horizontal!(column3(0), column3(8), identity, identity)
+                        }
+                    } else {
+                        let (mut lo, mut hi) = (identity, identity);
+                        let (mut lo2, mut hi2) = (identity, identity);
                         for &row in &rows[..present] {
                             let at = row.offset(c);
                             lo = combine!(lo, _mm256_loadu_ps(at));
                             hi = combine!(hi, _mm256_loadu_ps(at.add(8)));
-                            if three {
+                            if THREE {
                                 lo2 = combine!(lo2, _mm256_loadu_ps(at.add(2)));
                                 hi2 = combine!(hi2, _mm256_loadu_ps(at.add(10)));
                             }
                         }
+                        horizontal!(lo, hi, lo2, hi2)
                     }
+                }};
+            }
+            let mut x = plan.run.start;
+            while x < plan.run.end {
+                _mm256_storeu_ps(out_row.add(x), inside_block!(2 * x as isize - pad_left));
+                x += 8;
+            }
+            if let Some(x) = plan.tail {
+                _mm256_storeu_ps(out_row.add(x), inside_block!(2 * x as isize - pad_left));
+            }
+            for (x, c, edges) in &plan.others {
+                let (x, c) = (*x, *c);
+                let ordered = match edges {
+                    None => inside_block!(c),
                     Some(e) => {
                         macro_rules! load {
                             ($row:expr, $edge:expr) => {{
-                                let (c0, index, outside) = $edge;
+                                let (c0, index, outside): &Edge = $edge;
                                 let v = _mm256_permutevar8x32_ps(
-                                    _mm256_loadu_ps($row.offset(c0)),
-                                    index,
+                                    _mm256_loadu_ps($row.offset(*c0)),
+                                    *index,
                                 );
-                                _mm256_blendv_ps(v, identity, outside)
+                                _mm256_blendv_ps(v, identity, *outside)
                             }};
                         }
+                        let (mut lo, mut hi) = (identity, identity);
+                        let (mut lo2, mut hi2) = (identity, identity);
                         for &row in &rows[..present] {
-                            lo = combine!(lo, load!(row, e[0]));
-                            hi = combine!(hi, load!(row, e[1]));
-                            if three {
-                                lo2 = combine!(lo2, load!(row, e[2]));
-                                hi2 = combine!(hi2, load!(row, e[3]));
+                            lo = combine!(lo, load!(row, &e[0]));
+                            hi = combine!(hi, load!(row, &e[1]));
+                            if THREE {
+                                lo2 = combine!(lo2, load!(row, &e[2]));
+                                hi2 = combine!(hi2, load!(row, &e[3]));
                             }
                         }
+                        horizontal!(lo, hi, lo2, hi2)
                     }
-                }
-                let mut acc = combine!(
-                    _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi),
-                    _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi)
-                );
-                if three {
-                    acc = combine!(acc, _mm256_shuffle_ps::<0b10_00_10_00>(lo2, hi2));
-                }
-                // 64-bit quarters (x0 x1, x4 x5, x2 x3, x6 x7) → in order.
-                let ordered = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
-                    _mm256_castps_pd(acc),
-                ));
+                };
                 if x + 8 <= ow {
                     _mm256_storeu_ps(out_row.add(x), ordered);
                 } else {
@@ -450,19 +559,24 @@ unsafe fn stride2_window_avx2_with<const MAX: bool>(p: &Pool2d, input: &[f32], o
 }
 
 /// The input rows of output row `y`'s windows that lie inside `plane` (rows in the padding left
-/// out), and how many there are: both window kernels read their windows through these.
+/// out), and how many there are: both window kernels read their windows through these. The
+/// rows are consecutive, so the array is built whole from the first one: filled one pointer at
+/// a time under a test, it was stored piecewise and reloaded whole, a store-forwarding stall per
+/// output row (a tenth of the 3×3 stride-2 pools' time on a Zen 1 guest).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn window_rows(p: &Pool2d, plane: &[f32], y: usize) -> ([*const f32; 3], usize) {
-    let mut rows: [*const f32; 3] = [std::ptr::null(); 3];
-    let mut present = 0;
-    for ky in 0..p.kernel_h {
-        let iy = (2 * y + ky) as isize - p.pad_top as isize;
-        if (0..p.in_h as isize).contains(&iy) {
-            rows[present] = plane[iy as usize * p.in_w..].as_ptr();
-            present += 1;
-        }
-    }
+    let top = (2 * y) as isize - p.pad_top as isize;
+    let first = top.max(0) as usize;
+    let end = ((top + p.kernel_h as isize).max(0) as usize).min(p.in_h);
+    let present = end.saturating_sub(first);
+    let base = plane.as_ptr().wrapping_add(first * p.in_w);
+    // Pointers past `present` are formed (wrapping), never read.
+    let rows = [
+        base,
+        base.wrapping_add(p.in_w),
+        base.wrapping_add(2 * p.in_w),
+    ];
     (rows, present)
 }
 

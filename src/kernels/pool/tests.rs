@@ -152,6 +152,11 @@ fn separable_max_pool_matches_the_window_loop_on_every_isa() {
         (3, 2, 0, 1, 111),
         (3, 1, 1, 2, 10),
         (3, 2, 0, 1, 7),
+        // SqueezeNet's unpadded 55² and 27² rows (here 55 and 27 wide), whose last block
+        // loads one float past the row; a padded 14-wide row with 7 outputs (one short block).
+        (3, 2, 0, 1, 54),
+        (3, 2, 0, 1, 26),
+        (3, 2, 1, 1, 13),
         // Rows narrower than an AVX2 vector: its window kernel's scalar loop.
         (3, 2, 1, 1, 5),
         (2, 2, 0, 1, 4),
@@ -192,6 +197,58 @@ fn separable_max_pool_matches_the_window_loop_on_every_isa() {
             let mut got = vec![0.0; want.len()];
             max_pool_at(level, &p, &input, &mut got);
             assert_eq!(got, want, "{p:?} at {level:?}");
+        }
+    }
+}
+
+/// The stride-2 window kernels load a block's columns past the last one they use (the third
+/// tap keeps its loads' even columns) and may read the next row's first float: a huge value
+/// there must never reach an output, for max or sum, on any row width around the block size.
+#[test]
+fn stride2_windows_never_use_the_float_after_a_row() {
+    for in_w in [17, 18, 25, 27, 33, 55, 56] {
+        for pad in [0, 1] {
+            let out_w = (in_w + 2 * pad - 3) / 2 + 1;
+            let in_h = 9;
+            let p = Pool2d {
+                planes: 4,
+                in_h,
+                in_w,
+                kernel_h: 3,
+                kernel_w: 3,
+                stride_h: 2,
+                stride_w: 2,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: pad,
+                pad_left: pad,
+                out_h: (in_h + 2 * pad - 3) / 2 + 1,
+                out_w,
+            };
+            // Column 0 huge: with no left padding only the first output's window holds it.
+            let input: Vec<f32> = (0..p.planes * in_h * in_w)
+                .map(|i| {
+                    if i % in_w == 0 {
+                        1.0e30
+                    } else {
+                        ((i * 31) % 17) as f32 - 8.0
+                    }
+                })
+                .collect();
+            let want_max = naive_max(&p, &input);
+            let want_avg = naive_avg(&p, false, pad, pad, &input);
+            for level in crate::kernels::simd::available_levels() {
+                let mut got = vec![0.0; want_max.len()];
+                max_pool_at(level, &p, &input, &mut got);
+                assert_eq!(got, want_max, "max {p:?} at {level:?}");
+                avg_pool_at(level, &p, false, pad, pad, &input, &mut got);
+                for (g, w) in got.iter().zip(&want_avg) {
+                    assert!(
+                        (g - w).abs() <= 1e-6 * w.abs().max(1.0),
+                        "avg {p:?} at {level:?}: {g} vs {w}"
+                    );
+                }
+            }
         }
     }
 }
