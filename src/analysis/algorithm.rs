@@ -99,7 +99,8 @@ pub enum AlgorithmPolicy {
 
 /// Fewest tiles per image for a Winograd variant to be considered (rule 2).
 pub const MIN_TILES: usize = 32;
-/// Fewest input channels for a Winograd variant to be considered (rule 2).
+/// Fewest input channels for a Winograd variant to be considered by rules 3 and 4 (rule 2);
+/// a shape in the latency table (rule 5) is decided by its measurement whatever its channels.
 pub const MIN_INPUT_CHANNELS: usize = 64;
 /// How much faster than direct a Winograd variant's bound must be (rule 3).
 pub const MARGIN: f64 = 1.15;

@@ -195,8 +195,9 @@ pub fn analyze_graph(
     analyze_prepared(&prepared, source, device, options)
 }
 
-/// The shapes of `prepared`'s convolutions that rules 1 and 2 of [`algorithm`] leave a
-/// Winograd variant for (the shapes worth timing for rule 5), each once.
+/// The shapes of `prepared`'s convolutions that rule 1 and rule 2's tile count of
+/// [`algorithm`] leave a Winograd variant for (the shapes worth timing for rule 5, whatever
+/// their input channels), each once.
 pub fn winograd_candidates(prepared: &Prepared) -> Vec<algorithm::ConvShape> {
     let mut shapes: Vec<algorithm::ConvShape> = Vec::new();
     for &id in &prepared.order {

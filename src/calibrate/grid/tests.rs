@@ -77,7 +77,8 @@ fn rule_four_shapes_are_timed_per_algorithm() {
         variants("conv 512→512 3x3 s1 g1 7x7"),
         [AlgorithmPolicy::Only(ConvAlgorithm::Direct)]
     );
-    // Under 64 input channels the rule never considers Winograd: the point runs as chosen.
+    // Under 64 input channels the unmeasured rule never considers Winograd (and the grid
+    // has no latency table): the point runs as chosen.
     assert_eq!(
         variants("conv 16→16 3x3 s1 g1 112x112"),
         [AlgorithmPolicy::Auto]

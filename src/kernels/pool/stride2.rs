@@ -131,7 +131,9 @@ unsafe fn stride2_window_avx512_with<const MAX: bool>(
         })
         .collect();
     for plane_index in 0..p.planes {
-        let plane = &input[plane_index * ih * iw..(plane_index + 1) * ih * iw];
+        // From `input` itself, not a sub-slice: the AVX2 kernel may read the float after a
+        // plane's last row, which is the next plane's first.
+        let plane = input.as_ptr().add(plane_index * ih * iw);
         let out = &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow];
         for y in 0..oh {
             let (rows, present) = window_rows(p, plane, y);
@@ -286,10 +288,11 @@ unsafe fn stride2_rows_avx2(row: &[f32], out: &mut [f32], kernel_w: usize, op: S
 
 /// [`stride2_window_avx512`] on AVX2: 8 outputs per block, each window row's 16 columns from
 /// `2x − pad_left` (and 16 from two further) loaded straight from the plane and combined
-/// vertically, then the even and odd columns gathered as in [`stride2_rows_avx2`]. Blocks that
-/// reach past a row's ends load the nearest columns inside it and permute them into place, the
-/// identity in the lanes outside; a row whose width is not a multiple of 8 ends with one
-/// overlapping block. The row path (the
+/// vertically, then the even and odd columns gathered as in [`stride2_rows_avx2`]. Blocks whose
+/// used columns reach past a row's ends load the nearest columns inside it and permute them
+/// into place, the identity in the lanes outside; a block whose only load past the row is the
+/// float the shuffles discard reads the next row's first float (never past `input`'s end); a
+/// row whose width is not a multiple of 8 ends with one overlapping block. The row path (the
 /// window rows combined into a padded copy, then the row kernel) ran SqueezeNet's 3×3 stride-2
 /// max pools at 4-6× onnxruntime's time on a Zen 1 guest, in per-row work.
 ///
@@ -437,7 +440,9 @@ unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
     let input_end = input.as_ptr().add(p.planes * ih * iw);
     let pad_left = p.pad_left as isize;
     for plane_index in 0..p.planes {
-        let plane = &input[plane_index * ih * iw..(plane_index + 1) * ih * iw];
+        // From `input` itself, not a sub-slice: the AVX2 kernel may read the float after a
+        // plane's last row, which is the next plane's first.
+        let plane = input.as_ptr().add(plane_index * ih * iw);
         let out = &mut output[plane_index * oh * ow..(plane_index + 1) * oh * ow];
         for y in 0..oh {
             let (rows, present) = window_rows(p, plane, y);
@@ -565,12 +570,12 @@ unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
 /// output row (a tenth of the 3×3 stride-2 pools' time on a Zen 1 guest).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn window_rows(p: &Pool2d, plane: &[f32], y: usize) -> ([*const f32; 3], usize) {
+fn window_rows(p: &Pool2d, plane: *const f32, y: usize) -> ([*const f32; 3], usize) {
     let top = (2 * y) as isize - p.pad_top as isize;
     let first = top.max(0) as usize;
     let end = ((top + p.kernel_h as isize).max(0) as usize).min(p.in_h);
     let present = end.saturating_sub(first);
-    let base = plane.as_ptr().wrapping_add(first * p.in_w);
+    let base = plane.wrapping_add(first * p.in_w);
     // Pointers past `present` are formed (wrapping), never read.
     let rows = [
         base,

@@ -253,6 +253,71 @@ fn stride2_windows_never_use_the_float_after_a_row() {
     }
 }
 
+/// The float a stride-2 block may read past a row must never lie past `input`: the input ends
+/// right before a page the process may not read, so a load past its end faults the test.
+/// Window heights 1-3, top and left paddings apart, widths whose last block reaches one float
+/// past the row.
+#[cfg(all(unix, target_arch = "x86_64"))]
+#[test]
+fn stride2_windows_never_read_past_the_input() {
+    const PAGE: usize = 4096;
+    for (in_w, kernel_h, pad_top, pad_left) in [
+        (55, 3, 0, 0),
+        (27, 3, 0, 0),
+        (18, 3, 1, 1),
+        (33, 2, 0, 0),
+        (25, 1, 0, 1),
+        (55, 3, 1, 0),
+        (56, 3, 0, 1),
+    ] {
+        let (in_h, planes): (usize, usize) = (7, 3);
+        let floats = planes * in_h * in_w;
+        let data_pages = (floats * 4).div_ceil(PAGE);
+        // SAFETY: an anonymous private mapping of `data_pages + 1` pages, the last made
+        // unreadable; the input slice ends exactly at that page and is unmapped below.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                (data_pages + 1) * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let guard = (base as *mut u8).add(data_pages * PAGE);
+            assert_eq!(libc::mprotect(guard.cast(), PAGE, libc::PROT_NONE), 0);
+            let start = (guard as *mut f32).sub(floats);
+            let input = std::slice::from_raw_parts_mut(start, floats);
+            for (i, v) in input.iter_mut().enumerate() {
+                *v = ((i * 13) % 29) as f32 - 14.0;
+            }
+            let p = Pool2d {
+                planes,
+                in_h,
+                in_w,
+                kernel_h,
+                kernel_w: 3,
+                stride_h: 2,
+                stride_w: 2,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top,
+                pad_left,
+                out_h: (in_h + 2 * pad_top - kernel_h) / 2 + 1,
+                out_w: (in_w + 2 * pad_left - 3) / 2 + 1,
+            };
+            let want = naive_max(&p, input);
+            for level in crate::kernels::simd::available_levels() {
+                let mut got = vec![0.0; want.len()];
+                max_pool_at(level, &p, input, &mut got);
+                assert_eq!(got, want, "{p:?} at {level:?}");
+            }
+            libc::munmap(base, (data_pages + 1) * PAGE);
+        }
+    }
+}
+
 #[test]
 fn global_pools_match_the_folded_scalar_path_on_every_plane_size() {
     for plane_size in [1, 7, 15, 16, 17, 31, 32, 33, 49, 64, 100, 196] {
