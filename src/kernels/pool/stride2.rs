@@ -477,6 +477,25 @@ unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
                     )))
                 }};
             }
+            // Both passes of one block with the window's rows combined in a loop, each row's
+            // columns from `c + offset` (offsets 0, 8, and 2, 10 for the third tap) loaded by
+            // `$load(row, offset)`: the windows cut by the padding and the edge blocks.
+            macro_rules! over_rows {
+                ($load:expr) => {{
+                    let load = $load;
+                    let (mut lo, mut hi) = (identity, identity);
+                    let (mut lo2, mut hi2) = (identity, identity);
+                    for &row in &rows[..present] {
+                        lo = combine!(lo, load(row, 0));
+                        hi = combine!(hi, load(row, 8));
+                        if THREE {
+                            lo2 = combine!(lo2, load(row, 2));
+                            hi2 = combine!(hi2, load(row, 10));
+                        }
+                    }
+                    horizontal!(lo, hi, lo2, hi2)
+                }};
+            }
             // The vertical then horizontal pass of the block of 8 outputs whose first column
             // is `c`, loads all inside the rows: straight-line when the window has three rows
             // (a loop over the rows ran twice the time).
@@ -500,18 +519,9 @@ unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
                             horizontal!(column3(0), column3(8), identity, identity)
                         }
                     } else {
-                        let (mut lo, mut hi) = (identity, identity);
-                        let (mut lo2, mut hi2) = (identity, identity);
-                        for &row in &rows[..present] {
-                            let at = row.offset(c);
-                            lo = combine!(lo, _mm256_loadu_ps(at));
-                            hi = combine!(hi, _mm256_loadu_ps(at.add(8)));
-                            if THREE {
-                                lo2 = combine!(lo2, _mm256_loadu_ps(at.add(2)));
-                                hi2 = combine!(hi2, _mm256_loadu_ps(at.add(10)));
-                            }
-                        }
-                        horizontal!(lo, hi, lo2, hi2)
+                        over_rows!(|row: *const f32, offset: isize| _mm256_loadu_ps(
+                            row.offset(c + offset)
+                        ))
                     }
                 }};
             }
@@ -527,29 +537,17 @@ unsafe fn stride2_window_avx2_with<const MAX: bool, const THREE: bool>(
                 let (x, c) = (*x, *c);
                 let ordered = match edges {
                     None => inside_block!(c),
-                    Some(e) => {
-                        macro_rules! load {
-                            ($row:expr, $edge:expr) => {{
-                                let (c0, index, outside): &Edge = $edge;
-                                let v = _mm256_permutevar8x32_ps(
-                                    _mm256_loadu_ps($row.offset(*c0)),
-                                    *index,
-                                );
-                                _mm256_blendv_ps(v, identity, *outside)
-                            }};
-                        }
-                        let (mut lo, mut hi) = (identity, identity);
-                        let (mut lo2, mut hi2) = (identity, identity);
-                        for &row in &rows[..present] {
-                            lo = combine!(lo, load!(row, &e[0]));
-                            hi = combine!(hi, load!(row, &e[1]));
-                            if THREE {
-                                lo2 = combine!(lo2, load!(row, &e[2]));
-                                hi2 = combine!(hi2, load!(row, &e[3]));
-                            }
-                        }
-                        horizontal!(lo, hi, lo2, hi2)
-                    }
+                    Some(e) => over_rows!(|row: *const f32, offset: isize| {
+                        // The edge load standing for the columns from `c + offset`.
+                        let (c0, index, outside): &Edge = &e[match offset {
+                            0 => 0,
+                            8 => 1,
+                            2 => 2,
+                            _ => 3,
+                        }];
+                        let v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row.offset(*c0)), *index);
+                        _mm256_blendv_ps(v, identity, *outside)
+                    }),
                 };
                 if x + 8 <= ow {
                     _mm256_storeu_ps(out_row.add(x), ordered);
