@@ -6,6 +6,11 @@
 //! to even with zeros), a broadcast operand (MR rows) and a vector operand (NR rows); `wx`
 //! broadcasts the weights (convolutions, NCHW), `xw` the activations (dense layers). f32
 //! activations are converted while packed.
+//!
+//! Without AVX-512 BF16 (AMD before Zen 4, Intel client cores and Xeons before Cooper Lake)
+//! the AVX2 variant widens each k-pair in registers (the even bf16 shifted up 16 bits, the
+//! odd one masked: both exact f32) and runs two FMAs per pair: the fp32 rate, with half the
+//! weight bytes, which is what a memory-bound layer gains from bf16 on such CPUs.
 
 use super::{with_panel, AlignedBytes};
 use crate::kernels::gemm::{self, Activation};
@@ -15,15 +20,18 @@ use crate::kernels::parallel::{parallel_for, SendPtr};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BIsa {
     Scalar,
+    /// AVX2 + FMA: each bf16 pair widened to two f32 in registers, two FMAs per pair.
+    Avx2,
     Avx512Bf16,
 }
 
 impl BIsa {
-    pub const ALL: [BIsa; 2] = [BIsa::Scalar, BIsa::Avx512Bf16];
+    pub const ALL: [BIsa; 3] = [BIsa::Scalar, BIsa::Avx2, BIsa::Avx512Bf16];
 
     pub fn name(self) -> &'static str {
         match self {
             BIsa::Scalar => "scalar",
+            BIsa::Avx2 => "avx2",
             BIsa::Avx512Bf16 => "avx512-bf16",
         }
     }
@@ -31,6 +39,8 @@ impl BIsa {
     pub fn is_available(self) -> bool {
         match self {
             BIsa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            BIsa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
             #[cfg(target_arch = "x86_64")]
             BIsa::Avx512Bf16 => {
                 is_x86_feature_detected!("avx512f")
@@ -64,6 +74,9 @@ impl BIsa {
     pub fn tile(self) -> (usize, usize) {
         match self {
             BIsa::Scalar => (4, 8),
+            // 8 accumulators, the pair's two widened vectors per column block and the two
+            // widened broadcasts: 14 of the 16 ymm registers.
+            BIsa::Avx2 => (4, 16),
             BIsa::Avx512Bf16 => (8, 32),
         }
     }
@@ -232,6 +245,8 @@ fn kernels(isa: BIsa) -> &'static BKernels {
     );
     match isa {
         BIsa::Scalar => &SCALAR,
+        #[cfg(target_arch = "x86_64")]
+        BIsa::Avx2 => &x86::AVX2,
         #[cfg(target_arch = "x86_64")]
         BIsa::Avx512Bf16 => &x86::AVX512BF16,
         #[cfg(not(target_arch = "x86_64"))]
@@ -707,6 +722,219 @@ mod x86 {
                         _mm256_storeu_si256(o.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
                     }
                 }
+            }
+        }
+    }
+
+    pub(super) static AVX2: BKernels = BKernels {
+        wx: wx_256,
+        xw: xw_256,
+        xw1: xw1_256,
+        pack_kmajor: pack_kmajor_256,
+    };
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn wx_256(t: &BTile) {
+        tile_256::<4>(t, true)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xw_256(t: &BTile) {
+        tile_256::<4>(t, false)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn xw1_256(t: &BTile) {
+        row_256(t)
+    }
+
+    /// The even (low) bf16 of each 32-bit lane as f32: shifted into the high half.
+    #[inline(always)]
+    unsafe fn even_f32(pairs: __m256i) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs))
+    }
+
+    /// The odd (high) bf16 of each 32-bit lane as f32: the low half cleared.
+    #[inline(always)]
+    unsafe fn odd_f32(pairs: __m256i, high: __m256i) -> __m256 {
+        _mm256_castsi256_ps(_mm256_and_si256(pairs, high))
+    }
+
+    /// `M` broadcast rows × 16 columns. One accumulator per row and column block takes both
+    /// products of a pair (two dependent FMAs): 8 accumulators keep 16 FMAs in flight per
+    /// pair, more than an FMA's latency times the FMA ports on the AVX2 cores.
+    #[inline(always)]
+    unsafe fn tile_256<const M: usize>(t: &BTile, ch_row: bool) {
+        let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+        let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        let mut a = t.bcast;
+        let mut b = t.vec;
+        for _ in 0..t.pairs {
+            let b0 = _mm256_loadu_si256(b as *const __m256i);
+            let b1 = _mm256_loadu_si256(b.add(32) as *const __m256i);
+            let even = [even_f32(b0), even_f32(b1)];
+            let odd = [odd_f32(b0, high), odd_f32(b1, high)];
+            for (r, row) in acc.iter_mut().enumerate() {
+                let pair = _mm256_set1_epi32((a.add(r * 4) as *const i32).read_unaligned());
+                let (s0, s1) = (even_f32(pair), odd_f32(pair, high));
+                for v in 0..2 {
+                    row[v] = _mm256_fmadd_ps(s0, even[v], row[v]);
+                    row[v] = _mm256_fmadd_ps(s1, odd[v], row[v]);
+                }
+            }
+            a = a.add(M * 4);
+            b = b.add(64);
+        }
+        store_256(&acc, t, ch_row);
+    }
+
+    /// One broadcast row × 16 columns (batch-1 dense layers): four independent chains (the
+    /// even and odd products of alternate pairs) so the FMA latency does not bound a row.
+    #[inline(always)]
+    unsafe fn row_256(t: &BTile) {
+        let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
+        let mut even_acc = [[_mm256_setzero_ps(); 2]; 2];
+        let mut odd_acc = [[_mm256_setzero_ps(); 2]; 2];
+        let mut a = t.bcast;
+        let mut b = t.vec;
+        for p in 0..t.pairs {
+            let set = p & 1;
+            let pair = _mm256_set1_epi32((a as *const i32).read_unaligned());
+            let (s0, s1) = (even_f32(pair), odd_f32(pair, high));
+            for v in 0..2 {
+                let bv = _mm256_loadu_si256(b.add(v * 32) as *const __m256i);
+                even_acc[set][v] = _mm256_fmadd_ps(s0, even_f32(bv), even_acc[set][v]);
+                odd_acc[set][v] = _mm256_fmadd_ps(s1, odd_f32(bv, high), odd_acc[set][v]);
+            }
+            a = a.add(4);
+            b = b.add(64);
+        }
+        let mut acc = [[_mm256_setzero_ps(); 2]; 1];
+        for v in 0..2 {
+            acc[0][v] = _mm256_add_ps(
+                _mm256_add_ps(even_acc[0][v], odd_acc[0][v]),
+                _mm256_add_ps(even_acc[1][v], odd_acc[1][v]),
+            );
+        }
+        store_256(&acc, t, false);
+    }
+
+    /// The epilogue of an `M × 16` tile: bias, residual and ReLU/Clip in registers for whole
+    /// 16-column rows; partial tiles and other activations through the shared epilogue.
+    #[inline(always)]
+    unsafe fn store_256<const M: usize>(acc: &[[__m256; 2]; M], t: &BTile, ch_row: bool) {
+        let simple = matches!(
+            t.act,
+            Activation::None | Activation::Relu | Activation::Clip { .. }
+        );
+        if !simple || t.n_eff < 16 {
+            let mut tile = [[0f32; 16]; M];
+            for (row, accs) in tile.iter_mut().zip(acc.iter()) {
+                for (v, x) in accs.iter().enumerate() {
+                    _mm256_storeu_ps(row.as_mut_ptr().add(v * 8), *x);
+                }
+            }
+            return epilogue(tile.as_ptr() as *const f32, 16, t, ch_row, true);
+        }
+        for (r, row) in acc.iter().enumerate().take(t.m_eff) {
+            let bias_r = if ch_row && !t.bias.is_null() {
+                _mm256_set1_ps(*t.bias.add(r))
+            } else {
+                _mm256_setzero_ps()
+            };
+            for (v, x) in row.iter().enumerate() {
+                let j = v * 8;
+                let mut y = _mm256_add_ps(*x, bias_r);
+                if !ch_row && !t.bias.is_null() {
+                    y = _mm256_add_ps(y, _mm256_loadu_ps(t.bias.add(j)));
+                }
+                if !t.residual.is_null() {
+                    y = _mm256_add_ps(y, _mm256_loadu_ps(t.residual.add(r * t.ldc + j)));
+                }
+                y = match t.act {
+                    Activation::Relu => _mm256_max_ps(y, _mm256_setzero_ps()),
+                    Activation::Clip { min, max } => {
+                        _mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(min)), _mm256_set1_ps(max))
+                    }
+                    _ => y,
+                };
+                _mm256_storeu_ps(t.c.add(r * t.ldc + j), y);
+            }
+        }
+    }
+
+    /// f32 → bf16 in the low half of each lane, as [`super::f32_to_bf16`]: nearest even,
+    /// denormals to signed zero, NaN kept quiet.
+    #[inline(always)]
+    unsafe fn bf16_lanes(x: __m256) -> __m256i {
+        let bits = _mm256_castps_si256(x);
+        let upper = _mm256_srli_epi32::<16>(bits);
+        let lsb = _mm256_and_si256(upper, _mm256_set1_epi32(1));
+        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(
+            bits,
+            _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)),
+        ));
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+        let quiet = _mm256_or_si256(upper, _mm256_set1_epi32(0x40));
+        let no_exponent = _mm256_cmpeq_epi32(
+            _mm256_and_si256(bits, _mm256_set1_epi32(0x7F80_0000)),
+            _mm256_setzero_si256(),
+        );
+        let signed_zero = _mm256_and_si256(upper, _mm256_set1_epi32(0x8000));
+        let finite = _mm256_blendv_epi8(rounded, signed_zero, no_exponent);
+        _mm256_blendv_epi8(finite, quiet, nan)
+    }
+
+    /// 8 bf16 values zero-extended into 32-bit lanes.
+    #[inline(always)]
+    unsafe fn widen_u16(src: *const u16) -> __m256i {
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(src as *const __m128i))
+    }
+
+    /// Packs columns `j0..j0+w` of a k-major source as bf16 pairs (one 32-bit lane per
+    /// column: k even low, k odd high), 8 columns per vector; a panel cut by the matrix's
+    /// edge (the last of a row) is packed by the portable code.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pack_kmajor_256(
+        x: &BActSrc,
+        k: usize,
+        j0: usize,
+        w: usize,
+        panel: usize,
+        dst: *mut u8,
+    ) {
+        if w < panel || !panel.is_multiple_of(8) {
+            return super::pack_kmajor_scalar(x, k, j0, w, panel, dst);
+        }
+        let pairs = k.div_ceil(2);
+        for p in 0..pairs {
+            let (k0, k1) = (2 * p, 2 * p + 1);
+            for chunk in 0..panel / 8 {
+                let col = j0 + chunk * 8;
+                let (even, odd) = match *x {
+                    BActSrc::F32 { data, ld } => {
+                        let src = data.as_ptr();
+                        let even = bf16_lanes(_mm256_loadu_ps(src.add(k0 * ld + col)));
+                        let odd = if k1 < k {
+                            bf16_lanes(_mm256_loadu_ps(src.add(k1 * ld + col)))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        (even, odd)
+                    }
+                    BActSrc::Bf16 { data, ld } => {
+                        let src = data.as_ptr();
+                        let even = widen_u16(src.add(k0 * ld + col));
+                        let odd = if k1 < k {
+                            widen_u16(src.add(k1 * ld + col))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        (even, odd)
+                    }
+                };
+                let out = _mm256_or_si256(even, _mm256_slli_epi32::<16>(odd));
+                _mm256_storeu_si256(dst.add((p * panel + chunk * 8) * 4) as *mut __m256i, out);
             }
         }
     }

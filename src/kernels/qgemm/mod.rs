@@ -40,6 +40,7 @@
 //! | `avx2` | 2 `vpmaddwd` on even / odd bytes widened to i16 (exact) | 6 × 16 | 6 × 16, 1 × 16 |
 //! | `scalar` | widening i32 multiply-add | 4 × 8 | 4 × 8, 1 × 8 |
 //! | `avx512-bf16` | `vdpbf16ps zmm`, k-pairs | 8 × 32 | 8 × 32, 1 × 32 |
+//! | `avx2` (bf16) | pairs widened in registers (shift, mask), 2 FMAs per pair | 4 × 16 | 4 × 16, 1 × 16 |
 //! | `scalar` (bf16) | f32 multiply-add of bf16 values | 4 × 8 | 4 × 8, 1 × 8 |
 //!
 //! The best variant is detected once (`is_x86_feature_detected!`) and cached; every entry point

@@ -830,6 +830,7 @@ macro_rules! bf16_suite {
 
 bf16_suite!(
     bf16_scalar_matches_reference => BIsa::Scalar,
+    bf16_avx2_matches_reference => BIsa::Avx2,
     bf16_avx512_matches_reference => BIsa::Avx512Bf16,
 );
 
