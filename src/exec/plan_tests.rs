@@ -500,3 +500,37 @@ fn a_weight_set_larger_than_the_last_level_cache_streams() {
     assert!(!outgrows(64));
     assert!(outgrows(256));
 }
+
+/// An int64 Transpose past the analysis's constant-evaluation size (an LSTM's token ids moved
+/// to time-major: `[1, 33, 128]` was 4 elements too many) runs on the movement kernel, with the
+/// values the definition gives; so does a bool one (ONNX type 9, held as 0/1 integers).
+#[test]
+fn integer_and_bool_transposes_of_any_size_run() {
+    for elem_type in [7, 9] {
+        let (rows, cols) = (33usize, 128usize);
+        let mut b = GraphBuilder::new(WeightFill::Random(1));
+        let x = b.input("x", elem_type, &[1, rows as i64, cols as i64].map(SigDim::Fixed));
+        let y = b.transpose(&x, &[2, 0, 1]);
+        b.output(&y, elem_type, &[cols as i64, 1, rows as i64].map(SigDim::Fixed));
+        let (_, plan) = default_plan(b, "int_transpose");
+        let values: Vec<i64> = (0..rows * cols)
+            .map(|i| if elem_type == 9 { (i % 3 == 0) as i64 } else { i as i64 * 7 - 9000 })
+            .collect();
+        let tensor = RtTensor {
+            shape: vec![1, rows, cols],
+            data: super::super::RtData::I64(values.clone()),
+        };
+        let inputs = [("x".to_string(), tensor)].into_iter().collect();
+        let mut ws = plan.workspace();
+        let out = plan.run(&mut ws, &inputs, None).unwrap();
+        let super::super::RtData::I64(got) = &out[0].1.data else {
+            panic!("the transpose of integers gave floats");
+        };
+        assert_eq!(out[0].1.shape, [cols, 1, rows]);
+        for c in 0..cols {
+            for r in 0..rows {
+                assert_eq!(got[c * rows + r], values[r * cols + c], "type {elem_type} at {c},{r}");
+            }
+        }
+    }
+}

@@ -63,7 +63,9 @@ pub(super) fn lookup(domain: Domain, op: &str) -> Option<Lowering> {
         return None;
     }
     match op {
-        "Transpose" => Lowering::floats(lower_transpose),
+        // Integer and bool tensors too (an LSTM's token ids or masks moved to time-major): the
+        // analysis evaluates only small integer constants, and the generic path nothing else.
+        "Transpose" => Lowering::integers(lower_transpose),
         "Concat" => Lowering::floats(lower_concat),
         "Split" => Lowering::floats(lower_split),
         "Slice" => Lowering::floats(lower_slice),
@@ -329,6 +331,15 @@ fn lower_resize(cx: &Cx) -> Result<Lowered, ExecError> {
 pub(crate) fn run(kernel: &MovementKernel, io: &mut Io) -> Result<(), String> {
     match kernel {
         MovementKernel::Transpose { axes } => {
+            if let InRef::I64(values) = io.input(0)? {
+                let mut out = io.integers(values.len());
+                movement::transpose_axes(values, 0, axes, &mut out);
+                io.dynamic_out.push(crate::exec::RtTensor {
+                    shape: vec![out.len()],
+                    data: crate::exec::RtData::I64(out),
+                });
+                return Ok(());
+            }
             let x = io.x(0)?;
             match axes.split_first() {
                 Some((&(outer, outer_stride), inner_axes)) if outer > 1 => {

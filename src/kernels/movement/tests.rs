@@ -236,6 +236,58 @@ fn negative_step_slice() {
     assert_eq!(y, [4, 3, 2, 1, 0]);
 }
 
+/// Slices with steps of every sign and size on every axis of a 3-D tensor (reversed rows,
+/// reversed outer axes, strided rows, rank 0 and empty outputs) against the per-element
+/// definition `out[i] = x[start + i·step]` per axis.
+#[test]
+fn signed_step_slices_match_the_definition() {
+    let shape = [3usize, 4, 5];
+    let x: Vec<i64> = (0..60).collect();
+    let axis_cases: [&[(isize, isize)]; 3] = [
+        &[(0, 1), (2, -1), (2, -2), (1, 1)],
+        &[(0, 1), (3, -1), (3, -3), (1, 2)],
+        &[(0, 1), (4, -1), (4, -2), (1, 3), (3, -4)],
+    ];
+    let extent = |len: usize, start: isize, step: isize| -> usize {
+        if step > 0 {
+            (len as isize - start).max(0) as usize / step as usize
+                + usize::from((len as isize - start) % step != 0)
+        } else {
+            (start + 1) as usize / (-step) as usize + usize::from((start + 1) % -step != 0)
+        }
+    };
+    for &(s0, t0) in axis_cases[0] {
+        for &(s1, t1) in axis_cases[1] {
+            for &(s2, t2) in axis_cases[2] {
+                let starts = [s0, s1, s2];
+                let steps = [t0, t1, t2];
+                let out_shape: Vec<usize> = (0..3)
+                    .map(|a| extent(shape[a], starts[a], steps[a]))
+                    .collect();
+                let count: usize = out_shape.iter().product();
+                let mut want = Vec::with_capacity(count);
+                for i in 0..out_shape[0] {
+                    for j in 0..out_shape[1] {
+                        for k in 0..out_shape[2] {
+                            let at = |a: usize, c: usize| (starts[a] + c as isize * steps[a]) as usize;
+                            want.push(x[(at(0, i) * 4 + at(1, j)) * 5 + at(2, k)]);
+                        }
+                    }
+                }
+                let mut got = vec![-1; count];
+                slice(&x, &shape, &starts, &steps, &out_shape, &mut got);
+                assert_eq!(got, want, "starts {starts:?} steps {steps:?}");
+            }
+        }
+    }
+    // An empty output and a rank-0 one.
+    let mut none: [i64; 0] = [];
+    slice(&x, &shape, &[2, 0, 0], &[-1, 1, 1], &[3, 0, 5], &mut none);
+    let mut one = [0i64];
+    slice(&[7i64], &[], &[], &[], &[], &mut one);
+    assert_eq!(one, [7]);
+}
+
 /// Every mode on a 3-D tensor with leading, trailing and wider-than-the-axis pads, against
 /// the per-element definition.
 #[test]
