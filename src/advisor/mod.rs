@@ -127,6 +127,9 @@ pub struct AdviseOptions {
     /// The quantization passes convert every candidate op, gain or not (the hardware-blind
     /// all-low-precision baseline of `compress`).
     pub convert_all: bool,
+    /// Input values of the `--verify` runs by name (`--input NAME=FILE.npy`); inputs not
+    /// given get seeded random values.
+    pub given_inputs: std::collections::HashMap<String, crate::exec::RtTensor>,
 }
 
 impl Default for AdviseOptions {
@@ -143,6 +146,7 @@ impl Default for AdviseOptions {
             calibration_samples: quantize::DEFAULT_SAMPLES,
             live_plan_budget_bytes: DEFAULT_LIVE_PLAN_BUDGET_BYTES,
             convert_all: false,
+            given_inputs: Default::default(),
         }
     }
 }
@@ -230,7 +234,8 @@ impl Measurements {
         if options.tune {
             exec::tune::save(&plan_options, "local");
         }
-        let inputs = crate::bench::random_inputs(&plan, 0);
+        let inputs =
+            crate::bench::with_given(crate::bench::random_inputs(&plan, 0), &options.given_inputs);
         let mut workspace = plan.workspace();
         let mut outputs = plan.run(&mut workspace, &inputs, None)?;
         outputs = plan.run(&mut workspace, &inputs, None).unwrap_or(outputs);

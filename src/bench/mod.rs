@@ -42,6 +42,9 @@ pub struct BenchOptions {
     /// Measure the cores' data exchange before and after a multi-thread run and compare it
     /// with the device's (`BenchReport::core_exchange`); about 4 ms.
     pub check_exchange: bool,
+    /// Input values by name (`--input NAME=FILE.npy`); inputs not given get seeded random
+    /// values.
+    pub given_inputs: std::collections::HashMap<String, crate::exec::RtTensor>,
 }
 
 impl Default for BenchOptions {
@@ -58,6 +61,7 @@ impl Default for BenchOptions {
             per_op_only: false,
             nhwc_pairs: true,
             check_exchange: true,
+            given_inputs: Default::default(),
         }
     }
 }
@@ -88,6 +92,20 @@ pub(crate) fn median(values: &mut [f64]) -> f64 {
 
 /// Kept for callers outside `cli` and `tests` that still name it here.
 pub use crate::exec::random_inputs;
+
+/// `random` with the inputs of `given` put in their place (names the plan does not have are
+/// left out: a rewritten graph keeps its original's inputs).
+pub fn with_given(
+    mut random: std::collections::HashMap<String, crate::exec::RtTensor>,
+    given: &std::collections::HashMap<String, crate::exec::RtTensor>,
+) -> std::collections::HashMap<String, crate::exec::RtTensor> {
+    for (name, tensor) in given {
+        if let Some(slot) = random.get_mut(name) {
+            *slot = tensor.clone();
+        }
+    }
+    random
+}
 
 /// Analyses, plans, runs and times `graph`.
 pub fn bench_graph(
@@ -143,7 +161,7 @@ pub fn bench_graph(
     if options.tune {
         exec::tune::save(&plan_options, &device.id);
     }
-    let mut inputs = random_inputs(&plan, options.seed);
+    let mut inputs = with_given(random_inputs(&plan, options.seed), &options.given_inputs);
     let decode = options
         .decode
         .then(|| decode::DecodeLoop::new(&plan))

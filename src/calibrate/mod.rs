@@ -599,6 +599,7 @@ fn point_bench_options(threads: usize, runs: usize) -> BenchOptions {
         // The grid checks the placement itself, every quarter second (`PlacementWatch`).
         check_exchange: false,
         evict_bytes: 0,
+        given_inputs: Default::default(),
     }
 }
 

@@ -131,6 +131,7 @@ pub fn run(args: &AdviseArgs) -> Result<ExitCode> {
             CalibrationArg::Percentile => advisor::quantize::CalibrationMethod::Percentile,
         },
         calibration_samples: args.calibration_samples.max(1),
+        given_inputs: args.model.given_values()?,
         ..AdviseOptions::default()
     };
     let (report, rewritten) =

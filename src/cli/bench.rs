@@ -120,6 +120,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
         per_op_only: false,
         nhwc_pairs: !args.no_nhwc_pairs,
         check_exchange: true,
+        given_inputs: args.model.given_values()?,
     };
     let graph = if args.optimize {
         let (_, rewritten) = roofline::advisor::advise(

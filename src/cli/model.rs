@@ -58,6 +58,11 @@ impl ModelArgs {
         Ok(loaded)
     }
 
+    /// The values of the `--input NAME=FILE.npy` specs, by input name.
+    pub fn given_values(&self) -> Result<HashMap<String, RtTensor>> {
+        given_values(&self.inputs)
+    }
+
     /// The `.npy` files named by `--input` (outputs must never replace them).
     pub fn input_files(&self) -> Vec<std::path::PathBuf> {
         self.inputs

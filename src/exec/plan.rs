@@ -170,6 +170,8 @@ pub struct Plan {
     pub(super) buffer_sizes: Vec<usize>,
     pub(super) scratch_len: usize,
     pub(super) inputs: Vec<(ValueId, String, Vec<usize>, bool)>,
+    /// Per input, the range its random values are drawn from (`exec::index_range`).
+    pub(super) integer_ranges: Vec<i64>,
     pub(super) outputs: Vec<(ValueId, String)>,
     pub(super) threads: usize,
     /// Bytes of all activation buffers (the peak: buffers are reused when lifetimes allow).
@@ -460,12 +462,23 @@ pub fn build_plan(
             limit_source: options.memory_limit_source.clone(),
         });
     }
+    let integer_ranges = inputs
+        .iter()
+        .map(|&(v, _, _, integer)| {
+            if integer {
+                super::index_range(graph, v)
+            } else {
+                super::RANDOM_INTEGER_RANGE
+            }
+        })
+        .collect();
     Ok(Plan {
         steps,
         slots,
         buffer_sizes: buffers.sizes,
         scratch_len,
         inputs,
+        integer_ranges,
         outputs,
         threads: options.threads.max(1),
         peak_activation_bytes,

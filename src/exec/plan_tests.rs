@@ -509,12 +509,26 @@ fn integer_and_bool_transposes_of_any_size_run() {
     for elem_type in [7, 9] {
         let (rows, cols) = (33usize, 128usize);
         let mut b = GraphBuilder::new(WeightFill::Random(1));
-        let x = b.input("x", elem_type, &[1, rows as i64, cols as i64].map(SigDim::Fixed));
+        let x = b.input(
+            "x",
+            elem_type,
+            &[1, rows as i64, cols as i64].map(SigDim::Fixed),
+        );
         let y = b.transpose(&x, &[2, 0, 1]);
-        b.output(&y, elem_type, &[cols as i64, 1, rows as i64].map(SigDim::Fixed));
+        b.output(
+            &y,
+            elem_type,
+            &[cols as i64, 1, rows as i64].map(SigDim::Fixed),
+        );
         let (_, plan) = default_plan(b, "int_transpose");
         let values: Vec<i64> = (0..rows * cols)
-            .map(|i| if elem_type == 9 { (i % 3 == 0) as i64 } else { i as i64 * 7 - 9000 })
+            .map(|i| {
+                if elem_type == 9 {
+                    (i % 3 == 0) as i64
+                } else {
+                    i as i64 * 7 - 9000
+                }
+            })
             .collect();
         let tensor = RtTensor {
             shape: vec![1, rows, cols],
@@ -529,8 +543,50 @@ fn integer_and_bool_transposes_of_any_size_run() {
         assert_eq!(out[0].1.shape, [cols, 1, rows]);
         for c in 0..cols {
             for r in 0..rows {
-                assert_eq!(got[c * rows + r], values[r * cols + c], "type {elem_type} at {c},{r}");
+                assert_eq!(
+                    got[c * rows + r],
+                    values[r * cols + c],
+                    "type {elem_type} at {c},{r}"
+                );
             }
         }
+    }
+}
+
+/// Random ids for an input that indexes a 4-row table (through a Cast and an Unsqueeze) stay
+/// below 4, so the planned model runs; an input that indexes nothing keeps the default range.
+#[test]
+fn random_indices_stay_inside_the_table_they_index() {
+    let mut b = GraphBuilder::new(WeightFill::Random(2));
+    let ids = b.input("ids", 7, &[1, 64].map(SigDim::Fixed));
+    let other = b.input("other", 7, &[1, 64].map(SigDim::Fixed));
+    let table = b.weight("roles", &[4, 8], 8);
+    let as_int32 = b.node(
+        "Cast",
+        &[&ids],
+        vec![crate::builtin::builder::attr_int("to", 6)],
+    );
+    let axes = b.int64_const("axes", &[0]);
+    let lifted = b.node("Unsqueeze", &[&as_int32, &axes], vec![]);
+    let rows = b.node("Gather", &[&table, &lifted], vec![]);
+    b.output(&rows, 1, &[1, 1, 64, 8].map(SigDim::Fixed));
+    b.output(&other, 7, &[1, 64].map(SigDim::Fixed));
+    let (prepared, plan) = default_plan(b, "embedding");
+    let ids_value = prepared.graph.value_by_name("ids").unwrap();
+    let other_value = prepared.graph.value_by_name("other").unwrap();
+    assert_eq!(super::super::index_range(&prepared.graph, ids_value), 4);
+    assert_eq!(
+        super::super::index_range(&prepared.graph, other_value),
+        super::super::RANDOM_INTEGER_RANGE
+    );
+    for seed in 0..4 {
+        let inputs = super::super::random_inputs(&plan, seed);
+        let super::super::RtData::I64(ids) = &inputs["ids"].data else {
+            panic!("integer input drawn as floats");
+        };
+        assert!(ids.iter().all(|&i| (0..4).contains(&i)));
+        assert!(ids.contains(&3), "the whole table's range is drawn");
+        let mut ws = plan.workspace();
+        plan.run(&mut ws, &inputs, None).unwrap();
     }
 }

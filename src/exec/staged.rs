@@ -99,7 +99,12 @@ fn staged(
         }
         values.insert(
             value.name.clone(),
-            random_input(&shape, integer, seed.wrapping_add(i as u64), 10),
+            random_input(
+                &shape,
+                integer,
+                seed.wrapping_add(i as u64),
+                super::index_range(&graph, input),
+            ),
         );
     }
     specialise_on_values(&mut graph, &values, Specialise::All);

@@ -269,7 +269,8 @@ fn signed_step_slices_match_the_definition() {
                 for i in 0..out_shape[0] {
                     for j in 0..out_shape[1] {
                         for k in 0..out_shape[2] {
-                            let at = |a: usize, c: usize| (starts[a] + c as isize * steps[a]) as usize;
+                            let at =
+                                |a: usize, c: usize| (starts[a] + c as isize * steps[a]) as usize;
                             want.push(x[(at(0, i) * 4 + at(1, j)) * 5 + at(2, k)]);
                         }
                     }
