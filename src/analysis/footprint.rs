@@ -42,7 +42,8 @@ pub(crate) fn model_weight_bytes(
     order: &[graph::NodeId],
     states: &HashMap<graph::NodeId, NodeState>,
 ) -> u64 {
-    let mut seen: HashSet<usize> = HashSet::new();
+    // By tensor: values holding the same weight (an Identity of it) are one set of bytes.
+    let mut seen: HashSet<*const super::tensor::Tensor> = HashSet::new();
     let mut total: u64 = 0;
     for &id in order {
         if matches!(states.get(&id), Some(NodeState::Folded)) {
@@ -50,7 +51,10 @@ pub(crate) fn model_weight_bytes(
         }
         for &value in graph.dag[id].inputs.iter().flatten() {
             let fact = &graph.values[value].fact;
-            if fact.is_constant() && fact.dtype.is_float() && seen.insert(value) {
+            let Some(konst) = &fact.konst else {
+                continue;
+            };
+            if fact.dtype.is_float() && seen.insert(std::sync::Arc::as_ptr(konst)) {
                 total = total.saturating_add(stored_bytes(graph, value));
             }
         }

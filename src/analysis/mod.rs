@@ -555,8 +555,18 @@ pub fn analyze_prepared(
             read_gbs,
         );
     }
+    // Each tensor once, however many values hold it (an Identity of a weight, a layer applied
+    // again with the same weights: a molecule transformer's 21 M parameters counted 161 M).
+    let mut counted = std::collections::HashSet::new();
     let params = param_values
         .iter()
+        .filter(|&&v| {
+            graph.values[v]
+                .fact
+                .konst
+                .as_ref()
+                .is_none_or(|konst| counted.insert(std::sync::Arc::as_ptr(konst)))
+        })
         .filter_map(|&v| graph.values[v].fact.element_count())
         .sum();
     let summary = summarize(&mut nodes, params);

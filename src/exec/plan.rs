@@ -220,6 +220,11 @@ pub fn build_plan(
     let mut slots: Vec<Slot> = vec![Slot::Unused; graph.values.len()];
     let mut weights_bytes = 0u64;
     let mut const_cache: HashMap<ValueId, Arc<RtTensor>> = HashMap::new();
+    // By the analysis's tensor: the run-time copy of each constant.
+    let mut materialised: HashMap<*const crate::analysis::tensor::Tensor, Arc<RtTensor>> =
+        HashMap::new();
+    let mut packed_products: HashMap<super::lower::gemm::PackedBKey, cpu::Prepared> =
+        HashMap::new();
     // Constants (initializers, folded values) are materialised lazily when a step reads them.
     let mut steps = Vec::new();
     let operand_views = crate::analysis::matmul_operand_views(graph, order, states);
@@ -272,9 +277,20 @@ pub fn build_plan(
         for slot in node.inputs.iter().chain(implicit).flatten() {
             if let Some(konst) = &graph.values[*slot].fact.konst {
                 if !const_cache.contains_key(slot) && !matches!(slots[*slot], Slot::Const(_)) {
-                    if let Some(t) = eval::materialise(konst) {
-                        weights_bytes += (t.len() * 4) as u64;
-                        let arc = Arc::new(t);
+                    // One copy per constant, however many values hold it (an Identity of a
+                    // weight, a layer applied again with the same weights: the analysis
+                    // passes the same tensor on).
+                    let shared = materialised.get(&Arc::as_ptr(konst)).cloned();
+                    let arc = match shared {
+                        Some(arc) => Some(arc),
+                        None => eval::materialise(konst).map(|t| {
+                            weights_bytes += (t.len() * 4) as u64;
+                            let arc = Arc::new(t);
+                            materialised.insert(Arc::as_ptr(konst), arc.clone());
+                            arc
+                        }),
+                    };
+                    if let Some(arc) = arc {
                         const_cache.insert(*slot, arc.clone());
                         slots[*slot] = Slot::Const(arc);
                     }
@@ -290,7 +306,13 @@ pub fn build_plan(
         })?;
         let algorithm = lower::conv::algorithm(&lowered.kernel, index, &options.conv_algorithms);
         let mut kernel = lowered.kernel;
-        if let Kernel::MatMul(spec) = &mut kernel {
+        let packed_key = match &kernel {
+            Kernel::MatMul(spec) => spec.constant_b_key(),
+            _ => None,
+        };
+        // A product of the same constant B at the same shape reads the copy packed first.
+        let packed_before = packed_key.and_then(|key| packed_products.get(&key).cloned());
+        if let (Kernel::MatMul(spec), None) = (&mut kernel, &packed_before) {
             // Past the budget, B is packed per call as before (no second copy of it).
             let bytes = spec.constant_b_bytes();
             if bytes > prepack_budget {
@@ -299,14 +321,23 @@ pub fn build_plan(
                 prepack_budget -= bytes;
             }
         }
-        let prepared = cpu::prepare(&kernel, algorithm, &mut gemm_config);
+        let prepared = match packed_before {
+            Some(prepared) => prepared,
+            None => {
+                let prepared = cpu::prepare(&kernel, algorithm, &mut gemm_config);
+                // The packed copy lives next to the constant it was packed from.
+                weights_bytes += prepared.packed_bytes() as u64;
+                if let Some(key) = packed_key.filter(|_| prepared.packed_bytes() > 0) {
+                    packed_products.insert(key, prepared.clone());
+                }
+                prepared
+            }
+        };
         if let Kernel::MatMul(spec) = &mut kernel {
             // Runs read the packed copy only.
             spec.release_constant_b();
         }
         let scratch = lowered.scratch.max(prepared.scratch_len());
-        // The packed copy lives next to the constant it was packed from.
-        weights_bytes += prepared.packed_bytes() as u64;
         let step = Step {
             info: StepInfo {
                 node_index: index,

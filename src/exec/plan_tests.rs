@@ -590,3 +590,50 @@ fn random_indices_stay_inside_the_table_they_index() {
         plan.run(&mut ws, &inputs, None).unwrap();
     }
 }
+
+/// A weight read by two products, once directly and once through an Identity (a layer applied
+/// twice with the same weights), is one constant in the plan, packed once, and counted once in
+/// the analysis's parameters; a second weight with the same values is a second copy.
+#[test]
+fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
+    let (rows, width) = (64usize, 48usize);
+    let build = |shared: bool| {
+        let mut b = GraphBuilder::new(WeightFill::Random(4));
+        let x = b.input("x", 1, &[rows as i64, width as i64].map(SigDim::Fixed));
+        let w = b.weight("w", &[width as i64, width as i64], width as i64);
+        let second = if shared {
+            b.node("Identity", &[&w], vec![])
+        } else {
+            b.weight("w_copy", &[width as i64, width as i64], width as i64)
+        };
+        let h = b.node("MatMul", &[&x, &w], vec![]);
+        let y = b.node("MatMul", &[&h, &second], vec![]);
+        b.output(&y, 1, &[rows as i64, width as i64].map(SigDim::Fixed));
+        default_plan(b, "shared")
+    };
+    let (shared_prepared, shared) = build(true);
+    let (_, copied) = build(false);
+    let weight_bytes = (width * width * 4) as u64;
+    assert!(
+        shared.weights_bytes + weight_bytes <= copied.weights_bytes,
+        "shared {} vs copied {}",
+        shared.weights_bytes,
+        copied.weights_bytes
+    );
+    let device = crate::advisor::passes::tests::device();
+    let analysis = crate::analysis::analyze_prepared(
+        &shared_prepared,
+        "shared",
+        &device,
+        &crate::analysis::AnalyzeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(analysis.summary.params, (width * width) as u64);
+    let input: Vec<f32> = (0..rows * width)
+        .map(|i| (i % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let inputs = one_input("x", &[rows, width], input);
+    let mut ws = shared.workspace();
+    let out = shared.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32();
+    assert!(out.iter().all(|v| v.is_finite()));
+}

@@ -39,6 +39,9 @@ pub(crate) struct MatMulSpec {
     constant_b: Option<Arc<RtTensor>>,
 }
 
+/// See [`MatMulSpec::constant_b_key`].
+pub(crate) type PackedBKey = (usize, usize, [usize; 5]);
+
 /// Largest constant B packed ahead of time (the packed copy adds its size to the plan's
 /// memory): dense layers of CNN heads and BERT-size transformers pack, a 7B decoder's
 /// 4096×11008 projections (180 MB) keep packing per call, which at prefill's many rows is a
@@ -248,6 +251,18 @@ impl MatMulSpec {
     /// Bytes the packed copy of a constant B will take (0 when B is not packed ahead).
     pub(crate) fn constant_b_bytes(&self) -> usize {
         self.constant_b_data().map_or(0, |b| b.len() * 4)
+    }
+
+    /// What a packed copy of the constant B depends on: the constant itself (its plan-wide
+    /// allocation: values shared through Identity or a repeated layer are one), the view
+    /// taken of it and the product's shape (which chooses the blocking).
+    pub(crate) fn constant_b_key(&self) -> Option<PackedBKey> {
+        let b = self.constant_b.as_ref()?;
+        Some((
+            Arc::as_ptr(b) as usize,
+            self.b_offsets.first().copied().unwrap_or(0),
+            [self.m, self.n, self.k, self.b_row_stride, self.b_col_stride],
+        ))
     }
 
     fn constant_b_data(&self) -> Option<&[f32]> {
