@@ -71,6 +71,68 @@ const SHAPES: &[(&str, usize, usize, usize, usize, usize, usize)] = &[
     ("inception 528>32 1x1 13", 528, 32, 13, 1, 1, 0),
 ];
 
+/// 1-D convolutions (`[1, C, L]` as a 1-row plane), kernel 3, 'same' padding, by dilation: an
+/// EEG spindle detector's 128-channel layers over 7500 samples.
+/// (name, in channels, out channels, length, dilation).
+const SHAPES_1D: &[(&str, usize, usize, usize, usize)] = &[
+    ("1-D 128>128 k3 7500 dil 1", 128, 128, 7500, 1),
+    ("1-D 128>128 k3 7500 dil 64", 128, 128, 7500, 64),
+    ("1-D 128>128 k3 7500 dil 2048", 128, 128, 7500, 2048),
+    ("1-D 64>64 k3 2000 dil 16", 64, 64, 2000, 16),
+];
+
+/// The geometries of both tables, in order.
+fn geometries() -> Vec<(&'static str, Conv2d)> {
+    let square = SHAPES
+        .iter()
+        .map(|&(name, cin, cout, side, kernel, stride, pad)| {
+            let out = (side + 2 * pad - kernel) / stride + 1;
+            let geom = Conv2d {
+                batch: 1,
+                in_channels: cin,
+                in_h: side,
+                in_w: side,
+                out_channels: cout,
+                kernel_h: kernel,
+                kernel_w: kernel,
+                stride_h: stride,
+                stride_w: stride,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: pad,
+                pad_left: pad,
+                out_h: out,
+                out_w: out,
+                group: 1,
+            };
+            (name, geom)
+        });
+    let rows = SHAPES_1D
+        .iter()
+        .map(|&(name, cin, cout, length, dilation)| {
+            let geom = Conv2d {
+                batch: 1,
+                in_channels: cin,
+                in_h: 1,
+                in_w: length,
+                out_channels: cout,
+                kernel_h: 1,
+                kernel_w: 3,
+                stride_h: 1,
+                stride_w: 1,
+                dilation_h: 1,
+                dilation_w: dilation,
+                pad_top: 0,
+                pad_left: dilation,
+                out_h: 1,
+                out_w: length,
+                group: 1,
+            };
+            (name, geom)
+        });
+    square.chain(rows).collect()
+}
+
 fn main() {
     let threads: usize = std::env::args()
         .skip(1)
@@ -83,37 +145,19 @@ fn main() {
         "shape", "K", "GEMM µs", "direct µs", "÷ GEMM", "GFLOP/s"
     );
     let only = std::env::var("ROOFLINE_BENCH_ONLY").unwrap_or_default();
-    for &(name, cin, cout, side, kernel, stride, pad) in SHAPES {
+    for (name, geom) in geometries() {
         if !name.contains(only.as_str()) {
             continue;
         }
-        let out = (side + 2 * pad - kernel) / stride + 1;
-        let geom = Conv2d {
-            batch: 1,
-            in_channels: cin,
-            in_h: side,
-            in_w: side,
-            out_channels: cout,
-            kernel_h: kernel,
-            kernel_w: kernel,
-            stride_h: stride,
-            stride_w: stride,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: pad,
-            pad_left: pad,
-            out_h: out,
-            out_w: out,
-            group: 1,
-        };
-        let input: Vec<f32> = (0..cin * side * side)
+        let (cin, cout) = (geom.in_channels, geom.out_channels);
+        let input: Vec<f32> = (0..cin * geom.in_h * geom.in_w)
             .map(|i| (i % 17) as f32 * 0.1 - 0.8)
             .collect();
-        let weights: Vec<f32> = (0..cout * cin * kernel * kernel)
+        let weights: Vec<f32> = (0..cout * cin * geom.kernel_h * geom.kernel_w)
             .map(|i| (i % 5) as f32 * 0.02 - 0.04)
             .collect();
         let bias = vec![0.1f32; cout];
-        let mut output = vec![0.0f32; cout * out * out];
+        let mut output = vec![0.0f32; cout * geom.out_h * geom.out_w];
         let epilogue = ConvEpilogue {
             bias: Some(&bias),
             residual: None,
@@ -147,7 +191,7 @@ fn main() {
                 direct_s = direct_s.min(time(&chosen));
             }
         }
-        let k = cin * kernel * kernel;
+        let k = cin * geom.kernel_h * geom.kernel_w;
         if direct_applies {
             println!(
                 "{:<28} {:>6} {:>10.1} {:>10.1} {:>8.2} {:>9.1}",
