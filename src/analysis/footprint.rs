@@ -108,11 +108,60 @@ fn peak_live_activation_bytes(
     peak
 }
 
+/// Parameters held inside the control-flow bodies of `graph`'s nodes (If branches, Loop and
+/// Scan bodies, nested): their float and 8-bit initializers and Constant nodes. Silero VAD
+/// keeps its whole network in If branches, and showed 0 parameters.
+pub(crate) fn subgraph_params(graph: &Graph) -> u64 {
+    use super::graph::Attr;
+    graph
+        .dag
+        .node_weights()
+        .flat_map(|node| node.attrs.0.values())
+        .map(|attr| match attr {
+            Attr::Graph(body) => body_params(body),
+            Attr::Graphs(bodies) => bodies.iter().map(|body| body_params(body)).sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn body_params(body: &super::onnx_proto::GraphProto) -> u64 {
+    let counted = |tensor: &super::onnx_proto::TensorProto| -> u64 {
+        let weight = super::tensor::DType::from_onnx(tensor.data_type).is_some_and(|dtype| {
+            dtype.is_float() || matches!(dtype, super::tensor::DType::I8 | super::tensor::DType::U8)
+        });
+        if weight {
+            tensor
+                .dims
+                .iter()
+                .map(|&d| d.max(0) as u64)
+                .fold(1u64, u64::saturating_mul)
+        } else {
+            0
+        }
+    };
+    let initializers: u64 = body.initializer.iter().map(counted).sum();
+    let nested: u64 = body
+        .node
+        .iter()
+        .flat_map(|node| node.attribute.iter())
+        .map(|attr| {
+            let constant = attr.t.as_ref().map_or(0, counted);
+            let inner = attr.g.as_ref().map_or(0, body_params);
+            let listed: u64 = attr.graphs.iter().map(body_params).sum();
+            constant + inner + listed
+        })
+        .sum();
+    initializers.saturating_add(nested)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::graph::{Attributes, Node};
+    use crate::analysis::graph::{Attr, Attributes, Node};
     use crate::analysis::tensor::{DType, Tensor, TensorFact};
+    use crate::builtin::builder::{GraphBuilder, SigDim};
+    use crate::builtin::WeightFill;
 
     /// x → A → a → B → b; C(a, b) → y; D(b) → d read by nobody; A reads weight w.
     fn chain() -> (Graph, Vec<graph::NodeId>) {
@@ -159,5 +208,64 @@ mod tests {
         // A folded op runs nothing and holds nothing.
         let folded: HashMap<_, _> = [(order[2], NodeState::Folded)].into_iter().collect();
         assert_eq!(peak_live_activation_bytes(&graph, &order, &folded), 300);
+    }
+
+    /// An If whose branches hold a 16×8 weight and a 4-element float constant (then), an
+    /// 8-element float constant and a Loop body nested in it with a 3×5 weight (else): 128 +
+    /// 4 + 8 + 15 parameters; the int64 shape constant beside them is not one.
+    #[test]
+    fn weights_inside_control_flow_bodies_are_parameters() {
+        let body = |build: &dyn Fn(&mut GraphBuilder)| {
+            let mut b = GraphBuilder::new(WeightFill::Zeros);
+            build(&mut b);
+            b.finish("body").graph.unwrap_or_default()
+        };
+        let then_branch = body(&|b| {
+            let x = b.input("x", 1, &[1, 16].map(SigDim::Fixed));
+            let w = b.weight("w", &[16, 8], 16);
+            let bias = b.float_const("bias", &[4], &[0.0; 4]);
+            let _shape = b.int64_const("shape", &[1, 8]);
+            let y = b.node("MatMul", &[&x, &w], vec![]);
+            b.output(&y, 1, &[1, 8].map(SigDim::Fixed));
+            b.output(&bias, 1, &[4].map(SigDim::Fixed));
+        });
+        let loop_body = body(&|b| {
+            let w = b.weight("inner", &[3, 5], 3);
+            b.output(&w, 1, &[3, 5].map(SigDim::Fixed));
+        });
+        let mut else_branch = body(&|b| {
+            let y = b.filled("zeros", &[1, 8], 0.0);
+            b.output(&y, 1, &[1, 8].map(SigDim::Fixed));
+        });
+        else_branch
+            .node
+            .push(crate::analysis::onnx_proto::NodeProto {
+                op_type: "Loop".into(),
+                attribute: vec![crate::analysis::onnx_proto::AttributeProto {
+                    name: "body".into(),
+                    g: Some(loop_body),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        let mut graph = Graph::default();
+        let mut attrs = Attributes::default();
+        attrs.0.insert(
+            "then_branch".into(),
+            Attr::Graph(std::sync::Arc::new(then_branch)),
+        );
+        attrs.0.insert(
+            "else_branch".into(),
+            Attr::Graph(std::sync::Arc::new(else_branch)),
+        );
+        graph.add_node(Node {
+            name: "if".into(),
+            op_type: "If".into(),
+            domain: String::new(),
+            attrs,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        });
+        assert_eq!(subgraph_params(&graph), 16 * 8 + 4 + 8 + 3 * 5);
     }
 }

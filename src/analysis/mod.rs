@@ -568,7 +568,8 @@ pub fn analyze_prepared(
                 .is_none_or(|konst| counted.insert(std::sync::Arc::as_ptr(konst)))
         })
         .filter_map(|&v| graph.values[v].fact.element_count())
-        .sum();
+        .sum::<u64>()
+        .saturating_add(footprint::subgraph_params(graph));
     let summary = summarize(&mut nodes, params);
     let llm_summary = llm_costing.as_ref().map(|costing| {
         llm::summarize(
