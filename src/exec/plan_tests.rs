@@ -620,7 +620,9 @@ fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
         shared.weights_bytes,
         copied.weights_bytes
     );
-    let device = crate::advisor::passes::tests::device();
+    let device = crate::device::find_device("rtx2080ti")
+        .expect("catalogue entry")
+        .to_profile();
     let analysis = crate::analysis::analyze_prepared(
         &shared_prepared,
         "shared",

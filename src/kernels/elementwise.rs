@@ -115,6 +115,11 @@ pub fn apply_unary(op: Unary, x: f32) -> f32 {
         Unary::PowScalar(c) => {
             if c == 2.0 {
                 x * x
+            } else if c == 3.0 {
+                x * x * x
+            } else if c == 4.0 {
+                let square = x * x;
+                square * square
             } else if c == 0.5 {
                 x.sqrt()
             } else if c == 1.0 {
@@ -252,6 +257,22 @@ macro_rules! per_unary {
             }
             Unary::PowScalar(c) if c == 2.0 => {
                 let $f = |v: f32| v * v;
+                $loop
+            }
+            // A tanh GELU's cube (T5, GPT-2 exports): through `powf` it ran 100× its bound.
+            Unary::PowScalar(c) if c == 3.0 => {
+                let $f = |v: f32| v * v * v;
+                $loop
+            }
+            Unary::PowScalar(c) if c == 4.0 => {
+                let $f = |v: f32| {
+                    let square = v * v;
+                    square * square
+                };
+                $loop
+            }
+            Unary::PowScalar(c) if c == 0.5 => {
+                let $f = |v: f32| v.sqrt();
                 $loop
             }
             Unary::PowScalar(c) => {
@@ -415,6 +436,8 @@ pub fn apply_binary(op: Binary, a: f32, b: f32) -> f32 {
         Binary::Pow => {
             if b == 2.0 {
                 a * a
+            } else if b == 3.0 {
+                a * a * a
             } else {
                 a.powf(b)
             }

@@ -227,6 +227,28 @@ fn merge(name: &str, index: usize, a: &TensorFact, b: &TensorFact) -> TensorFact
     }
 }
 
+/// The names of the branches an If with condition `cond` runs, in the order they are taken.
+fn branch_names(cond: &TensorFact) -> &'static [&'static str] {
+    match constant_truth(cond) {
+        Some(true) => &["then_branch"],
+        Some(false) => &["else_branch"],
+        None => &["then_branch", "else_branch"],
+    }
+}
+
+/// A branch's failure, saying that it was analysed only because the condition is not known
+/// before the run: Silero VAD's sample-rate If reported its 8 kHz branch's "X and W must be
+/// 3-D" when the `sr` input was left unbound.
+fn with_unknown_condition(unknown: bool, branch: &str, reason: String) -> String {
+    if unknown {
+        format!(
+            "the condition is not known before the run, so both branches were analysed, and              {branch} fails: {reason} (give the inputs the condition depends on as values,              e.g. -i NAME=FILE.npy)"
+        )
+    } else {
+        reason
+    }
+}
+
 /// The constant truth value of a condition fact, if it has one.
 fn constant_truth(fact: &TensorFact) -> Option<bool> {
     let values = fact.konst.as_ref()?.to_i64_vec()?;
@@ -243,9 +265,11 @@ impl OpDef for If {
             Some(false) => vec![else_branch],
             None => vec![then_branch, else_branch],
         };
+        let unknown = branches.len() > 1;
         let mut results = Vec::new();
-        for branch in branches {
-            let (graph, _) = inferred_body(branch, ctx.node.opset, ctx.outer, &[])?;
+        for (branch, name) in branches.into_iter().zip(branch_names(cond)) {
+            let (graph, _) = inferred_body(branch, ctx.node.opset, ctx.outer, &[])
+                .map_err(|reason| with_unknown_condition(unknown, name, reason))?;
             results.push(output_facts(&graph));
         }
         if results.len() == 1 {
@@ -268,16 +292,19 @@ impl OpDef for If {
 
     fn cost(&self, ctx: &CostCtx) -> OpResult<OpCost> {
         let attrs = ctx.attrs();
-        let branches: Vec<&GraphProto> = match constant_truth(ctx.input(0)?) {
+        let cond = ctx.input(0)?;
+        let branches: Vec<&GraphProto> = match constant_truth(cond) {
             Some(true) => vec![body(attrs, "then_branch")?],
             Some(false) => vec![body(attrs, "else_branch")?],
             None => vec![body(attrs, "then_branch")?, body(attrs, "else_branch")?],
         };
+        let unknown = branches.len() > 1;
         let mut costliest: Option<OpCost> = None;
-        for branch in branches {
-            let (graph, (order, states, _)) =
-                inferred_body(branch, ctx.node.opset, ctx.outer, &[])?;
-            let cost = body_cost(&graph, &states, &order, ctx.precision)?;
+        for (branch, name) in branches.into_iter().zip(branch_names(cond)) {
+            let (graph, (order, states, _)) = inferred_body(branch, ctx.node.opset, ctx.outer, &[])
+                .map_err(|reason| with_unknown_condition(unknown, name, reason))?;
+            let cost = body_cost(&graph, &states, &order, ctx.precision)
+                .map_err(|reason| with_unknown_condition(unknown, name, reason))?;
             let work = |c: &OpCost| c.flops + c.transcendental + c.bytes.total();
             if costliest.as_ref().is_none_or(|c| work(&cost) > work(c)) {
                 costliest = Some(cost);
@@ -667,5 +694,27 @@ mod tests {
         assert_eq!(dims(&out[0]), [7, 2]);
         // Without the enclosing graph the name is undefined: an error, not a guess.
         assert!(op.try_infer(&[&act(DType::Bool, &[])]).is_err());
+    }
+
+    /// A branch that fails only because an unknown condition made the analysis take both says
+    /// so, and names the branch; a known condition that picks the failing one reports its
+    /// reason alone, and one that picks the other succeeds.
+    #[test]
+    fn a_failing_branch_under_an_unknown_condition_says_why_it_was_analysed() {
+        let failing = graph(|b| {
+            let doubled = b.node("Add", &["undefined", "undefined"], vec![]);
+            b.output(&doubled, F32, &[SigDim::Named("rows")]);
+        });
+        let op = Op::new("If")
+            .attr("then_branch", constant_branch(&[1, 2]))
+            .attr("else_branch", failing);
+        let unknown = op.try_infer(&[&act(DType::Bool, &[])]).unwrap_err();
+        assert!(
+            unknown.contains("condition is not known") && unknown.contains("else_branch"),
+            "{unknown}"
+        );
+        let known = op.try_infer(&[&ints_shaped(&[], &[0])]).unwrap_err();
+        assert!(!known.contains("condition is not known"), "{known}");
+        assert!(op.try_infer(&[&ints_shaped(&[], &[1])]).is_ok());
     }
 }

@@ -174,6 +174,15 @@ fn lower_binary(cx: &Cx) -> Result<Lowered, ExecError> {
     }
     let (a_shape, b_shape, o) = (cx.shape_of(0)?, cx.shape_of(1)?, cx.out_shape(0)?);
     let flops = o.iter().product::<usize>() as u64;
+    // `x ^ c` with a constant scalar c: the unary power (x³ by multiplies, not `powf`).
+    if op == "Pow" && a_shape == o {
+        if let Some(&[exponent]) = cx.const_f32(1).as_deref().map(Vec::as_slice) {
+            return Ok(Lowered::new(Kernel::Elementwise(ElementwiseKernel::Unary(
+                Unary::PowScalar(exponent),
+            )))
+            .with_flops(flops));
+        }
+    }
     let kernel = if op == "Mean" {
         ElementwiseKernel::Variadic {
             op: b,
@@ -298,6 +307,17 @@ fn with_affine_pairs(steps: Vec<elementwise::ChainStep>) -> Vec<elementwise::Cha
 fn kernel_step(step: &ChainStep, cx: &Cx) -> Result<elementwise::ChainStep, String> {
     Ok(match *step {
         ChainStep::Unary(unary) => elementwise::ChainStep::Unary(kernel_unary(unary)?),
+        // A constant scalar exponent: the unary power, with its multiply-only paths (x³).
+        ChainStep::Const {
+            op: BinaryOp::Pow,
+            index,
+            swapped: false,
+        } if cx.const_f32(index).is_some_and(|c| c.len() == 1) => {
+            let exponent = cx
+                .const_f32(index)
+                .ok_or("chain operand must be constant")?[0];
+            elementwise::ChainStep::Unary(Unary::PowScalar(exponent))
+        }
         ChainStep::Const { op, index, swapped } => elementwise::ChainStep::WithConstant {
             op: kernel_binary(op),
             values: cx
