@@ -443,15 +443,48 @@ fn broadcast_axes<T: Copy>(src: &[T], offset: usize, axes: &[(usize, usize)], ou
 /// Concatenation along `axis`; `parts` are (data, shape).
 pub fn concat<T: Copy>(parts: &[(&[T], &[usize])], axis: usize, out: &mut [T]) {
     let outer: usize = parts[0].1[..axis].iter().product();
-    let mut offset = 0;
-    for o in 0..outer {
-        for (data, shape) in parts {
-            let chunk: usize = shape[axis..].iter().product();
-            out[offset..offset + chunk].copy_from_slice(&data[o * chunk..(o + 1) * chunk]);
-            offset += chunk;
+    let chunks: Vec<usize> = parts
+        .iter()
+        .map(|(_, shape)| shape[axis..].iter().product())
+        .collect();
+    let row: usize = chunks.iter().sum();
+    if row == 0 {
+        return;
+    }
+    // Parts of a few elements per row, part by part: one element per row (three [.., 1]
+    // tensors joined on the last axis) is a strided store loop; as a copy call per row (the
+    // compiler makes a short copy loop a `memcpy` call too) it ran 47× the memory bound.
+    let mut starts = Vec::with_capacity(parts.len());
+    let mut at = 0;
+    for ((data, _), &chunk) in parts.iter().zip(&chunks) {
+        starts.push(at);
+        if chunk == 1 {
+            for (out_row, &value) in out.chunks_exact_mut(row).zip(&data[..outer]) {
+                out_row[at] = value;
+            }
+        } else if chunk <= SHORT_CHUNK {
+            for (out_row, source) in out.chunks_exact_mut(row).zip(data.chunks_exact(chunk)) {
+                out_row[at..at + chunk].copy_from_slice(source);
+            }
+        }
+        at += chunk;
+    }
+    // Longer parts row by row, so each output line is written once.
+    if chunks.iter().all(|&chunk| chunk <= SHORT_CHUNK) {
+        return;
+    }
+    for (o, out_row) in out.chunks_exact_mut(row).take(outer).enumerate() {
+        for (((data, _), &chunk), &start) in parts.iter().zip(&chunks).zip(&starts) {
+            if chunk > SHORT_CHUNK {
+                out_row[start..start + chunk].copy_from_slice(&data[o * chunk..(o + 1) * chunk]);
+            }
         }
     }
 }
+
+/// Parts of up to this many elements per row are concatenated part by part, and reductions
+/// over innermost axes of up to this many elements fold each row in one loop.
+const SHORT_CHUNK: usize = 16;
 
 /// Slice: per axis (start, step) with the output shape already computed.
 pub fn slice<T: Copy>(
@@ -694,41 +727,54 @@ pub fn reduce(input: &[f32], shape: &[usize], axes: &[usize], kind: Reduction, o
         Reduction::L1 => o + v.abs(),
         Reduction::LogSumExp => o + (v - max).exp(),
     };
-    for_each_row(shape, &out_stride_of, |start, offset, stride, len| {
-        let row = &input[start..start + len];
-        if stride == 0 {
-            // The row runs along a reduced axis: fold it in registers. Accumulating straight
-            // into `out[offset]` chained every element through a store and a load (about 3 ns
-            // per element, 60× under the memory roof on a row-wise ReduceMean).
-            let max = maxima.get(offset).copied().unwrap_or(0.0);
-            out[offset] = fold_row(kind, row, out[offset], max);
-        } else if stride == 1 {
-            // The row runs along a kept axis (a sum over channels of [C, H·W]): fold it into a
-            // contiguous output row, one vectorised pass per kind.
-            let acc = &mut out[offset..offset + len];
-            let pairs = acc.iter_mut().zip(row);
-            match kind {
-                Reduction::Sum | Reduction::Mean => pairs.for_each(|(o, &v)| *o += v),
-                Reduction::Max => pairs.for_each(|(o, &v)| *o = max_ignoring_nan(*o, v)),
-                Reduction::Min => pairs.for_each(|(o, &v)| *o = min_ignoring_nan(*o, v)),
-                Reduction::Prod => pairs.for_each(|(o, &v)| *o *= v),
-                Reduction::SumSquare | Reduction::L2 => pairs.for_each(|(o, &v)| *o += v * v),
-                Reduction::L1 => pairs.for_each(|(o, &v)| *o += v.abs()),
-                Reduction::LogSumExp => {
-                    let maxima = &maxima[offset..offset + len];
-                    for ((o, &v), &max) in pairs.zip(maxima) {
-                        *o += (v - max).exp();
+    // Short rows of innermost reduced axes (a max over the last axis of [.., 3]): one loop
+    // over the output, each row folded in place; through the per-row walk below the call
+    // and fold set-up per 3-element row ran 72× the memory bound.
+    let trailing = axes
+        .iter()
+        .enumerate()
+        .all(|(i, &axis)| axis == shape.len() - axes.len() + i);
+    if trailing && reduced_count <= SHORT_CHUNK && kind != Reduction::LogSumExp {
+        for (o, row) in out.iter_mut().zip(input.chunks_exact(reduced_count)) {
+            *o = row.iter().fold(*o, |acc, &v| combine(acc, v, 0.0));
+        }
+    } else {
+        for_each_row(shape, &out_stride_of, |start, offset, stride, len| {
+            let row = &input[start..start + len];
+            if stride == 0 {
+                // The row runs along a reduced axis: fold it in registers. Accumulating straight
+                // into `out[offset]` chained every element through a store and a load (about 3 ns
+                // per element, 60× under the memory roof on a row-wise ReduceMean).
+                let max = maxima.get(offset).copied().unwrap_or(0.0);
+                out[offset] = fold_row(kind, row, out[offset], max);
+            } else if stride == 1 {
+                // The row runs along a kept axis (a sum over channels of [C, H·W]): fold it into a
+                // contiguous output row, one vectorised pass per kind.
+                let acc = &mut out[offset..offset + len];
+                let pairs = acc.iter_mut().zip(row);
+                match kind {
+                    Reduction::Sum | Reduction::Mean => pairs.for_each(|(o, &v)| *o += v),
+                    Reduction::Max => pairs.for_each(|(o, &v)| *o = max_ignoring_nan(*o, v)),
+                    Reduction::Min => pairs.for_each(|(o, &v)| *o = min_ignoring_nan(*o, v)),
+                    Reduction::Prod => pairs.for_each(|(o, &v)| *o *= v),
+                    Reduction::SumSquare | Reduction::L2 => pairs.for_each(|(o, &v)| *o += v * v),
+                    Reduction::L1 => pairs.for_each(|(o, &v)| *o += v.abs()),
+                    Reduction::LogSumExp => {
+                        let maxima = &maxima[offset..offset + len];
+                        for ((o, &v), &max) in pairs.zip(maxima) {
+                            *o += (v - max).exp();
+                        }
                     }
                 }
+            } else {
+                for (k, &v) in row.iter().enumerate() {
+                    let at = offset + k * stride;
+                    let max = maxima.get(at).copied().unwrap_or(0.0);
+                    out[at] = combine(out[at], v, max);
+                }
             }
-        } else {
-            for (k, &v) in row.iter().enumerate() {
-                let at = offset + k * stride;
-                let max = maxima.get(at).copied().unwrap_or(0.0);
-                out[at] = combine(out[at], v, max);
-            }
-        }
-    });
+        });
+    }
     match kind {
         Reduction::Mean => out.iter_mut().for_each(|o| *o /= reduced_count as f32),
         Reduction::L2 => out.iter_mut().for_each(|o| *o = o.sqrt()),

@@ -336,3 +336,100 @@ fn reflect_pad() {
     pad(&x, &[3], &[2], &[7], PadMode::Reflect, 0.0, &mut y);
     assert_eq!(y, [3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
 }
+
+/// A concat along the last axis of parts 1, 3 and 20 wide (the strided, short and row-copy
+/// paths together) and along a middle axis equal the definition.
+#[test]
+fn concat_of_short_and_long_parts_matches_the_definition() {
+    let rows = 7usize;
+    let widths = [1usize, 3, 20];
+    let parts: Vec<Vec<i64>> = widths
+        .iter()
+        .enumerate()
+        .map(|(p, &w)| (0..rows * w).map(|i| (p * 1000 + i) as i64).collect())
+        .collect();
+    let shapes: Vec<Vec<usize>> = widths.iter().map(|&w| vec![rows, w]).collect();
+    let views: Vec<(&[i64], &[usize])> = parts
+        .iter()
+        .zip(&shapes)
+        .map(|(data, shape)| (data.as_slice(), shape.as_slice()))
+        .collect();
+    let total: usize = widths.iter().sum();
+    let mut out = vec![-1i64; rows * total];
+    concat(&views, 1, &mut out);
+    for r in 0..rows {
+        let mut at = 0;
+        for (p, &w) in widths.iter().enumerate() {
+            for j in 0..w {
+                assert_eq!(
+                    out[r * total + at + j],
+                    parts[p][r * w + j],
+                    "row {r} part {p}"
+                );
+            }
+            at += w;
+        }
+    }
+    // Axis 0: the parts one after another.
+    let mut stacked = vec![-1i64; rows * 3 * 2];
+    let a: Vec<i64> = (0..rows * 2).map(|v| v as i64).collect();
+    let b: Vec<i64> = (0..rows * 2).map(|v| 100 + v as i64).collect();
+    let c: Vec<i64> = (0..rows * 2).map(|v| 200 + v as i64).collect();
+    let shape = [rows, 2];
+    concat(&[(&a, &shape), (&b, &shape), (&c, &shape)], 0, &mut stacked);
+    assert_eq!(stacked, [a, b, c].concat());
+}
+
+/// Every reduction over a short innermost axis (the one-loop path) and over the two last axes
+/// equals the definition; a long innermost axis (the row walk) agrees with it too.
+#[test]
+fn reductions_over_short_innermost_axes_match_the_definition() {
+    let kinds = [
+        Reduction::Sum,
+        Reduction::Mean,
+        Reduction::Max,
+        Reduction::Min,
+        Reduction::Prod,
+        Reduction::SumSquare,
+        Reduction::L1,
+        Reduction::L2,
+        Reduction::LogSumExp,
+    ];
+    for (shape, axes) in [
+        (vec![5usize, 4, 3], vec![2usize]),
+        (vec![5, 4, 3], vec![1, 2]),
+        (vec![2, 40], vec![1]),
+    ] {
+        let count: usize = shape.iter().product();
+        let x: Vec<f32> = (0..count)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let reduced: usize = axes.iter().map(|&a| shape[a]).product();
+        let outer = count / reduced;
+        for kind in kinds {
+            let mut got = vec![f32::NAN; outer];
+            reduce(&x, &shape, &axes, kind, &mut got);
+            for (o, &value) in got.iter().enumerate() {
+                let row = &x[o * reduced..(o + 1) * reduced];
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let want = match kind {
+                    Reduction::Sum => row.iter().sum::<f32>(),
+                    Reduction::Mean => row.iter().sum::<f32>() / reduced as f32,
+                    Reduction::Max => max,
+                    Reduction::Min => row.iter().copied().fold(f32::INFINITY, f32::min),
+                    Reduction::Prod => row.iter().product::<f32>(),
+                    Reduction::SumSquare => row.iter().map(|v| v * v).sum::<f32>(),
+                    Reduction::L1 => row.iter().map(|v| v.abs()).sum::<f32>(),
+                    Reduction::L2 => row.iter().map(|v| v * v).sum::<f32>().sqrt(),
+                    Reduction::LogSumExp => {
+                        row.iter().map(|v| (v - max).exp()).sum::<f32>().ln() + max
+                    }
+                };
+                assert!(
+                    (value - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "{kind:?} over {axes:?} of {shape:?} at {o}: {value} vs {want}"
+                );
+            }
+        }
+    }
+}
