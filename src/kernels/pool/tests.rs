@@ -81,6 +81,10 @@ fn separable_avg_pool_matches_the_window_loop_on_every_isa() {
         (2, 2, 0, 0, 1, 40),
         (3, 2, 0, 1, 1, 47),
         (3, 3, 1, 1, 1, 11),
+        // Strides past 2 fold each output's taps from the row: dilated, and a window
+        // narrower than the stride (taps skipped).
+        (3, 4, 1, 1, 2, 23),
+        (2, 3, 0, 0, 1, 17),
         (5, 2, 2, 2, 1, 13),
         (3, 1, 2, 2, 2, 10),
         (1, 2, 0, 0, 1, 6),
@@ -161,6 +165,8 @@ fn separable_max_pool_matches_the_window_loop_on_every_isa() {
         (3, 2, 1, 1, 5),
         (2, 2, 0, 1, 4),
         (3, 3, 1, 1, 11),
+        (3, 4, 1, 2, 23),
+        (3, 3, 0, 1, 78),
         (5, 2, 2, 1, 13),
         (1, 2, 0, 1, 6),
         (3, 1, 1, 1, 7),
