@@ -1,6 +1,7 @@
 //! Reference kernels of the less common element-wise, index and reduction ops: inverse and
 //! hyperbolic trigonometry, Celu, ThresholdedRelu, Gelu (both forms), Mod (floored and C fmod),
-//! ArgMax/ArgMin (with `select_last_index`), GatherND, DepthToSpace, EyeLike, ReduceLogSum.
+//! ArgMax/ArgMin (with `select_last_index`), GatherND, DepthToSpace, EyeLike, ReduceLogSum,
+//! IsInf and IsNaN.
 
 use super::*;
 
@@ -307,4 +308,56 @@ pub(super) fn reduce_log_sum(
         shape,
         data: RtData::F32(sums.iter().map(|&s| s.ln() as f32).collect()),
     })
+}
+
+/// IsInf (per sign, as `detect_positive` / `detect_negative` ask) and IsNaN: a bool per lane.
+pub(super) fn classify(node: &Node, x: &RtTensor) -> RtTensor {
+    let attrs = &node.attrs;
+    let (positive, negative) = (
+        attrs.int_or("detect_positive", 1) != 0,
+        attrs.int_or("detect_negative", 1) != 0,
+    );
+    let marked = |v: f32| match node.op_type.as_str() {
+        "IsNaN" => v.is_nan(),
+        _ => v == f32::INFINITY && positive || v == f32::NEG_INFINITY && negative,
+    };
+    RtTensor {
+        shape: x.shape.clone(),
+        data: RtData::I64(floats(x).iter().map(|&v| marked(v) as i64).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(shape: &[usize], values: &[f32]) -> RtTensor {
+        RtTensor {
+            shape: shape.to_vec(),
+            data: RtData::F32(values.to_vec()),
+        }
+    }
+
+    /// IsNaN and IsInf mark their lanes as bools (0/1), IsInf per sign as asked: `bench` had
+    /// no IsNaN kernel (a molecule graph network's NaN guard) while `run` folded it.
+    #[test]
+    fn is_nan_and_is_inf_mark_their_lanes() {
+        use crate::analysis::graph::Attr;
+        let x = f(
+            &[5],
+            &[1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0],
+        );
+        let bools = [DType::Bool];
+        let nan = run(
+            &test_node("IsNaN", &[]),
+            20,
+            &[Some(&x)],
+            &[Some(DType::F32)],
+            &bools,
+        );
+        assert_eq!(ints(&nan.unwrap()[0]), [0, 1, 0, 0, 0]);
+        let positive = test_node("IsInf", &[("detect_negative", Attr::Int(0))]);
+        let inf = run(&positive, 20, &[Some(&x)], &[Some(DType::F32)], &bools);
+        assert_eq!(ints(&inf.unwrap()[0]), [0, 0, 1, 0, 0]);
+    }
 }

@@ -370,32 +370,7 @@ fn run_checked(
         )?],
         "EyeLike" => vec![math::eye_like(input(0)?, attrs.int_or("k", 0), out_types)?],
         "ReduceLogSum" => vec![math::reduce_log_sum(node, opset, inputs)?],
-        "IsNaN" => {
-            let x = input(0)?;
-            vec![RtTensor {
-                shape: x.shape.clone(),
-                data: RtData::I64(floats(x).iter().map(|v| v.is_nan() as i64).collect()),
-            }]
-        }
-        "IsInf" => {
-            let (positive, negative) = (
-                attrs.int_or("detect_positive", 1) != 0,
-                attrs.int_or("detect_negative", 1) != 0,
-            );
-            let x = input(0)?;
-            vec![RtTensor {
-                shape: x.shape.clone(),
-                data: RtData::I64(
-                    floats(x)
-                        .iter()
-                        .map(|&v| {
-                            (v == f32::INFINITY && positive || v == f32::NEG_INFINITY && negative)
-                                as i64
-                        })
-                        .collect(),
-                ),
-            }]
-        }
+        "IsInf" | "IsNaN" => vec![math::classify(node, input(0)?)],
         "Pad" => vec![pad(node, opset, inputs)?],
         "NonZero" => vec![dynamic::non_zero(input(0)?)],
         "Compress" => vec![dynamic::compress(input(0)?, input(1)?, attrs.int("axis"))?],
@@ -745,29 +720,6 @@ mod tests {
         let one = index::gather(&table, &i(&[], &[1]), 1).unwrap();
         assert_eq!((one.shape.clone(), ints(&one)), (vec![3], vec![1, 5, 9]));
         assert!(index::gather(&table, &i(&[1], &[3]), 0).is_err());
-    }
-
-    /// IsNaN and IsInf mark their lanes as bools (0/1), IsInf per sign as asked: `bench` had
-    /// no IsNaN kernel (a molecule graph network's NaN guard) while `run` folded it.
-    #[test]
-    fn is_nan_and_is_inf_mark_their_lanes() {
-        use crate::analysis::graph::Attr;
-        let x = f(
-            &[5],
-            &[1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0],
-        );
-        let bools = [DType::Bool];
-        let nan = run(
-            &test_node("IsNaN", &[]),
-            20,
-            &[Some(&x)],
-            &[Some(DType::F32)],
-            &bools,
-        );
-        assert_eq!(ints(&nan.unwrap()[0]), [0, 1, 0, 0, 0]);
-        let positive = test_node("IsInf", &[("detect_negative", Attr::Int(0))]);
-        let inf = run(&positive, 20, &[Some(&x)], &[Some(DType::F32)], &bools);
-        assert_eq!(ints(&inf.unwrap()[0]), [0, 0, 1, 0, 0]);
     }
 
     #[test]
