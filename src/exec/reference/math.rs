@@ -329,14 +329,8 @@ pub(super) fn classify(node: &Node, x: &RtTensor) -> RtTensor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::f;
     use super::*;
-
-    fn f(shape: &[usize], values: &[f32]) -> RtTensor {
-        RtTensor {
-            shape: shape.to_vec(),
-            data: RtData::F32(values.to_vec()),
-        }
-    }
 
     /// IsNaN and IsInf mark their lanes as bools (0/1), IsInf per sign as asked: `bench` had
     /// no IsNaN kernel (a molecule graph network's NaN guard) while `run` folded it.

@@ -673,7 +673,7 @@ mod tests {
     use super::index::{cumulative, gather_elements, scatter_elements, tile, top_k, Reduction};
     use super::*;
 
-    fn f(shape: &[usize], values: &[f32]) -> RtTensor {
+    pub(super) fn f(shape: &[usize], values: &[f32]) -> RtTensor {
         RtTensor {
             shape: shape.to_vec(),
             data: RtData::F32(values.to_vec()),
