@@ -620,6 +620,20 @@ fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
         shared.weights_bytes,
         copied.weights_bytes
     );
+    // Both products read one packed copy of the weight.
+    let packed: Vec<&Arc<crate::kernels::gemm::PackedB>> = shared
+        .steps
+        .iter()
+        .filter_map(|step| match &step.cpu {
+            super::super::cpu::Prepared::Gemm {
+                packed_b: Some(packed),
+                ..
+            } => Some(packed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(packed.len(), 2, "both products pack their constant B");
+    assert!(Arc::ptr_eq(packed[0], packed[1]));
     let device = crate::device::find_device("rtx2080ti")
         .expect("catalogue entry")
         .to_profile();

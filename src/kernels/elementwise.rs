@@ -120,8 +120,6 @@ pub fn apply_unary(op: Unary, x: f32) -> f32 {
             } else if c == 4.0 {
                 let square = x * x;
                 square * square
-            } else if c == 0.5 {
-                x.sqrt()
             } else if c == 1.0 {
                 x
             } else {
@@ -269,10 +267,6 @@ macro_rules! per_unary {
                     let square = v * v;
                     square * square
                 };
-                $loop
-            }
-            Unary::PowScalar(c) if c == 0.5 => {
-                let $f = |v: f32| v.sqrt();
                 $loop
             }
             Unary::PowScalar(c) => {

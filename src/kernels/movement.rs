@@ -462,7 +462,7 @@ pub fn concat<T: Copy>(parts: &[(&[T], &[usize])], axis: usize, out: &mut [T]) {
             for (out_row, &value) in out.chunks_exact_mut(row).zip(&data[..outer]) {
                 out_row[at] = value;
             }
-        } else if chunk <= SHORT_CHUNK {
+        } else if chunk > 1 && chunk <= SHORT_CHUNK {
             for (out_row, source) in out.chunks_exact_mut(row).zip(data.chunks_exact(chunk)) {
                 out_row[at..at + chunk].copy_from_slice(source);
             }

@@ -242,7 +242,9 @@ fn branch_names(cond: &TensorFact) -> &'static [&'static str] {
 fn with_unknown_condition(unknown: bool, branch: &str, reason: String) -> String {
     if unknown {
         format!(
-            "the condition is not known before the run, so both branches were analysed, and              {branch} fails: {reason} (give the inputs the condition depends on as values,              e.g. -i NAME=FILE.npy)"
+            "the condition is not known before the run, so both branches were analysed, and \
+             {branch} fails: {reason} (give the inputs the condition depends on as values, \
+             e.g. -i NAME=FILE.npy)"
         )
     } else {
         reason

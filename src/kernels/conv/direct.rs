@@ -72,7 +72,7 @@ pub fn applies(isa: Isa, geom: &Conv2d) -> bool {
 
 /// The AVX2 part of [`applies`]: stride 1, or a strided stem whose window has more than 9 taps
 /// (`kernel_h · kernel_w > 9`) on at most [`AVX2_MAX_STRIDED_IN`] input channels per group; no
-/// in-place 1×1 and no window of 2 or 3 taps.
+/// in-place 1×1 and no 1-D window of 2 or 3 taps.
 ///
 /// A 1-D window of 3 (`cargo bench --bench direct_conv`, Zen 1, 1 thread: 128→128 over 7500
 /// samples, 64→64 over 2000) lost to the GEMM at every dilation, 1.07-1.19× undilated, 1.28×
@@ -83,7 +83,8 @@ fn avx2_takes(geom: &Conv2d) -> bool {
     let strided = geom.stride_h > 1 || geom.stride_w > 1;
     let taps = geom.kernel_h * geom.kernel_w;
     let stem = geom.in_channels / geom.group.max(1) <= AVX2_MAX_STRIDED_IN && taps > 9;
-    !narrow_pointwise(geom) && !(2..=3).contains(&taps) && (!strided || stem)
+    let short_row_window = geom.in_h == 1 && geom.kernel_h == 1 && (2..=3).contains(&taps);
+    !narrow_pointwise(geom) && !short_row_window && (!strided || stem)
 }
 
 /// Most input channels per group of a strided convolution the AVX2 direct kernel takes.
@@ -314,23 +315,7 @@ impl Job<'_> {
         let per_index = 4 * self.steps / self.layout.tap_offsets.len().max(1)
             * self.geom.stride_h
             * self.geom.stride_w;
-        // A super-tile of `n` tiles reads, per channel, the union of the taps' runs of its
-        // width: one run plus the kernel's reach when the taps are close (a 3×3's rows), up to
-        // one run per tap when they lie farther apart than the super-tile is wide (a 1-D
-        // convolution dilated by 2048: three runs 8 KB apart, which the one-run estimate
-        // sized three times past the L2).
-        let mut offsets = self.layout.tap_offsets.clone();
-        offsets.sort_unstable();
-        offsets.dedup();
-        let span = |n: usize| -> usize {
-            let extent = n * width;
-            let gaps: usize = offsets.windows(2).map(|w| (w[1] - w[0]).min(extent)).sum();
-            gaps + extent
-        };
         let mut per_super = (SUPER_TILE_INPUT_BYTES / per_index.max(1) / width).clamp(1, tiles);
-        while per_super > 1 && span(per_super) * per_index > 2 * SUPER_TILE_INPUT_BYTES {
-            per_super = per_super.div_ceil(2);
-        }
         if threads > 1 {
             while per_super > 1 && tiles.div_ceil(per_super) * self.blocks < 4 * threads {
                 per_super = per_super.div_ceil(2);

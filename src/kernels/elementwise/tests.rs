@@ -416,7 +416,10 @@ fn hardswish_chain_matches_formula() {
 /// sign), and the binary power's broadcast exponent 3 takes the same path.
 #[test]
 fn scalar_powers_match_powf() {
-    let x: Vec<f32> = (0..67).map(|i| (i as f32 - 33.0) * 0.173).collect();
+    let x: Vec<f32> = (0..67)
+        .map(|i| (i as f32 - 33.0) * 0.173)
+        .chain([-0.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN])
+        .collect();
     for exponent in [2.0f32, 3.0, 4.0, 0.5, 1.5, -1.0] {
         for level in [IsaLevel::Scalar, IsaLevel::Avx2, IsaLevel::Avx512] {
             let mut y = vec![f32::NAN; x.len()];
@@ -424,8 +427,12 @@ fn scalar_powers_match_powf() {
             for (&v, &got) in x.iter().zip(&y) {
                 let want = v.powf(exponent);
                 let close = (got - want).abs() <= 4.0 * f32::EPSILON * want.abs().max(1e-30);
+                let same_zero =
+                    got == 0.0 && want == 0.0 && got.is_sign_negative() == want.is_sign_negative();
+                // Zeros must agree in sign too (powf(-0, 3) is -0).
+                let sign_ok = got != 0.0 || same_zero;
                 assert!(
-                    close || got == want || (got.is_nan() && want.is_nan()),
+                    ((close || got == want) && sign_ok) || (got.is_nan() && want.is_nan()),
                     "{v}^{exponent} at {level:?}: {got} vs {want}"
                 );
             }

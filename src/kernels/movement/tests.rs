@@ -337,12 +337,13 @@ fn reflect_pad() {
     assert_eq!(y, [3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
 }
 
-/// A concat along the last axis of parts 1, 3 and 20 wide (the strided, short and row-copy
-/// paths together) and along a middle axis equal the definition.
+/// A concat along the last axis of parts 1, 0, 3 and 20 wide (the strided, empty, short and
+/// row-copy paths together) and along the first axis equal the definition.
 #[test]
 fn concat_of_short_and_long_parts_matches_the_definition() {
     let rows = 7usize;
-    let widths = [1usize, 3, 20];
+    // A zero-width part too (an empty past KV cache joined with the new step).
+    let widths = [1usize, 0, 3, 20];
     let parts: Vec<Vec<i64>> = widths
         .iter()
         .enumerate()

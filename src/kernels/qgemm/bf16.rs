@@ -74,8 +74,8 @@ impl BIsa {
     pub fn tile(self) -> (usize, usize) {
         match self {
             BIsa::Scalar => (4, 8),
-            // 8 accumulators, the pair's two widened vectors per column block and the two
-            // widened broadcasts: 14 of the 16 ymm registers.
+            // 8 accumulators, the pair's two widened vectors per column block, the two
+            // widened broadcasts and the mask: 15 of the 16 ymm registers.
             BIsa::Avx2 => (4, 16),
             BIsa::Avx512Bf16 => (8, 32),
         }
@@ -761,8 +761,8 @@ mod x86 {
     }
 
     /// `M` broadcast rows × 16 columns. One accumulator per row and column block takes both
-    /// products of a pair (two dependent FMAs): 8 accumulators keep 16 FMAs in flight per
-    /// pair, more than an FMA's latency times the FMA ports on the AVX2 cores.
+    /// products of a pair (two dependent FMAs): 8 independent chains, which cover the FMA
+    /// latency on cores issuing one 256-bit FMA a cycle (Zen 1) and nearly on those issuing two.
     #[inline(always)]
     unsafe fn tile_256<const M: usize>(t: &BTile, ch_row: bool) {
         let high = _mm256_set1_epi32(0xFFFF_0000u32 as i32);
@@ -935,6 +935,44 @@ mod x86 {
                 };
                 let out = _mm256_or_si256(even, _mm256_slli_epi32::<16>(odd));
                 _mm256_storeu_si256(dst.add((p * panel + chunk * 8) * 4) as *mut __m256i, out);
+            }
+        }
+    }
+
+    /// The vector conversion equals the scalar one lane for lane: ties to even, values that
+    /// round up to infinity, denormals to signed zero, infinities and quiet NaN.
+    #[test]
+    fn bf16_lanes_match_the_scalar_conversion() {
+        if !super::BIsa::Avx2.is_available() {
+            return;
+        }
+        let values = [
+            1.0f32,
+            f32::from_bits(0x3F80_8000),
+            f32::from_bits(0x3F81_8000),
+            f32::MAX,
+            -f32::MAX,
+            f32::from_bits(0x0000_0001),
+            f32::from_bits(0x8040_0000),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -0.0,
+            1.234_567e-20,
+            -7.5e30,
+            0.1,
+        ];
+        for chunk in values.chunks(8) {
+            let mut lanes = [0f32; 8];
+            lanes[..chunk.len()].copy_from_slice(chunk);
+            let mut got = [0u32; 8];
+            // SAFETY: AVX2 checked above.
+            unsafe {
+                let converted = bf16_lanes(_mm256_loadu_ps(lanes.as_ptr()));
+                _mm256_storeu_si256(got.as_mut_ptr() as *mut __m256i, converted);
+            }
+            for (&value, &bits) in chunk.iter().zip(&got) {
+                assert_eq!(bits, super::f32_to_bf16(value) as u32, "{value:e}");
             }
         }
     }

@@ -723,7 +723,15 @@ fn check_bf16(isa: BIsa) {
         let x: Vec<f32> = (0..k * n).map(|_| r.f32()).collect();
         let bias: Vec<f32> = (0..m.max(n)).map(|_| r.f32()).collect();
         let res: Vec<f32> = (0..m * n).map(|_| r.f32()).collect();
-        for act in [Activation::None, Activation::Relu, Activation::Gelu] {
+        for act in [
+            Activation::None,
+            Activation::Relu,
+            Activation::Gelu,
+            Activation::Clip {
+                min: -0.5,
+                max: 0.5,
+            },
+        ] {
             // wx: C[m×n] = W[m×k]·X[k×n]
             let pw = PackedBWeights::for_conv(isa, &wb, m, k);
             let mut out = vec![f32::NAN; m * n];
