@@ -307,25 +307,22 @@ fn with_affine_pairs(steps: Vec<elementwise::ChainStep>) -> Vec<elementwise::Cha
 fn kernel_step(step: &ChainStep, cx: &Cx) -> Result<elementwise::ChainStep, String> {
     Ok(match *step {
         ChainStep::Unary(unary) => elementwise::ChainStep::Unary(kernel_unary(unary)?),
-        // A constant scalar exponent: the unary power, with its multiply-only paths (x³).
-        ChainStep::Const {
-            op: BinaryOp::Pow,
-            index,
-            swapped: false,
-        } if cx.const_f32(index).is_some_and(|c| c.len() == 1) => {
-            let exponent = cx
+        ChainStep::Const { op, index, swapped } => {
+            let values = cx
                 .const_f32(index)
-                .ok_or("chain operand must be constant")?[0];
-            elementwise::ChainStep::Unary(Unary::PowScalar(exponent))
+                .ok_or("chain operand must be constant")?;
+            match (op, swapped, values.as_slice()) {
+                // A constant scalar exponent: the unary power, with its multiply-only paths.
+                (BinaryOp::Pow, false, &[exponent]) => {
+                    elementwise::ChainStep::Unary(Unary::PowScalar(exponent))
+                }
+                _ => elementwise::ChainStep::WithConstant {
+                    op: kernel_binary(op),
+                    values: values.to_vec(),
+                    swapped,
+                },
+            }
         }
-        ChainStep::Const { op, index, swapped } => elementwise::ChainStep::WithConstant {
-            op: kernel_binary(op),
-            values: cx
-                .const_f32(index)
-                .ok_or("chain operand must be constant")?
-                .to_vec(),
-            swapped,
-        },
         ChainStep::Input { op, swapped } => elementwise::ChainStep::WithInput {
             op: kernel_binary(op),
             swapped,
