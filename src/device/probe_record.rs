@@ -266,6 +266,9 @@ pub struct ComputeMeasurement {
     /// (fastest sample); the theoretical peak below uses these clocks.
     #[serde(default)]
     pub clock_hz_per_thread: Vec<f64>,
+    /// How that clock was measured (empty in profiles written before it was recorded).
+    #[serde(default)]
+    pub clock_method: String,
     pub theoretical_flops_per_s: Option<f64>,
     pub fraction_of_theoretical: Option<f64>,
     pub flags: Vec<MeasurementFlag>,

@@ -148,6 +148,52 @@ pub fn clock_after_load(
     })
 }
 
+/// The clock while a kernel's instructions issue: `samples` rounds of a block of the kernel
+/// (`warm`: the core reaches the state the kernel runs in) followed by its paced twin
+/// (`paced(iterations)`, [`super::compute::PacedLoop`]), timed: `adds_per_iteration` chained
+/// adds per iteration bound that loop, so adds per second is the clock. All threads of the
+/// team run together, under the package power of the kernel's own measurement; each keeps
+/// its fastest round. `None` when `paced` says there is no twin.
+pub fn clock_paced(
+    worker: &Worker,
+    samples: usize,
+    sample_s: f64,
+    adds_per_iteration: u64,
+    mut warm: impl FnMut(),
+    mut paced: impl FnMut(u64) -> bool,
+) -> Option<ClockStats> {
+    let mut iterations: u64 = 1 << 10;
+    loop {
+        let start = Instant::now();
+        if !paced(iterations) {
+            return None;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if seconds >= sample_s / 4.0 || iterations >= 1 << 34 {
+            iterations = ((iterations as f64) * sample_s / seconds.max(1e-9)).ceil() as u64;
+            break;
+        }
+        iterations *= 4;
+    }
+    let mut rates = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        worker.sync();
+        warm();
+        let start = Instant::now();
+        paced(iterations);
+        let seconds = start.elapsed().as_secs_f64().max(1e-9);
+        rates.push((iterations * adds_per_iteration) as f64 / seconds);
+    }
+    rates.sort_by(f64::total_cmp);
+    Some(ClockStats {
+        cpu: worker.cpu,
+        min_hz: rates.first().copied().unwrap_or(0.0),
+        median_hz: super::plateau::median_sorted(&rates),
+        max_hz: rates.last().copied().unwrap_or(0.0),
+        samples: rates.len() as u32,
+    })
+}
+
 /// Sustained clock of each CPU in `cpus`, all running the chain at once.
 pub fn measure_team_clock(
     cpus: &[usize],
@@ -234,5 +280,62 @@ mod tests {
             (0.5..2.0).contains(&ratio),
             "loaded/idle clock ratio {ratio}"
         );
+    }
+
+    /// The paced measurement warms once per round and counts the adds it is told of: with the
+    /// plain chain as the "paced" loop it reads the idle clock, and the fp32 kernel's real
+    /// twin (where this CPU has one) reads a clock of the same order, not a multiple of it
+    /// (a wrong add count or a loop the vector work bounds is off by 1.8× or more).
+    #[test]
+    fn the_paced_clock_counts_its_chain_and_warms_once_per_round() {
+        let info = super::super::cpu::identify();
+        let kernels = super::super::compute::select_kernels(&info.isa, &info.core_model);
+        let cpus = [0usize];
+        let (results, _) = run_team(&cpus, |worker| {
+            let mut warms = 0;
+            let chain = clock_paced(
+                worker,
+                3,
+                0.001,
+                ADDS_PER_ITERATION,
+                || warms += 1,
+                add_chain,
+            );
+            let twin = kernels
+                .iter()
+                .find(|k| k.precision == crate::device::Precision::Fp32 && k.paced.is_some())
+                .and_then(|kernel| {
+                    clock_paced(
+                        worker,
+                        3,
+                        0.001,
+                        kernel.paced?.adds_per_iteration,
+                        || kernel.run(1000),
+                        |iterations| kernel.run_paced(iterations),
+                    )
+                });
+            let idle = sample_clock(worker, 3, 0.001);
+            (warms, chain, twin, idle)
+        })
+        .expect("a team of one");
+        let (warms, chain, twin, idle) = &results[0];
+        let (Some(chain), Some(idle)) = (chain, idle) else {
+            assert_eq!(*warms, 0, "no chain, no rounds");
+            return;
+        };
+        assert_eq!(*warms, 3, "one warm block before each timed round");
+        assert_eq!(chain.samples, 3);
+        let ratio = chain.max_hz / idle.max_hz;
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "chain/idle clock ratio {ratio}"
+        );
+        if let Some(twin) = twin {
+            let ratio = twin.max_hz / idle.max_hz;
+            assert!(
+                (0.55..1.8).contains(&ratio),
+                "paced/idle clock ratio {ratio}"
+            );
+        }
     }
 }

@@ -36,6 +36,25 @@ enum KernelFn {
     Portable(fn(u64)),
 }
 
+/// Chained adds per 16 vector instructions in the paced twins, for cores issuing the
+/// instruction 2, 1 and ½ times per cycle: 12.5% more cycles than the vector work needs.
+const PACED_ADDS: [u64; 3] = [9, 18, 36];
+/// Vector instructions per paced iteration.
+const PACED_VECTOR: u64 = 16;
+
+/// A kernel's instructions interleaved with a chain of dependent register adds long enough
+/// to bound the loop: the adds retire one per cycle, so adds per second is the clock the core
+/// runs at *while* it issues the kernel's instructions at close to their peak rate (8/9 of it).
+/// A chain timed after the kernel cannot see that clock: an Emerald Rapids guest ran a
+/// dependent-add chain at the scalar clock right after 512-bit FMA blocks, while the same
+/// chain interleaved with them ran about 8% slower, as did the FMAs themselves.
+#[derive(Clone, Copy)]
+pub struct PacedLoop {
+    function: KernelFn,
+    pub adds_per_iteration: u64,
+    pub vector_per_iteration: u64,
+}
+
 /// One compute microbenchmark.
 #[derive(Clone)]
 pub struct ComputeKernel {
@@ -54,6 +73,9 @@ pub struct ComputeKernel {
     /// Retired instructions per iteration, the loop's `dec`/`jnz` included.
     pub instructions_per_iteration: u64,
     pub fallback: bool,
+    /// The paced twin measuring the clock under this kernel's instructions, where one exists
+    /// for the rate the core model gives them.
+    pub paced: Option<PacedLoop>,
     operand_bits: u64,
     function: KernelFn,
 }
@@ -74,6 +96,22 @@ impl ComputeKernel {
             // they need was detected at run time; the pointer is to a live u64.
             KernelFn::Native(function) => unsafe { function(iterations, &self.operand_bits) },
             KernelFn::Portable(function) => function(iterations),
+        }
+    }
+
+    /// Runs `iterations` iterations of the paced twin; false where there is none.
+    pub fn run_paced(&self, iterations: u64) -> bool {
+        match self.paced.map(|paced| paced.function) {
+            // SAFETY: as for `run`: the twin needs the same ISA as the kernel.
+            Some(KernelFn::Native(function)) => unsafe {
+                function(iterations, &self.operand_bits);
+                true
+            },
+            Some(KernelFn::Portable(function)) => {
+                function(iterations);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -98,7 +136,7 @@ macro_rules! add_into {
 /// A loop `iterations` times over the body; the operand is loaded from `constant` first.
 #[cfg(target_arch = "x86_64")]
 macro_rules! asm_kernel {
-    ($name:ident, $feature:literal, $setup:literal, $($body:expr),+ $(,)?) => {
+    ($name:ident, $feature:literal, $setup:expr, $($body:expr),+ $(,)?) => {
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn $name(iterations: u64, constant: *const u64) {
             // SAFETY (for the caller): needs `$feature`; reads 8 bytes at `constant`; every
@@ -117,6 +155,47 @@ macro_rules! asm_kernel {
                 );
             }
         }
+    };
+}
+
+/// One add of a paced loop's clock chain: `rdx += rsi` (rsi = 1, set by the loop's setup).
+/// A register operand, not an immediate, for the reason given in `clock.rs`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! chain_add {
+    () => {
+        "add rdx, rsi\n"
+    };
+}
+
+/// The three paced twins of a kernel ([`PacedLoop`]): 16 `op acc, src, src` on the listed
+/// accumulators with 9, 18 or 36 chained adds, so the chain bounds the loop on cores that
+/// issue `op` 2, 1 or ½ times per cycle. Adds follow the vector instructions they pace (one
+/// per pair, one per instruction, two per instruction) so both stay spread over the loop.
+#[cfg(target_arch = "x86_64")]
+macro_rules! paced_kernels {
+    ($two:ident, $one:ident, $half:ident, $feature:literal, $setup:literal,
+     $op:literal, $w:literal, $src:literal; $($a:literal $b:literal)*) => {
+        asm_kernel!(
+            $two, $feature, concat!("mov esi, 1\n", $setup),
+            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
+                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
+                      chain_add!()),*),
+            chain_add!()
+        );
+        asm_kernel!(
+            $one, $feature, concat!("mov esi, 1\n", $setup),
+            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!(),
+                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!()),*),
+            chain_add!(), chain_add!()
+        );
+        asm_kernel!(
+            $half, $feature, concat!("mov esi, 1\n", $setup),
+            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
+                      chain_add!(), chain_add!(),
+                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
+                      chain_add!(), chain_add!()),*),
+            chain_add!(), chain_add!(), chain_add!(), chain_add!()
+        );
     };
 }
 
@@ -241,6 +320,35 @@ mod x86 {
         accumulate!("vfmadd231ph", "zmm", "31";
             "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15")
     );
+
+    // Paced twins (`PacedLoop`). The ymm ones have 14 accumulators (the operand is ymm15), so
+    // two of them take two instructions per iteration: still far more chains than the paced
+    // rate needs.
+    paced_kernels!(fp64_fma_zmm_paced_2, fp64_fma_zmm_paced_1, fp64_fma_zmm_paced_half,
+        "avx512f", "vbroadcastsd zmm31, qword ptr [rax]", "vfmadd231pd", "zmm", "31";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
+    paced_kernels!(fp32_fma_zmm_paced_2, fp32_fma_zmm_paced_1, fp32_fma_zmm_paced_half,
+        "avx512f", "vbroadcastss zmm31, dword ptr [rax]", "vfmadd231ps", "zmm", "31";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
+    paced_kernels!(fp64_fma_ymm_paced_2, fp64_fma_ymm_paced_1, fp64_fma_ymm_paced_half,
+        "avx2,fma", "vbroadcastsd ymm15, qword ptr [rax]", "vfmadd231pd", "ymm", "15";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
+    paced_kernels!(fp32_fma_ymm_paced_2, fp32_fma_ymm_paced_1, fp32_fma_ymm_paced_half,
+        "avx2,fma", "vbroadcastss ymm15, dword ptr [rax]", "vfmadd231ps", "ymm", "15";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
+    paced_kernels!(bf16_dot_zmm_paced_2, bf16_dot_zmm_paced_1, bf16_dot_zmm_paced_half,
+        "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vdpbf16ps", "zmm", "31";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
+    paced_kernels!(int8_dot_zmm_paced_2, int8_dot_zmm_paced_1, int8_dot_zmm_paced_half,
+        "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vpdpbusd", "zmm", "31";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
+    paced_kernels!(int8_dot_ymm_vex_paced_2, int8_dot_ymm_vex_paced_1,
+        int8_dot_ymm_vex_paced_half,
+        "avx2", "vpbroadcastd ymm15, dword ptr [rax]", "{{vex}} vpdpbusd", "ymm", "15";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
+    paced_kernels!(fp16_fma_zmm_paced_2, fp16_fma_zmm_paced_1, fp16_fma_zmm_paced_half,
+        "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vfmadd231ph", "zmm", "31";
+        "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
 }
 
 /// Portable fallback: 8 independent multiply-add chains in plain Rust (2 FLOP per element).
@@ -280,9 +388,32 @@ struct Spec {
     body: &'static [(OpClass, u64)],
     operand_bits: u64,
     function: KernelFn,
+    /// Paced twins for 2, 1 and ½ instructions per cycle (`paced_kernels!`).
+    paced: Option<[unsafe fn(u64, *const u64); 3]>,
 }
 
-fn build(spec: Spec) -> ComputeKernel {
+/// The paced twin whose chain outlasts the vector work at the rate `model` gives the
+/// kernel's main instruction (by 12.5%, the smallest margin of the three), if any does.
+fn choose_paced(spec: &Spec, model: &CoreModel) -> Option<PacedLoop> {
+    let twins = spec.paced?;
+    let (class, _) = spec.body.iter().find(|(class, _)| *class != OpClass::Add)?;
+    let per_cycle = model.per_cycle(*class).at(spec.vector_bits);
+    if per_cycle <= 0.0 {
+        return None;
+    }
+    let vector_cycles = PACED_VECTOR as f64 / per_cycle;
+    PACED_ADDS
+        .iter()
+        .zip(twins)
+        .find(|(&adds, _)| adds as f64 >= 1.1 * vector_cycles)
+        .map(|(&adds, function)| PacedLoop {
+            function: KernelFn::Native(function),
+            adds_per_iteration: adds,
+            vector_per_iteration: PACED_VECTOR,
+        })
+}
+
+fn build(spec: Spec, model: &CoreModel) -> ComputeKernel {
     let mut flops = 0.0;
     let mut fma_type = 0;
     let mut adds = 0;
@@ -306,6 +437,7 @@ fn build(spec: Spec) -> ComputeKernel {
         body: spec.body,
         instructions_per_iteration: fma_type + adds + 2,
         fallback: matches!(spec.function, KernelFn::Portable(_)),
+        paced: choose_paced(&spec, model),
         operand_bits: spec.operand_bits,
         function: spec.function,
     }
@@ -330,150 +462,246 @@ pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
         let fp64 = FP64_OPERAND.to_bits();
         let fp32 = u64::from(FP32_OPERAND.to_bits());
         if isa.avx512f {
-            kernels.push(build(Spec {
-                id: "fp64-fma-zmm",
-                precision: Precision::Fp64,
-                mix: ComputeMix::Fma,
-                isa: "AVX-512F",
-                vector_bits: 512,
-                description: "16 independent vfmadd231pd zmm chains",
-                body: &[(OpClass::Fma, 16)],
-                operand_bits: fp64,
-                function: KernelFn::Native(x86::fp64_fma_zmm),
-            }));
-            kernels.push(build(Spec {
-                id: "fp32-fma-zmm",
-                precision: Precision::Fp32,
-                mix: ComputeMix::Fma,
-                isa: "AVX-512F",
-                vector_bits: 512,
-                description: "16 independent vfmadd231ps zmm chains",
-                body: &[(OpClass::Fma, 16)],
-                operand_bits: fp32,
-                function: KernelFn::Native(x86::fp32_fma_zmm),
-            }));
-            if model.fadd.at(512) > 0.0 {
-                kernels.push(build(Spec {
-                    id: "fp64-fma+add-zmm",
+            kernels.push(build(
+                Spec {
+                    id: "fp64-fma-zmm",
                     precision: Precision::Fp64,
-                    mix: ComputeMix::FmaAdd,
+                    mix: ComputeMix::Fma,
                     isa: "AVX-512F",
                     vector_bits: 512,
-                    description: "12 vfmadd231pd + 12 vaddpd zmm chains, interleaved",
-                    body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                    description: "16 independent vfmadd231pd zmm chains",
+                    body: &[(OpClass::Fma, 16)],
                     operand_bits: fp64,
-                    function: KernelFn::Native(x86::fp64_fma_add_zmm),
-                }));
-                kernels.push(build(Spec {
-                    id: "fp32-fma+add-zmm",
+                    function: KernelFn::Native(x86::fp64_fma_zmm),
+                    paced: Some([
+                        x86::fp64_fma_zmm_paced_2,
+                        x86::fp64_fma_zmm_paced_1,
+                        x86::fp64_fma_zmm_paced_half,
+                    ]),
+                },
+                model,
+            ));
+            kernels.push(build(
+                Spec {
+                    id: "fp32-fma-zmm",
                     precision: Precision::Fp32,
-                    mix: ComputeMix::FmaAdd,
+                    mix: ComputeMix::Fma,
                     isa: "AVX-512F",
                     vector_bits: 512,
-                    description: "12 vfmadd231ps + 12 vaddps zmm chains, interleaved",
-                    body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                    description: "16 independent vfmadd231ps zmm chains",
+                    body: &[(OpClass::Fma, 16)],
                     operand_bits: fp32,
-                    function: KernelFn::Native(x86::fp32_fma_add_zmm),
-                }));
+                    function: KernelFn::Native(x86::fp32_fma_zmm),
+                    paced: Some([
+                        x86::fp32_fma_zmm_paced_2,
+                        x86::fp32_fma_zmm_paced_1,
+                        x86::fp32_fma_zmm_paced_half,
+                    ]),
+                },
+                model,
+            ));
+            if model.fadd.at(512) > 0.0 {
+                kernels.push(build(
+                    Spec {
+                        id: "fp64-fma+add-zmm",
+                        precision: Precision::Fp64,
+                        mix: ComputeMix::FmaAdd,
+                        isa: "AVX-512F",
+                        vector_bits: 512,
+                        description: "12 vfmadd231pd + 12 vaddpd zmm chains, interleaved",
+                        body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                        operand_bits: fp64,
+                        function: KernelFn::Native(x86::fp64_fma_add_zmm),
+                        paced: Some([
+                            x86::fp64_fma_zmm_paced_2,
+                            x86::fp64_fma_zmm_paced_1,
+                            x86::fp64_fma_zmm_paced_half,
+                        ]),
+                    },
+                    model,
+                ));
+                kernels.push(build(
+                    Spec {
+                        id: "fp32-fma+add-zmm",
+                        precision: Precision::Fp32,
+                        mix: ComputeMix::FmaAdd,
+                        isa: "AVX-512F",
+                        vector_bits: 512,
+                        description: "12 vfmadd231ps + 12 vaddps zmm chains, interleaved",
+                        body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
+                        operand_bits: fp32,
+                        function: KernelFn::Native(x86::fp32_fma_add_zmm),
+                        paced: Some([
+                            x86::fp32_fma_zmm_paced_2,
+                            x86::fp32_fma_zmm_paced_1,
+                            x86::fp32_fma_zmm_paced_half,
+                        ]),
+                    },
+                    model,
+                ));
             }
         } else if isa.avx2 && isa.fma {
-            kernels.push(build(Spec {
-                id: "fp64-fma-ymm",
-                precision: Precision::Fp64,
-                mix: ComputeMix::Fma,
-                isa: "AVX2+FMA",
-                vector_bits: 256,
-                description: "12 independent vfmadd231pd ymm chains",
-                body: &[(OpClass::Fma, 12)],
-                operand_bits: fp64,
-                function: KernelFn::Native(x86::fp64_fma_ymm),
-            }));
-            kernels.push(build(Spec {
-                id: "fp32-fma-ymm",
-                precision: Precision::Fp32,
-                mix: ComputeMix::Fma,
-                isa: "AVX2+FMA",
-                vector_bits: 256,
-                description: "12 independent vfmadd231ps ymm chains",
-                body: &[(OpClass::Fma, 12)],
-                operand_bits: fp32,
-                function: KernelFn::Native(x86::fp32_fma_ymm),
-            }));
-            if model.fadd.at(256) > 0.0 {
-                kernels.push(build(Spec {
-                    id: "fp64-fma+add-ymm",
+            kernels.push(build(
+                Spec {
+                    id: "fp64-fma-ymm",
                     precision: Precision::Fp64,
-                    mix: ComputeMix::FmaAdd,
+                    mix: ComputeMix::Fma,
                     isa: "AVX2+FMA",
                     vector_bits: 256,
-                    description: "8 vfmadd231pd + 7 vaddpd ymm chains, interleaved",
-                    body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                    description: "12 independent vfmadd231pd ymm chains",
+                    body: &[(OpClass::Fma, 12)],
                     operand_bits: fp64,
-                    function: KernelFn::Native(x86::fp64_fma_add_ymm),
-                }));
-                kernels.push(build(Spec {
-                    id: "fp32-fma+add-ymm",
+                    function: KernelFn::Native(x86::fp64_fma_ymm),
+                    paced: Some([
+                        x86::fp64_fma_ymm_paced_2,
+                        x86::fp64_fma_ymm_paced_1,
+                        x86::fp64_fma_ymm_paced_half,
+                    ]),
+                },
+                model,
+            ));
+            kernels.push(build(
+                Spec {
+                    id: "fp32-fma-ymm",
                     precision: Precision::Fp32,
-                    mix: ComputeMix::FmaAdd,
+                    mix: ComputeMix::Fma,
                     isa: "AVX2+FMA",
                     vector_bits: 256,
-                    description: "8 vfmadd231ps + 7 vaddps ymm chains, interleaved",
-                    body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                    description: "12 independent vfmadd231ps ymm chains",
+                    body: &[(OpClass::Fma, 12)],
                     operand_bits: fp32,
-                    function: KernelFn::Native(x86::fp32_fma_add_ymm),
-                }));
+                    function: KernelFn::Native(x86::fp32_fma_ymm),
+                    paced: Some([
+                        x86::fp32_fma_ymm_paced_2,
+                        x86::fp32_fma_ymm_paced_1,
+                        x86::fp32_fma_ymm_paced_half,
+                    ]),
+                },
+                model,
+            ));
+            if model.fadd.at(256) > 0.0 {
+                kernels.push(build(
+                    Spec {
+                        id: "fp64-fma+add-ymm",
+                        precision: Precision::Fp64,
+                        mix: ComputeMix::FmaAdd,
+                        isa: "AVX2+FMA",
+                        vector_bits: 256,
+                        description: "8 vfmadd231pd + 7 vaddpd ymm chains, interleaved",
+                        body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                        operand_bits: fp64,
+                        function: KernelFn::Native(x86::fp64_fma_add_ymm),
+                        paced: Some([
+                            x86::fp64_fma_ymm_paced_2,
+                            x86::fp64_fma_ymm_paced_1,
+                            x86::fp64_fma_ymm_paced_half,
+                        ]),
+                    },
+                    model,
+                ));
+                kernels.push(build(
+                    Spec {
+                        id: "fp32-fma+add-ymm",
+                        precision: Precision::Fp32,
+                        mix: ComputeMix::FmaAdd,
+                        isa: "AVX2+FMA",
+                        vector_bits: 256,
+                        description: "8 vfmadd231ps + 7 vaddps ymm chains, interleaved",
+                        body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
+                        operand_bits: fp32,
+                        function: KernelFn::Native(x86::fp32_fma_add_ymm),
+                        paced: Some([
+                            x86::fp32_fma_ymm_paced_2,
+                            x86::fp32_fma_ymm_paced_1,
+                            x86::fp32_fma_ymm_paced_half,
+                        ]),
+                    },
+                    model,
+                ));
             }
         }
         if isa.avx512f && isa.avx512bf16 {
-            kernels.push(build(Spec {
-                id: "bf16-dot-zmm",
-                precision: Precision::Bf16,
-                mix: ComputeMix::Fma,
-                isa: "AVX-512 BF16",
-                vector_bits: 512,
-                description: "24 independent vdpbf16ps zmm chains (fp32 accumulate)",
-                body: &[(OpClass::Bf16Dot, 24)],
-                operand_bits: u64::from(BF16_PAIR),
-                function: KernelFn::Native(x86::bf16_dot_zmm),
-            }));
+            kernels.push(build(
+                Spec {
+                    id: "bf16-dot-zmm",
+                    precision: Precision::Bf16,
+                    mix: ComputeMix::Fma,
+                    isa: "AVX-512 BF16",
+                    vector_bits: 512,
+                    description: "24 independent vdpbf16ps zmm chains (fp32 accumulate)",
+                    body: &[(OpClass::Bf16Dot, 24)],
+                    operand_bits: u64::from(BF16_PAIR),
+                    function: KernelFn::Native(x86::bf16_dot_zmm),
+                    paced: Some([
+                        x86::bf16_dot_zmm_paced_2,
+                        x86::bf16_dot_zmm_paced_1,
+                        x86::bf16_dot_zmm_paced_half,
+                    ]),
+                },
+                model,
+            ));
         }
         if isa.avx512f && isa.avx512vnni {
-            kernels.push(build(Spec {
-                id: "int8-dot-zmm",
-                precision: Precision::Int8,
-                mix: ComputeMix::Fma,
-                isa: "AVX-512 VNNI",
-                vector_bits: 512,
-                description: "24 independent vpdpbusd zmm chains (u8×s8, i32 accumulate)",
-                body: &[(OpClass::Int8Dot, 24)],
-                operand_bits: u64::from(INT8_QUAD),
-                function: KernelFn::Native(x86::int8_dot_zmm),
-            }));
+            kernels.push(build(
+                Spec {
+                    id: "int8-dot-zmm",
+                    precision: Precision::Int8,
+                    mix: ComputeMix::Fma,
+                    isa: "AVX-512 VNNI",
+                    vector_bits: 512,
+                    description: "24 independent vpdpbusd zmm chains (u8×s8, i32 accumulate)",
+                    body: &[(OpClass::Int8Dot, 24)],
+                    operand_bits: u64::from(INT8_QUAD),
+                    function: KernelFn::Native(x86::int8_dot_zmm),
+                    paced: Some([
+                        x86::int8_dot_zmm_paced_2,
+                        x86::int8_dot_zmm_paced_1,
+                        x86::int8_dot_zmm_paced_half,
+                    ]),
+                },
+                model,
+            ));
         } else if isa.avxvnni && isa.avx2 {
-            kernels.push(build(Spec {
-                id: "int8-dot-ymm",
-                precision: Precision::Int8,
-                mix: ComputeMix::Fma,
-                isa: "AVX-VNNI",
-                vector_bits: 256,
-                description: "14 independent {vex} vpdpbusd ymm chains (u8×s8, i32 accumulate)",
-                body: &[(OpClass::Int8Dot, 14)],
-                operand_bits: u64::from(INT8_QUAD),
-                function: KernelFn::Native(x86::int8_dot_ymm_vex),
-            }));
+            kernels.push(build(
+                Spec {
+                    id: "int8-dot-ymm",
+                    precision: Precision::Int8,
+                    mix: ComputeMix::Fma,
+                    isa: "AVX-VNNI",
+                    vector_bits: 256,
+                    description: "14 independent {vex} vpdpbusd ymm chains (u8×s8, i32 accumulate)",
+                    body: &[(OpClass::Int8Dot, 14)],
+                    operand_bits: u64::from(INT8_QUAD),
+                    function: KernelFn::Native(x86::int8_dot_ymm_vex),
+                    paced: Some([
+                        x86::int8_dot_ymm_vex_paced_2,
+                        x86::int8_dot_ymm_vex_paced_1,
+                        x86::int8_dot_ymm_vex_paced_half,
+                    ]),
+                },
+                model,
+            ));
         }
         if isa.avx512f && isa.avx512fp16 {
-            kernels.push(build(Spec {
-                id: "fp16-fma-zmm",
-                precision: Precision::Fp16,
-                mix: ComputeMix::Fma,
-                isa: "AVX-512 FP16",
-                vector_bits: 512,
-                description: "16 independent vfmadd231ph zmm chains",
-                body: &[(OpClass::Fp16Fma, 16)],
-                operand_bits: u64::from(FP16_PAIR),
-                function: KernelFn::Native(x86::fp16_fma_zmm),
-            }));
+            kernels.push(build(
+                Spec {
+                    id: "fp16-fma-zmm",
+                    precision: Precision::Fp16,
+                    mix: ComputeMix::Fma,
+                    isa: "AVX-512 FP16",
+                    vector_bits: 512,
+                    description: "16 independent vfmadd231ph zmm chains",
+                    body: &[(OpClass::Fp16Fma, 16)],
+                    operand_bits: u64::from(FP16_PAIR),
+                    function: KernelFn::Native(x86::fp16_fma_zmm),
+                    paced: Some([
+                        x86::fp16_fma_zmm_paced_2,
+                        x86::fp16_fma_zmm_paced_1,
+                        x86::fp16_fma_zmm_paced_half,
+                    ]),
+                },
+                model,
+            ));
         }
     }
     let _ = (isa, model);
@@ -492,17 +720,21 @@ fn portable(precision: Precision) -> ComputeKernel {
         _ => ("fp32-portable", portable_fp32),
     };
     let element = super::microarch::element_bits(precision);
-    let mut kernel = build(Spec {
-        id,
-        precision,
-        mix: ComputeMix::Fma,
-        isa: "portable",
-        vector_bits: element,
-        description: "8 multiply-add chains in portable Rust (no FMA assumed)",
-        body: &[(OpClass::Fma, 8)],
-        operand_bits: 0,
-        function: KernelFn::Portable(function),
-    });
+    let mut kernel = build(
+        Spec {
+            id,
+            precision,
+            mix: ComputeMix::Fma,
+            isa: "portable",
+            vector_bits: element,
+            description: "8 multiply-add chains in portable Rust (no FMA assumed)",
+            body: &[(OpClass::Fma, 8)],
+            operand_bits: 0,
+            function: KernelFn::Portable(function),
+            paced: None,
+        },
+        &super::microarch::unknown_core_model(),
+    );
     // The compiler decides the instructions here; only the FLOP count is exact.
     kernel.instructions_per_iteration = 0;
     kernel
@@ -522,7 +754,66 @@ mod tests {
         for kernel in &kernels {
             kernel.run(1000);
             assert!(kernel.flops_per_iteration > 0.0, "{}", kernel.id);
+            if kernel.paced.is_some() {
+                assert!(kernel.run_paced(1000), "{}", kernel.id);
+            }
         }
+    }
+
+    /// The paced twin chosen for a core outlasts the vector work at the core's rate, by the
+    /// smallest margin available: 16 FMAs at 2 per cycle (Emerald Rapids) take 8 cycles and
+    /// get 9 adds; Zen 4's double-pumped zmm FMAs (1 per cycle) 18; Emerald Rapids'
+    /// `vdpbf16ps` (½ per cycle) 36.
+    #[test]
+    fn paced_twins_outlast_the_vector_work_they_pace() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let isa = IsaFlags {
+            avx2: true,
+            fma: true,
+            avx512f: true,
+            avx512bf16: true,
+            avx512vnni: true,
+            avx512fp16: true,
+            ..IsaFlags::default()
+        };
+        let emerald = super::super::microarch::x86_core_model("GenuineIntel", 6, 0xcf, Some(2));
+        let zen4 = super::super::microarch::x86_core_model("AuthenticAMD", 0x19, 0x11, Some(1));
+        let adds = |model: &CoreModel, id: &str| {
+            select_kernels(&isa, model)
+                .into_iter()
+                .find(|k| k.id == id)
+                .and_then(|k| k.paced)
+                .map(|paced| paced.adds_per_iteration)
+        };
+        assert_eq!(adds(&emerald, "fp32-fma-zmm"), Some(9));
+        assert_eq!(adds(&emerald, "bf16-dot-zmm"), Some(36));
+        assert_eq!(adds(&zen4, "fp32-fma-zmm"), Some(18));
+        for model in [&emerald, &zen4] {
+            for kernel in select_kernels(&isa, model) {
+                let Some(paced) = kernel.paced else { continue };
+                let (class, _) = kernel
+                    .body
+                    .iter()
+                    .find(|(c, _)| *c != OpClass::Add)
+                    .unwrap();
+                let rate = model.per_cycle(*class).at(kernel.vector_bits);
+                let vector_cycles = paced.vector_per_iteration as f64 / rate;
+                assert!(
+                    paced.adds_per_iteration as f64 >= 1.1 * vector_cycles,
+                    "{} on {}: {} adds for {vector_cycles} cycles",
+                    kernel.id,
+                    model.name,
+                    paced.adds_per_iteration
+                );
+            }
+        }
+        // A rate too slow for the longest twin gets none rather than a loop the vector
+        // instructions bound.
+        let mut slow = emerald;
+        slow.fma.x512 = 0.25;
+        assert_eq!(adds(&slow, "fp32-fma-zmm"), None);
     }
 
     #[test]

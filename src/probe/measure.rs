@@ -9,10 +9,13 @@
 
 use super::*;
 
-/// Times one compute kernel on `cpus`, then measures the clock its instructions run at: blocks
-/// of the kernel, each followed at once by a short dependent-add chain. Its theoretical peak
-/// uses that clock, not the scalar one: Intel cores run heavy 512-bit code at a lower licence
-/// frequency, and a peak at the scalar clock would blame the kernel for the hardware.
+/// Times one compute kernel on `cpus`, then measures the clock its instructions run at, two
+/// ways: blocks of the kernel each followed at once by a short dependent-add chain, and the
+/// kernel's paced twin (its instructions interleaved with a chain that bounds the loop;
+/// `PacedLoop`). Its theoretical peak uses such a clock, not the scalar one: Intel cores
+/// run dense 512-bit code at a lower clock, and a peak at the scalar clock would blame the
+/// kernel for the hardware. Returns the timing, each thread's clock after blocks, each
+/// thread's paced clock (empty without a twin) and the counter check.
 pub(super) fn measure_compute(
     kernel: &ComputeKernel,
     cpus: &[usize],
@@ -39,6 +42,16 @@ pub(super) fn measure_compute(
             .into_iter()
             .chain(after_blocks)
             .reduce(f64::max);
+        let paced = kernel.paced.and_then(|paced| {
+            clock::clock_paced(
+                worker,
+                settings.vector_clock_samples,
+                settings.compute.target_s,
+                paced.adds_per_iteration,
+                || kernel.run(timing.passes),
+                |iterations| kernel.run_paced(iterations),
+            )
+        });
         // Counted on the measuring thread itself, after the timed samples.
         let check = match (&count_as, worker.index) {
             (Some((vendor, family)), 0) => Some(counters::check_kernel(
@@ -49,13 +62,20 @@ pub(super) fn measure_compute(
             )),
             _ => None,
         };
-        (timing, clock, check)
+        (timing, clock, paced.map(|stats| stats.max_hz), check)
     })?;
-    let clocks: Vec<f64> = results.iter().filter_map(|(_, clock, _)| *clock).collect();
-    let Some((timing, _, check)) = results.into_iter().next() else {
+    let clocks: Vec<f64> = results
+        .iter()
+        .filter_map(|(_, clock, _, _)| *clock)
+        .collect();
+    let paced: Vec<f64> = results
+        .iter()
+        .filter_map(|(_, _, paced, _)| *paced)
+        .collect();
+    let Some((timing, _, _, check)) = results.into_iter().next() else {
         return Err(ProbeError::NoUsableCpu);
     };
-    Ok((timing, clocks, check))
+    Ok((timing, clocks, paced, check))
 }
 
 /// The last-level cache `threads` threads may reach together: the shared total the CPU

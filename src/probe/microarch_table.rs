@@ -33,7 +33,11 @@ const LICENCE_GOLDEN_COVE_SERVER: &str =
     "no fixed per-ISA frequency offsets after Skylake-X (Chips and Cheese, 'Zen 5's AVX-512 \
      frequency behavior'); measured on an Emerald Rapids guest (shared/reference/machines.md): \
      512-bit FP FMA code sustained about 93% of the 2.99 GHz scalar clock (fp32 178.8 of \
-     191 GFLOP/s), while vpdpbusd and vfmadd231ph zmm code ran at the scalar clock";
+     191 GFLOP/s), while vpdpbusd and vfmadd231ph zmm code ran at the scalar clock. The drop \
+     follows the density of 512-bit FMAs, not a licence held afterwards: a dependent-add chain \
+     interleaved with 16 zmm FMAs ran at 2.67-2.78 GHz with 12 adds (1.33 FMA per cycle) and \
+     2.88-2.92 with 32 (0.5 per cycle), and at the scalar clock when timed right after them \
+     (session 45); the probe measures each kernel's clock with such a chain";
 
 const LICENCE_INTEL_CLIENT: &str =
     "client cores: no documented per-ISA licence table; firmware may apply an 'AVX ratio \

@@ -192,6 +192,10 @@ impl Settings {
 /// for (a miscounted instruction, a wrong unit count or width) put a figure 1.5-2× above.
 const ABOVE_THEORY_TOLERANCE: f64 = 1.10;
 
+/// How far a kernel may run above the theory of its paced clock before that clock is judged
+/// not to be the kernel's (timing noise between the two measurements is a percent or two).
+const PACED_THEORY_TOLERANCE: f64 = 1.03;
+
 /// Extra rounds for a compute team whose threads did not run together (see the loop).
 const MAX_TEAM_RETRIES: u64 = 4;
 
@@ -414,7 +418,7 @@ pub fn run_probe(
         let mut team_retries = 0;
         while let Some(threads) = queue.pop_front() {
             let count = threads == 1 && counters_usable.is_ok() && !retried_single;
-            let (timing, clocks, check) = measure_compute(
+            let (timing, after_clocks, paced_clocks, check) = measure_compute(
                 kernel,
                 &cpus[..threads],
                 &settings,
@@ -444,9 +448,42 @@ pub fn run_probe(
                     kernel.vector_bits,
                 )
             };
-            let theory = per_cycle
-                .filter(|_| clocks.len() == threads && clocks.iter().all(|&hz| hz > 0.0))
-                .map(|per_cycle| microarch::theoretical_flops(per_cycle, &clocks));
+            let theory_at = |clocks: &[f64]| {
+                per_cycle
+                    .filter(|_| clocks.len() == threads && clocks.iter().all(|&hz| hz > 0.0))
+                    .map(|per_cycle| microarch::theoretical_flops(per_cycle, clocks))
+            };
+            // The paced clock is the clock under the kernel's own instructions; it is used
+            // unless the kernel beat the theory it gives (the chain did not bound its loop:
+            // the core model's rate is wrong for this core) or it reads above the clock after
+            // blocks (a paced round the host disturbed less than every other).
+            let paced_theory = theory_at(&paced_clocks);
+            let after_theory = theory_at(&after_clocks);
+            let paced_credible = match (paced_theory, after_theory) {
+                (Some(paced), Some(after)) => {
+                    timing.stats.best <= paced * PACED_THEORY_TOLERANCE && paced <= after * 1.02
+                }
+                (Some(paced), None) => timing.stats.best <= paced * PACED_THEORY_TOLERANCE,
+                _ => false,
+            };
+            let (clocks, theory, clock_method) = if paced_credible {
+                let paced = kernel.paced.expect("paced clocks come from a paced twin");
+                (
+                    paced_clocks,
+                    paced_theory,
+                    format!(
+                        "dependent-add chain interleaved with the kernel's instructions \
+                         ({} adds per {} of them, the adds bounding the loop)",
+                        paced.adds_per_iteration, paced.vector_per_iteration
+                    ),
+                )
+            } else {
+                (
+                    after_clocks,
+                    after_theory,
+                    "dependent-add chain right after blocks of the kernel".to_string(),
+                )
+            };
             let mut flags = Vec::new();
             if timing.noisy {
                 flags.push(MeasurementFlag::Noisy);
@@ -482,6 +519,7 @@ pub fn run_probe(
                 stats: timing.stats.clone(),
                 per_thread_flops_per_s: timing.per_thread_best.clone(),
                 clock_hz_per_thread: clocks,
+                clock_method,
                 theoretical_flops_per_s: theory,
                 fraction_of_theoretical: theory.map(|t| timing.stats.best / t),
                 flags,
@@ -588,8 +626,13 @@ pub fn run_probe(
                     Some(m) => (
                         m.clock_hz_per_thread.clone(),
                         format!(
-                            "clock measured right after blocks of {}",
-                            m.kernel.split(':').next().unwrap_or("its kernel")
+                            "clock of {}: {}",
+                            m.kernel.split(':').next().unwrap_or("its kernel"),
+                            if m.clock_method.is_empty() {
+                                "measured right after blocks of it"
+                            } else {
+                                &m.clock_method
+                            }
                         ),
                     ),
                     None => (
@@ -742,7 +785,12 @@ pub fn run_probe(
     Ok(profile)
 }
 
-type ComputeOutcome = (TeamTiming, Vec<f64>, Option<Result<CounterCheck, String>>);
+type ComputeOutcome = (
+    TeamTiming,
+    Vec<f64>,
+    Vec<f64>,
+    Option<Result<CounterCheck, String>>,
+);
 
 /// The saved local profile, or a quick probe saved for next time when there is none (or the
 /// saved one no longer loads).

@@ -166,7 +166,7 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
         reference("TSC", clock.tsc_hz)
     );
     // The clock each kernel's instructions ran at (1 thread), against the scalar clock: Intel
-    // cores run heavy vector code at a lower licence frequency.
+    // cores run dense 512-bit code at a lower clock.
     let scalar_hz = clock.single_thread.as_ref().map(|c| c.max_hz);
     let vector_clocks: Vec<String> = record
         .compute
@@ -192,8 +192,9 @@ fn render_record(out: &mut String, profile: &DeviceProfile, record: &ProbeRecord
     if !vector_clocks.is_empty() {
         let _ = writeln!(
             out,
-            "Under load {} GHz (1 thread, right after blocks of each kernel, against the scalar \
-             clock)",
+            "Under load {} GHz (1 thread, the clock each kernel's instructions ran at, against \
+             the scalar clock: a dependent-add chain interleaved with them where the kernel has \
+             a paced twin, else right after blocks of it)",
             vector_clocks.join(", ")
         );
     }
