@@ -278,7 +278,7 @@ pub struct ComputeMeasurement {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BandwidthKernel {
-    /// Sum of a buffer (loads only).
+    /// Every vector of a buffer loaded into registers (loads only).
     #[default]
     Read,
     /// Fill a buffer (stores only).
