@@ -28,11 +28,14 @@ const INT8_QUAD: u32 = 0x0101_0101;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const FP16_PAIR: u32 = 0x211f_211f;
 
+/// A native kernel: iterations, and a pointer to its 8-byte operand.
+type NativeFn = unsafe fn(u64, *const u64);
+
 #[derive(Clone, Copy)]
 enum KernelFn {
     /// Needs the ISA named by the kernel; only built after detection said it is present.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    Native(unsafe fn(u64, *const u64)),
+    Native(NativeFn),
     Portable(fn(u64)),
 }
 
@@ -389,7 +392,7 @@ struct Spec {
     operand_bits: u64,
     function: KernelFn,
     /// Paced twins for 2, 1 and ½ instructions per cycle (`paced_kernels!`).
-    paced: Option<[unsafe fn(u64, *const u64); 3]>,
+    paced: Option<[NativeFn; 3]>,
 }
 
 /// The paced twin whose chain outlasts the vector work at the rate `model` gives the
