@@ -69,12 +69,13 @@ mod x86 {
             "shr rcx, 2\nlea rsi, [rdi + rcx]\nlea rdx, [rsi + rcx]\nlea rax, [rdx + rcx]\n"
         };
     }
-    /// Plain loads into registers, no arithmetic on them: with a `vpaddq` folding each load
-    /// into an accumulator, an Emerald Rapids core read its L1 at 275 GB/s (the adds take
-    /// the 512-bit ALU ports two per cycle, as many as the loads, and any stall costs a
-    /// load slot), with plain loads at 355-373 GB/s, likwid-bench `load_avx512` 343; L2 137
-    /// and 145, DRAM 16.0 and 16.3 (session 45). The core performs every load whether or not
-    /// its value is used, and the assembly cannot be removed by a compiler.
+    /// Plain loads into registers, no arithmetic on them. With a `vpaddq` folding each load
+    /// into an accumulator (the adds take the 512-bit ALU ports two per cycle, as many as the
+    /// loads, and any stall costs a load slot), an Emerald Rapids core read its L1 at
+    /// 275-284 GB/s and with plain loads at 355-373 (a C loop of this body over 16-40 KiB;
+    /// likwid-bench `load_avx512` 337-343); L2 137 and 145, DRAM 16.0 and 16.3 (session 45).
+    /// The probe's L1 read roof went from 285 to 377 GB/s. The core performs every load
+    /// whether or not its value is used, and the assembly cannot be removed by a compiler.
     macro_rules! read_streams {
         ($w:literal; $($r:literal $base:literal $o:literal),*) => {
             concat!($("vmovapd ", $w, $r, ", [", $base, " + r9 + ", $o, "]\n"),*)

@@ -284,8 +284,9 @@ mod tests {
 
     /// The paced measurement warms once per round and counts the adds it is told of: with the
     /// plain chain as the "paced" loop it reads the idle clock, and the fp32 kernel's real
-    /// twin (where this CPU has one) reads a clock of the same order, not a multiple of it
-    /// (a wrong add count or a loop the vector work bounds is off by 1.8× or more).
+    /// twin (where this CPU has one) reads within 30% of it: a twin whose vector work bounded
+    /// the loop would read about 9/16 of it (Emerald Rapids' 512-bit FMAs lower the clock by
+    /// 7-8%). The add counts themselves are checked against the assembly in `compute.rs`.
     #[test]
     fn the_paced_clock_counts_its_chain_and_warms_once_per_round() {
         let info = super::super::cpu::identify();
@@ -333,7 +334,7 @@ mod tests {
         if let Some(twin) = twin {
             let ratio = twin.max_hz / idle.max_hz;
             assert!(
-                (0.55..1.8).contains(&ratio),
+                (0.7..1.3).contains(&ratio),
                 "paced/idle clock ratio {ratio}"
             );
         }

@@ -53,7 +53,7 @@ const PACED_VECTOR: u64 = 16;
 /// chain interleaved with them ran about 8% slower, as did the FMAs themselves.
 #[derive(Clone, Copy)]
 pub struct PacedLoop {
-    function: KernelFn,
+    function: NativeFn,
     pub adds_per_iteration: u64,
     pub vector_per_iteration: u64,
 }
@@ -104,18 +104,13 @@ impl ComputeKernel {
 
     /// Runs `iterations` iterations of the paced twin; false where there is none.
     pub fn run_paced(&self, iterations: u64) -> bool {
-        match self.paced.map(|paced| paced.function) {
-            // SAFETY: as for `run`: the twin needs the same ISA as the kernel.
-            Some(KernelFn::Native(function)) => unsafe {
-                function(iterations, &self.operand_bits);
-                true
-            },
-            Some(KernelFn::Portable(function)) => {
-                function(iterations);
-                true
-            }
-            None => false,
-        }
+        let Some(paced) = self.paced else {
+            return false;
+        };
+        // SAFETY: as for `run`: a twin needs the same ISA as its kernel, and only kernels
+        // built after detection get one.
+        unsafe { (paced.function)(iterations, &self.operand_bits) };
+        true
     }
 }
 
@@ -143,7 +138,9 @@ macro_rules! asm_kernel {
         #[target_feature(enable = $feature)]
         pub(super) unsafe fn $name(iterations: u64, constant: *const u64) {
             // SAFETY (for the caller): needs `$feature`; reads 8 bytes at `constant`; every
-            // vector register it writes is declared clobbered through the C ABI.
+            // vector register it writes is declared clobbered through the C ABI, and the paced
+            // twins' chain registers (rdx, rsi) are outputs: Win64 saves rsi for the caller,
+            // so `clobber_abi` alone would not cover it.
             unsafe {
                 std::arch::asm!(
                     $setup,
@@ -153,6 +150,8 @@ macro_rules! asm_kernel {
                     "jnz 2b",
                     inout("rcx") iterations.max(1) => _,
                     in("rax") constant,
+                    out("rdx") _,
+                    out("rsi") _,
                     clobber_abi("C"),
                     options(nostack, readonly),
                 );
@@ -170,35 +169,49 @@ macro_rules! chain_add {
     };
 }
 
-/// The three paced twins of a kernel ([`PacedLoop`]): 16 `op acc, src, src` on the listed
-/// accumulators with 9, 18 or 36 chained adds, so the chain bounds the loop on cores that
-/// issue `op` 2, 1 or ½ times per cycle. Adds follow the vector instructions they pace (one
+/// The body of a paced twin ([`PacedLoop`]): 16 `op acc, src, src` on the listed accumulators
+/// with 9 (`two`), 18 (`one`) or 36 (`half`) chained adds, so the chain bounds the loop on cores
+/// that issue `op` 2, 1 or ½ times per cycle. Adds follow the vector instructions they pace (one
 /// per pair, one per instruction, two per instruction) so both stay spread over the loop.
 #[cfg(target_arch = "x86_64")]
+macro_rules! paced_body {
+    (two: $op:literal, $w:literal, $src:literal; $($a:literal $b:literal)*) => {
+        concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
+                  $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
+                  chain_add!()),*, chain_add!())
+    };
+    (one: $op:literal, $w:literal, $src:literal; $($a:literal $b:literal)*) => {
+        concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!(),
+                  $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!()),*,
+                chain_add!(), chain_add!())
+    };
+    (half: $op:literal, $w:literal, $src:literal; $($a:literal $b:literal)*) => {
+        concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
+                  chain_add!(), chain_add!(),
+                  $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
+                  chain_add!(), chain_add!()),*,
+                chain_add!(), chain_add!(), chain_add!(), chain_add!())
+    };
+}
+
+/// The three paced twins of a kernel, for 2, 1 and ½ instructions per cycle, and their bodies
+/// as text (`$bodies`, checked by the tests against [`PACED_ADDS`]).
+#[cfg(target_arch = "x86_64")]
 macro_rules! paced_kernels {
-    ($two:ident, $one:ident, $half:ident, $feature:literal, $setup:literal,
-     $op:literal, $w:literal, $src:literal; $($a:literal $b:literal)*) => {
-        asm_kernel!(
-            $two, $feature, concat!("mov esi, 1\n", $setup),
-            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
-                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
-                      chain_add!()),*),
-            chain_add!()
-        );
-        asm_kernel!(
-            $one, $feature, concat!("mov esi, 1\n", $setup),
-            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!(),
-                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n", chain_add!()),*),
-            chain_add!(), chain_add!()
-        );
-        asm_kernel!(
-            $half, $feature, concat!("mov esi, 1\n", $setup),
-            concat!($($op, " ", $w, $a, ", ", $w, $src, ", ", $w, $src, "\n",
-                      chain_add!(), chain_add!(),
-                      $op, " ", $w, $b, ", ", $w, $src, ", ", $w, $src, "\n",
-                      chain_add!(), chain_add!()),*),
-            chain_add!(), chain_add!(), chain_add!(), chain_add!()
-        );
+    ($two:ident, $one:ident, $half:ident, $bodies:ident, $feature:literal, $setup:literal,
+     $op:literal, $w:literal, $src:literal; $($r:literal)*) => {
+        asm_kernel!($two, $feature, concat!("mov esi, 1\n", $setup),
+            paced_body!(two: $op, $w, $src; $($r)*));
+        asm_kernel!($one, $feature, concat!("mov esi, 1\n", $setup),
+            paced_body!(one: $op, $w, $src; $($r)*));
+        asm_kernel!($half, $feature, concat!("mov esi, 1\n", $setup),
+            paced_body!(half: $op, $w, $src; $($r)*));
+        #[cfg(test)]
+        pub(super) const $bodies: (&str, [&str; 3]) = ($op, [
+            paced_body!(two: $op, $w, $src; $($r)*),
+            paced_body!(one: $op, $w, $src; $($r)*),
+            paced_body!(half: $op, $w, $src; $($r)*),
+        ]);
     };
 }
 
@@ -327,31 +340,44 @@ mod x86 {
     // Paced twins (`PacedLoop`). The ymm ones have 14 accumulators (the operand is ymm15), so
     // two of them take two instructions per iteration: still far more chains than the paced
     // rate needs.
-    paced_kernels!(fp64_fma_zmm_paced_2, fp64_fma_zmm_paced_1, fp64_fma_zmm_paced_half,
+    paced_kernels!(fp64_fma_zmm_paced_2, fp64_fma_zmm_paced_1, fp64_fma_zmm_paced_half, FP64_FMA_ZMM_PACED,
         "avx512f", "vbroadcastsd zmm31, qword ptr [rax]", "vfmadd231pd", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(fp32_fma_zmm_paced_2, fp32_fma_zmm_paced_1, fp32_fma_zmm_paced_half,
+    paced_kernels!(fp32_fma_zmm_paced_2, fp32_fma_zmm_paced_1, fp32_fma_zmm_paced_half, FP32_FMA_ZMM_PACED,
         "avx512f", "vbroadcastss zmm31, dword ptr [rax]", "vfmadd231ps", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(fp64_fma_ymm_paced_2, fp64_fma_ymm_paced_1, fp64_fma_ymm_paced_half,
+    paced_kernels!(fp64_fma_ymm_paced_2, fp64_fma_ymm_paced_1, fp64_fma_ymm_paced_half, FP64_FMA_YMM_PACED,
         "avx2,fma", "vbroadcastsd ymm15, qword ptr [rax]", "vfmadd231pd", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(fp32_fma_ymm_paced_2, fp32_fma_ymm_paced_1, fp32_fma_ymm_paced_half,
+    paced_kernels!(fp32_fma_ymm_paced_2, fp32_fma_ymm_paced_1, fp32_fma_ymm_paced_half, FP32_FMA_YMM_PACED,
         "avx2,fma", "vbroadcastss ymm15, dword ptr [rax]", "vfmadd231ps", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(bf16_dot_zmm_paced_2, bf16_dot_zmm_paced_1, bf16_dot_zmm_paced_half,
+    paced_kernels!(bf16_dot_zmm_paced_2, bf16_dot_zmm_paced_1, bf16_dot_zmm_paced_half, BF16_DOT_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vdpbf16ps", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(int8_dot_zmm_paced_2, int8_dot_zmm_paced_1, int8_dot_zmm_paced_half,
+    paced_kernels!(int8_dot_zmm_paced_2, int8_dot_zmm_paced_1, int8_dot_zmm_paced_half, INT8_DOT_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vpdpbusd", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
     paced_kernels!(int8_dot_ymm_vex_paced_2, int8_dot_ymm_vex_paced_1,
-        int8_dot_ymm_vex_paced_half,
+        int8_dot_ymm_vex_paced_half, INT8_DOT_YMM_VEX_PACED,
         "avx2", "vpbroadcastd ymm15, dword ptr [rax]", "{{vex}} vpdpbusd", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(fp16_fma_zmm_paced_2, fp16_fma_zmm_paced_1, fp16_fma_zmm_paced_half,
+    paced_kernels!(fp16_fma_zmm_paced_2, fp16_fma_zmm_paced_1, fp16_fma_zmm_paced_half, FP16_FMA_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vfmadd231ph", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
+
+    /// Every paced twin's body as text, for the tests.
+    #[cfg(test)]
+    pub(super) const PACED_BODIES: [(&str, [&str; 3]); 8] = [
+        FP64_FMA_ZMM_PACED,
+        FP32_FMA_ZMM_PACED,
+        FP64_FMA_YMM_PACED,
+        FP32_FMA_YMM_PACED,
+        BF16_DOT_ZMM_PACED,
+        INT8_DOT_ZMM_PACED,
+        INT8_DOT_YMM_VEX_PACED,
+        FP16_FMA_ZMM_PACED,
+    ];
 }
 
 /// Portable fallback: 8 independent multiply-add chains in plain Rust (2 FLOP per element).
@@ -410,7 +436,7 @@ fn choose_paced(spec: &Spec, model: &CoreModel) -> Option<PacedLoop> {
         .zip(twins)
         .find(|(&adds, _)| adds as f64 >= 1.1 * vector_cycles)
         .map(|(&adds, function)| PacedLoop {
-            function: KernelFn::Native(function),
+            function,
             adds_per_iteration: adds,
             vector_per_iteration: PACED_VECTOR,
         })
@@ -515,11 +541,9 @@ pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
                         body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
                         operand_bits: fp64,
                         function: KernelFn::Native(x86::fp64_fma_add_zmm),
-                        paced: Some([
-                            x86::fp64_fma_zmm_paced_2,
-                            x86::fp64_fma_zmm_paced_1,
-                            x86::fp64_fma_zmm_paced_half,
-                        ]),
+                        // No twin of its own: the FMA-only twin would time a clock without
+                        // the adds running, and judge this mix against it.
+                        paced: None,
                     },
                     model,
                 ));
@@ -534,11 +558,9 @@ pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
                         body: &[(OpClass::Fma, 12), (OpClass::Add, 12)],
                         operand_bits: fp32,
                         function: KernelFn::Native(x86::fp32_fma_add_zmm),
-                        paced: Some([
-                            x86::fp32_fma_zmm_paced_2,
-                            x86::fp32_fma_zmm_paced_1,
-                            x86::fp32_fma_zmm_paced_half,
-                        ]),
+                        // No twin of its own: the FMA-only twin would time a clock without
+                        // the adds running, and judge this mix against it.
+                        paced: None,
                     },
                     model,
                 ));
@@ -594,11 +616,9 @@ pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
                         body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
                         operand_bits: fp64,
                         function: KernelFn::Native(x86::fp64_fma_add_ymm),
-                        paced: Some([
-                            x86::fp64_fma_ymm_paced_2,
-                            x86::fp64_fma_ymm_paced_1,
-                            x86::fp64_fma_ymm_paced_half,
-                        ]),
+                        // No twin of its own: the FMA-only twin would time a clock without
+                        // the adds running, and judge this mix against it.
+                        paced: None,
                     },
                     model,
                 ));
@@ -613,11 +633,9 @@ pub fn select_kernels(isa: &IsaFlags, model: &CoreModel) -> Vec<ComputeKernel> {
                         body: &[(OpClass::Fma, 8), (OpClass::Add, 7)],
                         operand_bits: fp32,
                         function: KernelFn::Native(x86::fp32_fma_add_ymm),
-                        paced: Some([
-                            x86::fp32_fma_ymm_paced_2,
-                            x86::fp32_fma_ymm_paced_1,
-                            x86::fp32_fma_ymm_paced_half,
-                        ]),
+                        // No twin of its own: the FMA-only twin would time a clock without
+                        // the adds running, and judge this mix against it.
+                        paced: None,
                     },
                     model,
                 ));
@@ -810,6 +828,14 @@ mod tests {
                     model.name,
                     paced.adds_per_iteration
                 );
+            }
+        }
+        // The assembly holds what PACED_ADDS and PACED_VECTOR state, for every twin.
+        for (op, bodies) in x86::PACED_BODIES {
+            for (body, adds) in bodies.iter().zip(PACED_ADDS) {
+                assert_eq!(body.matches("add rdx, rsi").count() as u64, adds, "{op}");
+                let vector = body.lines().filter(|line| line.contains(op)).count() as u64;
+                assert_eq!(vector, PACED_VECTOR, "{op}");
             }
         }
         // A rate too slow for the longest twin gets none rather than a loop the vector

@@ -172,10 +172,6 @@ pub fn arm_core_model(implementer: u32, part: u32) -> CoreModel {
 }
 
 /// The row for an architecture without a table (stated default).
-#[cfg_attr(
-    any(target_arch = "x86_64", target_arch = "aarch64"),
-    allow(dead_code) // Only targets without a table use it.
-)]
 pub fn unknown_core_model() -> CoreModel {
     CoreModel {
         name: "unknown core (stated default)",
