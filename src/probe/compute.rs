@@ -340,29 +340,36 @@ mod x86 {
     // Paced twins (`PacedLoop`). The ymm ones have 14 accumulators (the operand is ymm15), so
     // two of them take two instructions per iteration: still far more chains than the paced
     // rate needs.
-    paced_kernels!(fp64_fma_zmm_paced_2, fp64_fma_zmm_paced_1, fp64_fma_zmm_paced_half, FP64_FMA_ZMM_PACED,
+    paced_kernels!(fp64_fma_zmm_paced_2, fp64_fma_zmm_paced_1, fp64_fma_zmm_paced_half,
+        FP64_FMA_ZMM_PACED,
         "avx512f", "vbroadcastsd zmm31, qword ptr [rax]", "vfmadd231pd", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(fp32_fma_zmm_paced_2, fp32_fma_zmm_paced_1, fp32_fma_zmm_paced_half, FP32_FMA_ZMM_PACED,
+    paced_kernels!(fp32_fma_zmm_paced_2, fp32_fma_zmm_paced_1, fp32_fma_zmm_paced_half,
+        FP32_FMA_ZMM_PACED,
         "avx512f", "vbroadcastss zmm31, dword ptr [rax]", "vfmadd231ps", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(fp64_fma_ymm_paced_2, fp64_fma_ymm_paced_1, fp64_fma_ymm_paced_half, FP64_FMA_YMM_PACED,
+    paced_kernels!(fp64_fma_ymm_paced_2, fp64_fma_ymm_paced_1, fp64_fma_ymm_paced_half,
+        FP64_FMA_YMM_PACED,
         "avx2,fma", "vbroadcastsd ymm15, qword ptr [rax]", "vfmadd231pd", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(fp32_fma_ymm_paced_2, fp32_fma_ymm_paced_1, fp32_fma_ymm_paced_half, FP32_FMA_YMM_PACED,
+    paced_kernels!(fp32_fma_ymm_paced_2, fp32_fma_ymm_paced_1, fp32_fma_ymm_paced_half,
+        FP32_FMA_YMM_PACED,
         "avx2,fma", "vbroadcastss ymm15, dword ptr [rax]", "vfmadd231ps", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(bf16_dot_zmm_paced_2, bf16_dot_zmm_paced_1, bf16_dot_zmm_paced_half, BF16_DOT_ZMM_PACED,
+    paced_kernels!(bf16_dot_zmm_paced_2, bf16_dot_zmm_paced_1, bf16_dot_zmm_paced_half,
+        BF16_DOT_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vdpbf16ps", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
-    paced_kernels!(int8_dot_zmm_paced_2, int8_dot_zmm_paced_1, int8_dot_zmm_paced_half, INT8_DOT_ZMM_PACED,
+    paced_kernels!(int8_dot_zmm_paced_2, int8_dot_zmm_paced_1, int8_dot_zmm_paced_half,
+        INT8_DOT_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vpdpbusd", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
     paced_kernels!(int8_dot_ymm_vex_paced_2, int8_dot_ymm_vex_paced_1,
         int8_dot_ymm_vex_paced_half, INT8_DOT_YMM_VEX_PACED,
         "avx2", "vpbroadcastd ymm15, dword ptr [rax]", "{{vex}} vpdpbusd", "ymm", "15";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "0" "1");
-    paced_kernels!(fp16_fma_zmm_paced_2, fp16_fma_zmm_paced_1, fp16_fma_zmm_paced_half, FP16_FMA_ZMM_PACED,
+    paced_kernels!(fp16_fma_zmm_paced_2, fp16_fma_zmm_paced_1, fp16_fma_zmm_paced_half,
+        FP16_FMA_ZMM_PACED,
         "avx512f", "vpbroadcastd zmm31, dword ptr [rax]", "vfmadd231ph", "zmm", "31";
         "0" "1" "2" "3" "4" "5" "6" "7" "8" "9" "10" "11" "12" "13" "14" "15");
 
