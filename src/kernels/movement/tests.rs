@@ -175,39 +175,43 @@ fn reduce_middle_axis() {
 
 /// Every reduction over a contiguous row (the lane-folded path, with a tail) and over an
 /// outer axis (the element-wise path) against the definition in f64.
+/// Every reduction kind, for the tests that walk them all.
+const ALL_REDUCTIONS: [Reduction; 9] = [
+    Reduction::Sum,
+    Reduction::Mean,
+    Reduction::Max,
+    Reduction::Min,
+    Reduction::Prod,
+    Reduction::SumSquare,
+    Reduction::L1,
+    Reduction::L2,
+    Reduction::LogSumExp,
+];
+
+/// A reduction of `values` by its definition, in f64.
+fn reduction_definition(kind: Reduction, values: &[f64]) -> f64 {
+    let n = values.len() as f64;
+    let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    match kind {
+        Reduction::Sum => values.iter().sum(),
+        Reduction::Mean => values.iter().sum::<f64>() / n,
+        Reduction::Max => max,
+        Reduction::Min => values.iter().cloned().fold(f64::INFINITY, f64::min),
+        Reduction::Prod => values.iter().product(),
+        Reduction::SumSquare => values.iter().map(|v| v * v).sum(),
+        Reduction::L1 => values.iter().map(|v| v.abs()).sum(),
+        Reduction::L2 => values.iter().map(|v| v * v).sum::<f64>().sqrt(),
+        Reduction::LogSumExp => values.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max,
+    }
+}
+
 #[test]
 fn reductions_match_the_definition() {
     let shape = [3, 19];
     let x: Vec<f32> = (0..57)
         .map(|v| ((v * 37 % 23) as f32 - 11.0) / 7.0)
         .collect();
-    let kinds = [
-        Reduction::Sum,
-        Reduction::Mean,
-        Reduction::Max,
-        Reduction::Min,
-        Reduction::Prod,
-        Reduction::SumSquare,
-        Reduction::L1,
-        Reduction::L2,
-        Reduction::LogSumExp,
-    ];
-    let define = |kind: Reduction, values: &[f64]| -> f64 {
-        let n = values.len() as f64;
-        let max = values.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        match kind {
-            Reduction::Sum => values.iter().sum(),
-            Reduction::Mean => values.iter().sum::<f64>() / n,
-            Reduction::Max => max,
-            Reduction::Min => values.iter().cloned().fold(f64::INFINITY, f64::min),
-            Reduction::Prod => values.iter().product(),
-            Reduction::SumSquare => values.iter().map(|v| v * v).sum(),
-            Reduction::L1 => values.iter().map(|v| v.abs()).sum(),
-            Reduction::L2 => values.iter().map(|v| v * v).sum::<f64>().sqrt(),
-            Reduction::LogSumExp => values.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max,
-        }
-    };
-    for kind in kinds {
+    for kind in ALL_REDUCTIONS {
         for (axis, kept) in [(1usize, 3usize), (0, 19)] {
             let mut out = vec![0.0; kept];
             reduce(&x, &shape, &[axis], kind, &mut out);
@@ -218,7 +222,7 @@ fn reductions_match_the_definition() {
                         f64::from(x[i * 19 + j])
                     })
                     .collect();
-                let want = define(kind, &values);
+                let want = reduction_definition(kind, &values);
                 assert!(
                     (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
                     "{kind:?} over axis {axis}, output {k}: {got} vs {want}"
@@ -385,17 +389,6 @@ fn concat_of_short_and_long_parts_matches_the_definition() {
 /// equals the definition; a long innermost axis (the row walk) agrees with it too.
 #[test]
 fn reductions_over_short_innermost_axes_match_the_definition() {
-    let kinds = [
-        Reduction::Sum,
-        Reduction::Mean,
-        Reduction::Max,
-        Reduction::Min,
-        Reduction::Prod,
-        Reduction::SumSquare,
-        Reduction::L1,
-        Reduction::L2,
-        Reduction::LogSumExp,
-    ];
     for (shape, axes) in [
         (vec![5usize, 4, 3], vec![2usize]),
         (vec![5, 4, 3], vec![1, 2]),
@@ -407,25 +400,15 @@ fn reductions_over_short_innermost_axes_match_the_definition() {
             .collect();
         let reduced: usize = axes.iter().map(|&a| shape[a]).product();
         let outer = count / reduced;
-        for kind in kinds {
+        for kind in ALL_REDUCTIONS {
             let mut got = vec![f32::NAN; outer];
             reduce(&x, &shape, &axes, kind, &mut got);
             for (o, &value) in got.iter().enumerate() {
-                let row = &x[o * reduced..(o + 1) * reduced];
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let want = match kind {
-                    Reduction::Sum => row.iter().sum::<f32>(),
-                    Reduction::Mean => row.iter().sum::<f32>() / reduced as f32,
-                    Reduction::Max => max,
-                    Reduction::Min => row.iter().copied().fold(f32::INFINITY, f32::min),
-                    Reduction::Prod => row.iter().product::<f32>(),
-                    Reduction::SumSquare => row.iter().map(|v| v * v).sum::<f32>(),
-                    Reduction::L1 => row.iter().map(|v| v.abs()).sum::<f32>(),
-                    Reduction::L2 => row.iter().map(|v| v * v).sum::<f32>().sqrt(),
-                    Reduction::LogSumExp => {
-                        row.iter().map(|v| (v - max).exp()).sum::<f32>().ln() + max
-                    }
-                };
+                let row: Vec<f64> = x[o * reduced..(o + 1) * reduced]
+                    .iter()
+                    .map(|&v| f64::from(v))
+                    .collect();
+                let want = reduction_definition(kind, &row) as f32;
                 assert!(
                     (value - want).abs() <= 1e-4 * (1.0 + want.abs()),
                     "{kind:?} over {axes:?} of {shape:?} at {o}: {value} vs {want}"
