@@ -118,15 +118,18 @@ fn clock_stats(cpu: usize, mut rates: Vec<f64>) -> ClockStats {
     }
 }
 
-/// Chain length timed right after each load block: 384k adds, about 0.1 ms at 3-4 GHz. Intel
-/// cores keep a lowered licence frequency for about 2 ms after the last heavy vector
-/// instruction (Intel 64 and IA-32 Architectures Optimization Reference Manual, 248966,
-/// "Intel AVX-512 frequency" section), so a chain this short runs wholly at the clock the
-/// load ran at; a longer one would see the clock climb back.
+/// Chain length timed right after each load block: 384k adds, about 0.1 ms at 3-4 GHz. Intel's
+/// Optimization Reference Manual (248966, "Intel AVX-512 frequency") describes a lowered licence
+/// frequency held for about 2 ms after the last heavy vector instruction, which a chain this
+/// short would still see. An Emerald Rapids guest did not behave so: right after 512-bit FMA
+/// blocks the chain read the scalar clock, while a chain interleaved with the FMAs read 7-8%
+/// less (session 45), so this is the fallback for kernels without a paced twin
+/// ([`clock_paced`]).
 const CHAIN_AFTER_LOAD_ITERATIONS: u64 = 24_000;
 
 /// One short dependent-add chain timed now, in Hz (`None` where no chain exists): called right
-/// after a block of a kernel, it runs at the clock the kernel left the core at.
+/// after a block of a kernel, it runs at the clock the kernel left the core at (which, on cores
+/// that lower the clock only while dense vector code issues, is the scalar clock again).
 pub fn chain_clock_now() -> Option<f64> {
     let start = Instant::now();
     if !add_chain(CHAIN_AFTER_LOAD_ITERATIONS) {

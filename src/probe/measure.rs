@@ -14,8 +14,7 @@ use super::*;
 /// kernel's paced twin (its instructions interleaved with a chain that bounds the loop;
 /// `PacedLoop`). Its theoretical peak uses such a clock, not the scalar one: Intel cores
 /// run dense 512-bit code at a lower clock, and a peak at the scalar clock would blame the
-/// kernel for the hardware. Returns the timing, each thread's clock after blocks, each
-/// thread's paced clock (empty without a twin) and the counter check.
+/// kernel for the hardware.
 pub(super) fn measure_compute(
     kernel: &ComputeKernel,
     cpus: &[usize],
@@ -64,18 +63,23 @@ pub(super) fn measure_compute(
         };
         (timing, clock, paced.map(|stats| stats.max_hz), check)
     })?;
-    let clocks: Vec<f64> = results
+    let after_clocks: Vec<f64> = results
         .iter()
         .filter_map(|(_, clock, _, _)| *clock)
         .collect();
-    let paced: Vec<f64> = results
+    let paced_clocks: Vec<f64> = results
         .iter()
         .filter_map(|(_, _, paced, _)| *paced)
         .collect();
     let Some((timing, _, _, check)) = results.into_iter().next() else {
         return Err(ProbeError::NoUsableCpu);
     };
-    Ok((timing, clocks, paced, check))
+    Ok(ComputeOutcome {
+        timing,
+        after_clocks,
+        paced_clocks,
+        check,
+    })
 }
 
 /// The last-level cache `threads` threads may reach together: the shared total the CPU

@@ -418,7 +418,12 @@ pub fn run_probe(
         let mut team_retries = 0;
         while let Some(threads) = queue.pop_front() {
             let count = threads == 1 && counters_usable.is_ok() && !retried_single;
-            let (timing, after_clocks, paced_clocks, check) = measure_compute(
+            let ComputeOutcome {
+                timing,
+                after_clocks,
+                paced_clocks,
+                check,
+            } = measure_compute(
                 kernel,
                 &cpus[..threads],
                 &settings,
@@ -789,12 +794,15 @@ pub fn run_probe(
     Ok(profile)
 }
 
-type ComputeOutcome = (
-    TeamTiming,
-    Vec<f64>,
-    Vec<f64>,
-    Option<Result<CounterCheck, String>>,
-);
+/// One compute kernel's measurement on a team ([`measure::measure_compute`]).
+struct ComputeOutcome {
+    timing: TeamTiming,
+    /// Each thread's clock from a chain right after blocks of the kernel.
+    after_clocks: Vec<f64>,
+    /// Each thread's clock from the kernel's paced twin (empty without a twin).
+    paced_clocks: Vec<f64>,
+    check: Option<Result<CounterCheck, String>>,
+}
 
 /// The saved local profile, or a quick probe saved for next time when there is none (or the
 /// saved one no longer loads).
