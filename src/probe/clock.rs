@@ -289,56 +289,68 @@ mod tests {
             .iter()
             .find(|k| k.precision == crate::device::Precision::Fp32 && k.paced.is_some());
         let cpus = [0usize];
-        let (results, _) = run_team(&cpus, |worker| {
-            let mut warms = 0;
-            let chain = clock_paced(
-                worker,
-                3,
-                0.001,
-                ADDS_PER_ITERATION,
-                || warms += 1,
-                add_chain,
-            );
-            let (mut best_twin, mut best_idle) = (0.0f64, 0.0f64);
-            for _ in 0..5 {
-                if let Some(kernel) = twin_kernel {
-                    let twin = kernel.paced.and_then(|paced| {
-                        clock_paced(
-                            worker,
-                            1,
-                            0.001,
-                            paced.adds_per_iteration,
-                            || kernel.run(1000),
-                            |iterations| kernel.run_paced(iterations),
-                        )
-                    });
-                    best_twin = best_twin.max(twin.map_or(0.0, |stats| stats.max_hz));
+        // Timing under the other tests' load: an attempt whose rounds another test's threads
+        // disturbed throughout is measured again (CI saw one such attempt in four suites).
+        let mut last_ratios = (0.0, 0.0);
+        for _attempt in 0..3 {
+            let (results, _) = run_team(&cpus, |worker| {
+                let mut warms = 0;
+                let chain = clock_paced(
+                    worker,
+                    3,
+                    0.001,
+                    ADDS_PER_ITERATION,
+                    || warms += 1,
+                    add_chain,
+                );
+                let (mut best_twin, mut best_idle) = (0.0f64, 0.0f64);
+                for _ in 0..5 {
+                    if let Some(kernel) = twin_kernel {
+                        let twin = kernel.paced.and_then(|paced| {
+                            clock_paced(
+                                worker,
+                                1,
+                                0.001,
+                                paced.adds_per_iteration,
+                                || kernel.run(1000),
+                                |iterations| kernel.run_paced(iterations),
+                            )
+                        });
+                        best_twin = best_twin.max(twin.map_or(0.0, |stats| stats.max_hz));
+                    }
+                    let idle = sample_clock(worker, 1, 0.001);
+                    best_idle = best_idle.max(idle.map_or(0.0, |stats| stats.max_hz));
                 }
-                let idle = sample_clock(worker, 1, 0.001);
-                best_idle = best_idle.max(idle.map_or(0.0, |stats| stats.max_hz));
+                (warms, chain, best_twin, best_idle)
+            })
+            .expect("a team of one");
+            let (warms, chain, twin_hz, idle_hz) = &results[0];
+            let Some(chain) = chain else {
+                assert_eq!(*warms, 0, "no chain, no rounds");
+                return;
+            };
+            assert!(*idle_hz > 0.0, "a chain exists, so the idle clock does");
+            assert_eq!(*warms, 3, "one warm block before each timed round");
+            assert_eq!(chain.samples, 3);
+            let chain_ratio = chain.max_hz / idle_hz;
+            let twin_ratio = if twin_kernel.is_some() {
+                twin_hz / idle_hz
+            } else {
+                1.0
+            };
+            last_ratios = (chain_ratio, twin_ratio);
+            if (0.5..2.0).contains(&chain_ratio) && (0.45..2.0).contains(&twin_ratio) {
+                return;
             }
-            (warms, chain, best_twin, best_idle)
-        })
-        .expect("a team of one");
-        let (warms, chain, twin_hz, idle_hz) = &results[0];
-        let Some(chain) = chain else {
-            assert_eq!(*warms, 0, "no chain, no rounds");
-            return;
-        };
-        assert!(*idle_hz > 0.0, "a chain exists, so the idle clock does");
-        assert_eq!(*warms, 3, "one warm block before each timed round");
-        assert_eq!(chain.samples, 3);
-        let ratio = chain.max_hz / idle_hz;
-        assert!(
-            (0.5..2.0).contains(&ratio),
-            "chain/idle clock ratio {ratio}"
-        );
-        if twin_kernel.is_some() {
-            let ratio = twin_hz / idle_hz;
-            assert!(
-                (0.45..2.0).contains(&ratio),
-                "paced/idle clock ratio {ratio}"
-            );
         }
+        let (chain_ratio, twin_ratio) = last_ratios;
+        assert!(
+            (0.5..2.0).contains(&chain_ratio),
+            "chain/idle clock ratio {chain_ratio}"
+        );
+        assert!(
+            (0.45..2.0).contains(&twin_ratio),
+            "paced/idle clock ratio {twin_ratio}"
+        );
     }
 }
