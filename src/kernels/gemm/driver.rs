@@ -262,13 +262,28 @@ fn tile_epi<'e>(job: &'e Job, i: usize, j: usize, first: bool, last: bool) -> Ti
     }
 }
 
-/// The `jr`/`ir` loops over one packed A block (`mcl` rows from `ic`) and one packed B block
+/// One k-block of an A block as the microkernels read it.
+#[derive(Clone, Copy)]
+enum ABlock {
+    /// Packed micro-panels of `kl × MR` floats, one after the other.
+    Packed(*const f32),
+    /// A row-major A read where it lies: `rows` at the block's first row and k-block start,
+    /// `lda` floats between rows. A last micro-panel of fewer than MR rows is packed at `tail`
+    /// (the unpacked microkernel reads all MR rows).
+    Rows {
+        rows: *const f32,
+        lda: usize,
+        tail: *const f32,
+    },
+}
+
+/// The `jr`/`ir` loops over one A block (`mcl` rows from `ic`) and one packed B block
 /// (`ncl` columns from `jc`) of k-block length `kl`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn macro_kernel(
     job: &Job,
-    ap: *const f32,
+    a: ABlock,
     bp: *const f32,
     ic: usize,
     mcl: usize,
@@ -279,28 +294,33 @@ unsafe fn macro_kernel(
     last: bool,
 ) {
     let (mr, nr) = (job.kern.mr, job.kern.nr);
+    // The tile of micro-panel row `ir` and column `jr`, with B's micro-panel at `bpanel`.
+    let tile = |ir: usize, jr: usize, bpanel: *const f32, te: &TileEpi| {
+        let m_eff = (mcl - ir).min(mr);
+        let n_eff = (ncl - jr).min(nr);
+        let c = job.c.add((ic + ir) * job.ldc + jc + jr);
+        match a {
+            ABlock::Packed(ap) => {
+                (job.kern.micro)(kl, ap.add(ir * kl), bpanel, c, job.ldc, m_eff, n_eff, te)
+            }
+            ABlock::Rows { rows, lda, .. } if m_eff == mr => {
+                (job.kern.micro_rows)(kl, rows.add(ir * lda), lda, bpanel, c, job.ldc, n_eff, te)
+            }
+            ABlock::Rows { tail, .. } => {
+                (job.kern.micro)(kl, tail, bpanel, c, job.ldc, m_eff, n_eff, te)
+            }
+        }
+    };
     if kl * ncl <= SMALL_B_BLOCK {
         // A short k: writing C dominates. Row-panel order writes MR rows of C at a time in long
         // contiguous runs (the whole B block sits in L1), where column-panel order would touch
         // every row of C per NR columns.
         let mut ir = 0;
         while ir < mcl {
-            let m_eff = (mcl - ir).min(mr);
             let mut jr = 0;
             while jr < ncl {
-                let n_eff = (ncl - jr).min(nr);
-                let (i, j) = (ic + ir, jc + jr);
-                let te = tile_epi(job, i, j, first, last);
-                (job.kern.micro)(
-                    kl,
-                    ap.add(ir * kl),
-                    bp.add(jr * kl),
-                    job.c.add(i * job.ldc + j),
-                    job.ldc,
-                    m_eff,
-                    n_eff,
-                    &te,
-                );
+                let te = tile_epi(job, ic + ir, jc + jr, first, last);
+                tile(ir, jr, bp.add(jr * kl), &te);
                 jr += nr;
             }
             ir += mr;
@@ -317,30 +337,18 @@ unsafe fn macro_kernel(
     let prefetch_next_a = matches!(job.a, Opnd::Packed(_));
     let mut jr = 0;
     while jr < ncl {
-        let n_eff = (ncl - jr).min(nr);
         let bpanel = bp.add(jr * kl);
         let next_panel = bpanel.wrapping_add(kl * nr);
         let mut ir = 0;
         while ir < mcl {
-            let m_eff = (mcl - ir).min(mr);
-            let (i, j) = (ic + ir, jc + jr);
-            let mut te = tile_epi(job, i, j, first, last);
+            let mut te = tile_epi(job, ic + ir, jc + jr, first, last);
             let covered = (ir / mr) * kl * PREFETCH_STRIDE;
             if prefetch_next && covered < kl * nr {
                 te.prefetch_b = next_panel.wrapping_add(covered);
-            } else if prefetch_next_a && jr == 0 {
+            } else if let (true, 0, ABlock::Packed(ap)) = (prefetch_next_a, jr, a) {
                 te.prefetch_b = ap.wrapping_add((ir + mr) * kl);
             }
-            (job.kern.micro)(
-                kl,
-                ap.add(ir * kl),
-                bpanel,
-                job.c.add(i * job.ldc + j),
-                job.ldc,
-                m_eff,
-                n_eff,
-                &te,
-            );
+            tile(ir, jr, bpanel, &te);
             ir += mr;
         }
         jr += nr;
@@ -361,6 +369,7 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
     let (mr, nr) = (kern.mr, kern.nr);
     let short = i1 - i0 <= job.mc;
     let nc = if short { job.nc_short } else { job.nc };
+    let a_unpacked = reads_a_unpacked(kern, job.a, j1 - j0);
     let a_len = match job.a {
         Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc.min(job.k),
         Opnd::Packed(_) => 0,
@@ -375,10 +384,21 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
             let abuf = abuf.as_mut_slice().as_mut_ptr();
             let bbuf = bbuf.as_mut_slice().as_mut_ptr();
             let a_block = |k0: usize, kl: usize, ic: usize, mcl: usize| match job.a {
-                Opnd::Packed(v) => v.panel(k0, kl, ic / mr),
+                Opnd::Packed(v) => ABlock::Packed(v.panel(k0, kl, ic / mr)),
+                Opnd::Raw(s) if a_unpacked => {
+                    let full = mcl / mr * mr;
+                    if full < mcl {
+                        (kern.pack_a)(s.at(ic + full, k0), s.ws, s.ks, mcl - full, kl, abuf);
+                    }
+                    ABlock::Rows {
+                        rows: s.at(ic, k0),
+                        lda: s.ws,
+                        tail: abuf,
+                    }
+                }
                 Opnd::Raw(s) => {
                     (kern.pack_a)(s.at(ic, k0), s.ws, s.ks, mcl, kl, abuf);
-                    abuf as *const f32
+                    ABlock::Packed(abuf)
                 }
                 Opnd::Source(_) => unreachable!("only B operands pack themselves"),
             };
@@ -432,6 +452,34 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
             }
         })
     });
+}
+
+/// Column panels of a region up to which a row-major A is read in place rather than packed.
+/// Packing transposes A into MR-row panels (about a cycle per float) for the microkernels to
+/// read it once per column panel; with few panels that is a third of the product (2048 × 64 ×
+/// 257, magika's one-hot embedding: 106 GFLOP/s packing A, 158 unpacked, 165 with A packed
+/// ahead, on an Emerald Rapids core). Read in place, A's MR rows are MR short streams that
+/// stay in L1 across the panels. Alternated calls on that core (`sgemm_packed_b`, 1 thread):
+/// unpacked as fast or faster from 64 to 4096 columns (2048 × 256 × 256: 159 against 144
+/// GFLOP/s; 197 × 768 × 768: 163 against 157; 2048 × 4096 × 512: 143 either way). The limit
+/// keeps the wide products, where packing costs a few per cent, on the path measured on
+/// every machine so far.
+pub(crate) const UNPACKED_A_MAX_PANELS: usize = 32;
+
+/// Whether `a` is read unpacked for a region of `cols` columns: a row-major A (contiguous
+/// along k) under at most [`UNPACKED_A_MAX_PANELS`] column panels, whose rows are not a
+/// multiple of 4 KiB apart. (MR = 12 rows 4 KiB apart share one L1 set, which holds 8 lines
+/// on a Zen 4; Emerald Rapids' 12-way L1 did not mind, but the packed panel is contiguous.)
+pub(crate) fn reads_a_unpacked(kern: &Kernel, a: Opnd, cols: usize) -> bool {
+    match a {
+        Opnd::Raw(s) => {
+            s.ks == 1
+                && s.len >= kern.mr
+                && cols.div_ceil(kern.nr) <= UNPACKED_A_MAX_PANELS
+                && !(s.ws * std::mem::size_of::<f32>()).is_multiple_of(4096)
+        }
+        _ => false,
+    }
 }
 
 /// Runs a validated job with up to `threads` threads.

@@ -15,6 +15,9 @@ use super::{Activation, Blocking, Isa};
 
 pub(crate) type MicroFn =
     unsafe fn(usize, *const f32, *const f32, *mut f32, usize, usize, usize, &TileEpi);
+/// `(kc, a, lda, b, c, ldc, n_eff, epi)`: a tile of all MR rows of a row-major A, unpacked.
+pub(crate) type MicroRowsFn =
+    unsafe fn(usize, *const f32, usize, *const f32, *mut f32, usize, usize, &TileEpi);
 /// `(src, ws, ks, wlen, klen, dst)`, see [`super::pack::pack`].
 pub(crate) type PackFn = unsafe fn(*const f32, usize, usize, usize, usize, *mut f32);
 /// `(m, stride, rows, k, x, y)`.
@@ -38,6 +41,7 @@ pub(crate) struct Kernel {
     pub lanes: usize,
     pub blocking: Blocking,
     pub micro: MicroFn,
+    pub micro_rows: MicroRowsFn,
     pub pack_a: PackFn,
     pub pack_b: PackFn,
     pub gemv_dot: GemvFn,
@@ -119,15 +123,15 @@ macro_rules! isa_kernels {
                 const R2: usize = super::edge_rows(MR).1;
                 macro_rules! run {
                     ($rows:expr, $vecs:expr) => {
-                        micro::micro::<$V, MR, $nv, { $rows }, { $vecs }, true>(
-                            kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile,
+                        micro::micro::<$V, MR, $nv, { $rows }, { $vecs }, true, false>(
+                            kc, a, 0, b, c, ldc, m_eff, n_eff, epi, store_tile,
                         )
                     };
                 }
                 if m_eff == MR && n_eff == NR {
                     // Whole tiles, nearly all of them, run the instance without an edge path.
-                    return micro::micro::<$V, MR, $nv, MR, $nv, false>(
-                        kc, a, b, c, ldc, m_eff, n_eff, epi, store_tile,
+                    return micro::micro::<$V, MR, $nv, MR, $nv, false, false>(
+                        kc, a, 0, b, c, ldc, m_eff, n_eff, epi, store_tile,
                     );
                 }
                 match (m_eff > R2, m_eff > R1, n_eff > LANES) {
@@ -137,6 +141,35 @@ macro_rules! isa_kernels {
                     (false, true, false) => run!(R2, 1),
                     (false, false, true) => run!(R1, $nv),
                     (false, false, false) => run!(R1, 1),
+                }
+            }
+
+            /// [`micro`] over a tile of all `MR` rows read from a row-major A (`a` the tile's
+            /// first row, `lda` floats between rows), unpacked.
+            $(#[$attr])*
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn micro_rows(
+                kc: usize,
+                a: *const f32,
+                lda: usize,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                n_eff: usize,
+                epi: &TileEpi,
+            ) {
+                if n_eff == NR {
+                    micro::micro::<$V, MR, $nv, MR, $nv, false, true>(
+                        kc, a, lda, b, c, ldc, MR, n_eff, epi, store_tile,
+                    )
+                } else if n_eff > LANES {
+                    micro::micro::<$V, MR, $nv, MR, $nv, true, true>(
+                        kc, a, lda, b, c, ldc, MR, n_eff, epi, store_tile,
+                    )
+                } else {
+                    micro::micro::<$V, MR, $nv, MR, 1, true, true>(
+                        kc, a, lda, b, c, ldc, MR, n_eff, epi, store_tile,
+                    )
                 }
             }
 
@@ -331,6 +364,7 @@ macro_rules! kernel_table {
             lanes: $m::LANES,
             blocking: $blocking,
             micro: $m::micro,
+            micro_rows: $m::micro_rows,
             pack_a: $m::pack_a,
             pack_b: $m::pack_b,
             gemv_dot: $m::gemv_dot,

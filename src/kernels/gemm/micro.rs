@@ -52,6 +52,10 @@ pub(crate) type StoreTileFn = unsafe fn(*const f32, usize, usize, usize, *mut f3
 /// `EDGE = false` is the instance for whole tiles only (`m_eff == ROWS`, `n_eff == VECS ·
 /// LANES`): without an edge path in the same function, LLVM no longer stores the accumulators
 /// to the stack after the k loop for the path it might take.
+///
+/// `A_ROWS = true` reads A unpacked, row-major: element `(i, kk)` at `a[i·lda + kk]` (`lda`
+/// is ignored otherwise). Every one of the `ROWS` rows is read, so the caller passes only
+/// tiles whose rows all exist (`m_eff == ROWS`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn micro<
@@ -61,9 +65,11 @@ pub(crate) unsafe fn micro<
     const ROWS: usize,
     const VECS: usize,
     const EDGE: bool,
+    const A_ROWS: bool,
 >(
     kc: usize,
     a: *const f32,
+    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -73,6 +79,9 @@ pub(crate) unsafe fn micro<
     store: StoreTileFn,
 ) {
     debug_assert!(ROWS <= MR && VECS <= NV && m_eff <= ROWS && n_eff <= VECS * V::LANES);
+    debug_assert!(!A_ROWS || m_eff == ROWS);
+    // Element `(i, kk)` of A at `a[i·a_row + kk·a_step]`.
+    let (a_row, a_step) = if A_ROWS { (lda, 1) } else { (1, MR) };
     let nr = NV * V::LANES;
     let tile_nr = VECS * V::LANES;
     for i in 0..ROWS {
@@ -90,7 +99,7 @@ pub(crate) unsafe fn micro<
         let slots = init.as_mut_ptr() as *mut V;
         for i in 0..ROWS {
             let ai = if kc > 0 {
-                V::splat(*a.add(i))
+                V::splat(*a.add(i * a_row))
             } else {
                 V::zero()
             };
@@ -106,7 +115,7 @@ pub(crate) unsafe fn micro<
         init.assume_init()
     };
     // wrapping: with kc = 0 the pointers are never read.
-    let mut ap = a.wrapping_add(MR);
+    let mut ap = a.wrapping_add(a_step);
     let mut bp = b.wrapping_add(nr);
     // One k step, written out in both loops below: a closure over `&mut acc` made LLVM keep
     // the accumulators in memory (2.6× slower end to end).
@@ -117,12 +126,12 @@ pub(crate) unsafe fn micro<
                 *bvv = V::load_aligned(bp.add(v * V::LANES));
             }
             for (i, row) in acc.iter_mut().enumerate() {
-                let ai = V::splat(*ap.add(i));
+                let ai = V::splat(*ap.add(i * a_row));
                 for (accv, bvv) in row.iter_mut().zip(bv.iter()) {
                     *accv = V::fma(ai, *bvv, *accv);
                 }
             }
-            ap = ap.add(MR);
+            ap = ap.add(a_step);
             bp = bp.add(nr);
         }};
     }

@@ -444,6 +444,53 @@ pub(super) fn layouts(isa: Isa) {
     }
 }
 
+/// A row-major A is read in place under few column panels and packed otherwise (wide
+/// products, rows a multiple of 4 KiB apart); both routes against the reference, with edge
+/// rows and columns, several k-blocks and A blocks (tiny blocking) and 1 and 2 threads.
+pub(super) fn row_major_a_routes(isa: Isa) {
+    use super::driver::reads_a_unpacked;
+    let cfgs = [GemmConfig::for_isa(isa).unwrap(), tiny_blocking(isa)];
+    let kern = isa::table(isa);
+    let (mr, nr) = isa.tile();
+    let wide = (driver::UNPACKED_A_MAX_PANELS + 1) * nr + 1;
+    let mut rng = Rng(0xa11);
+    for (m, n, k, unpacked) in [
+        (2 * mr + 3, 2 * nr + 3, 23, true),
+        (mr, nr - 1, 1, true),
+        (3 * mr - 1, 1 + nr / 2, 40, true),
+        (mr + 5, wide, 9, false),
+        (mr + 1, nr + 3, 1024, false),
+    ] {
+        let case = Case::new(
+            &mut rng,
+            m,
+            n,
+            k,
+            Layout::RowMajor,
+            Layout::RowMajor,
+            2,
+            true,
+            Activation::Relu,
+        );
+        let a = case.a.view();
+        assert_eq!(
+            reads_a_unpacked(kern, Opnd::Raw(Src::of_a(&a)), n),
+            unpacked,
+            "{}: A {m}×{k} under {n} columns",
+            isa.name()
+        );
+        for cfg in &cfgs {
+            for threads in [1, 2] {
+                case.check_all(
+                    cfg,
+                    threads,
+                    &format!("{} row-major A {m}×{n}×{k}", isa.name()),
+                );
+            }
+        }
+    }
+}
+
 pub(super) fn epilogues(isa: Isa) {
     let cfg = GemmConfig::for_isa(isa).unwrap();
     let tiny = tiny_blocking(isa);
@@ -746,6 +793,10 @@ macro_rules! gemm_suite {
             #[test]
             fn strided_and_transposed() {
                 if let Some(isa) = isa() { layouts(isa) }
+            }
+            #[test]
+            fn row_major_a_in_place_or_packed() {
+                if let Some(isa) = isa() { row_major_a_routes(isa) }
             }
             #[test]
             fn every_epilogue() {
