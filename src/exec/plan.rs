@@ -228,16 +228,26 @@ pub fn build_plan(
     // Constants (initializers, folded values) are materialised lazily when a step reads them.
     let mut steps = Vec::new();
     let operand_views = crate::analysis::matmul_operand_views(graph, order, states);
+    // A comparison that only a Cast to float reads runs in that Cast's step.
+    let compare_casts = lower::elementwise::compare_casts(graph, order, states);
+    let fused_compares: std::collections::HashSet<NodeId> =
+        compare_casts.values().copied().collect();
     for (index, &id) in order.iter().enumerate() {
         let node = &graph.dag[id];
         if node
             .outputs
             .first()
             .is_some_and(|out| operand_views.contains_key(out))
+            || fused_compares.contains(&id)
         {
-            // Read in place by the MatMuls that consume it: no step, no buffer.
+            // Read in place by the MatMuls that consume it, or run by the Cast that reads it:
+            // no step, no buffer.
             continue;
         }
+        // The node whose inputs the step reads and whose kernel it runs: the node itself, or
+        // the comparison a Cast fuses.
+        let fused_compare = compare_casts.get(&id).map(|&compare| &graph.dag[compare]);
+        let source = fused_compare.unwrap_or(node);
         let state = states.get(&id).cloned().unwrap_or(NodeState::Inferred);
         if let NodeState::Failed(reason) = &state {
             return Err(node_error(
@@ -246,15 +256,15 @@ pub fn build_plan(
             ));
         }
         // A folded Transpose's or scaling's reader takes what it reads, through its view.
-        let mut step_inputs: Vec<Option<ValueId>> = node
+        let mut step_inputs: Vec<Option<ValueId>> = source
             .inputs
             .iter()
             .map(|slot| slot.map(|v| operand_views.get(&v).map_or(v, |view| view.source)))
             .collect();
         // A control-flow node also reads what its subgraphs read from this graph: implicit
         // inputs after its own, so that they are computed before it and kept alive for it.
-        step_inputs.extend(implicit_inputs(graph, node)?.into_iter().map(Some));
-        let views: Vec<Option<&crate::analysis::OperandView>> = node
+        step_inputs.extend(implicit_inputs(graph, source)?.into_iter().map(Some));
+        let views: Vec<Option<&crate::analysis::OperandView>> = source
             .inputs
             .iter()
             .map(|slot| slot.and_then(|v| operand_views.get(&v)))
@@ -273,8 +283,8 @@ pub fn build_plan(
         if folded && !opaque_outputs {
             continue;
         }
-        let implicit = &step_inputs[node.inputs.len()..];
-        for slot in node.inputs.iter().chain(implicit).flatten() {
+        let implicit = &step_inputs[source.inputs.len()..];
+        for slot in source.inputs.iter().chain(implicit).flatten() {
             if let Some(konst) = &graph.values[*slot].fact.konst {
                 if !const_cache.contains_key(slot) && !matches!(slots[*slot], Slot::Const(_)) {
                     // One copy per constant, however many values hold it (an Identity of a
@@ -297,13 +307,21 @@ pub fn build_plan(
                 }
             }
         }
-        let lowered = lower::lower(&Cx {
+        let mut lowered = lower::lower(&Cx {
             graph,
-            node,
+            node: source,
             facts: &input_facts,
             slots: &slots,
             views: &views,
         })?;
+        if fused_compare.is_some()
+            && !lower::elementwise::compare_writes_floats(&mut lowered.kernel)
+        {
+            return Err(node_error(
+                source,
+                "a comparison lowered to no comparison kernel",
+            ));
+        }
         let algorithm = lower::conv::algorithm(&lowered.kernel, index, &options.conv_algorithms);
         let mut kernel = lowered.kernel;
         let packed_key = match &kernel {

@@ -653,3 +653,73 @@ fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
     let out = shared.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32();
     assert!(out.iter().all(|v| v.is_finite()));
 }
+
+/// A comparison that only a Cast to float reads runs in the Cast's step and writes 0.0 / 1.0
+/// there (a one-hot `Equal` of integer ids against a range; a `Less` of floats against a
+/// scalar); one whose booleans something else also reads keeps its own step. Same values
+/// either way.
+#[test]
+fn a_comparison_cast_to_float_runs_as_one_step() {
+    use crate::builtin::builder::attr_int;
+    for (integers, other_reader) in [(true, false), (true, true), (false, false)] {
+        let mut b = GraphBuilder::new(WeightFill::Random(4));
+        let (shape, elem_type): (Vec<usize>, i32) = if integers {
+            (vec![2, 5, 1], 7)
+        } else {
+            (vec![3, 7], 1)
+        };
+        let dims: Vec<SigDim> = shape.iter().map(|&d| SigDim::Fixed(d as i64)).collect();
+        let x = b.input("x", elem_type, &dims);
+        let (mask, out_shape) = if integers {
+            let range = b.int64_const("range", &[0, 1, 2, 3]);
+            (b.node("Equal", &[&x, &range], vec![]), vec![2, 5, 4])
+        } else {
+            let threshold = b.scalar_const("threshold", 0.5);
+            (b.node("Less", &[&x, &threshold], vec![]), vec![3, 7])
+        };
+        let floats = b.node("Cast", &[&mask], vec![attr_int("to", 1)]);
+        let out_dims: Vec<SigDim> = out_shape.iter().map(|&d| SigDim::Fixed(d as i64)).collect();
+        b.output(&floats, 1, &out_dims);
+        if other_reader {
+            b.output(&mask, 9, &out_dims);
+        }
+        let (_, plan) = default_plan(b, "compare_cast");
+        let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();
+        if other_reader {
+            assert_eq!(ops, ["Equal", "Cast"]);
+        } else {
+            assert_eq!(ops, ["Cast"]);
+        }
+        let len: usize = shape.iter().product();
+        let (data, want): (super::super::RtData, Vec<f32>) = if integers {
+            let ids: Vec<i64> = (0..len as i64).map(|i| (i * 3) % 6 - 1).collect();
+            let want = ids
+                .iter()
+                .flat_map(|&id| (0..4).map(move |j| f32::from(u8::from(id == j))))
+                .collect();
+            (super::super::RtData::I64(ids), want)
+        } else {
+            let xs: Vec<f32> = (0..len).map(|i| (i % 5) as f32 * 0.25).collect();
+            let want = xs.iter().map(|&v| f32::from(u8::from(v < 0.5))).collect();
+            (super::super::RtData::F32(xs), want)
+        };
+        let inputs = [("x".to_string(), RtTensor { shape, data })]
+            .into_iter()
+            .collect();
+        let mut ws = plan.workspace();
+        let out = plan.run(&mut ws, &inputs, None).unwrap();
+        assert_eq!(out[0].1.shape, out_shape);
+        assert_eq!(
+            out[0].1.to_f32(),
+            want,
+            "integers {integers}, other reader {other_reader}"
+        );
+        if other_reader {
+            let super::super::RtData::I64(bools) = &out[1].1.data else {
+                panic!("the comparison's own output is not booleans");
+            };
+            let as_floats: Vec<f32> = bools.iter().map(|&v| v as f32).collect();
+            assert_eq!(as_floats, want);
+        }
+    }
+}

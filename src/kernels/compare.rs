@@ -2,6 +2,7 @@
 //! runtime's integer type) and `Where`, each on an operand layout derived once per plan.
 
 use super::elementwise::{broadcast_strides, BroadcastLayout};
+use super::simd::multiversion;
 
 /// An ONNX comparison (Equal, Less, Greater, LessOrEqual, GreaterOrEqual).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -26,14 +27,118 @@ impl Comparison {
     }
 }
 
+/// Where a comparison writes: booleans as the executor holds them (0 / 1 in i64), or 0.0 /
+/// 1.0 (a comparison cast to float, run as one step).
+pub enum CompareOut<'o> {
+    Ints(&'o mut [i64]),
+    Floats(&'o mut [f32]),
+}
+
+/// The element types a comparison runs on, each with its loop compiled per ISA.
+pub trait Compared: Copy + PartialOrd {
+    fn compare_rows(
+        op: Comparison,
+        a: &[Self],
+        b: &[Self],
+        layout: &BroadcastLayout,
+        out: CompareOut,
+    );
+}
+
+impl Compared for i64 {
+    fn compare_rows(
+        op: Comparison,
+        a: &[i64],
+        b: &[i64],
+        layout: &BroadcastLayout,
+        out: CompareOut,
+    ) {
+        compare_i64(op, a, b, layout, out)
+    }
+}
+
+impl Compared for f32 {
+    fn compare_rows(
+        op: Comparison,
+        a: &[f32],
+        b: &[f32],
+        layout: &BroadcastLayout,
+        out: CompareOut,
+    ) {
+        compare_f32(op, a, b, layout, out)
+    }
+}
+
 /// out = (a ⋈ b) as 0/1 with numpy broadcasting, over floats or integers (a one-hot's
 /// `Equal(ids[.., 1], range[1, n])`).
-pub fn compare<T: Copy + PartialOrd>(
+pub fn compare<T: Compared>(
     op: Comparison,
     a: &[T],
     b: &[T],
     layout: &BroadcastLayout,
-    out: &mut [i64],
+    out: CompareOut,
+) {
+    T::compare_rows(op, a, b, layout, out)
+}
+
+// Compiled per ISA: at the baseline the 64-bit comparisons took four SSE2 instructions per
+// pair of elements.
+multiversion! {
+    fn compare_i64(op: Comparison, a: &[i64], b: &[i64], layout: &BroadcastLayout, out: CompareOut) {
+        compare_any(op, a, b, layout, out)
+    }
+}
+
+multiversion! {
+    fn compare_f32(op: Comparison, a: &[f32], b: &[f32], layout: &BroadcastLayout, out: CompareOut) {
+        compare_any(op, a, b, layout, out)
+    }
+}
+
+/// The value a holding (or failing) comparison writes.
+trait Truth: Copy {
+    fn of(holds: bool) -> Self;
+}
+
+impl Truth for i64 {
+    #[inline(always)]
+    fn of(holds: bool) -> i64 {
+        i64::from(holds)
+    }
+}
+
+impl Truth for f32 {
+    #[inline(always)]
+    fn of(holds: bool) -> f32 {
+        if holds {
+            1.0
+        } else {
+            0.0
+        }
+    }
+}
+
+#[inline(always)]
+fn compare_any<T: Copy + PartialOrd>(
+    op: Comparison,
+    a: &[T],
+    b: &[T],
+    layout: &BroadcastLayout,
+    out: CompareOut,
+) {
+    match out {
+        CompareOut::Ints(out) => compare_into(op, a, b, layout, out),
+        CompareOut::Floats(out) => compare_into(op, a, b, layout, out),
+    }
+}
+
+#[inline(always)]
+fn compare_into<T: Copy + PartialOrd, O: Truth>(
+    op: Comparison,
+    a: &[T],
+    b: &[T],
+    layout: &BroadcastLayout,
+    out: &mut [O],
 ) {
     // One monomorphic loop per comparison: a `match` per element kept the loop scalar.
     match op {
@@ -46,40 +151,45 @@ pub fn compare<T: Copy + PartialOrd>(
 }
 
 #[inline(always)]
-fn compare_with<T: Copy>(
+fn compare_with<T: Copy, O: Truth>(
     a: &[T],
     b: &[T],
     layout: &BroadcastLayout,
-    out: &mut [i64],
+    out: &mut [O],
     holds: impl Fn(T, T) -> bool,
 ) {
     let inner = layout.inner.max(1);
-    layout.visit_rows(0, out.len() / inner, |row, a_off, b_off| {
-        let row = &mut out[row * inner..(row + 1) * inner];
-        // Each operand advances one element per output along the row, or repeats its first:
-        // four loops, so the common ones (a scalar against a row) are plain slices.
-        match (layout.a_inner_contiguous, layout.b_inner_contiguous) {
-            (true, true) => {
-                let (a, b) = (&a[a_off..a_off + inner], &b[b_off..b_off + inner]);
-                for ((o, &x), &y) in row.iter_mut().zip(a).zip(b) {
-                    *o = i64::from(holds(x, y));
+    layout.visit_rows(
+        0,
+        out.len() / inner,
+        #[inline(always)]
+        |row, a_off, b_off| {
+            let row = &mut out[row * inner..(row + 1) * inner];
+            // Each operand advances one element per output along the row, or repeats its first:
+            // four loops, so the common ones (a scalar against a row) are plain slices.
+            match (layout.a_inner_contiguous, layout.b_inner_contiguous) {
+                (true, true) => {
+                    let (a, b) = (&a[a_off..a_off + inner], &b[b_off..b_off + inner]);
+                    for ((o, &x), &y) in row.iter_mut().zip(a).zip(b) {
+                        *o = O::of(holds(x, y));
+                    }
                 }
-            }
-            (false, true) => {
-                let (x, b) = (a[a_off], &b[b_off..b_off + inner]);
-                for (o, &y) in row.iter_mut().zip(b) {
-                    *o = i64::from(holds(x, y));
+                (false, true) => {
+                    let (x, b) = (a[a_off], &b[b_off..b_off + inner]);
+                    for (o, &y) in row.iter_mut().zip(b) {
+                        *o = O::of(holds(x, y));
+                    }
                 }
-            }
-            (true, false) => {
-                let (a, y) = (&a[a_off..a_off + inner], b[b_off]);
-                for (o, &x) in row.iter_mut().zip(a) {
-                    *o = i64::from(holds(x, y));
+                (true, false) => {
+                    let (a, y) = (&a[a_off..a_off + inner], b[b_off]);
+                    for (o, &x) in row.iter_mut().zip(a) {
+                        *o = O::of(holds(x, y));
+                    }
                 }
+                (false, false) => row.fill(O::of(holds(a[a_off], b[b_off]))),
             }
-            (false, false) => row.fill(i64::from(holds(a[a_off], b[b_off]))),
-        }
-    });
+        },
+    );
 }
 
 /// `Where`'s operand layout, derived once from the shapes: each operand's strides seen from the
