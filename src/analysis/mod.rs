@@ -33,7 +33,7 @@ pub use infer::{Bindings, Diagnostic, Severity};
 pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 
 pub use roofline::{estimate, Bound, Estimate, Roof};
-pub use views::{matmul_operand_views, OperandView};
+pub use views::{compare_casts, matmul_operand_views, OperandView};
 
 use crate::device::calibration::algorithm_op_type;
 use crate::device::{DeviceKind, DeviceProfile, MemoryLevel, Precision};
@@ -286,6 +286,9 @@ pub fn analyze_prepared(
     });
     let mut llm_totals = llm::LlmTotals::default();
     let concats_in_place = in_place_concats(graph, order, states);
+    // A comparison that only a Cast to float reads runs in the Cast's step.
+    let compares_in_casts: HashSet<graph::NodeId> =
+        compare_casts(graph, order, states).into_values().collect();
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -318,7 +321,8 @@ pub fn analyze_prepared(
                     .outputs
                     .first()
                     .is_some_and(|out| read_in_place.contains_key(out))
-                    || concats_in_place.contains(&id) =>
+                    || concats_in_place.contains(&id)
+                    || compares_in_casts.contains(&id) =>
             {
                 Ok(ops::OpCost::view())
             }

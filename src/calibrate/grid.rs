@@ -389,10 +389,10 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
 
 /// A one-hot encoding as exporters write it (JAX's `one_hot`, TensorFlow's through tf2onnx):
 /// integer ids `[1, rows, 1]` compared with the classes `0..depth` (`Equal`, broadcast to a
-/// boolean `[1, rows, depth]`), then cast to float. Two timed ops, both element-wise: the
-/// executor holds integers and booleans as 64-bit values, so they move more bytes than the
-/// bound's one-byte booleans, and from float points alone a byte classifier's one-hot of
-/// 2048 × 257 was expected at 15 + 29 µs where it took 120 + 112.
+/// boolean `[1, rows, depth]`), then cast to float. The executor runs the pair as one step,
+/// the Cast's (`analysis::compare_casts`), reading 64-bit ids and writing floats; from float
+/// points alone a byte classifier's one-hot of 2048 × 257 had been expected at 15 + 29 µs
+/// where it took 120 + 112 (then as two steps over 64-bit booleans).
 fn one_hot(rows: i64, depth: i64) -> GridModel {
     let mut b = GraphBuilder::new(WeightFill::Random(7));
     let ids = b.input("ids", INT64, &fixed(&[1, rows, 1]));

@@ -229,7 +229,7 @@ pub fn build_plan(
     let mut steps = Vec::new();
     let operand_views = crate::analysis::matmul_operand_views(graph, order, states);
     // A comparison that only a Cast to float reads runs in that Cast's step.
-    let compare_casts = lower::elementwise::compare_casts(graph, order, states);
+    let compare_casts = crate::analysis::compare_casts(graph, order, states);
     let fused_compares: std::collections::HashSet<NodeId> =
         compare_casts.values().copied().collect();
     for (index, &id) in order.iter().enumerate() {

@@ -657,7 +657,7 @@ fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
 /// A comparison that only a Cast to float reads runs in the Cast's step and writes 0.0 / 1.0
 /// there (a one-hot `Equal` of integer ids against a range; a `Less` of floats against a
 /// scalar); one whose booleans something else also reads keeps its own step. Same values
-/// either way.
+/// either way, and the analysis costs the comparison as a view exactly when it has no step.
 #[test]
 fn a_comparison_cast_to_float_runs_as_one_step() {
     use crate::builtin::builder::attr_int;
@@ -683,13 +683,31 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
         if other_reader {
             b.output(&mask, 9, &out_dims);
         }
-        let (_, plan) = default_plan(b, "compare_cast");
+        let (prepared, plan) = default_plan(b, "compare_cast");
         let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();
         if other_reader {
             assert_eq!(ops, ["Equal", "Cast"]);
         } else {
             assert_eq!(ops, ["Cast"]);
         }
+        let device = crate::device::find_device("rtx2080ti")
+            .expect("catalogue entry")
+            .to_profile();
+        let analysis = crate::analysis::analyze_prepared(
+            &prepared,
+            "compare_cast",
+            &device,
+            &crate::analysis::AnalyzeOptions::default(),
+        )
+        .unwrap();
+        let compare = &analysis.nodes[0];
+        assert_eq!(
+            compare.status == crate::analysis::NodeStatus::View,
+            !other_reader,
+            "{}: {:?}",
+            compare.op_type,
+            compare.status
+        );
         let len: usize = shape.iter().product();
         let (data, want): (super::super::RtData, Vec<f32>) = if integers {
             let ids: Vec<i64> = (0..len as i64).map(|i| (i * 3) % 6 - 1).collect();

@@ -4,11 +4,8 @@
 //! straight into the Cast that alone reads them); logic ops go to the generic evaluator.
 //! Large flat steps are split over the plan's threads.
 
-use std::collections::HashMap;
-
 use super::{Cx, Domain, Kernel, Lowered, Lowering};
-use crate::analysis::graph::{Attributes, Graph, NodeId, ValueId};
-use crate::analysis::infer::NodeState;
+use crate::analysis::graph::Attributes;
 use crate::analysis::ops::fused::chain::{BinaryOp, MathOp, UnaryStep};
 use crate::analysis::ops::fused::{Activation, ChainStep};
 use crate::analysis::tensor::DType;
@@ -47,7 +44,7 @@ pub(crate) enum ElementwiseKernel {
         layout: SelectLayout,
     },
     /// A comparison of two floats or two integers, written as booleans (integers), or as
-    /// 0.0 / 1.0 into the float output of the `Cast` it feeds alone ([`compare_casts`]).
+    /// 0.0 / 1.0 into the float output of the `Cast` it feeds alone (`analysis::compare_casts`).
     Compare {
         op: Comparison,
         layout: BroadcastLayout,
@@ -254,63 +251,8 @@ fn lower_compare(cx: &Cx) -> Result<Lowered, ExecError> {
     )
 }
 
-/// The comparisons whose boolean output only a `Cast` to a float type reads, by that Cast:
-/// the plan runs the pair as one step that writes 0.0 / 1.0 straight into the Cast's float
-/// output. The executor holds booleans as i64, so the pair otherwise wrote and read 8 bytes
-/// per element (a one-hot's 2048 × 257 `Equal` → `Cast` in magika: 455 + 345 µs, where
-/// onnxruntime writes and reads one byte per element in 119 + 230).
-pub(crate) fn compare_casts(
-    graph: &Graph,
-    order: &[NodeId],
-    states: &HashMap<NodeId, NodeState>,
-) -> HashMap<NodeId, NodeId> {
-    let runs = |id: NodeId| matches!(states.get(&id), None | Some(NodeState::Inferred));
-    let mut readers: HashMap<ValueId, usize> = HashMap::new();
-    for &id in order {
-        for &value in graph.dag[id].inputs.iter().flatten() {
-            *readers.entry(value).or_default() += 1;
-        }
-    }
-    let mut pairs = HashMap::new();
-    for &id in order {
-        let cast = &graph.dag[id];
-        if cast.op_type != "Cast" || !cast.domain.is_empty() || !runs(id) {
-            continue;
-        }
-        let ([Some(mask)], [out]) = (cast.inputs.as_slice(), cast.outputs.as_slice()) else {
-            continue;
-        };
-        let Some(compare_id) = graph.values[*mask].producer else {
-            continue;
-        };
-        let compare = &graph.dag[compare_id];
-        let operands_alike = |kind: fn(DType) -> bool| {
-            compare.inputs.len() == 2
-                && compare
-                    .inputs
-                    .iter()
-                    .all(|v| v.is_some_and(|v| kind(graph.values[v].fact.dtype)))
-        };
-        let fuses = compare.domain.is_empty()
-            && comparison_of(&compare.op_type).is_some()
-            && runs(compare_id)
-            && !graph.values[*mask].fact.is_constant()
-            && graph.values[*out].fact.dtype.is_float()
-            && (operands_alike(DType::is_float)
-                || operands_alike(|d| !d.is_float() && d != DType::String))
-            && readers.get(mask) == Some(&1)
-            && !graph.outputs.contains(mask)
-            && !graph.dag[compare_id].attrs.has_subgraph()
-            && order.iter().all(|&n| !graph.dag[n].attrs.has_subgraph());
-        if fuses {
-            pairs.insert(id, compare_id);
-        }
-    }
-    pairs
-}
-
-/// Makes a comparison write floats (the step of a [`compare_casts`] pair); false when
-/// `kernel` is not a comparison.
+/// Makes a comparison write floats (the step of an `analysis::compare_casts` pair); false
+/// when `kernel` is not a comparison.
 pub(crate) fn compare_writes_floats(kernel: &mut Kernel) -> bool {
     match kernel {
         Kernel::Elementwise(ElementwiseKernel::Compare { to_float, .. }) => {
