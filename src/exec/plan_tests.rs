@@ -48,6 +48,20 @@ fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
     (prepared, plan)
 }
 
+/// The analysis of a prepared graph on a catalogue device, default options.
+fn analysis_of(prepared: &Prepared, name: &str) -> crate::analysis::Analysis {
+    let device = crate::device::find_device("rtx2080ti")
+        .expect("catalogue entry")
+        .to_profile();
+    crate::analysis::analyze_prepared(
+        prepared,
+        name,
+        &device,
+        &crate::analysis::AnalyzeOptions::default(),
+    )
+    .unwrap()
+}
+
 /// The plan of a prepared graph under `options`.
 fn plan_with(prepared: &Prepared, options: PlanOptions) -> Plan {
     build_plan(&prepared.graph, &prepared.order, &prepared.states, &options).unwrap()
@@ -634,16 +648,7 @@ fn a_weight_shared_through_an_identity_is_held_and_packed_once() {
         .collect();
     assert_eq!(packed.len(), 2, "both products pack their constant B");
     assert!(Arc::ptr_eq(packed[0], packed[1]));
-    let device = crate::device::find_device("rtx2080ti")
-        .expect("catalogue entry")
-        .to_profile();
-    let analysis = crate::analysis::analyze_prepared(
-        &shared_prepared,
-        "shared",
-        &device,
-        &crate::analysis::AnalyzeOptions::default(),
-    )
-    .unwrap();
+    let analysis = analysis_of(&shared_prepared, "shared");
     assert_eq!(analysis.summary.params, (width * width) as u64);
     let input: Vec<f32> = (0..rows * width)
         .map(|i| (i % 17) as f32 / 8.0 - 1.0)
@@ -690,16 +695,7 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
         } else {
             assert_eq!(ops, ["Cast"]);
         }
-        let device = crate::device::find_device("rtx2080ti")
-            .expect("catalogue entry")
-            .to_profile();
-        let analysis = crate::analysis::analyze_prepared(
-            &prepared,
-            "compare_cast",
-            &device,
-            &crate::analysis::AnalyzeOptions::default(),
-        )
-        .unwrap();
+        let analysis = analysis_of(&prepared, "compare_cast");
         let compare = &analysis.nodes[0];
         assert_eq!(
             compare.status == crate::analysis::NodeStatus::View,
