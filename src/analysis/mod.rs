@@ -286,9 +286,10 @@ pub fn analyze_prepared(
     });
     let mut llm_totals = llm::LlmTotals::default();
     let concats_in_place = in_place_concats(graph, order, states);
-    // A comparison that only a Cast to float reads runs in the Cast's step.
-    let compares_in_casts: HashSet<graph::NodeId> =
-        compare_casts(graph, order, states).into_values().collect();
+    // A comparison that only a Cast to float reads runs in the Cast's step: a view here, its
+    // work and reads charged to the Cast.
+    let cast_compares = compare_casts(graph, order, states);
+    let compares_in_casts: HashSet<graph::NodeId> = cast_compares.values().copied().collect();
     let mut nodes = Vec::with_capacity(order.len());
     let mut param_values: HashSet<usize> = HashSet::new();
     for (index, &id) in order.iter().enumerate() {
@@ -328,7 +329,14 @@ pub fn analyze_prepared(
             }
             NodeState::Inferred => match ops::cost_node(graph, node, options.precision) {
                 None => Err((NodeStatus::NotCosted, Some("unknown op".to_string()))),
-                Some(cost) => cost.map_err(|reason| (NodeStatus::NotCosted, Some(reason))),
+                Some(cost) => cost
+                    .and_then(|cost| match cast_compares.get(&id) {
+                        Some(&compare) => {
+                            with_comparison(graph, &graph.dag[compare], cost, options.precision)
+                        }
+                        None => Ok(cost),
+                    })
+                    .map_err(|reason| (NodeStatus::NotCosted, Some(reason))),
             },
         };
         let mut record = NodeAnalysis {
@@ -614,6 +622,27 @@ pub const VIEW_OPS: &[&str] = &[
     "Identity",
     "Dropout",
 ];
+
+/// The cost of a Cast that runs the comparison it reads (`compare_casts`): the comparison's
+/// work and reads, the Cast's float writes; the booleans between them are never written.
+fn with_comparison(
+    graph: &Graph,
+    compare: &graph::Node,
+    cast: ops::OpCost,
+    precision: Precision,
+) -> Result<ops::OpCost, String> {
+    let compared = ops::cost_node(graph, compare, precision)
+        .ok_or_else(|| format!("{} is not costed", compare.op_type))??;
+    Ok(ops::OpCost {
+        flops: cast.flops + compared.flops,
+        bytes: ops::Traffic {
+            weights_read: cast.bytes.weights_read + compared.bytes.weights_read,
+            act_read: compared.bytes.act_read,
+            ..cast.bytes
+        },
+        ..cast
+    })
+}
 
 /// Concats whose inputs their producers write straight into their slices of the output (the
 /// executor's zero-copy Concat, as TensorRT's concat elimination): float, along an axis with

@@ -160,9 +160,8 @@ pub fn matmul_operand_views(
 /// float output. It holds booleans as i64, so the pair otherwise wrote and read 8 bytes per
 /// element (a one-hot's 2048 × 257 `Equal` → `Cast` in magika: 455 + 345 µs, where onnxruntime
 /// writes and reads one byte per element in 119 + 230; as one step 180). The analysis costs
-/// the comparison as a view and keeps the Cast's cost for the pair (its one-byte boolean read
-/// standing for the comparison's inputs: a one-hot's column of ids and row of classes). None
-/// in graphs with subgraphs.
+/// the comparison as a view and charges its work and reads to the Cast. None in graphs with
+/// subgraphs.
 pub fn compare_casts(
     graph: &Graph,
     order: &[graph::NodeId],

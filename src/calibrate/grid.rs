@@ -392,7 +392,8 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
 /// boolean `[1, rows, depth]`), then cast to float. The executor runs the pair as one step,
 /// the Cast's (`analysis::compare_casts`), reading 64-bit ids and writing floats; from float
 /// points alone a byte classifier's one-hot of 2048 × 257 had been expected at 15 + 29 µs
-/// where it took 120 + 112 (then as two steps over 64-bit booleans).
+/// where it took 120 + 112 (as two steps over 64-bit booleans, on the machine of the session
+/// that added this point; 455 + 345 on session 46's noisier Emerald Rapids guest).
 fn one_hot(rows: i64, depth: i64) -> GridModel {
     let mut b = GraphBuilder::new(WeightFill::Random(7));
     let ids = b.input("ids", INT64, &fixed(&[1, rows, 1]));

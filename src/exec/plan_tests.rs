@@ -696,7 +696,7 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
             assert_eq!(ops, ["Cast"]);
         }
         let analysis = analysis_of(&prepared, "compare_cast");
-        let compare = &analysis.nodes[0];
+        let (compare, cast) = (&analysis.nodes[0], &analysis.nodes[1]);
         assert_eq!(
             compare.status == crate::analysis::NodeStatus::View,
             !other_reader,
@@ -704,6 +704,25 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
             compare.op_type,
             compare.status
         );
+        // The fused Cast reads what the comparison reads (inputs and constants) and no
+        // booleans; the unfused one reads one byte per boolean.
+        let out_len: usize = out_shape.iter().product();
+        let compared_bytes = if integers { (10 + 4) * 8 } else { 21 * 4 + 4 };
+        let cast_reads = cast.activation_bytes_read + cast.weights_bytes;
+        if other_reader {
+            assert_eq!(cast_reads, out_len as u64);
+        } else {
+            assert_eq!(cast_reads, compared_bytes);
+            assert!(matches!(
+                &plan.steps[0].kernel,
+                Kernel::Elementwise(
+                    super::super::lower::elementwise::ElementwiseKernel::Compare {
+                        to_float: true,
+                        ..
+                    }
+                )
+            ));
+        }
         let len: usize = shape.iter().product();
         let (data, want): (super::super::RtData, Vec<f32>) = if integers {
             let ids: Vec<i64> = (0..len as i64).map(|i| (i * 3) % 6 - 1).collect();

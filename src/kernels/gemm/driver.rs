@@ -371,6 +371,8 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
     let nc = if short { job.nc_short } else { job.nc };
     let a_unpacked = reads_a_unpacked(kern, job.a, j1 - j0);
     let a_len = match job.a {
+        // Read in place, A needs room for one packed tail panel only.
+        Opnd::Raw(_) if a_unpacked => mr * job.kc.min(job.k),
         Opnd::Raw(_) => job.mc.min((i1 - i0).div_ceil(mr) * mr) * job.kc.min(job.k),
         Opnd::Packed(_) => 0,
         Opnd::Source(_) => unreachable!("only B operands pack themselves"),
@@ -458,8 +460,9 @@ unsafe fn run_region(job: &Job, i0: usize, i1: usize, j0: usize, j1: usize) {
 /// Packing transposes A into MR-row panels (about a cycle per float) for the microkernels to
 /// read it once per column panel; with few panels that is a third of the product (2048 × 64 ×
 /// 257, magika's one-hot embedding: 106 GFLOP/s packing A, 158 unpacked, 165 with A packed
-/// ahead, on an Emerald Rapids core). Read in place, A's MR rows are MR short streams that
-/// stay in L1 across the panels. Alternated calls on that core (`sgemm_packed_b`, 1 thread):
+/// ahead, on an Emerald Rapids core). Read in place, A's MR rows are MR short streams (from
+/// L1 across the column panels of a short k; from L2 per column panel of a deeper one, as a
+/// packed panel would be). Alternated calls on that core (`sgemm_packed_b`, 1 thread):
 /// unpacked as fast or faster from 64 to 4096 columns (2048 × 256 × 256: 159 against 144
 /// GFLOP/s; 197 × 768 × 768: 163 against 157; 2048 × 4096 × 512: 143 either way). The limit
 /// keeps the wide products, where packing costs a few per cent, on the path measured on
@@ -468,8 +471,9 @@ pub(crate) const UNPACKED_A_MAX_PANELS: usize = 32;
 
 /// Whether `a` is read unpacked for a region of `cols` columns: a row-major A (contiguous
 /// along k) under at most [`UNPACKED_A_MAX_PANELS`] column panels, whose rows are not a
-/// multiple of 4 KiB apart. (MR = 12 rows 4 KiB apart share one L1 set, which holds 8 lines
-/// on a Zen 4; Emerald Rapids' 12-way L1 did not mind, but the packed panel is contiguous.)
+/// multiple of 4 KiB apart. The last is a precaution, not a measurement: MR = 12 rows 4 KiB
+/// apart share one L1 set, which holds 8 lines on a Zen 4 (Emerald Rapids' 12-way L1 ran
+/// such shapes unpacked as fast or faster: 512 × 256 × 1024 at 165 against 148 GFLOP/s).
 pub(crate) fn reads_a_unpacked(kern: &Kernel, a: Opnd, cols: usize) -> bool {
     match a {
         Opnd::Raw(s) => {

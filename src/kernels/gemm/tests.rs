@@ -132,6 +132,8 @@ enum Layout {
     ColMajor,
     /// Padded rows and a column stride of 2.
     Strided,
+    /// Rows contiguous, three floats of padding after each (an operand read through a view).
+    PaddedRows,
 }
 
 impl Mat {
@@ -140,6 +142,7 @@ impl Mat {
             Layout::RowMajor => (cols, 1, rows * cols),
             Layout::ColMajor => (1, rows, rows * cols),
             Layout::Strided => (2 * cols + 3, 2, rows * (2 * cols + 3)),
+            Layout::PaddedRows => (cols + 3, 1, rows * (cols + 3)),
         };
         Mat {
             data: rng.vec(len.max(1)),
@@ -454,19 +457,21 @@ pub(super) fn row_major_a_routes(isa: Isa) {
     let (mr, nr) = isa.tile();
     let wide = (driver::UNPACKED_A_MAX_PANELS + 1) * nr + 1;
     let mut rng = Rng(0xa11);
-    for (m, n, k, unpacked) in [
-        (2 * mr + 3, 2 * nr + 3, 23, true),
-        (mr, nr - 1, 1, true),
-        (3 * mr - 1, 1 + nr / 2, 40, true),
-        (mr + 5, wide, 9, false),
-        (mr + 1, nr + 3, 1024, false),
+    for (m, n, k, layout, unpacked) in [
+        (2 * mr + 3, 2 * nr + 3, 23, Layout::RowMajor, true),
+        (mr, nr - 1, 1, Layout::RowMajor, true),
+        (3 * mr - 1, 1 + nr / 2, 40, Layout::RowMajor, true),
+        (3 * mr + 3, nr + 1, 17, Layout::RowMajor, true),
+        (2 * mr + 1, 2 * nr - 1, 21, Layout::PaddedRows, true),
+        (mr + 5, wide, 9, Layout::RowMajor, false),
+        (mr + 1, nr + 3, 1024, Layout::RowMajor, false),
     ] {
         let case = Case::new(
             &mut rng,
             m,
             n,
             k,
-            Layout::RowMajor,
+            layout,
             Layout::RowMajor,
             2,
             true,
@@ -476,7 +481,7 @@ pub(super) fn row_major_a_routes(isa: Isa) {
         assert_eq!(
             reads_a_unpacked(kern, Opnd::Raw(Src::of_a(&a)), n),
             unpacked,
-            "{}: A {m}×{k} under {n} columns",
+            "{}: A {m}×{k} ({layout:?}) under {n} columns",
             isa.name()
         );
         for cfg in &cfgs {
