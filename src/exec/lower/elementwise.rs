@@ -476,22 +476,19 @@ pub(crate) fn run(kernel: &ElementwiseKernel, io: &mut Io) -> Result<(), String>
             to_float,
         } => {
             let (a, b) = (io.input(0)?, io.input(1)?);
-            let mut result = if *to_float {
-                Vec::new()
-            } else {
-                io.integers(out_shape.iter().product())
+            let compare_into = |out: CompareOut| -> Result<(), String> {
+                match (a, b) {
+                    (InRef::I64(a), InRef::I64(b)) => compare::compare(*op, a, b, layout, out),
+                    (InRef::F32(a), InRef::F32(b)) => compare::compare(*op, a, b, layout, out),
+                    _ => return Err("comparison of a float with an integer tensor".into()),
+                }
+                Ok(())
             };
-            let out = if *to_float {
-                CompareOut::Floats(&mut *io.outs[0])
+            if *to_float {
+                compare_into(CompareOut::Floats(&mut *io.outs[0]))?;
             } else {
-                CompareOut::Ints(&mut result)
-            };
-            match (a, b) {
-                (InRef::I64(a), InRef::I64(b)) => compare::compare(*op, a, b, layout, out),
-                (InRef::F32(a), InRef::F32(b)) => compare::compare(*op, a, b, layout, out),
-                _ => return Err("comparison of a float with an integer tensor".into()),
-            }
-            if !*to_float {
+                let mut result = io.integers(out_shape.iter().product());
+                compare_into(CompareOut::Ints(&mut result))?;
                 io.dynamic_out.push(RtTensor {
                     shape: out_shape.clone(),
                     data: RtData::I64(result),
