@@ -236,6 +236,7 @@ impl<V: Vf32> LoopActivation<V> for AnyActivation<'_> {
 macro_rules! with_loop_activation {
     ($activation:expr, $vector:ty, $act:ident => $body:expr) => {{
         use $crate::kernels::gemm::act::{AnyActivation, ClampActivation, NoActivation};
+        #[allow(unused_imports)]
         use $crate::kernels::gemm::simd::Vf32 as _;
         match *$activation {
             $crate::kernels::gemm::Activation::None => {

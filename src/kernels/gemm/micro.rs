@@ -5,12 +5,12 @@
 //! accumulators stay in registers for the whole k loop; each k step loads `NV` vectors of B and
 //! broadcasts `MR` scalars of A (folded into the FMAs' memory operands on AVX-512).
 //!
-//! The epilogue is applied while the tile is in registers (full tiles, `finish_tile`) or in a
+//! The epilogue is applied while the tile is in registers (full tiles, `finish_and_store_tile`) or in a
 //! stack copy of it (edge tiles, `finish` per vector; both in the same order per element): C is
 //! written once per k-block, and the last k-block writes the final value with bias, residual
 //! and activation already applied.
 
-use super::act::activate;
+use super::act::{with_loop_activation, ClampActivation, LoopActivation, NoActivation};
 use super::simd::Vf32;
 use super::Activation;
 
@@ -149,18 +149,14 @@ pub(crate) unsafe fn micro<
         }
     }
     debug_assert!(EDGE || (m_eff == ROWS && n_eff == tile_nr));
-    if !EDGE || (m_eff == ROWS && n_eff == tile_nr) {
+    if (!EDGE || (m_eff == ROWS && n_eff == tile_nr)) && finishes_in_registers(epi) {
         // A full tile: finished in registers (no spill, no second pass over C).
-        finish_tile(&mut acc, epi, c, ldc);
-        for (i, row) in acc.iter().enumerate() {
-            for (v, accv) in row.iter().enumerate() {
-                V::store(c.add(i * ldc + v * V::LANES), *accv);
-            }
-        }
+        finish_and_store_tile(&acc, epi, c, ldc);
         return;
     }
-    // Edge tile: spill the accumulators to an uninitialised stack tile (rows of `tile_nr`
-    // floats), then the general (masked) store. A zero-initialised tile, or one that took the
+    // Edge tile, or a whole tile under an activation with a polynomial: spill the
+    // accumulators to an uninitialised stack tile (rows of `tile_nr` floats), then the
+    // general (masked) store. A zero-initialised tile, or one that took the
     // accumulators' own address, made LLVM zero a 1.5 KiB array with a memset on every call
     // and load the accumulators from it: 3-4% of SqueezeNet's run.
     let mut tile = std::mem::MaybeUninit::<[[V; VECS]; ROWS]>::uninit();
@@ -183,75 +179,97 @@ pub(crate) unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
     }
 }
 
-/// [`finish`] over a whole tile held in registers, one step at a time over all its vectors:
-/// each test on the epilogue (accumulate, bias, residual, which activation) is made once per
-/// tile. Per vector, with the activation's `match` inside the loop, LLVM kept the tests and an
-/// indirect jump per vector and stored the accumulators to the stack: on AVX2 a 6 × 16 tile of
-/// K = 16 ran at 57% of the FMA peak. Each element sees the same operations in the same order
-/// as in `finish`, so both paths round alike.
+/// Whether [`finish_and_store_tile`] applies this epilogue: accumulation, biases, residual and the
+/// activations that take a compare or two (none, ReLU, clip). The others (sigmoid, SiLU,
+/// GELU, tanh: an exponential or a polynomial each, a dozen constants) take the spilled
+/// tile's store, one vector at a time. With them in the register path LLVM kept every
+/// accumulator in a stack slot for all epilogues, writing each back after every step (bias,
+/// residual, activation): a 12 × 32 tile of K = 64 (ResNet-50's 64 → 256 1×1 convolutions
+/// on 56²) spent a fifth of its time in those stores and reloads.
 #[inline(always)]
-unsafe fn finish_tile<V: Vf32, const ROWS: usize, const VECS: usize>(
-    acc: &mut [[V; VECS]; ROWS],
+pub(crate) fn finishes_in_registers(epi: &TileEpi) -> bool {
+    !epi.last
+        || matches!(
+            epi.act,
+            Activation::None | Activation::Relu | Activation::Clip { .. }
+        )
+}
+
+/// [`finish`] over a whole tile held in registers, then its store: each accumulator is
+/// finished and stored in one go, row by row, with the tests on the epilogue (accumulate,
+/// bias, residual, which activation) made once per row and the activation's constants splat
+/// once per tile. Each element sees the same operations in the same order as in `finish`, so
+/// both paths round alike.
+///
+/// Two earlier shapes of this lost the registers: with the activation's `match` per vector
+/// LLVM kept the tests and an indirect jump per vector and stored the accumulators to the
+/// stack (on AVX2 a 6 × 16 tile of K = 16 ran at 57% of the FMA peak); and as a pass per step
+/// over the whole tile (add the bias to every accumulator, then the residual, ...) it kept the
+/// tile in a stack copy, reloading and storing each accumulator at every step: a 12 × 32 tile
+/// of K = 64 with a bias and ReLU took 1.33× the time of the same tile with no epilogue.
+#[inline(always)]
+unsafe fn finish_and_store_tile<V: Vf32, const ROWS: usize, const VECS: usize>(
+    acc: &[[V; VECS]; ROWS],
     epi: &TileEpi,
-    c: *const f32,
+    c: *mut f32,
     ldc: usize,
 ) {
-    if epi.accumulate {
-        for (i, row) in acc.iter_mut().enumerate() {
-            for (v, accv) in row.iter_mut().enumerate() {
-                *accv = V::add(*accv, V::load(c.add(i * ldc + v * V::LANES)));
-            }
-        }
-    }
     if !epi.last {
-        return;
+        return finish_and_store_rows(acc, epi, c, ldc, NoActivation);
     }
-    if !epi.bias_row.is_null() {
-        for (i, row) in acc.iter_mut().enumerate() {
-            let bias = V::splat(*epi.bias_row.add(i));
-            for accv in row.iter_mut() {
-                *accv = V::add(*accv, bias);
-            }
-        }
-    }
-    if !epi.bias_col.is_null() {
-        for row in acc.iter_mut() {
-            for (v, accv) in row.iter_mut().enumerate() {
-                *accv = V::add(*accv, V::load(epi.bias_col.add(v * V::LANES)));
-            }
-        }
-    }
-    if !epi.residual.is_null() {
-        for (i, row) in acc.iter_mut().enumerate() {
-            for (v, accv) in row.iter_mut().enumerate() {
-                *accv = V::add(*accv, V::load(epi.residual.add(i * ldc + v * V::LANES)));
-            }
-        }
-    }
-    // The common activations with their constants splat once; the others per vector.
     match *epi.act {
-        Activation::None => {}
         Activation::Relu => {
-            for row in acc.iter_mut() {
-                for accv in row.iter_mut() {
-                    *accv = V::max(*accv, V::zero());
-                }
-            }
+            let relu = ClampActivation {
+                low: V::zero(),
+                high: V::splat(f32::INFINITY),
+            };
+            finish_and_store_rows(acc, epi, c, ldc, relu)
         }
         Activation::Clip { min, max } => {
-            let (lo, hi) = (V::splat(min), V::splat(max));
-            for row in acc.iter_mut() {
-                for accv in row.iter_mut() {
-                    *accv = V::min(V::max(*accv, lo), hi);
-                }
-            }
+            let clip = ClampActivation {
+                low: V::splat(min),
+                high: V::splat(max),
+            };
+            finish_and_store_rows(acc, epi, c, ldc, clip)
         }
-        ref act => {
-            for row in acc.iter_mut() {
-                for accv in row.iter_mut() {
-                    *accv = activate(act, *accv);
-                }
+        _ => {
+            debug_assert!(matches!(epi.act, Activation::None));
+            finish_and_store_rows(acc, epi, c, ldc, NoActivation)
+        }
+    }
+}
+
+/// [`finish_and_store_tile`] under one activation kind (one instance of the loop each).
+#[inline(always)]
+unsafe fn finish_and_store_rows<V: Vf32, const ROWS: usize, const VECS: usize>(
+    acc: &[[V; VECS]; ROWS],
+    epi: &TileEpi,
+    c: *mut f32,
+    ldc: usize,
+    act: impl LoopActivation<V>,
+) {
+    for (i, row) in acc.iter().enumerate() {
+        let crow = c.add(i * ldc);
+        let bias_row = row_bias::<V>(epi, i);
+        let residual = offset(epi.residual, i * ldc);
+        for (v, &sum) in row.iter().enumerate() {
+            let mut x = sum;
+            if epi.accumulate {
+                x = V::add(x, V::load(crow.add(v * V::LANES)));
             }
+            if epi.last {
+                if let Some(bias) = bias_row {
+                    x = V::add(x, bias);
+                }
+                if !epi.bias_col.is_null() {
+                    x = V::add(x, V::load(epi.bias_col.add(v * V::LANES)));
+                }
+                if !residual.is_null() {
+                    x = V::add(x, V::load(residual.add(v * V::LANES)));
+                }
+                x = act.apply(x);
+            }
+            V::store(crow.add(v * V::LANES), x);
         }
     }
 }
@@ -264,12 +282,14 @@ unsafe fn row_bias<V: Vf32>(epi: &TileEpi, i: usize) -> Option<V> {
 
 /// One vector of C's new value: the products `x`, plus C when accumulating; on the last k-block
 /// also the row bias, column bias and residual, then the activation. `ld` loads the lanes the
-/// vector covers. The epilogue's order for edge tiles; [`finish_tile`] applies the same steps in
+/// vector covers. The epilogue's order for edge tiles; [`finish_and_store_tile`] applies the same steps in
 /// the same order to whole tiles, so both round alike.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn finish<V: Vf32>(
     mut x: V,
     epi: &TileEpi,
+    act: impl LoopActivation<V>,
     c: *const f32,
     bias_row: Option<V>,
     bias_col: *const f32,
@@ -289,7 +309,7 @@ unsafe fn finish<V: Vf32>(
         if !residual.is_null() {
             x = V::add(x, ld(residual));
         }
-        x = activate(epi.act, x);
+        x = act.apply(x);
     }
     x
 }
@@ -306,6 +326,24 @@ pub(crate) unsafe fn store_tile<V: Vf32>(
     ldc: usize,
     epi: &TileEpi,
 ) {
+    // The activation matched once per tile, not per vector: under SiLU (YOLOv8) whole tiles
+    // take this path.
+    with_loop_activation!(epi.act, V, act => store_rows::<V>(tile, tile_ld, m_eff, n_eff, c, ldc, epi, act))
+}
+
+/// [`store_tile`] under one activation kind.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_rows<V: Vf32>(
+    tile: *const f32,
+    tile_ld: usize,
+    m_eff: usize,
+    n_eff: usize,
+    c: *mut f32,
+    ldc: usize,
+    epi: &TileEpi,
+    act: impl LoopActivation<V>,
+) {
     for i in 0..m_eff {
         let t = tile.add(i * tile_ld);
         let crow = c.add(i * ldc);
@@ -319,6 +357,7 @@ pub(crate) unsafe fn store_tile<V: Vf32>(
             let v = finish(
                 V::load(t.add(j)),
                 epi,
+                act,
                 crow.add(j),
                 bias_row,
                 offset(epi.bias_col, j),
