@@ -61,7 +61,7 @@ def model_file(spec: str) -> Path:
     return path
 
 
-def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
+def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> tuple[float, float]:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -89,7 +89,7 @@ def ort_latency(path: Path, shapes: dict, threads: int, runs: int) -> float:
     return statistics.median(times), min(times)
 
 
-def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: int, device: str) -> float:
+def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: int, device: str) -> tuple[float, float]:
     cmd = [str(BIN), "bench", spec if spec.startswith("builtin:") else str(path), "--threads", str(threads),
            "--runs", str(runs), "--format", "json", "--device", device, "--optimize"]
     for name, shape in shapes.items():

@@ -29,10 +29,11 @@ const SMALL_B_BLOCK: usize = 4096;
 /// pre-packed operand. Writing C is then a large share of the work and, out of L2, each row
 /// panel's C rows stream in order. Alternated calls on an Emerald Rapids core (1 thread,
 /// packed A, bias and ReLU): 256 × 3136 × 64 (ResNet-50's 64 → 256 1×1 convolutions on 56²)
-/// 849 → 782 µs, with the skip connection added 1010 → 908; 128 × 3136 × 32 231 → 221. Deeper
-/// k-blocks gained 1-3% alone (512 × 3136 × 128, 1024 × 784 × 256) but lost 5-9% in ResNet-50
-/// (its 512 × 784 × 128 downsampling convolution, and the Winograd products of 64 × 196 × 64
-/// whose C is small), where the weights arrive from DRAM.
+/// 849 → 782 µs, with the skip connection added 1010 → 908; 128 × 3136 × 32 231 → 221 (both
+/// orders with this session's epilogue). Deeper k-blocks gained 1-3% alone (512 × 3136 × 128,
+/// 1024 × 784 × 256) but lost in ResNet-50, where the weights arrive from DRAM (its 512 × 784
+/// × 128 downsampling convolution 716 → 782 µs); so did C blocks under 64 Ki elements (the
+/// Winograd products of 64 × 196 × 64: 3×3 layers 4-6% slower), hence [`ROW_ORDER_MIN_C`].
 const ROW_ORDER_MAX_K: usize = 64;
 /// Elements of a C block (A block rows × B block columns, 256 KiB) from which row-panel order
 /// pays: a smaller block stays in L2 whichever order writes it.
@@ -334,7 +335,7 @@ unsafe fn macro_kernel(
         || (!prefetch_next && kl <= ROW_ORDER_MAX_K && mcl * ncl >= ROW_ORDER_MIN_C)
     {
         // Row-panel order: MR rows of C written at a time in long contiguous runs, which the
-        // hardware prefetchers follow, where column-panel order touches every row of the A
+        // hardware prefetchers follow, where column-panel order touches every row of the C
         // block per NR columns. The B block stays in L2 (in L1 when small) while each A
         // micro-panel runs over it from L1. Packed weights as A: the first tile of each row
         // panel prefetches the next A micro-panel.
@@ -343,7 +344,10 @@ unsafe fn macro_kernel(
             let mut jr = 0;
             while jr < ncl {
                 let mut te = tile_epi(job, ic + ir, jc + jr, first, last);
-                if let (true, 0, ABlock::Packed(ap)) = (prefetch_next_a, jr, a) {
+                // (Not for the small B blocks, whose row panels are a tile or two long: they
+                // took no prefetch before the large blocks joined this order.)
+                let large = kl * ncl > SMALL_B_BLOCK;
+                if let (true, true, 0, ABlock::Packed(ap)) = (large, prefetch_next_a, jr, a) {
                     te.prefetch_b = ap.wrapping_add((ir + mr) * kl);
                 }
                 tile(ir, jr, bp.add(jr * kl), &te);

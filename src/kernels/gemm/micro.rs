@@ -5,10 +5,11 @@
 //! accumulators stay in registers for the whole k loop; each k step loads `NV` vectors of B and
 //! broadcasts `MR` scalars of A (folded into the FMAs' memory operands on AVX-512).
 //!
-//! The epilogue is applied while the tile is in registers (full tiles, `finish_and_store_tile`) or in a
-//! stack copy of it (edge tiles, `finish` per vector; both in the same order per element): C is
-//! written once per k-block, and the last k-block writes the final value with bias, residual
-//! and activation already applied.
+//! The epilogue is applied while the tile is in registers (whole tiles,
+//! `finish_and_store_tile`) or in a stack copy of it (edge tiles, and whole tiles on their last
+//! k-block under an activation other than none, ReLU or clip: `finish` per vector; both in the
+//! same order per element): C is written once per k-block, and the last k-block writes the
+//! final value with bias, residual and activation already applied.
 
 use super::act::{with_loop_activation, ClampActivation, LoopActivation, NoActivation};
 use super::simd::Vf32;
@@ -50,8 +51,9 @@ pub(crate) type StoreTileFn = unsafe fn(*const f32, usize, usize, usize, *mut f3
 /// otherwise compute 72 rows, and a 196-pixel one 224 columns.
 ///
 /// `EDGE = false` is the instance for whole tiles only (`m_eff == ROWS`, `n_eff == VECS ·
-/// LANES`): without an edge path in the same function, LLVM no longer stores the accumulators
-/// to the stack after the k loop for the path it might take.
+/// LANES`): without the edge tiles' branch in the same function, LLVM no longer stores the
+/// accumulators to the stack after the k loop for the path it might take. (Its stack path is
+/// the last k-block under activations other than none, ReLU and clip, decided once per call.)
 ///
 /// `A_ROWS = true` reads A unpacked, row-major: element `(i, kk)` at `a[i·lda + kk]` (`lda`
 /// is ignored otherwise). Every one of the `ROWS` rows is read, so the caller passes only
@@ -154,7 +156,7 @@ pub(crate) unsafe fn micro<
         finish_and_store_tile(&acc, epi, c, ldc);
         return;
     }
-    // Edge tile, or a whole tile under an activation with a polynomial: spill the
+    // Edge tile, or a whole tile under another activation (`finishes_in_registers`): spill the
     // accumulators to an uninitialised stack tile (rows of `tile_nr` floats), then the
     // general (masked) store. A zero-initialised tile, or one that took the
     // accumulators' own address, made LLVM zero a 1.5 KiB array with a memset on every call
@@ -179,15 +181,16 @@ pub(crate) unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
     }
 }
 
-/// Whether [`finish_and_store_tile`] applies this epilogue: accumulation, biases, residual and the
-/// activations that take a compare or two (none, ReLU, clip). The others (sigmoid, SiLU,
-/// GELU, tanh: an exponential or a polynomial each, a dozen constants) take the spilled
-/// tile's store, one vector at a time. With them in the register path LLVM kept every
+/// Whether [`finish_and_store_tile`] applies this epilogue: accumulation, biases, residual and
+/// the activations that take a compare or two (none, ReLU, clip). All others (sigmoid, SiLU,
+/// GELU, tanh with an exponential or a polynomial and a dozen constants; leaky ReLU and the
+/// hard sigmoid and swish, rarer after a GEMM) take the spilled tile's store, the activation
+/// matched once per tile. With the exponential ones in the register path LLVM kept every
 /// accumulator in a stack slot for all epilogues, writing each back after every step (bias,
-/// residual, activation): a 12 × 32 tile of K = 64 (ResNet-50's 64 → 256 1×1 convolutions
-/// on 56²) spent a fifth of its time in those stores and reloads.
+/// residual, activation): a 12 × 32 tile of K = 64 (ResNet-50's 64 → 256 1×1 convolutions on
+/// 56²) spent a fifth of its time in those stores and reloads.
 #[inline(always)]
-pub(crate) fn finishes_in_registers(epi: &TileEpi) -> bool {
+fn finishes_in_registers(epi: &TileEpi) -> bool {
     !epi.last
         || matches!(
             epi.act,
@@ -232,10 +235,8 @@ unsafe fn finish_and_store_tile<V: Vf32, const ROWS: usize, const VECS: usize>(
             };
             finish_and_store_rows(acc, epi, c, ldc, clip)
         }
-        _ => {
-            debug_assert!(matches!(epi.act, Activation::None));
-            finish_and_store_rows(acc, epi, c, ldc, NoActivation)
-        }
+        Activation::None => finish_and_store_rows(acc, epi, c, ldc, NoActivation),
+        _ => unreachable!("finishes_in_registers admits none, ReLU and clip only"),
     }
 }
 

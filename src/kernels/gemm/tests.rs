@@ -554,6 +554,46 @@ pub(super) fn epilogues(isa: Isa) {
     }
 }
 
+/// Blocks of C large enough, over k-blocks shallow enough, for the macro kernel's row-panel
+/// order (`ROW_ORDER_MAX_K`, `ROW_ORDER_MIN_C`): one k-block and several (accumulating), with
+/// the register epilogue and the spilled one, whole and edge tiles. The default blockings'
+/// blocks stay under that size in the other tests.
+pub(super) fn row_panel_order(isa: Isa) {
+    let (mr, nr) = isa.tile();
+    let default = GemmConfig::for_isa(isa).unwrap();
+    // k-blocks of 24 over blocks of about 256 × 320 (80 Ki elements; whole tiles on every
+    // ISA): 3 k-blocks for k = 70, and edge tiles past the blocks.
+    let (mc, nc) = (256usize.div_ceil(mr) * mr, 320usize.div_ceil(nr) * nr);
+    let shallow = GemmConfig {
+        blocking: Blocking {
+            mc,
+            kc: 24,
+            nc,
+            nc_short: nc,
+        },
+        ..default
+    };
+    let mut rng = Rng(0x4f2);
+    for act in [Activation::Relu, Activation::Silu] {
+        for (m, n, k) in [(mc + 5, nc + 7, 40), (mc + 1, nc + 3, 70)] {
+            let case = Case::new(
+                &mut rng,
+                m,
+                n,
+                k,
+                Layout::RowMajor,
+                Layout::RowMajor,
+                1,
+                true,
+                act,
+            );
+            assert!(shallow.blocking.mc.min(m) * shallow.blocking.nc.min(n) >= 1 << 16);
+            case.check_all(&shallow, 1, "row-panel order");
+            case.check_all(&default, 1, "row-panel order, default blocking");
+        }
+    }
+}
+
 pub(super) fn gemv_paths(isa: Isa) {
     let cfgs = [GemmConfig::for_isa(isa).unwrap(), tiny_blocking(isa)];
     let all = [Layout::RowMajor, Layout::ColMajor, Layout::Strided];
@@ -806,6 +846,10 @@ macro_rules! gemm_suite {
             #[test]
             fn every_epilogue() {
                 if let Some(isa) = isa() { epilogues(isa) }
+            }
+            #[test]
+            fn row_panel_order_for_shallow_products() {
+                if let Some(isa) = isa() { row_panel_order(isa) }
             }
             #[test]
             fn gemv() {
