@@ -201,8 +201,8 @@ fn finishes_in_registers(epi: &TileEpi) -> bool {
 /// [`finish`] over a whole tile held in registers, then its store: each accumulator is
 /// finished and stored in one go, row by row, with the tests on the epilogue (accumulate,
 /// bias, residual, which activation) made once per row and the activation's constants splat
-/// once per tile. Each element sees the same operations in the same order as in `finish`, so
-/// both paths round alike.
+/// once per tile. Each element goes through [`finish`], as on the edge path, so both paths
+/// round alike.
 ///
 /// Two earlier shapes of this lost the registers: with the activation's `match` per vector
 /// LLVM kept the tests and an indirect jump per vector and stored the accumulators to the
@@ -254,23 +254,19 @@ unsafe fn finish_and_store_rows<V: Vf32, const ROWS: usize, const VECS: usize>(
         let bias_row = row_bias::<V>(epi, i);
         let residual = offset(epi.residual, i * ldc);
         for (v, &sum) in row.iter().enumerate() {
-            let mut x = sum;
-            if epi.accumulate {
-                x = V::add(x, V::load(crow.add(v * V::LANES)));
-            }
-            if epi.last {
-                if let Some(bias) = bias_row {
-                    x = V::add(x, bias);
-                }
-                if !epi.bias_col.is_null() {
-                    x = V::add(x, V::load(epi.bias_col.add(v * V::LANES)));
-                }
-                if !residual.is_null() {
-                    x = V::add(x, V::load(residual.add(v * V::LANES)));
-                }
-                x = act.apply(x);
-            }
-            V::store(crow.add(v * V::LANES), x);
+            let at = v * V::LANES;
+            let bias_col = offset(epi.bias_col, at);
+            let x = finish(
+                sum,
+                epi,
+                act,
+                crow.add(at),
+                bias_row,
+                bias_col,
+                offset(residual, at),
+                |p| V::load(p),
+            );
+            V::store(crow.add(at), x);
         }
     }
 }
@@ -283,8 +279,8 @@ unsafe fn row_bias<V: Vf32>(epi: &TileEpi, i: usize) -> Option<V> {
 
 /// One vector of C's new value: the products `x`, plus C when accumulating; on the last k-block
 /// also the row bias, column bias and residual, then the activation. `ld` loads the lanes the
-/// vector covers. The epilogue's order for edge tiles; [`finish_and_store_tile`] applies the same steps in
-/// the same order to whole tiles, so both round alike.
+/// vector covers. The epilogue of every tile, whole ([`finish_and_store_tile`]) or edge
+/// ([`store_tile`]), so both round alike.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn finish<V: Vf32>(
