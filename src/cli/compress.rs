@@ -62,7 +62,9 @@ pub struct CompressArgs {
     /// Do not prune (precision only).
     #[arg(long)]
     pub no_prune: bool,
-    /// Also measure hardware-blind baselines (uniform pruning at the same MACs, all-int8).
+    /// Also measure hardware-blind baselines (uniform pruning at the same MACs, all-int8),
+    /// each in the same rounds as the compressed model; with -o, each is written beside it
+    /// (`<name>.uniform-magnitude.onnx`, `<name>.all-int8.onnx`, ...).
     #[arg(long)]
     pub compare_baselines: bool,
     /// Timed runs per measurement.
@@ -104,12 +106,13 @@ fn parse_latency(text: &str) -> Result<f64> {
     Ok(value * scale)
 }
 
-fn plan_path(model: &std::path::Path) -> PathBuf {
+/// `<stem>.<suffix>` beside the compressed model: its pruning plan and its baselines.
+fn beside_model(model: &std::path::Path, suffix: &str) -> PathBuf {
     let stem = model
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into());
-    model.with_file_name(format!("{stem}.plan.json"))
+    model.with_file_name(format!("{stem}.{suffix}"))
 }
 
 pub fn run(args: &CompressArgs) -> Result<ExitCode> {
@@ -142,12 +145,26 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
         protected.add(&file, "an input tensor");
     }
     protected.add_device(&args.device);
-    let plan_file = args.output_model.as_deref().map(plan_path);
+    let plan_file = args
+        .output_model
+        .as_deref()
+        .map(|model| beside_model(model, "plan.json"));
+    // The baselines go next to the compressed model, to be measured again elsewhere.
+    let mut baseline_names = vec!["uniform-magnitude".to_string()];
+    baseline_names.extend(precisions.iter().map(|p| format!("all-{p}")));
+    let baseline_files: Vec<(String, PathBuf)> = match &args.output_model {
+        Some(model) if args.compare_baselines => baseline_names
+            .iter()
+            .map(|name| (name.clone(), beside_model(model, &format!("{name}.onnx"))))
+            .collect(),
+        _ => Vec::new(),
+    };
     for path in args
         .output_model
         .iter()
         .chain(&args.report)
         .chain(&plan_file)
+        .chain(baseline_files.iter().map(|(_, path)| path))
     {
         protected.check(path)?;
     }
@@ -224,6 +241,17 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
             .write(&plan_file, plan.as_bytes())
             .context("writing the pruning plan")?;
         note!("wrote {}", super::safe(&plan_file.display().to_string()));
+        for (name, graph) in &compressed.baselines {
+            let Some((_, path)) = baseline_files.iter().find(|(known, _)| known == name) else {
+                continue;
+            };
+            let proto =
+                export::to_model(graph).with_context(|| format!("writing baseline {name}"))?;
+            protected
+                .write(path, &prost::Message::encode_to_vec(&proto))
+                .with_context(|| format!("writing baseline {name}"))?;
+            note!("wrote {}", super::safe(&path.display().to_string()));
+        }
     }
     let text = match args.format {
         CompressFormat::Json => render_compress_json(&compressed.report)?,

@@ -116,6 +116,13 @@ pub fn render_compress_table(report: &CompressReport) -> String {
                 accuracy_text(&b.point)
             );
             let _ = writeln!(out, "  {:<18} {}", "", safe(&b.description));
+            if let Some(lead) = b.compressed_lead {
+                let _ = writeln!(
+                    out,
+                    "  {:<18} the compressed model ran {lead:.2}x as fast as this baseline (median of rounds running both and the original side by side)",
+                    ""
+                );
+            }
         }
     }
     let _ = writeln!(out, "\nsteps");
@@ -348,6 +355,15 @@ pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportErr
         speed(report.measured_speedup),
         signed_percent(report.prediction_error)
     );
+    for b in &report.baselines {
+        if let Some(lead) = b.compressed_lead {
+            let _ = write!(
+                body,
+                "<p>against baseline {}: the compressed model ran {lead:.2}x as fast (median of rounds running both and the original side by side).</p>",
+                escape(&b.name)
+            );
+        }
+    }
     let _ = write!(
         body,
         "<h2>Trajectory</h2><p>grey dashed: predicted; blue: corrected by the last measurement; orange dots: measured; green dotted: mean cosine of the outputs against the original (right axis).</p>{}",

@@ -108,3 +108,56 @@ fn bad_targets_are_one_line_errors() {
         );
     }
 }
+
+/// Measured on this machine with `--compare-baselines`: each baseline carries the compressed
+/// model's lead over it from rounds that ran both side by side, and is written beside the
+/// compressed model as a model that loads again. The figures depend on this machine, so only
+/// their presence and sanity are checked.
+#[test]
+fn baselines_are_measured_beside_the_compressed_model_and_written_out() {
+    let dir = tempdir();
+    let model = dir.join("tiny.onnx");
+    let out = roofline(&[
+        "compress",
+        "builtin:tinycnn",
+        "--device",
+        "local",
+        "--speedup",
+        "1.2",
+        "--precisions",
+        "fp32",
+        "--calibration-samples",
+        "2",
+        "--runs",
+        "3",
+        "--compare-baselines",
+        "-o",
+        model.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    // The target may be out of reach on a model this small (exit 3); the report is written
+    // either way.
+    assert!(matches!(out.status.code(), Some(0 | 3)), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["measured"], true);
+    let baselines = report["baselines"].as_array().unwrap();
+    let pruned = report["compressed"]["macs"].as_u64() < report["original"]["macs"].as_u64();
+    for baseline in baselines {
+        let lead = baseline["compressed_lead"].as_f64().unwrap();
+        assert!(lead.is_finite() && lead > 0.0, "{baseline}");
+        let name = baseline["name"].as_str().unwrap();
+        let written = dir.join(format!("tiny.{name}.onnx"));
+        let analyzed = roofline(&["analyze", written.to_str().unwrap(), "--format", "json"]);
+        assert!(analyzed.status.success(), "{name}: {}", stderr(&analyzed));
+    }
+    // A pruned result is compared against uniform pruning at its MAC count, written as a
+    // model the onnx checker accepts and onnxruntime runs.
+    if pruned {
+        assert!(baselines.iter().any(|b| b["name"] == "uniform-magnitude"));
+        let Some(python) = venv_python() else { return };
+        let uniform = dir.join("tiny.uniform-magnitude.onnx");
+        let failures = rejected(&python, &[format!("ort:{}", uniform.display())]);
+        assert!(failures.is_empty(), "{failures:?}");
+    }
+}

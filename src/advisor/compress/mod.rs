@@ -103,6 +103,9 @@ pub struct Compressed {
     pub report: CompressReport,
     pub graph: Graph,
     pub plan: PrunePlan,
+    /// The baselines' deployable graphs (`--compare-baselines`), by baseline name, so they
+    /// can be written out and measured again elsewhere.
+    pub baselines: Vec<(String, Graph)>,
 }
 
 /// Progress events for the CLI's progress bar.
@@ -597,19 +600,24 @@ pub fn compress(
     }
 
     let mut baselines = Vec::new();
+    let mut baseline_graphs = Vec::new();
     if options.compare_baselines {
         progress(Progress::Phase("measuring the baselines"));
         let pruned_macs = search
             .analyse(&search.deployable(&current, None)?.0)?
             .summary
             .macs;
-        baselines = search.baselines(
+        for (baseline, deployable) in search.baselines(
             &graph,
             &original_analysis,
             pruned_macs,
             &precisions,
+            &final_dep,
             timer.as_mut(),
-        )?;
+        )? {
+            baseline_graphs.push((baseline.name.clone(), deployable));
+            baselines.push(baseline);
+        }
     }
 
     let layers = original_spaces
@@ -725,6 +733,7 @@ pub fn compress(
         report,
         graph: final_dep,
         plan,
+        baselines: baseline_graphs,
     })
 }
 

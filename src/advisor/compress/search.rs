@@ -42,27 +42,51 @@ impl Timer {
         ctx: &PassContext,
         rounds: usize,
     ) -> Result<Measured, AdvisorError> {
+        Ok(self.measure_beside(graph, None, ctx, rounds)?.0)
+    }
+
+    /// [`Timer::measure`] of `graph`, with `beside` (planned once, the compressed model)
+    /// run in the same rounds: returns also the median over rounds of `graph`'s time ÷
+    /// `beside`'s. Each round runs the three plans once, in an order that rotates, so a slow
+    /// spell of a shared host falls on all of them alike.
+    pub(super) fn measure_beside(
+        &mut self,
+        graph: &Graph,
+        beside: Option<&exec::Plan>,
+        ctx: &PassContext,
+        rounds: usize,
+    ) -> Result<(Measured, Option<f64>), AdvisorError> {
         let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
         let mut workspace = plan.workspace();
-        let (mut original, mut candidate, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut beside_run = beside.map(|p| (p, p.workspace()));
+        let versions = if beside_run.is_some() { 3 } else { 2 };
+        let (mut original, mut candidate, mut ratios, mut versus) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds.max(1) {
-            // Alternate which runs first so drift hits both alike.
-            let (a, b) = if round % 2 == 0 {
-                let a = timed_run(&self.plan, &mut self.workspace, &self.inputs)?;
-                (a, timed_run(&plan, &mut workspace, &self.inputs)?)
-            } else {
-                let b = timed_run(&plan, &mut workspace, &self.inputs)?;
-                (timed_run(&self.plan, &mut self.workspace, &self.inputs)?, b)
-            };
+            let mut times = [0.0f64; 3];
+            for turn in 0..versions {
+                let version = (round + turn) % versions;
+                times[version] = match version {
+                    0 => timed_run(&self.plan, &mut self.workspace, &self.inputs)?,
+                    1 => timed_run(&plan, &mut workspace, &self.inputs)?,
+                    _ => {
+                        let (p, w) = beside_run.as_mut().expect("three versions");
+                        timed_run(p, w, &self.inputs)?
+                    }
+                };
+            }
+            let [a, b, c] = times;
             original.push(a);
             candidate.push(b);
             ratios.push(a / b.max(1e-12));
+            versus.push(b / c.max(1e-12));
         }
-        Ok(Measured {
+        let measured = Measured {
             original_ms: median(original),
             candidate_ms: median(candidate),
             speedup: median(ratios),
-        })
+        };
+        Ok((measured, beside_run.map(|_| median(versus))))
     }
 }
 
@@ -381,15 +405,29 @@ impl Search<'_> {
 
     /// Hardware-blind baselines: uniform magnitude pruning of every prunable space at the same
     /// MAC reduction (channel counts unaligned), and every heavy op in each allowed precision.
+    /// Each is returned with its deployable graph. Measured (with a timer), each runs in the
+    /// same rounds as the original and `compressed` (the search's result), so the compressed
+    /// model's lead over it is a ratio of runs side by side, not of two speed-ups measured
+    /// minutes apart on a host whose speed moves.
     pub(super) fn baselines(
         &self,
         original: &Graph,
         original_analysis: &Analysis,
         pruned_macs: u64,
         precisions: &[String],
+        compressed: &Graph,
         mut timer: Option<&mut Timer>,
-    ) -> Result<Vec<Baseline>, AdvisorError> {
+    ) -> Result<Vec<(Baseline, Graph)>, AdvisorError> {
         let mut out = Vec::new();
+        let compressed_plan = match timer {
+            Some(_) => Some(plan_of(
+                compressed,
+                self.ctx.analyze,
+                self.ctx.options.threads,
+            )?),
+            None => None,
+        };
+        let beside = compressed_plan.as_ref();
         let original_pred = latency_ms(original_analysis);
         if self.options.prune && pruned_macs < original_analysis.summary.macs {
             // Fraction of channels kept in every space so that MACs match (bisection).
@@ -426,9 +464,10 @@ impl Search<'_> {
             out.push(self.baseline(
                 "uniform-magnitude".into(),
                 format!("every prunable space keeps {:.1}% of its channels (smallest filter norms removed, counts unaligned), at the compressed model's MAC count", 50.0 * (lo + hi)),
-                &dep,
+                dep,
                 original_pred,
                 timer.as_deref_mut(),
+                beside,
             )?);
         }
         for precision in precisions {
@@ -445,43 +484,51 @@ impl Search<'_> {
             out.push(self.baseline(
                 format!("all-{precision}"),
                 format!("every Conv/Gemm/MatMul in {precision}, no pruning, whatever the roofline predicts"),
-                &dep,
+                dep,
                 original_pred,
                 timer.as_deref_mut(),
+                beside,
             )?);
         }
         Ok(out)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn baseline(
         &self,
         name: String,
         description: String,
-        deployable: &Graph,
+        deployable: Graph,
         original_pred: f64,
         timer: Option<&mut Timer>,
-    ) -> Result<Baseline, AdvisorError> {
-        let analysis = self.analyse(deployable)?;
-        let accuracy = self.score(deployable)?;
-        let eval = self.eval(deployable)?;
-        let measured = match timer {
+        beside: Option<&exec::Plan>,
+    ) -> Result<(Baseline, Graph), AdvisorError> {
+        let analysis = self.analyse(&deployable)?;
+        let accuracy = self.score(&deployable)?;
+        let eval = self.eval(&deployable)?;
+        let (measured, versus) = match timer {
             Some(timer) => {
-                let rounds = timer.runs;
-                Some(timer.measure(deployable, &self.ctx, rounds)?)
+                // As many rounds as the compressed model's final measurement: this ratio is
+                // the comparison the baseline exists for.
+                let rounds = 2 * timer.runs;
+                let (m, versus) = timer.measure_beside(&deployable, beside, &self.ctx, rounds)?;
+                (Some(m), versus)
             }
-            None => None,
+            None => (None, None),
         };
-        Ok(Baseline {
+        let baseline = Baseline {
             name,
             description,
             predicted_speedup: original_pred / latency_ms(&analysis).max(1e-12),
             measured_speedup: measured.as_ref().map(|m| m.speedup),
+            compressed_lead: versus,
             point: point(
                 &analysis,
                 measured.map(|m| m.candidate_ms),
                 Some(accuracy),
                 eval,
             ),
-        })
+        };
+        Ok((baseline, deployable))
     }
 }

@@ -121,6 +121,11 @@ pub struct Baseline {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_speedup: Option<f64>,
     pub predicted_speedup: f64,
+    /// This baseline's time ÷ the compressed model's, the median over rounds that ran the
+    /// original, the baseline and the compressed model side by side (above 1: the compressed
+    /// model is faster). Measured runs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compressed_lead: Option<f64>,
 }
 
 /// The pruning plan: kept channel indices of every pruned space, in the original model's
