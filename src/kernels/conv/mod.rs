@@ -25,8 +25,9 @@ pub use transpose::conv_transpose2d;
 /// a change moves a kernel's time. 1: the direct kernel prefetches large phase planes (it had
 /// run 1.2-1.8× slower on 96×160² inputs); 2: its stride-1 rows share their padding zeros
 /// (0.89-0.91× on 13² planes); 3: the AVX2 direct kernel's 6×2 tile (the 4×3 one spilled:
-/// 0.55-0.85× of its time on Zen 1) and AVX2's strided layers on the GEMM.
-pub const KERNELS_REVISION: u32 = 3;
+/// 0.55-0.85× of its time on Zen 1) and AVX2's strided layers on the GEMM; 4: im2col of output
+/// planes up to 256 pixels through gather tables (7² layers 0.8-0.9× their time).
+pub const KERNELS_REVISION: u32 = 4;
 #[cfg(test)]
 pub(crate) use reference::reference_conv;
 
@@ -176,9 +177,66 @@ fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
     }
 }
 
+/// Output planes of at most this many pixels take [`small_plane_im2col`].
+const SMALL_PLANE_PIXELS: usize = 256;
+
+/// Index tables of [`small_plane_im2col`]: per kernel tap, the input-plane index each output
+/// pixel reads, or the plane size (where the staged plane holds a zero) for padding.
+fn tap_gather_tables(geom: &Conv2d) -> Vec<u32> {
+    let pixels = geom.out_h * geom.out_w;
+    let in_plane = geom.in_h * geom.in_w;
+    let mut tables = Vec::with_capacity(geom.kernel_h * geom.kernel_w * pixels);
+    for ky in 0..geom.kernel_h {
+        for kx in 0..geom.kernel_w {
+            for oy in 0..geom.out_h {
+                let iy =
+                    (oy * geom.stride_h + ky * geom.dilation_h) as isize - geom.pad_top as isize;
+                for ox in 0..geom.out_w {
+                    let ix = (ox * geom.stride_w + kx * geom.dilation_w) as isize
+                        - geom.pad_left as isize;
+                    let inside = (0..geom.in_h as isize).contains(&iy)
+                        && (0..geom.in_w as isize).contains(&ix);
+                    tables.push(if inside {
+                        (iy as usize * geom.in_w + ix as usize) as u32
+                    } else {
+                        in_plane as u32
+                    });
+                }
+            }
+        }
+    }
+    tables
+}
+
+/// im2col of small output planes (7×7, 14×14: Inception's and ResNet's last stages) by a
+/// gather through per-tap index tables built once per call: the row-by-row path spent its
+/// time on per-row work there (a 224→224 3×3 layer on 7²: im2col and transpose 126 µs of
+/// 446, the GEMM 320).
+#[inline(always)]
+fn small_plane_im2col(geom: &Conv2d, input: &[f32], out: &mut [f32]) {
+    let pixels = geom.out_h * geom.out_w;
+    let in_plane = geom.in_h * geom.in_w;
+    let channels = geom.in_channels / geom.group;
+    let tables = tap_gather_tables(geom);
+    // One plane with a zero after it, so padding reads that zero and the gather has no branch.
+    let mut staged = vec![0.0f32; in_plane + 1];
+    let rows = out.chunks_exact_mut(tables.len());
+    for (plane, rows) in input.chunks_exact(in_plane).take(channels).zip(rows) {
+        staged[..in_plane].copy_from_slice(plane);
+        for (dst, &index) in rows.iter_mut().zip(&tables) {
+            *dst = staged[index as usize];
+        }
+    }
+    debug_assert_eq!(tables.len() % pixels.max(1), 0);
+}
+
 multiversion! {
     fn im2col(geom: &Conv2d, input: &[f32], out: &mut [f32]) {
         let (oh, ow) = (geom.out_h, geom.out_w);
+        if oh * ow <= SMALL_PLANE_PIXELS {
+            small_plane_im2col(geom, input, out);
+            return;
+        }
         let channels = geom.in_channels / geom.group;
         let mut row = 0;
         for c in 0..channels {

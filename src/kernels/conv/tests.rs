@@ -119,17 +119,20 @@ fn geom(
 
 #[test]
 fn im2col_agrees_across_isa_variants() {
-    // Every variant of the multiversioned loop produces the same bits as the scalar one.
-    let input: Vec<f32> = (0..2 * 6 * 9 * 10).map(|i| (i % 13) as f32 - 6.0).collect();
-    let image = &input[..6 * 9 * 10];
-    let dense = geom(3, 4, 9, 3, 2, 1, 1, 1);
-    let len = 6 * 9 * dense.out_h * dense.out_w;
-    let mut cols_ref = vec![0.0; len];
-    im2col::at(IsaLevel::Scalar, &dense, image, &mut cols_ref);
-    for level in available_levels() {
-        let mut cols = vec![0.0; len];
-        im2col::at(level, &dense, image, &mut cols);
-        assert_eq!(cols, cols_ref, "im2col at {level:?}");
+    // Every variant of the multiversioned loop produces the same bits as the scalar one, on a
+    // small output plane (gather tables) and a larger one (row by row).
+    for dense in [geom(6, 4, 9, 3, 2, 1, 1, 1), geom(6, 4, 20, 3, 1, 1, 1, 1)] {
+        let image: Vec<f32> = (0..6 * dense.in_h * dense.in_w)
+            .map(|i| (i % 13) as f32 - 6.0)
+            .collect();
+        let len = 6 * 9 * dense.out_h * dense.out_w;
+        let mut cols_ref = vec![0.0; len];
+        im2col::at(IsaLevel::Scalar, &dense, &image, &mut cols_ref);
+        for level in available_levels() {
+            let mut cols = vec![0.0; len];
+            im2col::at(level, &dense, &image, &mut cols);
+            assert_eq!(cols, cols_ref, "im2col at {level:?} on {dense:?}");
+        }
     }
 }
 
@@ -137,13 +140,21 @@ fn im2col_agrees_across_isa_variants() {
 fn packed_im2col_blocks_match_the_explicit_matrix() {
     // Blocks of the self-packing operand equal the explicit im2col matrix laid out in
     // panels, for strides 1, 2 and 3, padding, dilation, and blocks that start mid-row and
-    // end mid-panel.
+    // end mid-panel; on small output planes (the explicit matrix through the gather tables)
+    // and on planes past `SMALL_PLANE_PIXELS` (row by row).
     for g in [
         geom(3, 4, 9, 3, 1, 1, 1, 1),
         geom(2, 4, 11, 3, 2, 1, 1, 1),
         geom(2, 4, 12, 3, 3, 2, 1, 2),
         geom(3, 4, 12, 7, 2, 3, 1, 1),
+        geom(2, 4, 20, 3, 1, 1, 1, 1),
+        geom(2, 4, 37, 5, 2, 2, 1, 2),
     ] {
+        assert_eq!(
+            g.out_h * g.out_w > SMALL_PLANE_PIXELS,
+            g.in_h >= 20,
+            "{g:?} is not on the side of the threshold it was put here for"
+        );
         let channels = g.in_channels;
         let image: Vec<f32> = (0..channels * g.in_h * g.in_w)
             .map(|i| i as f32 + 1.0)
