@@ -644,12 +644,15 @@ pub(super) fn threads_agree(isa: Isa) {
     let cfgs = [GemmConfig::for_isa(isa).unwrap(), tiny_blocking(isa)];
     let mut rng = Rng(0x7777);
     let (mr, nr) = isa.tile();
-    // Wide (split over n), tall (split over m), and square-ish shapes.
+    // Wide (split over n), tall (split over m), and square-ish shapes; tile counts the threads
+    // cannot share evenly take runs of (tile, inner tile) pairs (a 7² convolution's 49 pixels
+    // by 7 panels).
     for (m, n, k) in [
         (mr + 1, 9 * nr + 5, 70),
         (11 * mr + 2, nr + 3, 70),
         (5 * mr, 5 * nr, 300),
         (64, 200, 57),
+        (4 * mr + 1, 7 * nr, 90),
     ] {
         let case = Case::new(
             &mut rng,
@@ -939,4 +942,33 @@ fn shallow_products_take_more_rows_per_a_block() {
         super::rows_per_a_block(240, 512, 0, 12),
         240 * 512 / 12 * 12
     );
+}
+
+#[test]
+fn tile_runs_cover_every_pair_once() {
+    for inner_tiles in 1..5 {
+        let units = 3 * inner_tiles + 2;
+        for u0 in 0..units {
+            for u1 in u0..=units {
+                let mut seen = vec![0u8; units];
+                driver::for_tile_rects(u0, u1, inner_tiles, |outer, inner| {
+                    assert!(!outer.is_empty() && !inner.is_empty());
+                    // A rectangle of several outer tiles spans whole inner rows.
+                    assert!(outer.len() == 1 || inner == (0..inner_tiles));
+                    for o in outer {
+                        for i in inner.clone() {
+                            seen[o * inner_tiles + i] += 1;
+                        }
+                    }
+                });
+                for (u, &count) in seen.iter().enumerate() {
+                    assert_eq!(
+                        count,
+                        u8::from((u0..u1).contains(&u)),
+                        "{u0}..{u1} of {inner_tiles}: pair {u}"
+                    );
+                }
+            }
+        }
+    }
 }
