@@ -150,12 +150,13 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|model| beside_model(model, "plan.json"));
     // The baselines go next to the compressed model, to be measured again elsewhere.
-    let mut baseline_names = vec!["uniform-magnitude".to_string()];
-    baseline_names.extend(precisions.iter().map(|p| format!("all-{p}")));
     let baseline_files: Vec<(String, PathBuf)> = match &args.output_model {
-        Some(model) if args.compare_baselines => baseline_names
-            .iter()
-            .map(|name| (name.clone(), beside_model(model, &format!("{name}.onnx"))))
+        Some(model) if args.compare_baselines => compress::baseline_names(&precisions)
+            .into_iter()
+            .map(|name| {
+                let path = beside_model(model, &format!("{name}.onnx"));
+                (name, path)
+            })
             .collect(),
         _ => Vec::new(),
     };
@@ -186,6 +187,7 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
         eval: args.eval.clone(),
         max_steps: args.max_steps.max(1),
         compare_baselines: args.compare_baselines,
+        keep_baseline_graphs: !baseline_files.is_empty(),
         advise: AdviseOptions {
             runs: args.runs,
             threads: args.threads.threads.max(1),
@@ -241,16 +243,23 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
             .write(&plan_file, plan.as_bytes())
             .context("writing the pruning plan")?;
         note!("wrote {}", super::safe(&plan_file.display().to_string()));
+        // A baseline that cannot be written is said and skipped: the compressed model and the
+        // report are what the run is for.
         for (name, graph) in &compressed.baselines {
             let Some((_, path)) = baseline_files.iter().find(|(known, _)| known == name) else {
+                note!(
+                    "baseline {} not written: no file was set aside for it",
+                    super::safe(name)
+                );
                 continue;
             };
-            let proto =
-                export::to_model(graph).with_context(|| format!("writing baseline {name}"))?;
-            protected
-                .write(path, &prost::Message::encode_to_vec(&proto))
-                .with_context(|| format!("writing baseline {name}"))?;
-            note!("wrote {}", super::safe(&path.display().to_string()));
+            let written = export::to_model(graph)
+                .map_err(anyhow::Error::from)
+                .and_then(|proto| protected.write(path, &prost::Message::encode_to_vec(&proto)));
+            match written {
+                Ok(()) => note!("wrote {}", super::safe(&path.display().to_string())),
+                Err(e) => note!("baseline {} not written: {e:#}", super::safe(name)),
+            }
         }
     }
     let text = match args.format {

@@ -1,7 +1,8 @@
 //! `roofline compress` end to end on a catalogue device (predicted only, so the test does not
 //! depend on this machine's speed): the pruned model the onnx checker accepts and onnxruntime
 //! runs with the same outputs as our executor, the pruning plan written next to it, `--eval`
-//! plumbing, and bad arguments refused with one line.
+//! plumbing, and bad arguments refused with one line; and measured (a profile file marked as
+//! probed), the baselines run beside the compressed model and written out.
 
 use super::cli::tempdir;
 use super::common::{roofline, stderr, stdout, venv_python};
@@ -117,15 +118,23 @@ fn bad_targets_are_one_line_errors() {
 fn baselines_are_measured_beside_the_compressed_model_and_written_out() {
     let dir = tempdir();
     let model = dir.join("tiny.onnx");
+    // A catalogue profile marked as probed: the search measures on this CPU without probing
+    // it (or touching the user's saved profile); its predictions do not matter here.
+    let mut device = roofline::device::find_device("rtx2080ti")
+        .unwrap()
+        .to_profile();
+    device.source = roofline::device::ProfileSource::Probed;
+    let profile = dir.join("probed.json");
+    std::fs::write(&profile, serde_json::to_string(&device).unwrap()).unwrap();
     let out = roofline(&[
         "compress",
         "builtin:tinycnn",
         "--device",
-        "local",
+        profile.to_str().unwrap(),
         "--speedup",
         "1.2",
         "--precisions",
-        "fp32",
+        "int8",
         "--calibration-samples",
         "2",
         "--runs",
@@ -142,6 +151,8 @@ fn baselines_are_measured_beside_the_compressed_model_and_written_out() {
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(report["measured"], true);
     let baselines = report["baselines"].as_array().unwrap();
+    // all-int8 at least, whatever the search chose.
+    assert!(!baselines.is_empty(), "{report}");
     let pruned = report["compressed"]["macs"].as_u64() < report["original"]["macs"].as_u64();
     for baseline in baselines {
         let lead = baseline["compressed_lead"].as_f64().unwrap();

@@ -75,6 +75,9 @@ pub struct CompressOptions {
     /// Candidates run on the calibration inputs per step.
     pub checked_per_step: usize,
     pub compare_baselines: bool,
+    /// Hand the baselines' graphs back in [`Compressed::baselines`] (a caller that writes them
+    /// out); otherwise each is dropped once measured.
+    pub keep_baseline_graphs: bool,
     /// Threads, timed runs and calibration inputs (shared with `advise`).
     pub advise: AdviseOptions,
 }
@@ -93,9 +96,26 @@ impl Default for CompressOptions {
             min_keep: 0.25,
             checked_per_step: 3,
             compare_baselines: false,
+            keep_baseline_graphs: false,
             advise: AdviseOptions::default(),
         }
     }
+}
+
+/// Name of the uniform-pruning baseline (`--compare-baselines`).
+pub const UNIFORM_BASELINE: &str = "uniform-magnitude";
+
+/// Name of the baseline with every heavy op in `precision`.
+pub fn precision_baseline(precision: &str) -> String {
+    format!("all-{precision}")
+}
+
+/// Every baseline `--compare-baselines` may produce for these low precisions: what a caller
+/// writing them out checks paths for before the search runs.
+pub fn baseline_names(precisions: &[String]) -> Vec<String> {
+    std::iter::once(UNIFORM_BASELINE.to_string())
+        .chain(precisions.iter().map(|p| precision_baseline(p)))
+        .collect()
 }
 
 /// The result: the report, the compressed graph and the pruning plan.
@@ -103,8 +123,8 @@ pub struct Compressed {
     pub report: CompressReport,
     pub graph: Graph,
     pub plan: PrunePlan,
-    /// The baselines' deployable graphs (`--compare-baselines`), by baseline name, so they
-    /// can be written out and measured again elsewhere.
+    /// The baselines' deployable graphs by baseline name, with `--compare-baselines` and
+    /// `keep_baseline_graphs`, so they can be written out and measured again elsewhere.
     pub baselines: Vec<(String, Graph)>,
 }
 
@@ -615,7 +635,9 @@ pub fn compress(
             &final_dep,
             timer.as_mut(),
         )? {
-            baseline_graphs.push((baseline.name.clone(), deployable));
+            if options.keep_baseline_graphs {
+                baseline_graphs.push((baseline.name.clone(), deployable));
+            }
             baselines.push(baseline);
         }
     }

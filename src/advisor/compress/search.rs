@@ -47,8 +47,8 @@ impl Timer {
 
     /// [`Timer::measure`] of `graph`, with `beside` (planned once, the compressed model)
     /// run in the same rounds: returns also the median over rounds of `graph`'s time ÷
-    /// `beside`'s. Each round runs the three plans once, in an order that rotates, so a slow
-    /// spell of a shared host falls on all of them alike.
+    /// `beside`'s. Each round runs every plan once, in an order that rotates, so a slow spell
+    /// of a shared host falls on all of them alike.
     pub(super) fn measure_beside(
         &mut self,
         graph: &Graph,
@@ -60,33 +60,34 @@ impl Timer {
         let mut workspace = plan.workspace();
         let mut beside_run = beside.map(|p| (p, p.workspace()));
         let versions = if beside_run.is_some() { 3 } else { 2 };
-        let (mut original, mut candidate, mut ratios, mut versus) =
+        let (mut original, mut candidate, mut ratios, mut lead_ratios) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds.max(1) {
-            let mut times = [0.0f64; 3];
+            let (mut original_ms, mut candidate_ms, mut beside_ms) = (0.0, 0.0, 0.0);
             for turn in 0..versions {
-                let version = (round + turn) % versions;
-                times[version] = match version {
-                    0 => timed_run(&self.plan, &mut self.workspace, &self.inputs)?,
-                    1 => timed_run(&plan, &mut workspace, &self.inputs)?,
+                match (round + turn) % versions {
+                    0 => original_ms = timed_run(&self.plan, &mut self.workspace, &self.inputs)?,
+                    1 => candidate_ms = timed_run(&plan, &mut workspace, &self.inputs)?,
                     _ => {
-                        let (p, w) = beside_run.as_mut().expect("three versions");
-                        timed_run(p, w, &self.inputs)?
+                        if let Some((beside_plan, beside_workspace)) = beside_run.as_mut() {
+                            beside_ms = timed_run(beside_plan, beside_workspace, &self.inputs)?;
+                        }
                     }
-                };
+                }
             }
-            let [a, b, c] = times;
-            original.push(a);
-            candidate.push(b);
-            ratios.push(a / b.max(1e-12));
-            versus.push(b / c.max(1e-12));
+            original.push(original_ms);
+            candidate.push(candidate_ms);
+            ratios.push(original_ms / candidate_ms.max(1e-12));
+            if beside_run.is_some() {
+                lead_ratios.push(candidate_ms / beside_ms.max(1e-12));
+            }
         }
         let measured = Measured {
             original_ms: median(original),
             candidate_ms: median(candidate),
             speedup: median(ratios),
         };
-        Ok((measured, beside_run.map(|_| median(versus))))
+        Ok((measured, beside_run.map(|_| median(lead_ratios))))
     }
 }
 
@@ -416,18 +417,17 @@ impl Search<'_> {
         pruned_macs: u64,
         precisions: &[String],
         compressed: &Graph,
-        mut timer: Option<&mut Timer>,
+        timer: Option<&mut Timer>,
     ) -> Result<Vec<(Baseline, Graph)>, AdvisorError> {
         let mut out = Vec::new();
-        let compressed_plan = match timer {
-            Some(_) => Some(plan_of(
-                compressed,
-                self.ctx.analyze,
-                self.ctx.options.threads,
-            )?),
+        // The compressed model, planned once, runs in every baseline's rounds.
+        let mut measure = match timer {
+            Some(timer) => Some((
+                timer,
+                plan_of(compressed, self.ctx.analyze, self.ctx.options.threads)?,
+            )),
             None => None,
         };
-        let beside = compressed_plan.as_ref();
         let original_pred = latency_ms(original_analysis);
         if self.options.prune && pruned_macs < original_analysis.summary.macs {
             // Fraction of channels kept in every space so that MACs match (bisection).
@@ -462,12 +462,11 @@ impl Search<'_> {
             }
             let (dep, _) = uniform(0.5 * (lo + hi))?;
             out.push(self.baseline(
-                "uniform-magnitude".into(),
+                super::UNIFORM_BASELINE.into(),
                 format!("every prunable space keeps {:.1}% of its channels (smallest filter norms removed, counts unaligned), at the compressed model's MAC count", 50.0 * (lo + hi)),
                 dep,
                 original_pred,
-                timer.as_deref_mut(),
-                beside,
+                measure.as_mut().map(|(timer, plan)| (&mut **timer, &*plan)),
             )?);
         }
         for precision in precisions {
@@ -482,37 +481,38 @@ impl Search<'_> {
             let float = self.deployable_prepared(original, None)?.0;
             let dep = apply_pass(&float, self.pass(precision), &ctx)?.0.graph;
             out.push(self.baseline(
-                format!("all-{precision}"),
+                super::precision_baseline(precision),
                 format!("every Conv/Gemm/MatMul in {precision}, no pruning, whatever the roofline predicts"),
                 dep,
                 original_pred,
-                timer.as_deref_mut(),
-                beside,
+                measure.as_mut().map(|(timer, plan)| (&mut **timer, &*plan)),
             )?);
         }
         Ok(out)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One baseline, measured (with the timer and the compressed model's plan) in rounds
+    /// that also run the original and the compressed model.
     pub(super) fn baseline(
         &self,
         name: String,
         description: String,
         deployable: Graph,
         original_pred: f64,
-        timer: Option<&mut Timer>,
-        beside: Option<&exec::Plan>,
+        measure: Option<(&mut Timer, &exec::Plan)>,
     ) -> Result<(Baseline, Graph), AdvisorError> {
         let analysis = self.analyse(&deployable)?;
         let accuracy = self.score(&deployable)?;
         let eval = self.eval(&deployable)?;
-        let (measured, versus) = match timer {
-            Some(timer) => {
-                // As many rounds as the compressed model's final measurement: this ratio is
-                // the comparison the baseline exists for.
-                let rounds = 2 * timer.runs;
-                let (m, versus) = timer.measure_beside(&deployable, beside, &self.ctx, rounds)?;
-                (Some(m), versus)
+        let (measured, lead) = match measure {
+            Some((timer, compressed)) => {
+                // As many rounds as the compressed model's final measurement (this ratio is
+                // the comparison the baseline exists for), rounded up so that each of the
+                // three versions runs first equally often.
+                let rounds = (2 * timer.runs).div_ceil(3) * 3;
+                let (m, lead) =
+                    timer.measure_beside(&deployable, Some(compressed), &self.ctx, rounds)?;
+                (Some(m), lead)
             }
             None => (None, None),
         };
@@ -521,7 +521,7 @@ impl Search<'_> {
             description,
             predicted_speedup: original_pred / latency_ms(&analysis).max(1e-12),
             measured_speedup: measured.as_ref().map(|m| m.speedup),
-            compressed_lead: versus,
+            compressed_lead: lead,
             point: point(
                 &analysis,
                 measured.map(|m| m.candidate_ms),

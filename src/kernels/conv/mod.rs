@@ -26,7 +26,8 @@ pub use transpose::conv_transpose2d;
 /// run 1.2-1.8× slower on 96×160² inputs); 2: its stride-1 rows share their padding zeros
 /// (0.89-0.91× on 13² planes); 3: the AVX2 direct kernel's 6×2 tile (the 4×3 one spilled:
 /// 0.55-0.85× of its time on Zen 1) and AVX2's strided layers on the GEMM; 4: im2col of output
-/// planes up to 256 pixels through gather tables (7² layers 0.8-0.9× their time).
+/// planes up to 256 pixels through gather tables, and the GEMM's split of tile counts that the
+/// threads cannot share evenly (7² layers 0.8-0.9× their time).
 pub const KERNELS_REVISION: u32 = 4;
 #[cfg(test)]
 pub(crate) use reference::reference_conv;
@@ -181,7 +182,7 @@ fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
 const SMALL_PLANE_PIXELS: usize = 256;
 
 /// Index tables of [`small_plane_im2col`]: per kernel tap, the input-plane index each output
-/// pixel reads, or the plane size (where the staged plane holds the padding value) for padding.
+/// pixel reads, or the plane size (where the staged plane holds a zero) for padding.
 fn tap_gather_tables(geom: &Conv2d) -> Vec<u32> {
     let pixels = geom.out_h * geom.out_w;
     let in_plane = geom.in_h * geom.in_w;
@@ -208,19 +209,21 @@ fn tap_gather_tables(geom: &Conv2d) -> Vec<u32> {
     tables
 }
 
-/// im2col of the first `channels` planes of `input` onto small output planes (7×7, 14×14:
-/// Inception's and ResNet's last stages; at most [`SMALL_PLANE_PIXELS`] pixels) by a gather
-/// through per-tap index tables built once per call, padding read as `pad`: the row-by-row
-/// path spent its time on per-row work there (a 224→224 3×3 layer on 7²: im2col and the
-/// transpose 126 µs of 446, the GEMM 320). Float only: the byte im2col's AVX-512 row copies
-/// (`qgemm::pack::im2col_u8`) beat a byte-at-a-time gather (an int8 256→256 3×3 layer on 14²
-/// took 571-579 µs with them, 753-763 with the tables).
+/// im2col of one group's planes onto small output planes (7×7, 14×14: Inception's and
+/// ResNet's last stages; at most [`SMALL_PLANE_PIXELS`] pixels) by a gather through per-tap
+/// index tables built once per call: the row-by-row path spent its time on per-row work there
+/// (a 224→224 3×3 layer on 7²: im2col and the transpose 126 µs of 446, the GEMM 320). Float
+/// only: the byte im2col's AVX-512 row copies (`qgemm::pack::im2col_u8`) beat a
+/// byte-at-a-time gather (an int8 256→256 3×3 layer on 14² took 571-579 µs with them, 753-763
+/// with the tables).
 #[inline(always)]
-fn small_plane_im2col<T: Copy>(geom: &Conv2d, channels: usize, input: &[T], out: &mut [T], pad: T) {
+fn small_plane_im2col(geom: &Conv2d, input: &[f32], out: &mut [f32]) {
     let in_plane = geom.in_h * geom.in_w;
+    let channels = geom.in_channels / geom.group;
     let tables = tap_gather_tables(geom);
-    // One plane with the padding value after it, so the gather has no branch.
-    let mut staged = vec![pad; in_plane + 1];
+    debug_assert!(input.len() >= channels * in_plane && out.len() >= channels * tables.len());
+    // One plane with a zero after it, so padding reads the zero and the gather has no branch.
+    let mut staged = vec![0.0f32; in_plane + 1];
     let rows = out.chunks_exact_mut(tables.len());
     for (plane, rows) in input.chunks_exact(in_plane).take(channels).zip(rows) {
         staged[..in_plane].copy_from_slice(plane);
@@ -233,8 +236,10 @@ fn small_plane_im2col<T: Copy>(geom: &Conv2d, channels: usize, input: &[T], out:
 multiversion! {
     fn im2col(geom: &Conv2d, input: &[f32], out: &mut [f32]) {
         let (oh, ow) = (geom.out_h, geom.out_w);
-        if oh * ow <= SMALL_PLANE_PIXELS {
-            small_plane_im2col(geom, geom.in_channels / geom.group, input, out, 0.0);
+        // The tables index the plane in u32 and chunk by plane and by taps × pixels.
+        let in_plane = geom.in_h * geom.in_w;
+        if (1..=SMALL_PLANE_PIXELS).contains(&(oh * ow)) && (1..u32::MAX as usize).contains(&in_plane) {
+            small_plane_im2col(geom, input, out);
             return;
         }
         let channels = geom.in_channels / geom.group;

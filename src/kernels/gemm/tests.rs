@@ -653,6 +653,7 @@ pub(super) fn threads_agree(isa: Isa) {
         (5 * mr, 5 * nr, 300),
         (64, 200, 57),
         (4 * mr + 1, 7 * nr, 90),
+        (7 * mr, nr + 3, 90),
     ] {
         let case = Case::new(
             &mut rng,
@@ -951,7 +952,9 @@ fn tile_runs_cover_every_pair_once() {
         for u0 in 0..units {
             for u1 in u0..=units {
                 let mut seen = vec![0u8; units];
+                let mut rects = 0;
                 driver::for_tile_rects(u0, u1, inner_tiles, |outer, inner| {
+                    rects += 1;
                     assert!(!outer.is_empty() && !inner.is_empty());
                     // A rectangle of several outer tiles spans whole inner rows.
                     assert!(outer.len() == 1 || inner == (0..inner_tiles));
@@ -961,6 +964,10 @@ fn tile_runs_cover_every_pair_once() {
                         }
                     }
                 });
+                assert!(
+                    rects <= 3,
+                    "{u0}..{u1} of {inner_tiles}: {rects} rectangles"
+                );
                 for (u, &count) in seen.iter().enumerate() {
                     assert_eq!(
                         count,
