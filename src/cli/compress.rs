@@ -64,7 +64,7 @@ pub struct CompressArgs {
     pub no_prune: bool,
     /// Also measure hardware-blind baselines (uniform pruning at the same MACs, all-int8),
     /// each in the same rounds as the compressed model; with -o, each is written beside it
-    /// (`<name>.uniform-magnitude.onnx`, `<name>.all-int8.onnx`, ...).
+    /// (`<stem>.uniform-magnitude.onnx`, `<stem>.all-int8.onnx`, ...).
     #[arg(long)]
     pub compare_baselines: bool,
     /// Timed runs per measurement.
