@@ -121,10 +121,13 @@ pub fn render_csv(analyses: &[Analysis]) -> String {
                 n.predicted_s,
                 n.time_share,
                 n.kernel_class.map(|c| c.name()).unwrap_or(""),
-                n.algorithm
-                    .as_ref()
-                    .map(|c| c.algorithm.name())
-                    .unwrap_or(""),
+                // Winograd's name carries a comma: "winograd F(4x4,3x3)".
+                csv_text(
+                    n.algorithm
+                        .as_ref()
+                        .map(|c| c.algorithm.name())
+                        .unwrap_or("")
+                ),
                 n.executed_flops.map(|f| f.to_string()).unwrap_or_default(),
                 n.expected_s.map(|e| e.to_string()).unwrap_or_default(),
                 n.efficiency.map(|e| format!("{e:.4}")).unwrap_or_default(),
@@ -479,11 +482,19 @@ mod tests {
         let mut analysis = tinycnn();
         analysis.nodes[0].name = "=cmd|' /C calc'!A0".into();
         analysis.nodes[1].name = "-, \"quoted\"".into();
+        // An algorithm whose name carries a comma (it once shifted every later column).
+        analysis.nodes[0].algorithm = Some(crate::analysis::algorithm::AlgorithmChoice {
+            algorithm: crate::analysis::algorithm::ConvAlgorithm::WinogradF4,
+            direct_s: 2e-6,
+            chosen_s: 1e-6,
+            reason: "fewer multiplies".into(),
+        });
         let csv = render_csv(std::slice::from_ref(&analysis));
         let rows: Vec<&str> = csv.lines().collect();
         assert_eq!(rows.len(), analysis.nodes.len() + 1);
         assert!(rows[1].contains(",'=cmd|' /C calc'!A0,"), "{}", rows[1]);
         assert!(rows[2].contains(",\"'-, \"\"quoted\"\"\","), "{}", rows[2]);
+        assert!(rows[1].contains(",\"winograd F(4x4,3x3)\","), "{}", rows[1]);
         // Every row has the header's number of fields once quoted fields are accounted for.
         let columns = CSV_HEADER.split(',').count();
         for row in &rows {
