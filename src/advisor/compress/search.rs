@@ -109,6 +109,8 @@ pub(super) struct Candidate {
     pub(super) predicted_ms: f64,
     /// Share of the space's importance the cut removes (0 for precision actions).
     pub(super) importance_removed: f64,
+    /// MACs of the candidate's deployable graph.
+    pub(super) macs: u64,
 }
 
 /// What a cut aims at: the predicted latency to reach, and the factor that carries a float
@@ -191,10 +193,19 @@ impl Search<'_> {
         pruned: &Graph,
         precision: Option<&str>,
     ) -> Result<f64, AdvisorError> {
+        Ok(self.predict(pruned, precision)?.0)
+    }
+
+    /// Predicted latency (ms) and MACs of `pruned` as deployed.
+    pub(super) fn predict(
+        &self,
+        pruned: &Graph,
+        precision: Option<&str>,
+    ) -> Result<(f64, u64), AdvisorError> {
         let (prepared, _) = self.deployable_prepared(pruned, precision)?;
         let analysis =
             analysis::analyze_prepared(&prepared, self.source, self.device, self.ctx.analyze)?;
-        Ok(latency_ms(&analysis))
+        Ok((latency_ms(&analysis), analysis.summary.macs))
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
@@ -250,6 +261,21 @@ pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
 
 /// The accuracy drop the budget counts: of the classifier agreement where outputs look like
 /// classes, else of the mean cosine.
+/// A checked action's worth: its gain (share of the current latency) per accuracy lost (1 −
+/// mean cosine) and per MAC removed (share of the current MACs). The gain counts twice so
+/// that the value stays a gain per cost on each axis; the small floors keep an action that
+/// loses nothing, or removes no MACs (a precision), finite and ranked by its gain.
+pub(super) fn action_value(gain_share: f64, accuracy_loss: f64, macs_removed: f64) -> f64 {
+    gain_share * gain_share / ((accuracy_loss.max(0.0) + 1e-4) * (macs_removed.max(0.0) + 1e-4))
+}
+
+/// A candidate's measured time carried to the spell of the original's first measurement
+/// (`first_original_ms`): divided by the speed-up measured beside the original in the same
+/// rounds. Without a first measurement, the candidate's own rounds are the reference.
+pub(super) fn in_first_spell(first_original_ms: Option<f64>, measured: &Measured) -> f64 {
+    first_original_ms.unwrap_or(measured.original_ms) / measured.speedup.max(1e-12)
+}
+
 pub(super) fn drop_of(accuracy: &AccuracyProxy) -> f64 {
     1.0 - accuracy.top1_agreement.unwrap_or(accuracy.cosine_mean)
 }
@@ -351,7 +377,8 @@ impl Search<'_> {
             )
             .map_err(|e| AdvisorError::Quantization(e.to_string()))?;
             *costed += 1;
-            let predicted_ms = self.predict_ms(&pruned, None)? * precision_ratio;
+            let (float_ms, macs) = self.predict(&pruned, None)?;
+            let predicted_ms = float_ms * precision_ratio;
             let kept_importance: f64 = keep.iter().map(|&k| space.importance[k]).sum();
             Ok(Candidate {
                 kind: Action::Prune {
@@ -363,6 +390,7 @@ impl Search<'_> {
                 precision: None,
                 predicted_ms,
                 importance_removed: 1.0 - kept_importance / total,
+                macs,
             })
         };
         // counts[0] is the shallowest cut, counts[last] the deepest.

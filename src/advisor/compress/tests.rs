@@ -275,3 +275,37 @@ fn pareto_front_keeps_the_undominated_steps() {
     // Step 1 is beaten by step 2 on both; step 4 by step 3.
     assert_eq!(pareto_front(&steps), vec![1, 2]);
 }
+
+#[test]
+fn actions_are_worth_their_gain_per_accuracy_lost_and_per_mac_removed() {
+    let base = action_value(0.04, 1e-3, 0.05);
+    // Half the MACs removed for the same gain and loss: about twice the worth.
+    let fewer_macs = action_value(0.04, 1e-3, 0.025);
+    assert!(
+        (fewer_macs / base - 2.0).abs() < 0.01,
+        "{fewer_macs} {base}"
+    );
+    // More accuracy lost for the same gain and MACs: worth less, in proportion.
+    let lossier = action_value(0.04, 2e-3, 0.05);
+    assert!((base / lossier - 2.0).abs() < 0.1, "{base} {lossier}");
+    // More gain for the same costs: worth more.
+    assert!(action_value(0.05, 1e-3, 0.05) > base);
+    // A precision action (no MACs removed) with a like gain and loss outranks a cut; one that
+    // loses nothing stays finite.
+    assert!(action_value(0.04, 1e-3, 0.0) > base);
+    assert!(action_value(0.04, 0.0, 0.0).is_finite());
+}
+
+#[test]
+fn measured_times_are_carried_to_the_first_spell_of_the_original() {
+    // The original measured 10 ms first; later rounds ran in a slow spell (original 15 ms,
+    // candidate 7.5 ms): the candidate counts as 5 ms, the spell the target was set in.
+    let slow = search::Measured {
+        original_ms: 15.0,
+        candidate_ms: 7.5,
+        speedup: 2.0,
+    };
+    assert!((in_first_spell(Some(10.0), &slow) - 5.0).abs() < 1e-12);
+    // Without a first measurement, the rounds' own original is the reference.
+    assert!((in_first_spell(None, &slow) - 7.5).abs() < 1e-12);
+}
