@@ -493,6 +493,27 @@ impl ClassTable {
         )
     }
 
+    /// The points measured more than `factor` × what the table's other points predict for
+    /// them (leave-one-out), as (index, measured ÷ predicted), the worst first.
+    pub fn slow_outliers(&self, factor: f64) -> Vec<(usize, f64)> {
+        if self.points.len() < 2 {
+            return Vec::new();
+        }
+        let mut slow: Vec<(usize, f64)> = self
+            .points
+            .iter()
+            .enumerate()
+            .filter_map(|(index, point)| {
+                let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(index))?;
+                let predicted = self.fixed_s + point.bound_s * ratio;
+                let excess = point.measured_s / predicted.max(f64::MIN_POSITIVE);
+                (excess > factor).then_some((index, excess))
+            })
+            .collect();
+        slow.sort_by(|a, b| b.1.total_cmp(&a.1));
+        slow
+    }
+
     /// Leave-one-out relative errors of the table's own points.
     pub fn leave_one_out(&self) -> Option<FitError> {
         if self.points.len() < 2 {

@@ -370,6 +370,30 @@ fn points_of_the_same_op_type_come_first() {
 }
 
 #[test]
+fn a_point_far_slower_than_its_neighbours_predict_is_a_slow_outlier() {
+    // Six shapes at 1.5× their bound, one of them timed at twice that (a slow spell).
+    let mut points: Vec<CalibrationPoint> = (10..16)
+        .map(|k| point(1 << (2 * k), 1 << k, 1e-3, 1.5e-3))
+        .collect();
+    points[3].measured_s = 3e-3;
+    let t = table(points);
+    let slow = t.slow_outliers(1.4);
+    assert_eq!(slow.len(), 1, "{slow:?}");
+    assert_eq!(slow[0].0, 3);
+    assert!((slow[0].1 - 2.0).abs() < 0.05, "{slow:?}");
+    // A faster one is not: a spell only slows a kernel.
+    let mut points: Vec<CalibrationPoint> = (10..16)
+        .map(|k| point(1 << (2 * k), 1 << k, 1e-3, 1.5e-3))
+        .collect();
+    points[2].measured_s = 0.75e-3;
+    assert!(table(points).slow_outliers(1.4).is_empty());
+    // One point alone has no neighbours to be judged by.
+    assert!(table(vec![point(1 << 20, 1 << 10, 1e-3, 9e-3)])
+        .slow_outliers(1.4)
+        .is_empty());
+}
+
+#[test]
 fn leave_one_out_on_a_constant_ratio_is_exact() {
     let t = table(
         (10..16)
