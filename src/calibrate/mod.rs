@@ -236,8 +236,8 @@ pub fn calibrate(
     }
     let mut stalled = stalled_points(&points);
     stalled.extend(apart_everywhere.iter().copied());
-    // The low-precision points keep their one timing: re-timing them would rewrite them again
-    // and take the rounds' budget from the fp32 points.
+    // The low-precision points are not re-timed here (it would rewrite them again and take the
+    // rounds' budget from the fp32 points); one far slower than its neighbours is, below.
     stalled.retain(|&(_, model, _)| !models[model].first_round_only);
     let stalled_count = stalled
         .iter()
@@ -352,6 +352,8 @@ pub fn calibrate(
             runs,
             started,
             budget,
+            per_model,
+            placement: &mut placement,
         },
     )?;
     for table in &mut tables {
@@ -384,7 +386,7 @@ pub fn calibrate(
         method: format!(
             "the tool's own kernels on {} one-op models per thread count (per point the lower \
              median of {rounds} rounds over the grid, the int8, bf16 and dynamic-int8 points \
-             timed in the first only, each the median of {runs} timed runs{paced} after a \
+             timed in the first only (and once more if a slow outlier, below), each the median of {runs} timed runs{paced} after a \
              warm-up, inputs and weights warm in cache as in repeated inference, and each \
              convolution and GEMM again with its weights cold: caches evicted before every \
              run, activations read back, weights charged at DRAM; 3x3 stride-1 shapes where \
@@ -407,7 +409,8 @@ pub fn calibrate(
              discarded; {apart_kept} point(s) left apart); rounds past the first are left out \
              where they would not fit {:.0} s); {slow_retimed} point(s) measured over \
              {SLOW_OUTLIER}x what the other points of their table predict for them timed once \
-             more within that time, the faster timing kept; at each multi-thread count, the rate at \
+             more within that time (apart placements not kept), the lower middle of their \
+             timings kept (of two, the faster); at each multi-thread count, the rate at \
              which one thread reads what the others just wrote (`handoff`: a depthwise \
              convolution split across the threads, then a ReLU kept on one) is charged to \
              the ops kept on one thread that write a like-sized output from a split op's data",
@@ -424,10 +427,6 @@ pub fn calibrate(
     })
 }
 
-/// The lower middle of sorted round times. A shared host only ever adds time (another
-/// tenant's work, a vCPU moved onto its sibling's core between two placement checks), so of
-/// two rounds the faster is the kernel's: the upper middle kept a 2-thread Winograd point at
-/// its SMT-sibling time (4.3 ms) when its other round had measured the separate cores' 3.0.
 /// A point measured this many times slower than its table's other points predict for it is
 /// timed once more. A slow spell of a shared host lasts seconds, longer than a point's runs,
 /// and the full grid fits one round on a slow machine: one int8 stem timed in such a spell
@@ -441,11 +440,17 @@ struct SlowRetiming<'a> {
     runs: usize,
     started: Instant,
     budget: std::time::Duration,
+    /// What one point's timing is expected to take (the grid's last round's average), until
+    /// a re-timing has measured it.
+    per_model: std::time::Duration,
+    placement: &'a mut PlacementWatch,
 }
 
 /// Times the slow outliers of every table ([`SLOW_OUTLIER`]) once more, the worst first, while
-/// the budget lasts, and keeps the lower median of all their timings (of two, the faster: a
-/// spell only slows a kernel). Returns how many were timed again.
+/// the budget lasts, and keeps the lower middle of all their timings (of two, the faster: a
+/// spell only slows a kernel). A multi-thread re-timing with the cores placed apart before
+/// or after it is not kept (it would describe another placement). Returns how many were
+/// timed again.
 fn retime_slow_outliers(
     tables: &mut [ClassTable],
     table_keys: &[Vec<PointKey>],
@@ -463,7 +468,7 @@ fn retime_slow_outliers(
     // host's spell.
     let most = point_times.len().div_ceil(10);
     let mut retimed = 0;
-    let mut longest = std::time::Duration::ZERO;
+    let mut longest = retiming.per_model;
     for (_, table_index, point_index) in suspects.into_iter().take(most) {
         if retiming.started.elapsed() + longest > retiming.budget {
             break;
@@ -471,13 +476,18 @@ fn retime_slow_outliers(
         let key = table_keys[table_index][point_index];
         let (threads, model_index, node_index) = key;
         let timed = Instant::now();
+        let apart_before = retiming.placement.is_apart_now(threads);
         let report = bench_model(
             &retiming.models[model_index],
             retiming.device,
             threads,
             retiming.runs,
         )?;
+        let apart_after = retiming.placement.is_apart_now(threads);
         longest = longest.max(timed.elapsed());
+        if apart_before || apart_after {
+            continue;
+        }
         let Some(op) = report.ops.iter().find(|op| op.node_index == node_index) else {
             continue;
         };
@@ -490,6 +500,10 @@ fn retime_slow_outliers(
     Ok(retimed)
 }
 
+/// The lower middle of sorted round times. A shared host only ever adds time (another
+/// tenant's work, a vCPU moved onto its sibling's core between two placement checks), so of
+/// two rounds the faster is the kernel's: the upper middle kept a 2-thread Winograd point at
+/// its SMT-sibling time (4.3 ms) when its other round had measured the separate cores' 3.0.
 fn lower_median(sorted: &[f64]) -> f64 {
     sorted[(sorted.len() - 1) / 2]
 }

@@ -78,7 +78,8 @@ pub struct CompressOptions {
     pub max_steps: usize,
     /// Smallest share of a space's original channels a cut may leave.
     pub min_keep: f64,
-    /// Candidates run on the calibration inputs per step.
+    /// Cuts run on the calibration inputs per step, of each cheap ranking (least importance
+    /// and fewest MACs removed per millisecond: up to twice this many), besides the precisions.
     pub checked_per_step: usize,
     pub compare_baselines: bool,
     /// Hand the baselines' graphs back in [`Compressed::baselines`] (a caller that writes them
@@ -322,11 +323,12 @@ pub fn compress(
                     let m = timer.measure(&current_dep, &search.ctx, 2 * timer.runs)?;
                     correction = spell_ms(&m) / current_pred_ms.max(1e-12);
                     if let Some(last) = steps.last_mut() {
-                        last.measured_latency_ms = Some(m.candidate_ms);
+                        last.measured_latency_ms = Some(spell_ms(&m));
                     }
+                    // Judged as the loop's check above judges it: in the first spell.
                     let done = match options.target {
                         Target::Speedup(s) => m.speedup >= s,
-                        Target::LatencyMs(ms) => m.candidate_ms <= ms,
+                        Target::LatencyMs(ms) => spell_ms(&m) <= ms,
                     };
                     if done {
                         reached = true;
@@ -428,7 +430,8 @@ pub fn compress(
         // MACs: memory-bound, off the kernels' tiles, or on planes the kernels run badly) are
         // run on the calibration inputs; precision actions always are.
         let gain = |c: &Candidate| (current_pred_ms - c.predicted_ms).max(1e-9);
-        let current_macs = current_analysis.summary.macs as f64;
+        // Of the float graph, as the cuts' MACs are counted.
+        let current_macs = search.predict(&current, None)?.1 as f64;
         let macs_removed = |c: &Candidate| ((current_macs - c.macs as f64) / current_macs).max(0.0);
         candidates.sort_by(|a, b| {
             (a.importance_removed / gain(a)).total_cmp(&(b.importance_removed / gain(b)))
@@ -478,12 +481,17 @@ pub fn compress(
         // what a hardware-blind pruner pays time with: between two cuts that gain the same
         // and lose the same on the proxy, the one that removes half the MACs is worth twice as
         // much (at fp32 this ranking led the uniform pruner by 1.16-1.19 at 2x where gain per
-        // accuracy alone led it by 1.09-1.13). A precision action removes no MACs.
+        // accuracy alone led it by 1.09-1.13). A precision action, which removes none, is
+        // ranked as if its MACs followed its time, and a cut's MAC advantage is capped
+        // (`action_value`).
         let value = |c: &Checked| {
             action_value(
                 gain(&c.candidate) / current_pred_ms,
                 (1.0 - c.accuracy.cosine_mean).max(0.0),
-                macs_removed(&c.candidate),
+                match c.candidate.kind {
+                    Action::Prune { .. } => Some(macs_removed(&c.candidate)),
+                    Action::Precision(_) => None,
+                },
             )
         };
         checked.sort_by(|a, b| value(b).total_cmp(&value(a)));
@@ -570,7 +578,7 @@ pub fn compress(
             if let Some(timer) = &mut timer {
                 let m = timer.measure(&best_dep, &search.ctx, timer.runs)?;
                 correction = spell_ms(&m) / current_pred_ms.max(1e-12);
-                measured_ms = Some(m.candidate_ms);
+                measured_ms = Some(spell_ms(&m));
             }
         }
         progress(Progress::Step {
@@ -633,7 +641,7 @@ pub fn compress(
     if !reached && stop_reason.starts_with("step limit") {
         reached = match (&final_measured, options.target) {
             (Some(m), Target::Speedup(s)) => m.speedup >= s,
-            (Some(m), Target::LatencyMs(ms)) => m.candidate_ms <= ms,
+            (Some(m), Target::LatencyMs(ms)) => spell_ms(m) <= ms,
             (None, _) => latency_ms(&final_analysis) <= target_ms,
         };
         if reached {
@@ -677,7 +685,7 @@ pub fn compress(
                 ),
                 (None, false) if !options.prune => "not pruned (--no-prune)".to_string(),
                 (None, false) => skip_reasons.get(&space.key).cloned().unwrap_or_else(|| {
-                    "kept: other layers bought more predicted time per accuracy lost".into()
+                    "kept: other layers bought more predicted time per accuracy lost and per MAC removed".into()
                 }),
             };
             LayerDecision {
@@ -737,7 +745,7 @@ pub fn compress(
         original: point(&original_analysis, original_meas_ms, None, original_eval),
         compressed: point(
             &final_analysis,
-            final_measured.as_ref().map(|m| m.candidate_ms),
+            final_measured.as_ref().map(spell_ms),
             Some(final_accuracy),
             final_eval,
         ),

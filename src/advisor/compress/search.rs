@@ -259,14 +259,23 @@ pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
         * 1e3
 }
 
-/// The accuracy drop the budget counts: of the classifier agreement where outputs look like
-/// classes, else of the mean cosine.
+/// Most a cut's MACs may count in its favour: a cut that removes a quarter of the MACs an
+/// average one would for its gain is worth four times as much, and one that removes fewer is
+/// worth no more (a near-zero MAC share would otherwise outweigh any accuracy lost).
+pub(super) const MAX_MAC_ADVANTAGE: f64 = 4.0;
+
 /// A checked action's worth: its gain (share of the current latency) per accuracy lost (1 −
-/// mean cosine) and per MAC removed (share of the current MACs). The gain counts twice so
-/// that the value stays a gain per cost on each axis; the small floors keep an action that
-/// loses nothing, or removes no MACs (a precision), finite and ranked by its gain.
-pub(super) fn action_value(gain_share: f64, accuracy_loss: f64, macs_removed: f64) -> f64 {
-    gain_share * gain_share / ((accuracy_loss.max(0.0) + 1e-4) * (macs_removed.max(0.0) + 1e-4))
+/// mean cosine) and per MAC removed (share of the current MACs; `None` for a precision
+/// action, which removes none and counts as removing them in proportion to its gain, so that
+/// between precisions and cuts whose time follows their MACs the rule is gain per accuracy
+/// lost). The gain counts twice so that the value stays a gain per cost on each axis.
+pub(super) fn action_value(gain_share: f64, accuracy_loss: f64, macs_removed: Option<f64>) -> f64 {
+    let gain_share = gain_share.max(0.0);
+    let mac_cost = match macs_removed {
+        Some(removed) => removed.max(gain_share / MAX_MAC_ADVANTAGE),
+        None => gain_share,
+    };
+    gain_share * gain_share / ((accuracy_loss.max(0.0) + 1e-4) * (mac_cost + 1e-9))
 }
 
 /// A candidate's measured time carried to the spell of the original's first measurement
@@ -276,6 +285,8 @@ pub(super) fn in_first_spell(first_original_ms: Option<f64>, measured: &Measured
     first_original_ms.unwrap_or(measured.original_ms) / measured.speedup.max(1e-12)
 }
 
+/// The accuracy drop the budget counts: of the classifier agreement where outputs look like
+/// classes, else of the mean cosine.
 pub(super) fn drop_of(accuracy: &AccuracyProxy) -> f64 {
     1.0 - accuracy.top1_agreement.unwrap_or(accuracy.cosine_mean)
 }

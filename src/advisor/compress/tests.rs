@@ -278,22 +278,31 @@ fn pareto_front_keeps_the_undominated_steps() {
 
 #[test]
 fn actions_are_worth_their_gain_per_accuracy_lost_and_per_mac_removed() {
-    let base = action_value(0.04, 1e-3, 0.05);
-    // Half the MACs removed for the same gain and loss: about twice the worth.
-    let fewer_macs = action_value(0.04, 1e-3, 0.025);
+    let base = action_value(0.04, 1e-3, Some(0.05));
+    // Half the MACs removed for the same gain and loss: twice the worth.
+    let fewer_macs = action_value(0.04, 1e-3, Some(0.025));
     assert!(
-        (fewer_macs / base - 2.0).abs() < 0.01,
+        (fewer_macs / base - 2.0).abs() < 1e-6,
         "{fewer_macs} {base}"
     );
     // More accuracy lost for the same gain and MACs: worth less, in proportion.
-    let lossier = action_value(0.04, 2e-3, 0.05);
+    let lossier = action_value(0.04, 2e-3, Some(0.05));
     assert!((base / lossier - 2.0).abs() < 0.1, "{base} {lossier}");
     // More gain for the same costs: worth more.
-    assert!(action_value(0.05, 1e-3, 0.05) > base);
-    // A precision action (no MACs removed) with a like gain and loss outranks a cut; one that
-    // loses nothing stays finite.
-    assert!(action_value(0.04, 1e-3, 0.0) > base);
-    assert!(action_value(0.04, 0.0, 0.0).is_finite());
+    assert!(action_value(0.05, 1e-3, Some(0.05)) > base);
+    // A cut whose MACs follow its time and a precision action with the same gain and loss
+    // are worth the same: between them the rule is gain per accuracy lost.
+    let precision = action_value(0.04, 1e-3, None);
+    let proportional_cut = action_value(0.04, 1e-3, Some(0.04));
+    assert!((precision / proportional_cut - 1.0).abs() < 1e-6);
+    // A cut's MAC advantage stops at MAX_MAC_ADVANTAGE: removing almost no MACs is worth no
+    // more than removing a quarter of its gain's share.
+    let capped = action_value(0.04, 1e-3, Some(0.04 / search::MAX_MAC_ADVANTAGE));
+    assert!((action_value(0.04, 1e-3, Some(1e-6)) / capped - 1.0).abs() < 1e-6);
+    assert!((capped / proportional_cut - search::MAX_MAC_ADVANTAGE).abs() < 1e-6);
+    // One that loses nothing stays finite, and ranked by its gain.
+    assert!(action_value(0.04, 0.0, None).is_finite());
+    assert!(action_value(0.05, 0.0, None) > action_value(0.04, 0.0, None));
 }
 
 #[test]

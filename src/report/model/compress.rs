@@ -64,6 +64,8 @@ pub struct CompressReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Point {
     pub predicted_latency_ms: f64,
+    /// The original's first measurement; for the compressed model, its final measurement
+    /// carried to that spell (the original's first time ÷ the measured speed-up).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_latency_ms: Option<f64>,
     pub macs: u64,
@@ -84,6 +86,9 @@ pub struct Step {
     pub predicted_latency_ms: f64,
     /// The prediction scaled by the last measured/predicted ratio of this model.
     pub corrected_latency_ms: f64,
+    /// Measured beside the original, carried to the spell of the original's first measurement
+    /// (the original's time then ÷ the speed-up measured in these rounds), the scale of the
+    /// target and of `corrected_latency_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_latency_ms: Option<f64>,
     pub macs: u64,
