@@ -7,6 +7,7 @@
 pub mod from_profile;
 pub mod grid;
 pub mod handoff;
+mod retime;
 
 use std::path::Path;
 use std::time::{Instant, SystemTime};
@@ -18,6 +19,7 @@ use crate::device::calibration::{
 };
 use crate::device::probe_record::{ExchangeRecord, SHARED_CORE_BELOW};
 use crate::device::DeviceProfile;
+use retime::{retime_slow_outliers, SlowRetiming, SLOW_OUTLIER};
 
 #[derive(Clone, Debug)]
 pub struct CalibrateOptions {
@@ -425,79 +427,6 @@ pub fn calibrate(
         clock_hz: (!run_clocks.is_empty()).then(|| crate::bench::median(&mut run_clocks)),
         fma_gflops: (!run_fma.is_empty()).then(|| crate::bench::median(&mut run_fma)),
     })
-}
-
-/// A point measured this many times slower than its table's other points predict for it is
-/// timed once more. A slow spell of a shared host lasts seconds, longer than a point's runs,
-/// and the full grid fits one round on a slow machine: one int8 stem timed in such a spell
-/// (1.7× its time a minute later) had carried ResNet-50's int8 prediction 15% off.
-const SLOW_OUTLIER: f64 = 1.4;
-
-/// What re-timing a point needs.
-struct SlowRetiming<'a> {
-    models: &'a [grid::GridModel],
-    device: &'a DeviceProfile,
-    runs: usize,
-    started: Instant,
-    budget: std::time::Duration,
-    /// What one point's timing is expected to take (the grid's last round's average), until
-    /// a re-timing has measured it.
-    per_model: std::time::Duration,
-    placement: &'a mut PlacementWatch,
-}
-
-/// Times the slow outliers of every table ([`SLOW_OUTLIER`]) once more, the worst first, while
-/// the budget lasts, and keeps the lower middle of all their timings (of two, the faster: a
-/// spell only slows a kernel). A multi-thread re-timing with the cores placed apart before
-/// or after it is not kept (it would describe another placement). Returns how many were
-/// timed again.
-fn retime_slow_outliers(
-    tables: &mut [ClassTable],
-    table_keys: &[Vec<PointKey>],
-    point_times: &mut std::collections::BTreeMap<PointKey, Vec<f64>>,
-    retiming: SlowRetiming<'_>,
-) -> Result<usize, CalibrateError> {
-    let mut suspects: Vec<(f64, usize, usize)> = Vec::new();
-    for (table_index, table) in tables.iter().enumerate() {
-        for (point_index, excess) in table.slow_outliers(SLOW_OUTLIER) {
-            suspects.push((excess, table_index, point_index));
-        }
-    }
-    suspects.sort_by(|a, b| b.0.total_cmp(&a.0));
-    // At most a tenth of the grid: a class whose points all scatter is a fit problem, not a
-    // host's spell.
-    let most = point_times.len().div_ceil(10);
-    let mut retimed = 0;
-    let mut longest = retiming.per_model;
-    for (_, table_index, point_index) in suspects.into_iter().take(most) {
-        if retiming.started.elapsed() + longest > retiming.budget {
-            break;
-        }
-        let key = table_keys[table_index][point_index];
-        let (threads, model_index, node_index) = key;
-        let timed = Instant::now();
-        let apart_before = retiming.placement.is_apart_now(threads);
-        let report = bench_model(
-            &retiming.models[model_index],
-            retiming.device,
-            threads,
-            retiming.runs,
-        )?;
-        let apart_after = retiming.placement.is_apart_now(threads);
-        longest = longest.max(timed.elapsed());
-        if apart_before || apart_after {
-            continue;
-        }
-        let Some(op) = report.ops.iter().find(|op| op.node_index == node_index) else {
-            continue;
-        };
-        let times = point_times.entry(key).or_default();
-        times.push(op.measured_s);
-        times.sort_by(f64::total_cmp);
-        tables[table_index].points[point_index].measured_s = lower_median(times);
-        retimed += 1;
-    }
-    Ok(retimed)
 }
 
 /// The lower middle of sorted round times. A shared host only ever adds time (another
