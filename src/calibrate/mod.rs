@@ -121,9 +121,15 @@ pub fn calibrate(
     let mut run_fma: Vec<f64> = Vec::new();
     // The first round always runs whole, so on a slow machine it alone can outlast the
     // budget (Zen 1: 70 s for a 48 s budget). Once a tenth of it is done, a model whose round
-    // is projected past the budget is timed with the quick mode's runs instead.
+    // is projected past the budget is timed with the quick mode's runs instead, and in the
+    // quick mode with one (a noisy spell of the Emerald Rapids guest took its first round to
+    // 13-15 s against the 10 s promised).
     let first_round_total = models.len() * options.thread_counts.len();
-    let paced_runs = runs.min(QUICK_RUNS);
+    let paced_runs = if options.quick {
+        1
+    } else {
+        runs.min(QUICK_RUNS)
+    };
     let mut paced_timings = 0;
     let mut rounds = 0;
     // Time the last round spent on the points every round times.
