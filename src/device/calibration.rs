@@ -493,6 +493,15 @@ impl ClassTable {
         )
     }
 
+    /// Each point's time as the table's other points predict it (leave-one-out), as (index,
+    /// predicted seconds), for the points that have such a prediction.
+    fn left_out_predictions(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.points.iter().enumerate().filter_map(|(index, point)| {
+            let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(index))?;
+            Some((index, self.fixed_s + point.bound_s * ratio))
+        })
+    }
+
     /// The points measured more than `factor` × what the table's other points predict for
     /// them (leave-one-out), as (index, measured ÷ predicted), the worst first.
     pub fn slow_outliers(&self, factor: f64) -> Vec<(usize, f64)> {
@@ -500,13 +509,9 @@ impl ClassTable {
             return Vec::new();
         }
         let mut slow: Vec<(usize, f64)> = self
-            .points
-            .iter()
-            .enumerate()
-            .filter_map(|(index, point)| {
-                let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(index))?;
-                let predicted = self.fixed_s + point.bound_s * ratio;
-                let excess = point.measured_s / predicted.max(f64::MIN_POSITIVE);
+            .left_out_predictions()
+            .filter_map(|(index, predicted)| {
+                let excess = self.points[index].measured_s / predicted.max(f64::MIN_POSITIVE);
                 (excess > factor).then_some((index, excess))
             })
             .collect();
@@ -520,15 +525,15 @@ impl ClassTable {
             return None;
         }
         let mut errors: Vec<f64> = self
-            .points
-            .iter()
-            .enumerate()
-            .filter_map(|(left_out, point)| {
-                let ratio = self.ratio_skipping(&point.op_type, &point.features, Some(left_out))?;
-                let predicted = self.fixed_s + point.bound_s * ratio;
-                Some((predicted - point.measured_s).abs() / point.measured_s)
+            .left_out_predictions()
+            .map(|(index, predicted)| {
+                let measured = self.points[index].measured_s;
+                (predicted - measured).abs() / measured
             })
             .collect();
+        if errors.is_empty() {
+            return None;
+        }
         errors.sort_by(f64::total_cmp);
         let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize];
         Some(FitError {
