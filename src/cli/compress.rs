@@ -67,6 +67,10 @@ pub struct CompressArgs {
     /// (`<stem>.uniform-magnitude.onnx`, `<stem>.all-int8.onnx`, ...).
     #[arg(long)]
     pub compare_baselines: bool,
+    /// Predict candidates from the calibration alone, corrected only in total: no per-op
+    /// profile of the measured models (to measure what that feedback buys).
+    #[arg(long)]
+    pub no_op_feedback: bool,
     /// Timed runs per measurement.
     #[arg(short, long, default_value_t = 10, value_parser = super::runs_parser())]
     pub runs: usize,
@@ -187,6 +191,7 @@ pub fn run(args: &CompressArgs) -> Result<ExitCode> {
         eval: args.eval.clone(),
         max_steps: args.max_steps.max(1),
         compare_baselines: args.compare_baselines,
+        op_feedback: !args.no_op_feedback,
         keep_baseline_graphs: !baseline_files.is_empty(),
         advise: AdviseOptions {
             runs: args.runs,

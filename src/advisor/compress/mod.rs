@@ -25,8 +25,13 @@
 //! # Feedback
 //! On the local device, the deployable graph is measured every few steps (interleaved with the
 //! original, as `advise --verify` does) and the predictor is scaled by measured ÷ predicted for
-//! this model from then on; reaching the target is always confirmed by measurement. For
-//! another device the search predicts only and says so.
+//! this model from then on; reaching the target is always confirmed by measurement. Each model
+//! measured is also profiled op by op, and the candidates that follow are predicted with each
+//! op's expected time scaled by its measured ÷ expected share of that model (`op_factors`):
+//! the calibration grid times one op at a time, and in the model the same shapes run up to a
+//! third faster or slower than it says (the cache state the neighbours leave, stride-2 layers
+//! whose im2col the grid's shapes undercount), so the ranking of cuts follows the times this
+//! model actually spends. For another device the search predicts only and says so.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -82,6 +87,10 @@ pub struct CompressOptions {
     /// and fewest MACs removed per millisecond: up to twice this many), besides the precisions.
     pub checked_per_step: usize,
     pub compare_baselines: bool,
+    /// On the local device, profile each model measured op by op and predict the next
+    /// candidates with its per-op times (`Search::op_factors`); off, the calibrated
+    /// predictions stand and only their total is corrected.
+    pub op_feedback: bool,
     /// Hand the baselines' graphs back in [`Compressed::baselines`] (a caller that writes them
     /// out); otherwise each is dropped once measured.
     pub keep_baseline_graphs: bool,
@@ -103,6 +112,7 @@ impl Default for CompressOptions {
             min_keep: 0.25,
             checked_per_step: 3,
             compare_baselines: false,
+            op_feedback: true,
             keep_baseline_graphs: false,
             advise: AdviseOptions::default(),
         }
@@ -202,6 +212,7 @@ pub fn compress(
     }
     analysis::prepare_graph(&mut graph, &analyze.bindings)?;
     let mut search = Search {
+        op_factors: HashMap::new(),
         source,
         device,
         ctx: PassContext {
@@ -254,9 +265,10 @@ pub fn compress(
     let mut correction = 1.0;
     if let Some(timer) = &mut timer {
         progress(Progress::Phase("measuring the original model"));
-        let m = timer.measure(&original_dep, &search.ctx, timer.runs)?;
+        let (m, op_times) = timer.measure_profiled(&original_dep, &search.ctx, timer.runs)?;
         original_meas_ms = Some(m.original_ms);
-        correction = m.original_ms / original_pred_ms.max(1e-12);
+        search.learn_op_factors(&original_analysis, &op_times);
+        correction = m.original_ms / search.in_context_ms(&original_analysis).max(1e-12);
     }
     // A candidate's measured time carried to the spell of the original's first measurement:
     // that time divided by the speed-up measured in the candidate's own rounds (the original
@@ -300,7 +312,7 @@ pub fn compress(
     let mut current = graph.clone();
     let mut precision: Option<String> = None;
     let mut precision_choices: Vec<PrecisionChoice> = Vec::new();
-    let mut current_pred_ms = original_pred_ms;
+    let mut current_pred_ms = search.in_context_ms(&original_analysis);
     let mut current_analysis = original_analysis.clone();
     // The deployable form of `current` (what is measured, exported and reported).
     let mut current_dep = original_dep.clone();
@@ -564,22 +576,26 @@ pub fn compress(
         }
         current = best.pruned;
         let analysis = search.analyse(&best_dep)?;
-        current_pred_ms = latency_ms(&analysis);
+        current_pred_ms = search.in_context_ms(&analysis);
         let macs = analysis.summary.macs;
         current_analysis = analysis;
-        if precision.is_some() {
-            let float_ms = search.predict_ms(&current, None)?;
-            precision_ratio = current_pred_ms / float_ms.max(1e-12);
-        }
         // The prediction as the search believes it before this step is measured.
         let corrected_ms = current_pred_ms * correction;
         let mut measured_ms = None;
         if step % options.measure_every.max(1) == 0 {
             if let Some(timer) = &mut timer {
-                let m = timer.measure(&best_dep, &search.ctx, timer.runs)?;
+                let (m, op_times) = timer.measure_profiled(&best_dep, &search.ctx, timer.runs)?;
+                // This model's own per-op times from now on: its prediction is read again
+                // with them before the correction is taken against it.
+                search.learn_op_factors(&current_analysis, &op_times);
+                current_pred_ms = search.in_context_ms(&current_analysis);
                 correction = spell_ms(&m) / current_pred_ms.max(1e-12);
                 measured_ms = Some(spell_ms(&m));
             }
+        }
+        if precision.is_some() {
+            let float_ms = search.predict_ms(&current, None)?;
+            precision_ratio = current_pred_ms / float_ms.max(1e-12);
         }
         progress(Progress::Step {
             step,

@@ -57,6 +57,45 @@ impl Timer {
         rounds: usize,
     ) -> Result<(Measured, Option<f64>), AdvisorError> {
         let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
+        self.measure_plan_beside(&plan, beside, rounds)
+    }
+
+    /// [`Timer::measure`], and then the time of each of `graph`'s ops in the same plan: the
+    /// fastest of `runs` profiled runs per op, by (node name, op type).
+    pub(super) fn measure_profiled(
+        &mut self,
+        graph: &Graph,
+        ctx: &PassContext,
+        rounds: usize,
+    ) -> Result<(Measured, OpTimes), AdvisorError> {
+        let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
+        let measured = self.measure_plan_beside(&plan, None, rounds)?.0;
+        let mut workspace = plan.workspace();
+        let steps = plan.steps();
+        let mut fastest = vec![f64::INFINITY; steps.len()];
+        let mut timings = exec::RunTimings::default();
+        // The untimed run first, as in `timed_run`.
+        plan.execute(&mut workspace, &self.inputs, None)?;
+        for _ in 0..self.runs.max(1) {
+            plan.execute(&mut workspace, &self.inputs, Some(&mut timings))?;
+            for (best, &seconds) in fastest.iter_mut().zip(&timings.step_seconds) {
+                *best = best.min(seconds);
+            }
+        }
+        let mut op_times = OpTimes::new();
+        for (step, seconds) in steps.into_iter().zip(fastest) {
+            // A node split over several steps counts all of them.
+            *op_times.entry((step.name, step.op_type)).or_insert(0.0) += seconds;
+        }
+        Ok((measured, op_times))
+    }
+
+    fn measure_plan_beside(
+        &mut self,
+        plan: &exec::Plan,
+        beside: Option<&exec::Plan>,
+        rounds: usize,
+    ) -> Result<(Measured, Option<f64>), AdvisorError> {
         let mut workspace = plan.workspace();
         let mut beside_run = beside.map(|p| (p, p.workspace()));
         let versions = if beside_run.is_some() { 3 } else { 2 };
@@ -67,7 +106,7 @@ impl Timer {
             for turn in 0..versions {
                 match (round + turn) % versions {
                     0 => original_ms = timed_run(&self.plan, &mut self.workspace, &self.inputs)?,
-                    1 => candidate_ms = timed_run(&plan, &mut workspace, &self.inputs)?,
+                    1 => candidate_ms = timed_run(plan, &mut workspace, &self.inputs)?,
                     _ => {
                         if let Some((beside_plan, beside_workspace)) = beside_run.as_mut() {
                             beside_ms = timed_run(beside_plan, beside_workspace, &self.inputs)?;
@@ -91,7 +130,14 @@ impl Timer {
     }
 }
 
+/// Seconds per op of a profiled run, by (node name, op type).
+pub(super) type OpTimes = HashMap<(String, String), f64>;
+
 pub(super) struct Search<'a> {
+    /// Each op's measured ÷ expected time in the last model profiled, relative to that
+    /// model's whole (`op_factors`): the in-context spread of this machine's per-op times that
+    /// the calibration grid, timed one op at a time, does not see. Empty off the local device.
+    pub(super) op_factors: HashMap<(String, String), f64>,
     pub(super) source: &'a str,
     pub(super) device: &'a DeviceProfile,
     pub(super) ctx: PassContext<'a>,
@@ -205,7 +251,35 @@ impl Search<'_> {
         let (prepared, _) = self.deployable_prepared(pruned, precision)?;
         let analysis =
             analysis::analyze_prepared(&prepared, self.source, self.device, self.ctx.analyze)?;
-        Ok((latency_ms(&analysis), analysis.summary.macs))
+        Ok((self.in_context_ms(&analysis), analysis.summary.macs))
+    }
+
+    /// The search's prediction of an analysed candidate: [`latency_ms`] with each op's expected
+    /// time scaled by its factor from the last profile (`op_factors`; ops without one as
+    /// predicted). Equal to `latency_ms` for the model profiled, up to the factors' clamp.
+    pub(super) fn in_context_ms(&self, analysis: &Analysis) -> f64 {
+        let shift_s: f64 = analysis
+            .nodes
+            .iter()
+            .filter_map(|node| {
+                let key = (node.name.clone(), node.op_type.clone());
+                Some(node.expected_s? * (self.op_factors.get(&key)? - 1.0))
+            })
+            .sum();
+        latency_ms(analysis) + shift_s * 1e3
+    }
+
+    /// Replaces the per-op factors with those of a profile of `analysis`'s model.
+    pub(super) fn learn_op_factors(&mut self, analysis: &Analysis, op_times: &OpTimes) {
+        if !self.options.op_feedback {
+            return;
+        }
+        let expected: Vec<((String, String), f64)> = analysis
+            .nodes
+            .iter()
+            .filter_map(|n| Some(((n.name.clone(), n.op_type.clone()), n.expected_s?)))
+            .collect();
+        self.op_factors = op_factors(&expected, op_times);
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
@@ -257,6 +331,46 @@ pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
         .expected_latency_s
         .unwrap_or(analysis.summary.predicted_latency_s)
         * 1e3
+}
+
+/// Ops under this share of the profiled model's expected time keep no factor: their measured
+/// times are a few microseconds, where the per-step clock and the host's noise are a large part.
+pub(super) const MIN_FACTOR_SHARE: f64 = 0.002;
+
+/// Range of a per-op factor: a profile taken while one op met a slow moment of the host
+/// should not make that op look free or prohibitive to every later step.
+pub(super) const OP_FACTOR_RANGE: (f64, f64) = (0.5, 2.0);
+
+/// Each op's measured ÷ expected time over the whole model's measured ÷ expected (both over
+/// the ops counted): 1 for an op that takes its predicted share of the model. Summed over the
+/// profiled model, expected × factor gives back the expected total (before the clamp), so the
+/// factors move time between ops and the measured correction keeps the model's level.
+pub(super) fn op_factors(
+    expected: &[((String, String), f64)],
+    measured: &OpTimes,
+) -> HashMap<(String, String), f64> {
+    let total_expected: f64 = expected.iter().map(|(_, e)| e).sum();
+    let counted: Vec<(&(String, String), f64, f64)> = expected
+        .iter()
+        .filter(|(_, e)| *e >= MIN_FACTOR_SHARE * total_expected && *e > 0.0)
+        .filter_map(|(key, e)| {
+            let m = *measured.get(key)?;
+            (m.is_finite() && m > 0.0).then_some((key, *e, m))
+        })
+        .collect();
+    let expected_sum: f64 = counted.iter().map(|(_, e, _)| e).sum();
+    let measured_sum: f64 = counted.iter().map(|(_, _, m)| m).sum();
+    if counted.is_empty() || expected_sum <= 0.0 || measured_sum <= 0.0 {
+        return HashMap::new();
+    }
+    let level = measured_sum / expected_sum;
+    counted
+        .into_iter()
+        .map(|(key, e, m)| {
+            let factor = (m / e / level).clamp(OP_FACTOR_RANGE.0, OP_FACTOR_RANGE.1);
+            (key.clone(), factor)
+        })
+        .collect()
 }
 
 /// Most a cut's MACs may count in its favour: a cut that removes a quarter of the MACs an

@@ -318,3 +318,47 @@ fn measured_times_are_carried_to_the_first_spell_of_the_original() {
     // Without a first measurement, the rounds' own original is the reference.
     assert!((in_first_spell(None, &slow) - 7.5).abs() < 1e-12);
 }
+
+#[test]
+fn per_op_factors_move_time_between_ops_and_keep_the_profiled_total() {
+    let key = |name: &str| (name.to_string(), "Conv".to_string());
+    // Expected 4 + 4 + 2 ms; measured 6, 3 and 3 ms (the model 1.2× its prediction).
+    let expected = vec![(key("a"), 4e-3), (key("b"), 4e-3), (key("c"), 2e-3)];
+    let measured: search::OpTimes = [(key("a"), 6e-3), (key("b"), 3e-3), (key("c"), 3e-3)]
+        .into_iter()
+        .collect();
+    let factors = search::op_factors(&expected, &measured);
+    // Each op's measured ÷ expected over the model's 1.2.
+    assert!((factors[&key("a")] - 1.25).abs() < 1e-9);
+    assert!((factors[&key("b")] - 0.625).abs() < 1e-9);
+    assert!((factors[&key("c")] - 1.25).abs() < 1e-9);
+    // Expected × factor sums back to the expected total: the measured level stays the
+    // correction's business.
+    let total: f64 = expected.iter().map(|(k, e)| e * factors[k]).sum();
+    assert!((total - 10e-3).abs() < 1e-12, "{total}");
+
+    // An op far off its prediction is clamped; a tiny op and one not measured keep none.
+    let expected = vec![
+        (key("a"), 4e-3),
+        (key("b"), 4e-3),
+        (key("c"), 4e-3),
+        (key("tiny"), 1e-6),
+        (key("unmeasured"), 2e-3),
+    ];
+    // The level is 48 ÷ 12 = 4: `a` at 10× its prediction is 2.5, `b` 0.25.
+    let measured: search::OpTimes = [
+        (key("a"), 40e-3),
+        (key("b"), 4e-3),
+        (key("c"), 4e-3),
+        (key("tiny"), 1e-3),
+    ]
+    .into_iter()
+    .collect();
+    let factors = search::op_factors(&expected, &measured);
+    assert_eq!(factors[&key("a")], search::OP_FACTOR_RANGE.1);
+    assert_eq!(factors[&key("b")], search::OP_FACTOR_RANGE.0);
+    assert!(!factors.contains_key(&key("tiny")));
+    assert!(!factors.contains_key(&key("unmeasured")));
+    // Nothing measured: no factors.
+    assert!(search::op_factors(&expected, &search::OpTimes::new()).is_empty());
+}
