@@ -11,9 +11,19 @@ use crate::builtin::builder::{
 };
 use crate::device::calibration::KernelClass;
 use crate::device::Precision;
+use std::sync::Arc;
 
 const FLOAT: i32 = 1;
 const INT64: i32 = 7;
+
+/// A point's model, built on first use and then kept (shared by a point and its cold twin):
+/// the full grid's weights come to about 1.5 GB, most of it in a few GEMV points that
+/// `--quick` never runs, and building them all up front took 1.2-3.8 s of a quick calibration
+/// on a guest whose fresh memory is slow to fault in.
+struct LazyModel {
+    build: Option<Box<dyn Fn() -> ModelProto + Send + Sync>>,
+    built: std::sync::OnceLock<ModelProto>,
+}
 
 /// One grid point: a model with one costed op.
 #[derive(Clone)]
@@ -21,7 +31,7 @@ pub struct GridModel {
     pub class: KernelClass,
     /// The shape in words.
     pub shape: String,
-    pub model: ModelProto,
+    model: Arc<LazyModel>,
     /// The convolution algorithms the point is run with (`Auto` but for the 3×3 stride-1
     /// convolutions timed once per algorithm).
     pub policy: AlgorithmPolicy,
@@ -30,6 +40,9 @@ pub struct GridModel {
     pub cold_weights: bool,
     /// Whether [`with_cold_weights`] adds the point's cold twin.
     cold_twin: bool,
+    /// Bytes of the weights of the GEMM points (0 for the others, whose weights are at most a
+    /// few MB): `--quick` leaves out those over `QUICK_MAX_WEIGHTS_BYTES`.
+    weights_bytes: u64,
     /// Run the advisor's rewrites first, so a chain of element-wise ops is timed as the one
     /// fused node `bench --optimize` runs (`chain`).
     pub fuse_elementwise: bool,
@@ -45,6 +58,18 @@ pub struct GridModel {
 }
 
 impl GridModel {
+    /// The point's model (built now if it was not yet).
+    pub fn model(&self) -> &ModelProto {
+        let lazy = &self.model;
+        lazy.built.get_or_init(|| {
+            let build = lazy
+                .build
+                .as_ref()
+                .expect("a model is either built or buildable");
+            build()
+        })
+    }
+
     /// Whether the point runs through the advisor before it is timed.
     pub fn rewritten(&self) -> bool {
         self.fuse_elementwise || self.precision.is_some()
@@ -60,30 +85,56 @@ fn one_op(
     shape: String,
     inputs: &[&[i64]],
     output: &[i64],
-    build: impl FnOnce(&mut GraphBuilder, &[String]) -> String,
+    build: impl Fn(&mut GraphBuilder, &[String]) -> String + Send + Sync + 'static,
 ) -> GridModel {
-    let mut b = GraphBuilder::new(WeightFill::Random(7));
-    let names: Vec<String> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, dims)| b.input(&format!("x{i}"), FLOAT, &fixed(dims)))
-        .collect();
-    let y = build(&mut b, &names);
-    b.output(&y, FLOAT, &fixed(output));
-    GridModel::new(class, shape, b.finish("calibration"))
+    let inputs: Vec<Vec<i64>> = inputs.iter().map(|dims| dims.to_vec()).collect();
+    let output = output.to_vec();
+    GridModel::lazy(class, shape, move || {
+        let mut b = GraphBuilder::new(WeightFill::Random(7));
+        let names: Vec<String> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, dims)| b.input(&format!("x{i}"), FLOAT, &fixed(dims)))
+            .collect();
+        let y = build(&mut b, &names);
+        b.output(&y, FLOAT, &fixed(&output));
+        b.finish("calibration")
+    })
 }
 
 impl GridModel {
     /// A point of `class` run as the planner chooses, weights warm, with a cold twin where its
-    /// class reads weights, unfused.
+    /// class reads weights, unfused: its model built already.
     fn new(class: KernelClass, shape: String, model: ModelProto) -> GridModel {
+        let lazy = LazyModel {
+            build: None,
+            built: std::sync::OnceLock::from(model),
+        };
+        GridModel::with_model(class, shape, lazy)
+    }
+
+    /// [`GridModel::new`] with the model built by `build` when first asked for.
+    fn lazy(
+        class: KernelClass,
+        shape: String,
+        build: impl Fn() -> ModelProto + Send + Sync + 'static,
+    ) -> GridModel {
+        let lazy = LazyModel {
+            build: Some(Box::new(build)),
+            built: std::sync::OnceLock::new(),
+        };
+        GridModel::with_model(class, shape, lazy)
+    }
+
+    fn with_model(class: KernelClass, shape: String, model: LazyModel) -> GridModel {
         GridModel {
             class,
             shape,
-            model,
+            model: Arc::new(model),
             policy: AlgorithmPolicy::Auto,
             cold_weights: false,
             cold_twin: true,
+            weights_bytes: 0,
             fuse_elementwise: false,
             precision: None,
             first_round_only: false,
@@ -117,7 +168,7 @@ fn conv(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64, group: i64) ->
         shape,
         &[&[1, cin, size, size]],
         &[1, cout, out, out],
-        |b, x| {
+        move |b, x| {
             let spec = ConvSpec {
                 group,
                 bias: true,
@@ -170,12 +221,12 @@ fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
         format!("matmul {rows}x{inner} · {inner}x{cols} (weights)"),
         &[&[rows, inner]],
         &[rows, cols],
-        |b, x| {
+        move |b, x| {
             let w = b.weight("w", &[inner, cols], inner);
             b.node("MatMul", &[&x[0], &w], vec![])
         },
     );
-    without_cold_twin_for_gemv(point, rows)
+    weighing(without_cold_twin_for_gemv(point, rows), inner, cols)
 }
 
 /// A GEMV streams its weights once per run at any cache level, and the grid's largest ones
@@ -185,6 +236,20 @@ fn without_cold_twin_for_gemv(mut point: GridModel, rows: i64) -> GridModel {
     point
 }
 
+/// `point` with the bytes of its `inner × cols` fp32 weights recorded.
+fn weighing(mut point: GridModel, inner: i64, cols: i64) -> GridModel {
+    point.weights_bytes = (inner * cols * 4) as u64;
+    point
+}
+
+/// Largest weights a `--quick` point may have: the 205 MB VGG classifier point alone took
+/// 3.2 s of a 9-11 s quick calibration (built, imported, planned and run at each thread count,
+/// on a guest whose fresh memory is slow to fault in), while the 64 MB ones already stream
+/// their weights from past the private caches. A point the advisor converts to a low precision
+/// first pays that rewrite too (a bf16 GEMV of 64 MB: 1.2-2.1 s), so those stop at 16 MB.
+const QUICK_MAX_WEIGHTS_BYTES: u64 = 64 << 20;
+const QUICK_MAX_REWRITTEN_WEIGHTS_BYTES: u64 = 16 << 20;
+
 /// Gemm with transB = 1 (the PyTorch export of a linear layer): weights stored [out, in],
 /// so each output is a dot product over contiguous weights, another kernel than MatMul's.
 fn gemm_trans_b(rows: i64, inner: i64, cols: i64) -> GridModel {
@@ -193,9 +258,9 @@ fn gemm_trans_b(rows: i64, inner: i64, cols: i64) -> GridModel {
         format!("gemm {rows}x{inner} · ({cols}x{inner})ᵀ + bias"),
         &[&[rows, inner]],
         &[rows, cols],
-        |b, x| b.gemm(&x[0], inner, cols),
+        move |b, x| b.gemm(&x[0], inner, cols),
     );
-    without_cold_twin_for_gemv(point, rows)
+    weighing(without_cold_twin_for_gemv(point, rows), inner, cols)
 }
 
 fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
@@ -204,7 +269,7 @@ fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
         format!("matmul {batch}×({rows}x{inner} · {inner}x{cols})"),
         &[&[batch, rows, inner], &[batch, inner, cols]],
         &[batch, rows, cols],
-        |b, x| b.node("MatMul", &[&x[0], &x[1]], vec![]),
+        move |b, x| b.node("MatMul", &[&x[0], &x[1]], vec![]),
     )
 }
 
@@ -239,7 +304,7 @@ fn chain(name: &str, elements: i64, build: fn(&mut GraphBuilder, &str) -> String
         format!("{name} chain {elements}"),
         &[&dims],
         &dims,
-        |b, x| build(b, &x[0]),
+        move |b, x| build(b, &x[0]),
     );
     point.fuse_elementwise = true;
     point
@@ -289,7 +354,7 @@ fn depthwise_plane(
         ),
         &[&[1, channels, height, width]],
         &[1, channels, out_h, out_w],
-        |b, x| {
+        move |b, x| {
             let w = b.weight("conv_w", &[channels, 1, kernel, kernel], kernel * kernel);
             let bias = b.jitter("conv_b", &[channels], 0.0, 0.05);
             b.node(
@@ -314,7 +379,7 @@ fn conv_transpose(cin: i64, cout: i64, size: i64, kernel: i64, stride: i64) -> G
         format!("convtranspose {cin}→{cout} {kernel}x{kernel} s{stride} {size}x{size}"),
         &[&[1, cin, size, size]],
         &[1, cout, out, out],
-        |b, x| {
+        move |b, x| {
             let w = b.weight(
                 "deconv_w",
                 &[cin, cout, kernel, kernel],
@@ -340,7 +405,7 @@ fn average_pool(channels: i64, size: i64, kernel: i64, stride: i64) -> GridModel
         format!("averagepool {kernel}x{kernel} s{stride} {channels}x{size}x{size}"),
         &[&[1, channels, size, size]],
         &[1, channels, out, out],
-        |b, x| {
+        move |b, x| {
             b.node(
                 "AveragePool",
                 &[&x[0]],
@@ -361,7 +426,7 @@ fn lrn(channels: i64, size: i64) -> GridModel {
         format!("lrn size 5 {channels}x{size}x{size}"),
         &[&dims],
         &dims,
-        |b, x| b.node("LRN", &[&x[0]], vec![attr_int("size", 5)]),
+        move |b, x| b.node("LRN", &[&x[0]], vec![attr_int("size", 5)]),
     )
 }
 
@@ -372,7 +437,7 @@ fn channel_shuffle(channels: i64, size: i64) -> GridModel {
         format!("transpose 2x{channels}x{size}x{size} → {channels}x2 (channel shuffle)"),
         &[&[1, 2, channels, size, size]],
         &[1, channels, 2, size, size],
-        |b, x| b.transpose(&x[0], &[0, 2, 1, 3, 4]),
+        move |b, x| b.transpose(&x[0], &[0, 2, 1, 3, 4]),
     )
 }
 
@@ -383,7 +448,7 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
         format!("transpose {channels}x{size}x{size} → channels last"),
         &[&[1, channels, size, size]],
         &[1, size, size, channels],
-        |b, x| b.transpose(&x[0], &[0, 2, 3, 1]),
+        move |b, x| b.transpose(&x[0], &[0, 2, 3, 1]),
     )
 }
 
@@ -417,7 +482,7 @@ fn relu6(channels: i64, size: i64) -> GridModel {
         format!("clip 0..6 {channels}x{size}x{size}"),
         &[&dims],
         &dims,
-        |b, x| b.relu6(&x[0]),
+        move |b, x| b.relu6(&x[0]),
     )
 }
 
@@ -448,7 +513,7 @@ fn max_pool_same(channels: i64, size: i64, kernel: i64) -> GridModel {
         format!("maxpool {kernel}x{kernel} s1 {channels}x{size}x{size}"),
         &[&[1, channels, size, size]],
         &[1, channels, size, size],
-        |b, x| b.max_pool(&x[0], kernel, 1, kernel / 2),
+        move |b, x| b.max_pool(&x[0], kernel, 1, kernel / 2),
     )
 }
 
@@ -459,7 +524,7 @@ fn max_pool(channels: i64, size: i64) -> GridModel {
         format!("maxpool 3x3 s2 {channels}x{size}x{size}"),
         &[&[1, channels, size, size]],
         &[1, channels, out, out],
-        |b, x| b.max_pool(&x[0], 3, 2, 1),
+        move |b, x| b.max_pool(&x[0], 3, 2, 1),
     )
 }
 
@@ -469,7 +534,7 @@ fn global_pool(channels: i64, size: i64) -> GridModel {
         format!("global average pool {channels}x{size}x{size}"),
         &[&[1, channels, size, size]],
         &[1, channels, 1, 1],
-        |b, x| b.global_avg_pool(&x[0]),
+        move |b, x| b.global_avg_pool(&x[0]),
     )
 }
 
@@ -480,7 +545,7 @@ fn batch_norm(channels: i64, size: i64) -> GridModel {
         format!("batchnorm {channels}x{size}x{size}"),
         &[&dims],
         &dims,
-        |b, x| b.batch_norm(&x[0], channels),
+        move |b, x| b.batch_norm(&x[0], channels),
     )
 }
 
@@ -496,7 +561,7 @@ fn batch_norm_relu(channels: i64, size: i64) -> GridModel {
         format!("batchnorm relu chain {channels}x{size}x{size}"),
         &[&dims],
         &dims,
-        |b, x| {
+        move |b, x| {
             let normalised = b.batch_norm(&x[0], channels);
             b.node("Relu", &[&normalised], vec![])
         },
@@ -512,7 +577,7 @@ fn layer_norm(rows: i64, features: i64) -> GridModel {
         format!("layernorm {rows}x{features}"),
         &[&dims],
         &dims,
-        |b, x| b.layer_norm(&x[0], features),
+        move |b, x| b.layer_norm(&x[0], features),
     )
 }
 
@@ -523,7 +588,7 @@ fn softmax(rows: i64, cols: i64) -> GridModel {
         format!("softmax {rows}x{cols}"),
         &[&dims],
         &dims,
-        |b, x| b.softmax(&x[0], -1),
+        move |b, x| b.softmax(&x[0], -1),
     )
 }
 
@@ -533,7 +598,7 @@ fn reduce_mean(rows: i64, cols: i64) -> GridModel {
         format!("reducemean {rows}x{cols} over the last axis"),
         &[&[1, rows, cols]],
         &[1, rows, 1],
-        |b, x| {
+        move |b, x| {
             b.node(
                 "ReduceMean",
                 &[&x[0]],
@@ -549,7 +614,7 @@ fn transpose(seq: i64, heads: i64, width: i64) -> GridModel {
         format!("transpose {seq}x{heads}x{width} → heads first"),
         &[&[1, seq, heads, width]],
         &[1, heads, seq, width],
-        |b, x| b.transpose(&x[0], &[0, 2, 1, 3]),
+        move |b, x| b.transpose(&x[0], &[0, 2, 1, 3]),
     )
 }
 
@@ -560,7 +625,7 @@ fn concat(channels: i64, size: i64) -> GridModel {
         format!("concat 2×{channels}x{size}x{size} on channels"),
         &[&part, &part],
         &[1, 2 * channels, size, size],
-        |b, x| b.node("Concat", &[&x[0], &x[1]], vec![attr_int("axis", 1)]),
+        move |b, x| b.node("Concat", &[&x[0], &x[1]], vec![attr_int("axis", 1)]),
     )
 }
 
@@ -954,6 +1019,14 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         // The low-precision points warm only: their cold twins (an eviction before every
         // run) and the advisor's rewrite took a quick run from 5 to 9 s.
         models.retain(|m| m.precision.is_none() || !m.cold_weights);
+        models.retain(|m| {
+            m.weights_bytes
+                <= if m.rewritten() {
+                    QUICK_MAX_REWRITTEN_WEIGHTS_BYTES
+                } else {
+                    QUICK_MAX_WEIGHTS_BYTES
+                }
+        });
         // Every third point of each class (the first always kept).
         let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
         models.retain(|m| {

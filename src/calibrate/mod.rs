@@ -598,7 +598,7 @@ fn point_graph(
         shape: model.shape.clone(),
         reason,
     };
-    let graph = import::import_model(&model.model, Path::new("."), Path::new("calibration.onnx"))
+    let graph = import::import_model(model.model(), Path::new("."), Path::new("calibration.onnx"))
         .map_err(|e| import_error(e.to_string()))?;
     if !model.rewritten() {
         return Ok(graph);
@@ -822,7 +822,7 @@ mod tests {
 
     /// The level numbers the analysis charged a grid point's one op at.
     fn levels(model: &grid::GridModel, device: &DeviceProfile) -> (u8, u8, f64) {
-        let graph = import::import_model(&model.model, Path::new("."), Path::new("t.onnx"))
+        let graph = import::import_model(model.model(), Path::new("."), Path::new("t.onnx"))
             .expect("grid model imports");
         let options = AnalyzeOptions {
             conv_algorithms: model.policy,

@@ -31,7 +31,7 @@ fn chain_points_fuse_into_one_node() {
     assert_eq!(chains.len(), 4 + 7);
     for model in chains {
         let graph = crate::analysis::import::import_model(
-            &model.model,
+            model.model(),
             std::path::Path::new("."),
             std::path::Path::new("calibration.onnx"),
         )
@@ -115,4 +115,50 @@ fn weighted_classes_get_a_cold_twin_and_gemvs_do_not() {
     assert!(models
         .iter()
         .any(|m| m.class == KernelClass::Depthwise && !m.cold_weights));
+}
+
+#[test]
+fn quick_leaves_out_the_heaviest_gemm_points_and_builds_models_on_demand() {
+    let full = grid(false);
+    let quick = grid(true);
+    // The full grid keeps its GEMVs past 64 MB (VGG's classifier, 205 MB); --quick none.
+    assert!(full
+        .iter()
+        .any(|m| m.weights_bytes > super::QUICK_MAX_WEIGHTS_BYTES));
+    for m in &quick {
+        let cap = if m.rewritten() {
+            super::QUICK_MAX_REWRITTEN_WEIGHTS_BYTES
+        } else {
+            super::QUICK_MAX_WEIGHTS_BYTES
+        };
+        assert!(m.weights_bytes <= cap, "{} in --quick", m.shape);
+    }
+    // The recorded weights are the model's: 1 × 4096 · 4096 × 4096 holds 64 MiB of them.
+    let gemv = full
+        .iter()
+        .find(|m| m.shape == "matmul 1x4096 · 4096x4096 (weights)")
+        .expect("the 4096² GEMV point");
+    assert_eq!(gemv.weights_bytes, 64 << 20);
+    // Points are built when first asked for (all but a few small ones made whole), and a
+    // point and its cold twin share one model.
+    let unbuilt = full
+        .iter()
+        .filter(|m| m.model.built.get().is_none())
+        .count();
+    assert!(unbuilt * 10 > full.len() * 9, "{unbuilt} of {}", full.len());
+    assert!(full
+        .iter()
+        .filter(|m| m.weights_bytes > 0)
+        .all(|m| m.model.built.get().is_none()));
+    let warm = full
+        .iter()
+        .find(|m| m.shape == "conv 64→64 3x3 s1 g1 56x56 (direct)")
+        .expect("a point with a cold twin");
+    let cold = full
+        .iter()
+        .find(|m| m.shape == format!("{} (weights cold)", warm.shape))
+        .expect("its cold twin");
+    let initializers = warm.model().graph.as_ref().map(|g| g.initializer.len());
+    assert!(initializers.unwrap_or(0) > 0);
+    assert!(std::ptr::eq(warm.model(), cold.model()));
 }
