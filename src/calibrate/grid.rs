@@ -40,8 +40,9 @@ pub struct GridModel {
     pub cold_weights: bool,
     /// Whether [`with_cold_weights`] adds the point's cold twin.
     cold_twin: bool,
-    /// Bytes of the weights of the GEMM points (0 for the others, whose weights are at most a
-    /// few MB): `--quick` leaves out those over `QUICK_MAX_WEIGHTS_BYTES`.
+    /// Bytes of the GEMM points' weights as built, in fp32 (a low-precision point converts
+    /// them after), 0 for the other points, whose weights are at most a few MB: `--quick`
+    /// leaves out those over `QUICK_MAX_WEIGHTS_BYTES`.
     weights_bytes: u64,
     /// Run the advisor's rewrites first, so a chain of element-wise ops is timed as the one
     /// fused node `bench --optimize` runs (`chain`).
@@ -226,7 +227,7 @@ fn gemm(rows: i64, inner: i64, cols: i64) -> GridModel {
             b.node("MatMul", &[&x[0], &w], vec![])
         },
     );
-    weighing(without_cold_twin_for_gemv(point, rows), inner, cols)
+    with_weights_bytes(without_cold_twin_for_gemv(point, rows), inner, cols)
 }
 
 /// A GEMV streams its weights once per run at any cache level, and the grid's largest ones
@@ -237,12 +238,12 @@ fn without_cold_twin_for_gemv(mut point: GridModel, rows: i64) -> GridModel {
 }
 
 /// `point` with the bytes of its `inner × cols` fp32 weights recorded.
-fn weighing(mut point: GridModel, inner: i64, cols: i64) -> GridModel {
+fn with_weights_bytes(mut point: GridModel, inner: i64, cols: i64) -> GridModel {
     point.weights_bytes = (inner * cols * 4) as u64;
     point
 }
 
-/// Largest weights a `--quick` point may have: the 205 MB VGG classifier point alone took
+/// Largest weights a `--quick` point may have (64 MiB kept): the 205 MB VGG classifier point alone took
 /// 3.2 s of a 9-11 s quick calibration (built, imported, planned and run at each thread count,
 /// on a guest whose fresh memory is slow to fault in), while the 64 MB ones already stream
 /// their weights from past the private caches. A point the advisor converts to a low precision
@@ -260,7 +261,7 @@ fn gemm_trans_b(rows: i64, inner: i64, cols: i64) -> GridModel {
         &[rows, cols],
         move |b, x| b.gemm(&x[0], inner, cols),
     );
-    weighing(without_cold_twin_for_gemv(point, rows), inner, cols)
+    with_weights_bytes(without_cold_twin_for_gemv(point, rows), inner, cols)
 }
 
 fn batched_matmul(batch: i64, rows: i64, inner: i64, cols: i64) -> GridModel {
@@ -1019,6 +1020,14 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         // The low-precision points warm only: their cold twins (an eviction before every
         // run) and the advisor's rewrite took a quick run from 5 to 9 s.
         models.retain(|m| m.precision.is_none() || !m.cold_weights);
+        // Every third point of each class (the first always kept).
+        let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
+        models.retain(|m| {
+            let count = seen.entry(m.class).or_insert(0);
+            *count += 1;
+            (*count - 1).is_multiple_of(3)
+        });
+        // After the sampling, so the quick grid is the same third as before less these.
         models.retain(|m| {
             m.weights_bytes
                 <= if m.rewritten() {
@@ -1026,13 +1035,6 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
                 } else {
                     QUICK_MAX_WEIGHTS_BYTES
                 }
-        });
-        // Every third point of each class (the first always kept).
-        let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
-        models.retain(|m| {
-            let count = seen.entry(m.class).or_insert(0);
-            *count += 1;
-            (*count - 1).is_multiple_of(3)
         });
     }
     models

@@ -147,6 +147,8 @@ pub fn calibrate(
                 if rounds > 1 && model.first_round_only {
                     continue;
                 }
+                // Built on first use: outside the time a round is projected from.
+                model.model();
                 let model_started = Instant::now();
                 let behind = rounds == 1
                     && completed * 10 >= first_round_total

@@ -61,13 +61,14 @@ impl Timer {
     }
 
     /// [`Timer::measure`], and then the time of each of `graph`'s ops in the same plan: the
-    /// fastest of `runs` profiled runs per op, by (node name, op type).
+    /// fastest of the timer's runs (at least 3) per op, by node index (the position in the
+    /// topological order, as in `graph`'s analysis).
     pub(super) fn measure_profiled(
         &mut self,
         graph: &Graph,
         ctx: &PassContext,
         rounds: usize,
-    ) -> Result<(Measured, OpTimes), AdvisorError> {
+    ) -> Result<(Measured, NodeTimes), AdvisorError> {
         let plan = plan_of(graph, ctx.analyze, ctx.options.threads)?;
         let measured = self.measure_plan_beside(&plan, None, rounds)?.0;
         let mut workspace = plan.workspace();
@@ -82,12 +83,12 @@ impl Timer {
                 *best = best.min(seconds);
             }
         }
-        let mut op_times = OpTimes::new();
+        let mut node_times = NodeTimes::new();
         for (step, seconds) in steps.into_iter().zip(fastest) {
             // A node split over several steps counts all of them.
-            *op_times.entry((step.name, step.op_type)).or_insert(0.0) += seconds;
+            *node_times.entry(step.node_index).or_insert(0.0) += seconds;
         }
-        Ok((measured, op_times))
+        Ok((measured, node_times))
     }
 
     fn measure_plan_beside(
@@ -133,10 +134,15 @@ impl Timer {
 /// Seconds per op of a profiled run, by (node name, op type).
 pub(super) type OpTimes = HashMap<(String, String), f64>;
 
+/// Seconds per op of a profiled run, by node index.
+pub(super) type NodeTimes = HashMap<usize, f64>;
+
 pub(super) struct Search<'a> {
     /// Each op's measured ÷ expected time in the last model profiled, relative to that
-    /// model's whole (`op_factors`): the in-context spread of this machine's per-op times that
-    /// the calibration grid, timed one op at a time, does not see. Empty off the local device.
+    /// model's whole ([`op_factors`]): the in-context spread of this machine's per-op times
+    /// that the calibration grid, timed one op at a time, does not see. Empty off the local
+    /// device and with `--no-op-feedback`. Keyed by op type too, so a float op's factor is
+    /// not applied to its int8 or bf16 replacement (another kernel) nor the reverse.
     pub(super) op_factors: HashMap<(String, String), f64>,
     pub(super) source: &'a str,
     pub(super) device: &'a DeviceProfile,
@@ -269,17 +275,29 @@ impl Search<'_> {
         latency_ms(analysis) + shift_s * 1e3
     }
 
-    /// Replaces the per-op factors with those of a profile of `analysis`'s model.
-    pub(super) fn learn_op_factors(&mut self, analysis: &Analysis, op_times: &OpTimes) {
-        if !self.options.op_feedback {
-            return;
+    /// Replaces the per-op factors with those of a profile of `analysis`'s model. A (name,
+    /// op type) that more than one node carries keeps no factor: it could not be told apart
+    /// in a candidate.
+    pub(super) fn learn_op_factors(&mut self, analysis: &Analysis, node_times: &NodeTimes) {
+        let key = |n: &crate::analysis::NodeAnalysis| (n.name.clone(), n.op_type.clone());
+        let mut carriers: HashMap<(String, String), usize> = HashMap::new();
+        for node in &analysis.nodes {
+            *carriers.entry(key(node)).or_insert(0) += 1;
         }
+        let unique = |n: &crate::analysis::NodeAnalysis| carriers.get(&key(n)) == Some(&1);
         let expected: Vec<((String, String), f64)> = analysis
             .nodes
             .iter()
-            .filter_map(|n| Some(((n.name.clone(), n.op_type.clone()), n.expected_s?)))
+            .filter(|n| unique(n))
+            .filter_map(|n| Some((key(n), n.expected_s?)))
             .collect();
-        self.op_factors = op_factors(&expected, op_times);
+        let measured: OpTimes = analysis
+            .nodes
+            .iter()
+            .filter(|n| unique(n))
+            .filter_map(|n| Some((key(n), *node_times.get(&n.index)?)))
+            .collect();
+        self.op_factors = op_factors(&expected, &measured);
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
@@ -333,8 +351,8 @@ pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
         * 1e3
 }
 
-/// Ops under this share of the profiled model's expected time keep no factor: their measured
-/// times are a few microseconds, where the per-step clock and the host's noise are a large part.
+/// Ops under this share of the profiled model's expected time keep no factor: the per-step
+/// clock and a moment of the host's noise are a large part of a short op's measured time.
 pub(super) const MIN_FACTOR_SHARE: f64 = 0.002;
 
 /// Range of a per-op factor: a profile taken while one op met a slow moment of the host

@@ -83,8 +83,11 @@ pub struct Step {
     pub step: usize,
     /// "prune layer1.0 256→232" or "int8 (31 ops)".
     pub action: String,
+    /// The cost model's prediction alone (calibrated expected time, else the bound).
     pub predicted_latency_ms: f64,
-    /// The prediction scaled by the last measured/predicted ratio of this model.
+    /// What the search predicted before this step was measured: the prediction with each
+    /// op's factor from the last per-op profile, scaled by the last measured/predicted ratio
+    /// of this model.
     pub corrected_latency_ms: f64,
     /// Measured beside the original, carried to the spell of the original's first measurement
     /// (the original's time then ÷ the speed-up measured in these rounds), the scale of the
