@@ -25,8 +25,9 @@
 //! # Feedback
 //! On the local device, the deployable graph is measured every few steps (interleaved with the
 //! original, as `advise --verify` does) and the predictor is scaled by measured ÷ predicted for
-//! this model from then on; reaching the target is always confirmed by measurement. Each model
-//! measured is also profiled op by op, and the candidates that follow are predicted with each
+//! this model from then on; reaching the target is always confirmed by measurement. The
+//! original and each model measured every few steps are also profiled op by op (unless
+//! `op_feedback` is off), and the candidates that follow are predicted with each
 //! op's expected time scaled by its measured ÷ expected share of that model (`op_factors`):
 //! the calibration grid times one op at a time, and in a model the same shapes take shares of
 //! its time the grid does not predict (at 1 thread on an Emerald Rapids guest: ResNet-50's 14²
