@@ -264,40 +264,14 @@ impl Search<'_> {
     /// time scaled by its factor from the last profile (`op_factors`; ops without one as
     /// predicted). Equal to `latency_ms` for the model profiled, up to the factors' clamp.
     pub(super) fn in_context_ms(&self, analysis: &Analysis) -> f64 {
-        let shift_s: f64 = analysis
-            .nodes
-            .iter()
-            .filter_map(|node| {
-                let key = (node.name.clone(), node.op_type.clone());
-                Some(node.expected_s? * (self.op_factors.get(&key)? - 1.0))
-            })
-            .sum();
-        latency_ms(analysis) + shift_s * 1e3
+        in_context_ms(analysis, &self.op_factors)
     }
 
     /// Replaces the per-op factors with those of a profile of `analysis`'s model. A (name,
     /// op type) that more than one node carries keeps no factor: it could not be told apart
     /// in a candidate.
     pub(super) fn learn_op_factors(&mut self, analysis: &Analysis, node_times: &NodeTimes) {
-        let key = |n: &crate::analysis::NodeAnalysis| (n.name.clone(), n.op_type.clone());
-        let mut carriers: HashMap<(String, String), usize> = HashMap::new();
-        for node in &analysis.nodes {
-            *carriers.entry(key(node)).or_insert(0) += 1;
-        }
-        let unique = |n: &crate::analysis::NodeAnalysis| carriers.get(&key(n)) == Some(&1);
-        let expected: Vec<((String, String), f64)> = analysis
-            .nodes
-            .iter()
-            .filter(|n| unique(n))
-            .filter_map(|n| Some((key(n), n.expected_s?)))
-            .collect();
-        let measured: OpTimes = analysis
-            .nodes
-            .iter()
-            .filter(|n| unique(n))
-            .filter_map(|n| Some((key(n), *node_times.get(&n.index)?)))
-            .collect();
-        self.op_factors = op_factors(&expected, &measured);
+        self.op_factors = profile_factors(analysis, node_times);
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
@@ -349,6 +323,47 @@ pub(super) fn latency_ms(analysis: &Analysis) -> f64 {
         .expected_latency_s
         .unwrap_or(analysis.summary.predicted_latency_s)
         * 1e3
+}
+
+/// [`latency_ms`] with each op's expected time scaled by its factor in `factors` (ops without
+/// one as predicted).
+pub(super) fn in_context_ms(analysis: &Analysis, factors: &HashMap<(String, String), f64>) -> f64 {
+    let shift_s: f64 = analysis
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let key = (node.name.clone(), node.op_type.clone());
+            Some(node.expected_s? * (factors.get(&key)? - 1.0))
+        })
+        .sum();
+    latency_ms(analysis) + shift_s * 1e3
+}
+
+/// The per-op factors of a profile (`node_times`, by node index) of `analysis`'s model, by
+/// (node name, op type); a key that more than one node carries keeps none.
+pub(super) fn profile_factors(
+    analysis: &Analysis,
+    node_times: &NodeTimes,
+) -> HashMap<(String, String), f64> {
+    let key = |n: &crate::analysis::NodeAnalysis| (n.name.clone(), n.op_type.clone());
+    let mut carriers: HashMap<(String, String), usize> = HashMap::new();
+    for node in &analysis.nodes {
+        *carriers.entry(key(node)).or_insert(0) += 1;
+    }
+    let unique = |n: &crate::analysis::NodeAnalysis| carriers.get(&key(n)) == Some(&1);
+    let expected: Vec<((String, String), f64)> = analysis
+        .nodes
+        .iter()
+        .filter(|n| unique(n))
+        .filter_map(|n| Some((key(n), n.expected_s?)))
+        .collect();
+    let measured: OpTimes = analysis
+        .nodes
+        .iter()
+        .filter(|n| unique(n))
+        .filter_map(|n| Some((key(n), *node_times.get(&n.index)?)))
+        .collect();
+    op_factors(&expected, &measured)
 }
 
 /// Ops under this share of the profiled model's expected time keep no factor: the per-step

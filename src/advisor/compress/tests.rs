@@ -362,3 +362,68 @@ fn per_op_factors_move_time_between_ops_and_keep_the_profiled_total() {
     // Nothing measured: no factors.
     assert!(search::op_factors(&expected, &search::OpTimes::new()).is_empty());
 }
+
+/// The per-op feedback joins a plan's profile to the analysis by node index: on a graph the
+/// search would measure, every step names the analysed node at its index, and a profile where
+/// one convolution took twice its share moves predicted time onto it and leaves the profiled
+/// model's total as it was.
+#[test]
+fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
+    let mut graph = cnn([64, 128, 128], 32);
+    let analyze = AnalyzeOptions::default();
+    crate::analysis::prepare_graph(&mut graph, &analyze.bindings).unwrap();
+    let mut analysis =
+        crate::analysis::analyze_graph(graph.clone(), "cnn", &device(), &analyze).unwrap();
+    let plan = crate::advisor::quantize::plan_of(&graph, &analyze, 1).unwrap();
+    let steps = plan.steps();
+    assert!(steps.len() >= 3);
+    for step in &steps {
+        let node = &analysis.nodes[step.node_index];
+        assert_eq!((&node.name, &node.op_type), (&step.name, &step.op_type));
+    }
+    // Expected times as a calibration would give them (the round device has none): each
+    // step's bound; measured: the same, but the first convolution twice as slow.
+    let mut node_times = search::NodeTimes::new();
+    let slow = steps
+        .iter()
+        .find(|s| s.op_type == "Conv")
+        .expect("a convolution step")
+        .node_index;
+    for step in &steps {
+        let node = &mut analysis.nodes[step.node_index];
+        node.expected_s = Some(node.predicted_s.max(1e-6));
+        let factor = if step.node_index == slow { 2.0 } else { 1.0 };
+        node_times.insert(step.node_index, node.predicted_s.max(1e-6) * factor);
+    }
+    analysis.summary.expected_latency_s = Some(
+        analysis
+            .nodes
+            .iter()
+            .filter_map(|n| n.expected_s)
+            .sum::<f64>(),
+    );
+    let factors = search::profile_factors(&analysis, &node_times);
+    let slow_key = (
+        analysis.nodes[slow].name.clone(),
+        analysis.nodes[slow].op_type.clone(),
+    );
+    let others: Vec<f64> = factors
+        .iter()
+        .filter(|(k, _)| **k != slow_key)
+        .map(|(_, &f)| f)
+        .collect();
+    assert!(!others.is_empty());
+    // The slow op's factor is twice every other's.
+    for other in &others {
+        assert!(
+            (factors[&slow_key] / other - 2.0).abs() < 1e-9,
+            "{factors:?}"
+        );
+    }
+    let plain = latency_ms(&analysis);
+    let in_context = search::in_context_ms(&analysis, &factors);
+    assert!(
+        (in_context / plain - 1.0).abs() < 1e-9,
+        "{in_context} {plain}"
+    );
+}
