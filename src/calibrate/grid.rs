@@ -893,7 +893,7 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         // The low-precision points warm only: their cold twins (an eviction before every
         // run) and the advisor's rewrite took a quick run from 5 to 9 s.
         models.retain(|m| m.precision.is_none() || !m.cold_weights);
-        // Every third point of each class (the first always kept).
+        // Every third point of each class (the first kept, before the weights cap below).
         let mut seen: std::collections::HashMap<KernelClass, usize> = Default::default();
         models.retain(|m| {
             let count = seen.entry(m.class).or_insert(0);

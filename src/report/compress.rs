@@ -366,7 +366,7 @@ pub fn render_compress_html(report: &CompressReport) -> Result<String, ReportErr
     }
     let _ = write!(
         body,
-        "<h2>Trajectory</h2><p>grey dashed: predicted; blue: corrected by the last measurement; orange dots: measured; green dotted: mean cosine of the outputs against the original (right axis).</p>{}",
+        "<h2>Trajectory</h2><p>grey dashed: predicted by the cost model; blue: corrected by the last measurement (per op and in total); orange dots: measured; green dotted: mean cosine of the outputs against the original (right axis).</p>{}",
         trajectory_svg(report)
     );
     body.push_str("<h2>Steps</h2><table><thead><tr><th>step</th><th>action</th><th>predicted</th><th>corrected</th><th>measured</th><th>MACs</th><th>cosine</th><th>top-1</th><th>Pareto</th></tr></thead><tbody>");

@@ -363,8 +363,8 @@ fn per_op_factors_move_time_between_ops_and_keep_the_profiled_total() {
     assert!(search::op_factors(&expected, &search::OpTimes::new()).is_empty());
 }
 
-/// The per-op feedback joins a plan's profile to the analysis by node index: on a graph the
-/// search would measure, every step names the analysed node at its index, and a profile where
+/// The per-op feedback joins a plan's profile to the analysis by node index: on a planned
+/// graph, every step names the analysed node at its index, and a profile where
 /// one convolution took twice its share moves predicted time onto it and leaves the profiled
 /// model's total as it was.
 #[test]
@@ -413,7 +413,8 @@ fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
         .map(|(_, &f)| f)
         .collect();
     assert!(!others.is_empty());
-    // The slow op's factor is twice every other's.
+    // The slow op's factor is twice every other's: what catches a wrong join (the total below
+    // is kept by any pairing of expected and measured times).
     for other in &others {
         assert!(
             (factors[&slow_key] / other - 2.0).abs() < 1e-9,
@@ -426,4 +427,16 @@ fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
         (in_context / plain - 1.0).abs() < 1e-9,
         "{in_context} {plain}"
     );
+
+    // Two nodes under one (name, op type) cannot be told apart in a candidate: neither keeps
+    // a factor.
+    let twin = analysis
+        .nodes
+        .iter()
+        .position(|n| n.op_type == "Conv" && n.index != slow)
+        .expect("a second convolution");
+    analysis.nodes[twin].name = analysis.nodes[slow].name.clone();
+    let factors = search::profile_factors(&analysis, &node_times);
+    assert!(!factors.contains_key(&slow_key), "{factors:?}");
+    assert!(!factors.is_empty());
 }

@@ -29,13 +29,14 @@ pub struct GridModel {
     /// convolutions timed once per algorithm).
     pub policy: AlgorithmPolicy,
     /// Timed with the caches evicted before every run and its weights charged at DRAM (see
-    /// [`with_cold_weights`]).
+    /// `grid::with_cold_weights`).
     pub cold_weights: bool,
-    /// Whether [`with_cold_weights`] adds the point's cold twin.
+    /// Whether `grid::with_cold_weights` adds the point's cold twin.
     pub(super) cold_twin: bool,
     /// Bytes of the GEMM points' weights as built, in fp32 (a low-precision point converts
     /// them after), 0 for the other points, whose weights are at most a few MB: `--quick`
-    /// leaves out those over `QUICK_MAX_WEIGHTS_BYTES`.
+    /// leaves out those over `QUICK_MAX_WEIGHTS_BYTES` (`QUICK_MAX_REWRITTEN_WEIGHTS_BYTES`
+    /// for a point the advisor converts first).
     pub(super) weights_bytes: u64,
     /// Run the advisor's rewrites first, so a chain of element-wise ops is timed as the one
     /// fused node `bench --optimize` runs (`chain`).
