@@ -267,13 +267,7 @@ pub fn compress(
     let mut correction = 1.0;
     if let Some(timer) = &mut timer {
         progress(Progress::Phase("measuring the original model"));
-        let m = if options.op_feedback {
-            let (m, node_times) = timer.measure_profiled(&original_dep, &search.ctx, timer.runs)?;
-            search.learn_op_factors(&original_analysis, &node_times);
-            m
-        } else {
-            timer.measure(&original_dep, &search.ctx, timer.runs)?
-        };
+        let m = search.measure_and_learn(timer, &original_dep, &original_analysis)?;
         original_meas_ms = Some(m.original_ms);
         correction = m.original_ms / search.in_context_ms(&original_analysis).max(1e-12);
     }
@@ -591,17 +585,10 @@ pub fn compress(
         let mut measured_ms = None;
         if step % options.measure_every.max(1) == 0 {
             if let Some(timer) = &mut timer {
-                let m = if options.op_feedback {
-                    let (m, node_times) =
-                        timer.measure_profiled(&best_dep, &search.ctx, timer.runs)?;
-                    // This model's own per-op times from now on: its prediction is read
-                    // again with them before the correction is taken against it.
-                    search.learn_op_factors(&current_analysis, &node_times);
-                    current_pred_ms = search.in_context_ms(&current_analysis);
-                    m
-                } else {
-                    timer.measure(&best_dep, &search.ctx, timer.runs)?
-                };
+                let m = search.measure_and_learn(timer, &best_dep, &current_analysis)?;
+                // This model's own per-op times from now on: its prediction is read again
+                // with them before the correction is taken against it.
+                current_pred_ms = search.in_context_ms(&current_analysis);
                 correction = spell_ms(&m) / current_pred_ms.max(1e-12);
                 measured_ms = Some(spell_ms(&m));
             }

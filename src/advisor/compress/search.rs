@@ -267,11 +267,20 @@ impl Search<'_> {
         in_context_ms(analysis, &self.op_factors)
     }
 
-    /// Replaces the per-op factors with those of a profile of `analysis`'s model. A (name,
-    /// op type) that more than one node carries keeps no factor: it could not be told apart
-    /// in a candidate.
-    pub(super) fn learn_op_factors(&mut self, analysis: &Analysis, node_times: &NodeTimes) {
-        self.op_factors = profile_factors(analysis, node_times);
+    /// Measures `deployable` (whose analysis is `analysis`) beside the original and, with
+    /// `op_feedback` on, profiles it op by op and takes its per-op factors from then on.
+    pub(super) fn measure_and_learn(
+        &mut self,
+        timer: &mut Timer,
+        deployable: &Graph,
+        analysis: &Analysis,
+    ) -> Result<Measured, AdvisorError> {
+        if !self.options.op_feedback {
+            return timer.measure(deployable, &self.ctx, timer.runs);
+        }
+        let (measured, node_times) = timer.measure_profiled(deployable, &self.ctx, timer.runs)?;
+        self.op_factors = profile_factors(analysis, &node_times);
+        Ok(measured)
     }
 
     pub(super) fn score(&self, deployable: &Graph) -> Result<AccuracyProxy, AdvisorError> {
