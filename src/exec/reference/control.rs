@@ -350,6 +350,43 @@ fn constant_of(tensor: &RtTensor, dtype: DType) -> TensorFact {
     })
 }
 
+/// The free names of `node`'s bodies (`free_names`), worked out once per set of bodies and
+/// kept with them (the entry holds the bodies, so their addresses stay theirs): walking the
+/// bodies on every run of the node took a third of a Silero VAD's run, whose network sits in
+/// nested If branches.
+fn implicit_names(node: &Node) -> Arc<[String]> {
+    type Entry = (Vec<Arc<GraphProto>>, Arc<[String]>);
+    static NAMES: OnceLock<Mutex<HashMap<Vec<usize>, Entry>>> = OnceLock::new();
+    let bodies: Vec<&Arc<GraphProto>> = node
+        .attrs
+        .0
+        .values()
+        .flat_map(|attr| match attr {
+            Attr::Graph(graph) => std::slice::from_ref(graph),
+            Attr::Graphs(graphs) => graphs.as_slice(),
+            _ => &[],
+        })
+        .collect();
+    let key: Vec<usize> = bodies.iter().map(|g| Arc::as_ptr(g) as usize).collect();
+    let lock = || {
+        NAMES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    };
+    if let Some((_, names)) = lock().get(&key) {
+        return Arc::clone(names);
+    }
+    let names: Arc<[String]> = free_names(&node.attrs).into();
+    let mut cache = lock();
+    if cache.len() >= CACHE_ENTRIES {
+        cache.clear();
+    }
+    let kept = bodies.into_iter().map(Arc::clone).collect();
+    cache.insert(key, (kept, Arc::clone(&names)));
+    names
+}
+
 /// Runs an If, Loop or Scan node; `inputs` holds its own inputs then its implicit ones (the
 /// values named by `free_names`, in that order), `in_types` their element types.
 pub(super) fn run(
@@ -358,7 +395,7 @@ pub(super) fn run(
     inputs: &[Option<&RtTensor>],
     in_types: &[Option<DType>],
 ) -> Result<Vec<RtTensor>> {
-    let names = free_names(&node.attrs);
+    let names = implicit_names(node);
     let own = inputs
         .len()
         .checked_sub(names.len())
