@@ -889,6 +889,39 @@ mod tests {
         assert_eq!(cache.keys().filter(|key| key.0 == address).count(), 2);
     }
 
+    /// The free names are worked out once per set of bodies and each node gets its own: two
+    /// If nodes reading different enclosing values, asked twice each.
+    #[test]
+    fn each_node_keeps_its_own_bodies_free_names() {
+        let branch = |name: &str, op: &str, inputs: &[&str]| {
+            let output = format!("{name}_y");
+            body(name, vec![onnx_node(op, inputs, &output)], &output)
+        };
+        let first = test_node(
+            "If",
+            &[
+                ("then_branch", branch("a_then", "Add", &["x", "w"])),
+                ("else_branch", branch("a_else", "Identity", &["x"])),
+            ],
+        );
+        let second = test_node(
+            "If",
+            &[
+                ("then_branch", branch("b_then", "Neg", &["z"])),
+                ("else_branch", branch("b_else", "Identity", &["z"])),
+            ],
+        );
+        for _ in 0..2 {
+            assert_eq!(&*implicit_names(&first), ["w", "x"]);
+            assert_eq!(&*implicit_names(&second), ["z"]);
+        }
+        // The second ask is the first answer, not a new walk of the bodies.
+        assert!(Arc::ptr_eq(
+            &implicit_names(&first),
+            &implicit_names(&first)
+        ));
+    }
+
     /// A branch whose output shape depends on an enclosing float's values (`Reshape(x,
     /// Cast(s))`): planning with `s` fed fails, so the call plans with it as a constant, and a
     /// second call with other values of `s` gets its own shape, not the first call's plan.
