@@ -148,8 +148,20 @@ impl Plan {
         inputs: &HashMap<String, RtTensor>,
         require_all: bool,
     ) -> Result<(), ExecError> {
+        self.stage_by(workspace, |name| inputs.get(name), require_all)
+    }
+
+    /// [`Plan::stage_inputs`] (`require_all`) or [`Plan::stage_given_inputs`] with the inputs
+    /// found by `lookup`: a control-flow body's feeds live in its caller's values, and a map of
+    /// copies of them per loop iteration cost more than a small body's steps.
+    pub fn stage_by<'t>(
+        &self,
+        workspace: &mut Workspace,
+        lookup: impl Fn(&str) -> Option<&'t RtTensor>,
+        require_all: bool,
+    ) -> Result<(), ExecError> {
         for (v, name, shape, integer) in &self.inputs {
-            let Some(tensor) = inputs.get(name) else {
+            let Some(tensor) = lookup(name) else {
                 if !require_all {
                     continue;
                 }
