@@ -138,11 +138,12 @@ pub(super) type OpTimes = HashMap<(String, String), f64>;
 pub(super) type NodeTimes = HashMap<usize, f64>;
 
 pub(super) struct Search<'a> {
-    /// Each op's measured ÷ expected time in the last model profiled, relative to that
-    /// model's whole ([`op_factors`]): the in-context spread of this machine's per-op times
-    /// that the calibration grid, timed one op at a time, does not see. Empty off the local
-    /// device and with `--no-op-feedback`. Keyed by op type too, so a float op's factor is
-    /// not applied to its int8 or bf16 replacement (another kernel) nor the reverse.
+    /// Each op's measured ÷ expected time in the last profiled model that had it, relative to
+    /// that model's whole ([`op_factors`], [`merge_factors`]): the in-context spread of this
+    /// machine's per-op times that the calibration grid, timed one op at a time, does not see.
+    /// Empty off the local device and with `--no-op-feedback`. Keyed by op type too, so a
+    /// float op's factor is not applied to its int8 or bf16 replacement (another kernel) nor
+    /// the reverse.
     pub(super) op_factors: HashMap<(String, String), f64>,
     pub(super) source: &'a str,
     pub(super) device: &'a DeviceProfile,
@@ -261,7 +262,7 @@ impl Search<'_> {
     }
 
     /// The search's prediction of an analysed candidate: [`latency_ms`] with each op's expected
-    /// time scaled by its factor from the last profile (`op_factors`; ops without one as
+    /// time scaled by its factor from the profiles (`op_factors`; ops without one as
     /// predicted). Equal to `latency_ms` for the model profiled, up to the factors' clamp.
     pub(super) fn in_context_ms(&self, analysis: &Analysis) -> f64 {
         in_context_ms(analysis, &self.op_factors)
@@ -279,7 +280,8 @@ impl Search<'_> {
             return timer.measure(deployable, &self.ctx, timer.runs);
         }
         let (measured, node_times) = timer.measure_profiled(deployable, &self.ctx, timer.runs)?;
-        self.op_factors = profile_factors(analysis, &node_times);
+        let fresh = profile_factors(analysis, &node_times);
+        merge_factors(&mut self.op_factors, analysis, fresh);
         Ok(measured)
     }
 
@@ -346,6 +348,26 @@ pub(super) fn in_context_ms(analysis: &Analysis, factors: &HashMap<(String, Stri
         })
         .sum();
     latency_ms(analysis) + shift_s * 1e3
+}
+
+/// Takes a new profile's factors (`fresh`, of `analysis`'s model) into `factors`: every op
+/// the profiled model has takes its new factor or, without one, loses its old one; the
+/// factors of ops it lacks stay. Those are mostly the float kernels of layers the model now
+/// runs in int8 (a key is a name and an op type): the search predicts its cuts on the float
+/// graph once a precision is chosen, and with the float factors gone after the first int8
+/// profile those layers went back to their calibrated times.
+pub(super) fn merge_factors(
+    factors: &mut HashMap<(String, String), f64>,
+    analysis: &Analysis,
+    fresh: HashMap<(String, String), f64>,
+) {
+    let profiled: std::collections::HashSet<(&str, &str)> = analysis
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.op_type.as_str()))
+        .collect();
+    factors.retain(|(name, op_type), _| !profiled.contains(&(name.as_str(), op_type.as_str())));
+    factors.extend(fresh);
 }
 
 /// The per-op factors of a profile (`node_times`, by node index) of `analysis`'s model, by

@@ -440,3 +440,36 @@ fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
     assert!(!factors.contains_key(&slow_key), "{factors:?}");
     assert!(!factors.is_empty());
 }
+
+/// A new profile replaces the factors of the ops its model has (clearing those it gives none)
+/// and keeps the others: an int8 profile leaves the float factors of the converted layers,
+/// which the search's float predictions of cuts still read.
+#[test]
+fn a_profile_keeps_the_factors_of_kernels_its_model_no_longer_runs() {
+    let mut graph = cnn([64, 128, 128], 32);
+    let analyze = AnalyzeOptions::default();
+    crate::analysis::prepare_graph(&mut graph, &analyze.bindings).unwrap();
+    let mut analysis =
+        crate::analysis::analyze_graph(graph.clone(), "cnn", &device(), &analyze).unwrap();
+    let convs: Vec<usize> = (0..analysis.nodes.len())
+        .filter(|&i| analysis.nodes[i].op_type == "Conv")
+        .collect();
+    assert!(convs.len() >= 2);
+    let key = |n: &crate::analysis::NodeAnalysis| (n.name.clone(), n.op_type.clone());
+    let (first, second) = (
+        key(&analysis.nodes[convs[0]]),
+        key(&analysis.nodes[convs[1]]),
+    );
+    // The float profile: both convolutions have factors.
+    let mut factors = HashMap::from([(first.clone(), 1.5), (second.clone(), 0.8)]);
+    // The next model runs the first convolution in int8 (another op type under its name) and
+    // gives the second no factor (under the share a factor needs).
+    analysis.nodes[convs[0]].op_type = "ConvInteger".into();
+    let converted = key(&analysis.nodes[convs[0]]);
+    let fresh = HashMap::from([(converted.clone(), 1.2)]);
+    search::merge_factors(&mut factors, &analysis, fresh);
+    assert_eq!(factors.get(&first), Some(&1.5), "{factors:?}");
+    assert_eq!(factors.get(&converted), Some(&1.2), "{factors:?}");
+    assert_eq!(factors.get(&second), None, "{factors:?}");
+    assert_eq!(factors.len(), 2);
+}
