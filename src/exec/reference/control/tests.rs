@@ -1,4 +1,5 @@
 //! Tests of the control-flow runner: plan caching across calls, enclosing values, loops.
+
 use std::sync::Arc;
 
 use super::*;
