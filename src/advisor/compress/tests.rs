@@ -363,17 +363,25 @@ fn per_op_factors_move_time_between_ops_and_keep_the_profiled_total() {
     assert!(search::op_factors(&expected, &search::OpTimes::new()).is_empty());
 }
 
+/// A small CNN, prepared as the search prepares its candidates, and its analysis on the test
+/// device.
+fn prepared_cnn() -> (Graph, crate::analysis::Analysis) {
+    let mut graph = cnn([64, 128, 128], 32);
+    let analyze = AnalyzeOptions::default();
+    crate::analysis::prepare_graph(&mut graph, &analyze.bindings).unwrap();
+    let analysis =
+        crate::analysis::analyze_graph(graph.clone(), "cnn", &device(), &analyze).unwrap();
+    (graph, analysis)
+}
+
 /// The per-op feedback joins a plan's profile to the analysis by node index: on a planned
 /// graph, every step names the analysed node at its index, and a profile where
 /// one convolution took twice its share moves predicted time onto it and leaves the profiled
 /// model's total as it was.
 #[test]
 fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
-    let mut graph = cnn([64, 128, 128], 32);
+    let (graph, mut analysis) = prepared_cnn();
     let analyze = AnalyzeOptions::default();
-    crate::analysis::prepare_graph(&mut graph, &analyze.bindings).unwrap();
-    let mut analysis =
-        crate::analysis::analyze_graph(graph.clone(), "cnn", &device(), &analyze).unwrap();
     let plan = crate::advisor::quantize::plan_of(&graph, &analyze, 1).unwrap();
     let steps = plan.steps();
     assert!(steps.len() >= 3);
@@ -446,11 +454,7 @@ fn a_profile_joins_the_analysis_by_node_index_and_keeps_the_total() {
 /// which the search's float predictions of cuts still read.
 #[test]
 fn a_profile_keeps_the_factors_of_kernels_its_model_no_longer_runs() {
-    let mut graph = cnn([64, 128, 128], 32);
-    let analyze = AnalyzeOptions::default();
-    crate::analysis::prepare_graph(&mut graph, &analyze.bindings).unwrap();
-    let mut analysis =
-        crate::analysis::analyze_graph(graph.clone(), "cnn", &device(), &analyze).unwrap();
+    let (_, mut analysis) = prepared_cnn();
     let convs: Vec<usize> = (0..analysis.nodes.len())
         .filter(|&i| analysis.nodes[i].op_type == "Conv")
         .collect();

@@ -57,16 +57,18 @@ fn body(name: &str, nodes: Vec<crate::analysis::onnx_proto::NodeProto>, output: 
     }))
 }
 
+/// A one-node branch: `op` over `inputs`, its output `{name}_y`.
+fn branch(name: &str, op: &str, inputs: &[&str]) -> Attr {
+    let output = format!("{name}_y");
+    body(name, vec![onnx_node(op, inputs, &output)], &output)
+}
+
 /// If branches `y = x + w` and `y = x`, reading `x` (an activation, fed at run time) and
 /// `w` (marked a constant of the enclosing graph, so baked into the plan) from outside.
 /// The plan is cached across calls: a second call with another `x` must see that `x`, and
 /// one with another `w` of the same shape (a rewritten weight) must not reuse the plan.
 #[test]
 fn a_cached_branch_reads_this_calls_enclosing_values() {
-    let branch = |name: &str, op: &str, inputs: &[&str]| {
-        let output = format!("{name}_y");
-        body(name, vec![onnx_node(op, inputs, &output)], &output)
-    };
     let node = test_node(
         "If",
         &[
@@ -113,10 +115,6 @@ fn a_cached_branch_reads_this_calls_enclosing_values() {
 /// If nodes reading different enclosing values, asked twice each.
 #[test]
 fn each_node_keeps_its_own_bodies_free_names() {
-    let branch = |name: &str, op: &str, inputs: &[&str]| {
-        let output = format!("{name}_y");
-        body(name, vec![onnx_node(op, inputs, &output)], &output)
-    };
     let first = test_node(
         "If",
         &[
