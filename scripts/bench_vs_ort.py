@@ -104,13 +104,19 @@ def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: in
     for name, shape in shapes.items():
         cmd += ["--input", f"{name}={'x'.join(map(str, shape))}"]
     for name, value in (values or {}).items():
-        EXPORTS.mkdir(parents=True, exist_ok=True)
         given = EXPORTS / f"{path.stem}.{name}.npy"
-        np.save(given, value)
+        if not given.exists() or not np.array_equal(np.load(given), value):
+            EXPORTS.mkdir(parents=True, exist_ok=True)
+            np.save(given, value)
         cmd += ["--input", f"{name}={given}"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     latency = json.loads(out)["latency_ms"]
     return latency["median"], latency["min"]
+
+
+def milliseconds(value: float) -> str:
+    """Three significant digits, without exponents for long runs."""
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
 def main() -> int:
@@ -153,7 +159,7 @@ def main() -> int:
             ratio = statistics.median(r[2] for r in rounds)
             ratios.setdefault(threads, []).append(ratio)
             min_ratios.setdefault(threads, []).append(ours_min / ort_min)
-            print(f"| {name} | {threads} | {ort_ms:.3g} | {ours:.3g} | {ratio:.2f} | "
+            print(f"| {name} | {threads} | {milliseconds(ort_ms)} | {milliseconds(ours)} | {ratio:.2f} | "
                   f"{ours_min / ort_min:.2f} |", flush=True)
     for threads, model_ratios in ratios.items():
         fastest = min_ratios[threads]

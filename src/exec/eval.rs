@@ -169,7 +169,14 @@ pub(super) fn element_types(
 /// attribute: the copy lives in the plan only and is never exported.
 pub(crate) const CONSTANT_INPUTS_ATTR: &str = "roofline.constant_inputs";
 
-/// The plan's copy of a generic step's node (see [`CONSTANT_INPUTS_ATTR`]).
+/// Attribute the plan adds to its copy of a control-flow node: the names its bodies read from
+/// the enclosing graph (`control::free_names`), worked out once when the plan is built.
+/// Walking the bodies on every run of the node took a third of a Silero VAD's run, whose
+/// network sits in nested If branches. Not an ONNX attribute, like [`CONSTANT_INPUTS_ATTR`].
+pub(crate) const IMPLICIT_NAMES_ATTR: &str = "roofline.implicit_names";
+
+/// The plan's copy of a generic step's node (see [`CONSTANT_INPUTS_ATTR`] and
+/// [`IMPLICIT_NAMES_ATTR`]).
 pub(super) fn generic_node(
     graph: &Graph,
     inputs: &[Option<crate::analysis::graph::ValueId>],
@@ -183,9 +190,14 @@ pub(super) fn generic_node(
             .filter(|(_, slot)| slot.is_some_and(|v| graph.values[v].fact.konst.is_some()))
             .map(|(index, _)| index as i64)
             .collect();
+        let names = crate::analysis::ops::control::free_names(&node.attrs);
         node.attrs.0.insert(
             CONSTANT_INPUTS_ATTR.to_string(),
             crate::analysis::graph::Attr::Ints(constant),
+        );
+        node.attrs.0.insert(
+            IMPLICIT_NAMES_ATTR.to_string(),
+            crate::analysis::graph::Attr::Strings(names),
         );
     }
     node

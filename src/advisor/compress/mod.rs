@@ -28,7 +28,8 @@
 //! this model from then on; reaching the target is always confirmed by measurement. The
 //! original and each model measured every few steps are also profiled op by op (unless
 //! `op_feedback` is off), and the candidates that follow are predicted with each
-//! op's expected time scaled by its measured ÷ expected share of that model (`op_factors`):
+//! op's expected time scaled by its measured ÷ expected share of the last profiled model that
+//! ran it (`op_factors`, `search::merge_factors`):
 //! the calibration grid times one op at a time, and in a model the same shapes take shares of
 //! its time the grid does not predict (at 1 thread on an Emerald Rapids guest: ResNet-50's 14²
 //! 1×1 layers 0.75-0.8 of their expected share and its stride-2 3×3 layers 1.3, MobileNetV2's

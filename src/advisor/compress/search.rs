@@ -139,7 +139,8 @@ pub(super) type NodeTimes = HashMap<usize, f64>;
 
 pub(super) struct Search<'a> {
     /// Each op's measured ÷ expected time in the last profiled model that had it, relative to
-    /// that model's whole ([`op_factors`], [`merge_factors`]): the in-context spread of this
+    /// that model's whole ([`op_factors`], [`merge_factors`]; an op that model had but gave
+    /// no factor, under the share one needs, has none): the in-context spread of this
     /// machine's per-op times that the calibration grid, timed one op at a time, does not see.
     /// Empty off the local device and with `--no-op-feedback`. Keyed by op type too, so a
     /// float op's factor is not applied to its int8 or bf16 replacement (another kernel) nor

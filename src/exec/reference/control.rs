@@ -10,6 +10,7 @@
 //! branches, took 3.0 ms per run that way, nearly all of it planning.
 //! Shapes and costs are in `analysis/ops/control.rs`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -19,7 +20,7 @@ use crate::analysis::import::import_subgraph;
 use crate::analysis::onnx_proto::GraphProto;
 use crate::analysis::ops::control::free_names;
 use crate::analysis::tensor::{DType, Tensor, TensorData, TensorFact};
-use crate::exec::eval::CONSTANT_INPUTS_ATTR;
+use crate::exec::eval::{CONSTANT_INPUTS_ATTR, IMPLICIT_NAMES_ATTR};
 use crate::exec::plan::Workspace;
 use crate::exec::{build_plan, Plan, PlanOptions, RtData, RtTensor};
 
@@ -367,41 +368,13 @@ fn constant_of(tensor: &RtTensor, dtype: DType) -> TensorFact {
     })
 }
 
-/// The free names of `node`'s bodies (`free_names`), worked out once per set of bodies and
-/// kept with them (the entry holds the bodies, so their addresses stay theirs): walking the
-/// bodies on every run of the node took a third of a Silero VAD's run, whose network sits in
-/// nested If branches.
-fn implicit_names(node: &Node) -> Arc<[String]> {
-    type Entry = (Vec<Arc<GraphProto>>, Arc<[String]>);
-    static NAMES: OnceLock<Mutex<HashMap<Vec<usize>, Entry>>> = OnceLock::new();
-    let bodies: Vec<&Arc<GraphProto>> = node
-        .attrs
-        .0
-        .values()
-        .flat_map(|attr| match attr {
-            Attr::Graph(graph) => std::slice::from_ref(graph),
-            Attr::Graphs(graphs) => graphs.as_slice(),
-            _ => &[],
-        })
-        .collect();
-    let key: Vec<usize> = bodies.iter().map(|g| Arc::as_ptr(g) as usize).collect();
-    let lock = || {
-        NAMES
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    };
-    if let Some((_, names)) = lock().get(&key) {
-        return Arc::clone(names);
+/// The free names of `node`'s bodies: the plan's copy of the node carries them
+/// ([`IMPLICIT_NAMES_ATTR`]); a node run outside a plan walks its bodies.
+fn implicit_names(node: &Node) -> Cow<'_, [String]> {
+    match node.attrs.get(IMPLICIT_NAMES_ATTR) {
+        Some(Attr::Strings(names)) => Cow::Borrowed(names),
+        _ => Cow::Owned(free_names(&node.attrs)),
     }
-    let names: Arc<[String]> = free_names(&node.attrs).into();
-    let mut cache = lock();
-    if cache.len() >= CACHE_ENTRIES {
-        cache.clear();
-    }
-    let kept = bodies.into_iter().map(Arc::clone).collect();
-    cache.insert(key, (kept, Arc::clone(&names)));
-    names
 }
 
 /// Runs an If, Loop or Scan node; `inputs` holds its own inputs then its implicit ones (the

@@ -36,7 +36,7 @@ pub struct CompressReport {
     pub original: Point,
     pub compressed: Point,
     /// The original's latency (measured where measurable) ÷ the final model's prediction as
-    /// the search made it before measuring it (with the per-op factors of the last profile,
+    /// the search made it before measuring it (with the per-op factors of the profiles,
     /// scaled by the last measured/predicted ratio).
     pub predicted_speedup: f64,
     /// The ratio of the two raw predictions (no measurement feedback).

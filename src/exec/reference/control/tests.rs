@@ -111,10 +111,11 @@ fn a_cached_branch_reads_this_calls_enclosing_values() {
     assert_eq!(cache.keys().filter(|key| key.0 == address).count(), 2);
 }
 
-/// The free names are worked out once per set of bodies and each node gets its own: two
-/// If nodes reading different enclosing values, asked twice each.
+/// The plan's copy of a control-flow node carries its bodies' free names, and a run reads
+/// them from there; a node run outside a plan works them out from its bodies. Two If nodes
+/// reading different enclosing values.
 #[test]
-fn each_node_keeps_its_own_bodies_free_names() {
+fn a_planned_node_carries_its_bodies_free_names() {
     let first = test_node(
         "If",
         &[
@@ -129,15 +130,50 @@ fn each_node_keeps_its_own_bodies_free_names() {
             ("else_branch", branch("b_else", "Identity", &["z"])),
         ],
     );
-    for _ in 0..2 {
-        assert_eq!(&*implicit_names(&first), ["w", "x"]);
-        assert_eq!(&*implicit_names(&second), ["z"]);
+    let graph = crate::analysis::Graph::default();
+    for (node, names) in [(&first, &["w", "x"][..]), (&second, &["z"][..])] {
+        let planned = crate::exec::eval::generic_node(&graph, &[], node);
+        assert!(matches!(
+            planned.attrs.get(IMPLICIT_NAMES_ATTR),
+            Some(Attr::Strings(carried)) if carried == names
+        ));
+        assert!(matches!(implicit_names(&planned), Cow::Borrowed(n) if n == names));
+        assert!(matches!(implicit_names(node), Cow::Owned(n) if n == names));
     }
-    // The second ask is the first answer, not a new walk of the bodies.
-    assert!(Arc::ptr_eq(
-        &implicit_names(&first),
-        &implicit_names(&first)
-    ));
+}
+
+/// A Scan over several steps runs one plan in one workspace: a running sum of a sequence,
+/// each step's state and output what the steps before left.
+#[test]
+fn scan_steps_carry_their_state() {
+    let mut b = GraphBuilder::new(WeightFill::Zeros);
+    let state = b.input("s", 1, &[SigDim::Fixed(2)]);
+    let item = b.input("x", 1, &[SigDim::Fixed(2)]);
+    let sum = b.add(&state, &item);
+    let out = b.node("Identity", &[&sum], vec![]);
+    b.output(&sum, 1, &[SigDim::Fixed(2)]);
+    b.output(&out, 1, &[SigDim::Fixed(2)]);
+    let body = Attr::Graph(Arc::new(b.finish("cumsum").graph.unwrap_or_default()));
+    let node = test_node("Scan", &[("body", body), ("num_scan_inputs", Attr::Int(1))]);
+    let tensor = |shape: Vec<usize>, values: Vec<f32>| RtTensor {
+        shape,
+        data: RtData::F32(values),
+    };
+    let inputs = [
+        Some(tensor(vec![2], vec![0.0, 10.0])),
+        Some(tensor(
+            vec![4, 2],
+            vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0],
+        )),
+    ];
+    let types = [Some(DType::F32), Some(DType::F32)];
+    let out = run(&node, 11, &lend(&inputs), &types).unwrap();
+    assert_eq!(out[0].to_f32(), [10.0, 20.0]);
+    assert_eq!(out[1].shape, [4, 2]);
+    assert_eq!(
+        out[1].to_f32(),
+        [1.0, 11.0, 3.0, 13.0, 6.0, 16.0, 10.0, 20.0]
+    );
 }
 
 /// A branch whose output shape depends on an enclosing float's values (`Reshape(x,
