@@ -154,10 +154,38 @@ fn exported_builtins_run_in_onnxruntime() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A test's own directory, removed when the test is done with it. A failing test keeps its
+/// files for a look (the directory is left when the guard drops during a panic); the next test
+/// process sweeps what dead processes left behind. Without the removal a single run of the suite
+/// holds every test's exports at once: a BERT export alone is 435 MB, and CI machines have run
+/// out of disk on it.
+pub struct TempDir(std::path::PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for TempDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// A fresh directory for one test. The first call also removes the directories earlier test
-/// processes left behind (a failed test keeps its files for a look; a machine that runs the
-/// suite often would otherwise fill its disk: a BERT export alone is 435 MB).
-pub fn tempdir() -> std::path::PathBuf {
+/// processes left behind.
+pub fn tempdir() -> TempDir {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     static SWEEP: std::sync::Once = std::sync::Once::new();
@@ -185,7 +213,7 @@ pub fn tempdir() -> std::path::PathBuf {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 #[test]

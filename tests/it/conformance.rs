@@ -22,7 +22,8 @@ const RUN_FLOOR: f64 = 0.983;
 fn onnx_node_cases_hold_their_pass_rates_without_a_panic() {
     let Some(python) = venv_python() else { return };
     let root = repo_root();
-    let report = super::cli::tempdir().join("conformance.json");
+    let dir = super::cli::tempdir();
+    let report = dir.join("conformance.json");
     let output = Command::new(&python)
         .arg(root.join("scripts/conformance.py"))
         .arg("--roofline")
@@ -112,7 +113,8 @@ for case in sys.argv[2:]:
 #[test]
 fn old_exporters_backend_models_run_and_match() {
     let Some(python) = venv_python() else { return };
-    let work = super::cli::tempdir().join("backend-cases");
+    let dir = super::cli::tempdir();
+    let work = dir.join("backend-cases");
     let cases = [
         "pytorch-converted/test_Conv3d_dilated_strided",
         "pytorch-converted/test_Conv3d_groups",

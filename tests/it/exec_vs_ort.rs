@@ -645,7 +645,7 @@ fn models_match_onnxruntime(script: &str, count: usize) {
     let made = Command::new(&python)
         .arg("-c")
         .arg(script)
-        .arg(&dir)
+        .arg(&*dir)
         .output()
         .expect("python runs");
     assert!(

@@ -198,7 +198,7 @@ fn percentile_calibration_from_a_directory() {
             "fuse".into(),
             "int8".into(),
         ],
-        calibration_dir: Some(dir.clone()),
+        calibration_dir: Some(dir.to_path_buf()),
         calibration_method: CalibrationMethod::Percentile,
         ..AdviseOptions::default()
     };
