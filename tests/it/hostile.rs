@@ -15,7 +15,7 @@ use roofline::analysis::onnx_proto::{
 };
 use roofline::builtin::{self, WeightFill};
 
-use super::cli::tempdir;
+use super::cli::{tempdir, TempDir};
 use super::common::{repo_root, stderr, stdout};
 
 const SECRET: &[u8] = b"TOP-SECRET-CONTENTS-OUTSIDE-THE-MODEL-FOLDER!!!!";
@@ -99,15 +99,16 @@ fn externalise(model: &mut ModelProto, entries: &[(&str, &str)]) -> Vec<u8> {
     payload
 }
 
-/// A folder holding a secret file, outside every model folder.
-fn secret_file() -> PathBuf {
+/// A folder holding a secret file, outside every model folder (the folder lives as long as the
+/// guard returned with the file's path).
+fn secret_file() -> (TempDir, PathBuf) {
     let outside = tempdir();
     let secret = outside.join("secret.bin");
     // As long as the weight, so a length check alone would not stop the read.
     let mut bytes = SECRET.repeat(4096);
     bytes.truncate(1 << 20);
     std::fs::write(&secret, bytes).unwrap();
-    secret
+    (outside, secret)
 }
 
 fn mkfifo(path: &Path) {
@@ -120,7 +121,7 @@ fn mkfifo(path: &Path) {
 #[test]
 fn external_data_through_a_file_symlink_is_not_read() {
     let dir = tempdir();
-    let secret = secret_file();
+    let (_outside, secret) = secret_file();
     std::os::unix::fs::symlink(&secret, dir.join("weights.bin")).unwrap();
     let mut model = tinycnn();
     externalise(&mut model, &[("location", "weights.bin")]);
@@ -155,7 +156,7 @@ fn external_data_through_a_file_symlink_is_not_read() {
 #[test]
 fn external_data_through_a_directory_symlink_is_not_read() {
     let dir = tempdir();
-    let secret = secret_file();
+    let (_outside, secret) = secret_file();
     std::os::unix::fs::symlink(secret.parent().unwrap(), dir.join("sub")).unwrap();
     let mut model = tinycnn();
     externalise(&mut model, &[("location", "sub/secret.bin")]);
@@ -169,7 +170,7 @@ fn external_data_through_a_directory_symlink_is_not_read() {
 #[test]
 fn external_data_with_dot_dot_or_absolute_locations_is_refused() {
     let dir = tempdir();
-    let secret = secret_file();
+    let (_outside, secret) = secret_file();
     for location in [
         "../secret.bin".to_string(),
         "a/../../secret.bin".to_string(),
