@@ -686,7 +686,7 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         models.push(depthwise_plane(channels, plane, kernel, strides));
     }
     // Grouped convolutions with several channels per group: ShuffleNet's 1×1 group
-    // convolutions (3 and 8 groups), ResNeXt's 3×3 with 32 groups, two-tower 3×3 and 5×5.
+    // convolutions (3, 4 and 8 groups), ResNeXt's 3×3 with 32 groups, two-tower 3×3 and 5×5.
     for &(cin, cout, size, kernel, stride, group) in &[
         (240, 240, 28, 1, 1, 3),
         (480, 480, 14, 1, 1, 3),
@@ -694,9 +694,10 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
         (60, 240, 28, 1, 1, 3),
         (384, 384, 28, 1, 1, 8),
         (768, 192, 14, 1, 1, 8),
-        // 32-128 channels per group: each group's GEMM has a short inner dimension, and on a
-        // Zen 4 guest these ran at 1.35-2.0× their bound where the 48-320-channel groups
-        // above ran at 1.14-1.44×, from which they had been predicted.
+        // Four groups of 32-128 channels: on a Zen 4 guest one-op models of these ran at
+        // 1.35-2.0× their bound where the 3- and 8-group points above (20-320 input channels
+        // per group) ran at 1.14-1.44×, and ShuffleNet's group-4 layers, predicted from those
+        // at 1.2×, ran at 1.9× in the model. Why group 4 runs slower is not pinned down.
         (128, 128, 28, 1, 1, 4),
         (256, 256, 14, 1, 1, 4),
         (512, 512, 7, 1, 1, 4),
