@@ -50,10 +50,22 @@ MODELS = {
     "magika": (str(CACHE / "extra/magika_standard_v3_3.onnx"), {"bytes": [1, 2048]}),
     "smart-turn-int8": (str(CACHE / "audio/smart-turn-v3.2-cpu.onnx"), {"input_features": [1, 80, 800]}),
     "silero-vad": (str(CACHE / "audio/silero_vad_16k_op15.onnx"), {"input": [1, 512], "state": [2, 1, 128]}),
+    "vgg16": ("builtin:vgg16", {"input": [1, 3, 224, 224]}),
+    "bert-tiny": ("builtin:bert-tiny", {"input_ids": [1, 128]}),
+    # One decode step of the exported Hugging Face GPT-2 (scripts/export-models.sh) with 127
+    # cached positions: the serving workload (an empty past, the prefill, is refused by the
+    # executor as a zero-sized tensor).
+    "gpt2-decode": (str(CACHE / "export/gpt2_hf_decoder.onnx"), {
+        "input_ids": [1, 1],
+        **{f"past_key_values.{layer}.{kind}": [1, 12, 127, 64]
+           for layer in range(12) for kind in ("key", "value")},
+    }),
 }
 VALUES = {
     # The sample rate selects the network's branch (its If nodes): the 16 kHz one.
     "silero-vad": {"sr": np.array(16000, dtype=np.int64)},
+    # Every position attended (the mask's values do not change the work, only the numbers).
+    "gpt2-decode": {"attention_mask": np.ones((1, 128), dtype=np.int64)},
 }
 
 

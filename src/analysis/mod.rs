@@ -9,6 +9,7 @@ pub(crate) mod footprint;
 pub mod graph;
 pub mod handoff;
 pub mod import;
+pub mod in_place;
 pub mod infer;
 pub mod legacy;
 pub mod llm;
@@ -32,6 +33,7 @@ pub use graph::Graph;
 pub use infer::{Bindings, Diagnostic, Severity};
 pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 
+pub use in_place::{drop_self_reading_concats, in_place_concats, split_views};
 pub use roofline::{estimate, Bound, Estimate, Roof};
 pub use views::{compare_casts, matmul_operand_views, OperandView};
 
@@ -286,6 +288,7 @@ pub fn analyze_prepared(
     });
     let mut llm_totals = llm::LlmTotals::default();
     let concats_in_place = in_place_concats(graph, order, states);
+    let splits_in_place = split_views(graph, order, states);
     // A comparison that only a Cast to float reads runs in the Cast's step: a view here, its
     // work and reads charged to the Cast.
     let cast_compares = compare_casts(graph, order, states);
@@ -323,6 +326,7 @@ pub fn analyze_prepared(
                     .first()
                     .is_some_and(|out| read_in_place.contains_key(out))
                     || concats_in_place.contains(&id)
+                    || splits_in_place.contains(&id)
                     || compares_in_casts.contains(&id) =>
             {
                 Ok(ops::OpCost::view())
@@ -642,146 +646,6 @@ fn with_comparison(
         },
         ..cast
     })
-}
-
-/// Concats whose inputs their producers write straight into their slices of the output (the
-/// executor's zero-copy Concat, as TensorRT's concat elimination): float, along an axis with
-/// only size-1 dims before it (each input is then one contiguous slice), and every input a
-/// value produced by a single-output node of the graph that is not a view op, not a graph
-/// output, read once by this Concat and by no other such Concat; a Concat whose input's
-/// producer reads a value that would share the buffer (through these Concats or views) is
-/// left out, as a producer cannot read the buffer it writes. The analysis costs them as views;
-/// the executor places them (`exec::plan`), adding only its own kernels' constraints. Empty
-/// in graphs with subgraphs.
-pub fn in_place_concats(
-    graph: &Graph,
-    order: &[graph::NodeId],
-    states: &HashMap<graph::NodeId, NodeState>,
-) -> HashSet<graph::NodeId> {
-    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
-        return HashSet::new();
-    }
-    let live = |id: &graph::NodeId| !matches!(states.get(id), Some(NodeState::Folded));
-    let mut producer: HashMap<graph::ValueId, graph::NodeId> = HashMap::new();
-    for &id in order.iter().filter(|id| live(id)) {
-        for &v in &graph.dag[id].outputs {
-            producer.insert(v, id);
-        }
-    }
-    let mut candidates: Vec<(graph::NodeId, Vec<graph::ValueId>)> = Vec::new();
-    let mut placed: HashSet<graph::ValueId> = HashSet::new();
-    for &id in order.iter().filter(|id| live(id)) {
-        let node = &graph.dag[id];
-        if node.op_type != "Concat" || (!node.domain.is_empty() && node.domain != "ai.onnx") {
-            continue;
-        }
-        let Some(&whole) = node.outputs.first() else {
-            continue;
-        };
-        let fact = &graph.values[whole].fact;
-        let Some(shape) = fact.concrete_shape() else {
-            continue;
-        };
-        let rank = shape.len() as i64;
-        let axis = node.attrs.int_or("axis", 0);
-        let axis = if axis < 0 { axis + rank } else { axis };
-        if fact.dtype != tensor::DType::F32 || !(0..rank).contains(&axis) {
-            continue;
-        }
-        if shape[..axis as usize].iter().product::<u64>() != 1 {
-            continue;
-        }
-        let mut parts = Vec::new();
-        let ok = node.inputs.iter().all(|input| {
-            let Some(v) = *input else { return false };
-            let Some(&writer) = producer.get(&v) else {
-                return false;
-            };
-            let writer = &graph.dag[writer];
-            let fits = writer.outputs.len() == 1
-                && !VIEW_OPS.contains(&writer.op_type.as_str())
-                && graph.values[v].fact.konst.is_none()
-                && !graph.outputs.contains(&v)
-                && node.inputs.iter().filter(|&&i| i == Some(v)).count() == 1
-                && !placed.contains(&v);
-            if fits {
-                parts.push(v);
-            }
-            fits
-        });
-        if ok && !parts.is_empty() {
-            placed.extend(parts.iter().copied());
-            candidates.push((id, parts));
-        }
-    }
-    let views: HashMap<graph::ValueId, graph::ValueId> = order
-        .iter()
-        .filter(|id| live(id))
-        .map(|&id| &graph.dag[id])
-        .filter(|node| VIEW_OPS.contains(&node.op_type.as_str()))
-        .filter_map(|node| Some((*node.outputs.first()?, (*node.inputs.first()?)?)))
-        .collect();
-    drop_self_reading_concats(
-        &mut candidates,
-        &views,
-        |part| {
-            graph.dag[producer[&part]]
-                .inputs
-                .iter()
-                .flatten()
-                .copied()
-                .collect()
-        },
-        |id| graph.dag[id].outputs[0],
-    );
-    candidates.into_iter().map(|(id, _)| id).collect()
-}
-
-/// Drops, until none is left, the candidate in-place Concats (`(key, parts)`) one of whose
-/// parts is written by a step that reads a value of the same buffer: a producer cannot read
-/// the buffer it writes. A part written by another candidate Concat is exempt (that Concat
-/// runs nothing, so reads nothing). `views` maps a view's output to its input, `writer_reads`
-/// gives the values a part's writer reads, `whole` a candidate's output. Shared by the cost model's rule
-/// (`in_place_concats`) and the executor's placement (`exec::plan`), which starts from fewer
-/// candidates.
-pub fn drop_self_reading_concats<K: Copy>(
-    candidates: &mut Vec<(K, Vec<graph::ValueId>)>,
-    views: &HashMap<graph::ValueId, graph::ValueId>,
-    writer_reads: impl Fn(graph::ValueId) -> Vec<graph::ValueId>,
-    whole: impl Fn(K) -> graph::ValueId,
-) {
-    loop {
-        let mut parent = views.clone();
-        let mut placed_wholes: HashSet<graph::ValueId> = HashSet::new();
-        for (key, parts) in candidates.iter() {
-            let whole = whole(*key);
-            placed_wholes.insert(whole);
-            for &part in parts {
-                parent.insert(part, whole);
-            }
-        }
-        let root = |mut v: graph::ValueId| {
-            while let Some(&up) = parent.get(&v) {
-                v = up;
-            }
-            v
-        };
-        let conflict = candidates.iter().position(|(_, parts)| {
-            parts.iter().any(|&part| {
-                // Parts have one writer with one output: a placed Concat's part is its whole.
-                !placed_wholes.contains(&part)
-                    && writer_reads(part)
-                        .into_iter()
-                        .any(|read| root(read) == root(part))
-            })
-        });
-        match conflict {
-            Some(at) => {
-                candidates.remove(at);
-            }
-            None => break,
-        }
-    }
 }
 
 /// What the calibration matches an op on: its work, bytes (weights + activations read, written)

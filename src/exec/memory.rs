@@ -14,8 +14,9 @@ pub(crate) struct StepUse<'a> {
     pub view: bool,
 }
 
-/// A value written straight into a slice of another value's buffer: a Concat's input placed
-/// where the Concat's output keeps it (`offset` elements in), so the Concat copies nothing.
+/// A value that lives in a slice of another value's buffer (`offset` elements in): a Concat's
+/// input written where the Concat's output keeps it, or a Split's output read where the
+/// Split's input holds it, so neither copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub part: ValueId,

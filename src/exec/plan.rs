@@ -33,6 +33,9 @@ pub struct PlanOptions {
     /// Let producers write Concat inputs in place (`concat_placements`); off only to compare
     /// against the copying plan.
     pub concat_in_place: bool,
+    /// Let Split outputs along an outer axis be slices of the input (`split_placements`); off
+    /// only to compare against the copying plan.
+    pub split_views: bool,
     /// How each 3×3 convolution's algorithm is chosen (direct or Winograd).
     pub conv_algorithms: ConvAlgorithms,
     /// Hold the activation between a pointwise convolution and the depthwise one that alone
@@ -78,6 +81,7 @@ impl Default for PlanOptions {
             tuning: None,
             tune: false,
             concat_in_place: true,
+            split_views: true,
             conv_algorithms: ConvAlgorithms::Auto(None),
             nhwc_pairs: true,
             keep_inputs: false,
@@ -460,14 +464,25 @@ pub fn build_plan(
             weights_bytes += step.cpu.packed_bytes() as u64;
         }
     }
-    let (placements, in_place) = if options.concat_in_place {
-        let eligible = crate::analysis::in_place_concats(graph, order, states);
-        concat_placements(&steps, &slots, &outputs, &eligible)
+    // Splits first: a Concat's part written by a Split that copies nothing has no writer to
+    // place, and a part whose writer reads a Split's output reads the Split's input buffer.
+    let mut placements = if options.split_views {
+        let eligible = crate::analysis::split_views(graph, order, states);
+        let (placements, views) = split_placements(&steps, &slots, &eligible);
+        for &step in &views {
+            steps[step].kernel = Kernel::SplitView;
+        }
+        placements
     } else {
-        (Vec::new(), Vec::new())
+        Vec::new()
     };
-    for &step in &in_place {
-        steps[step].kernel = Kernel::InPlace;
+    if options.concat_in_place {
+        let eligible = crate::analysis::in_place_concats(graph, order, states);
+        let (concat_parts, in_place) = concat_placements(&steps, &slots, &outputs, &eligible);
+        for &step in &in_place {
+            steps[step].kernel = Kernel::InPlace;
+        }
+        placements.extend(concat_parts);
     }
     let buffers = plan_buffers(
         &steps,
@@ -706,7 +721,7 @@ fn concat_placements(
             let single_writer = producer.get(&v).is_some_and(|&p| {
                 !matches!(
                     steps[p].kernel,
-                    Kernel::View | Kernel::Generic | Kernel::InPlace
+                    Kernel::View | Kernel::Generic | Kernel::InPlace | Kernel::SplitView
                 ) && steps[p].outputs.iter().filter(|&&o| is_buffer(o)).count() == 1
             });
             let read_once = step.inputs.iter().filter(|&&i| i == Some(v)).count() == 1;
@@ -727,12 +742,21 @@ fn concat_placements(
             candidates.push((index, parts));
         }
     }
-    // The same conflict rule as the analysis, over this backend's (fewer) candidates.
-    let views: HashMap<ValueId, ValueId> = steps
+    // The same conflict rule as the analysis, over this backend's (fewer) candidates; a
+    // Split that copies nothing views its input through each output.
+    let mut views: HashMap<ValueId, ValueId> = steps
         .iter()
         .filter(|step| matches!(step.kernel, Kernel::View))
         .filter_map(|step| Some((*step.outputs.first()?, (*step.inputs.first()?)?)))
         .collect();
+    for step in steps
+        .iter()
+        .filter(|step| matches!(step.kernel, Kernel::SplitView))
+    {
+        if let Some(Some(source)) = step.inputs.first() {
+            views.extend(step.outputs.iter().map(|&out| (out, *source)));
+        }
+    }
     let mut offsets: HashMap<ValueId, usize> = HashMap::new();
     let mut keyed: Vec<(usize, Vec<ValueId>)> = candidates
         .into_iter()
@@ -768,6 +792,54 @@ fn concat_placements(
         })
         .collect();
     (placements, in_place)
+}
+
+/// Splits that copy nothing (issue 16's zero-copy Split): of the Splits
+/// `analysis::split_views` names (the ones the cost model counts as views), those this plan
+/// lowered to its Split kernel whose input and outputs are all planned f32 values. Each
+/// output is placed at its offset in the input (the input's dims before the axis are all 1,
+/// so output k starts after the elements of outputs 0..k). Returns the placements and the
+/// Split steps left with nothing to run.
+fn split_placements(
+    steps: &[Step],
+    slots: &[Slot],
+    eligible: &std::collections::HashSet<NodeId>,
+) -> (Vec<memory::Placement>, Vec<usize>) {
+    let is_buffer = |v: ValueId| matches!(slots[v], Slot::Buffer { .. });
+    let mut placements = Vec::new();
+    let mut views = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        let Kernel::Movement(lower::movement::MovementKernel::Split { axis, shape, sizes }) =
+            &step.kernel
+        else {
+            continue;
+        };
+        if !eligible.contains(&step.node) || sizes.len() != step.outputs.len() {
+            continue;
+        }
+        let Some(Some(whole)) = step.inputs.first().copied() else {
+            continue;
+        };
+        // An output nobody reads has no slot; the others still start where it would end.
+        let placeable = |v: ValueId| is_buffer(v) || matches!(slots[v], Slot::Unused);
+        if !is_buffer(whole) || !step.outputs.iter().all(|&out| placeable(out)) {
+            continue;
+        }
+        let run_len: usize = shape[axis + 1..].iter().product();
+        let mut offset = 0;
+        for (&part, &size) in step.outputs.iter().zip(sizes) {
+            if is_buffer(part) {
+                placements.push(memory::Placement {
+                    part,
+                    whole,
+                    offset,
+                });
+            }
+            offset += size * run_len;
+        }
+        views.push(index);
+    }
+    (placements, views)
 }
 
 /// The values of `graph` that `node`'s subgraphs read (none for other nodes), in the order of

@@ -1,5 +1,6 @@
-//! Unit tests for `exec::plan`: zero-copy Concats, operand views folded into MatMuls, whole-plane
-//! pools, and pointwise → depthwise NHWC pairs, each against the plan without the rewrite.
+//! Unit tests for `exec::plan`: zero-copy Concats and Splits, operand views folded into
+//! MatMuls, whole-plane pools, and pointwise → depthwise NHWC pairs, each against the plan
+//! without the rewrite.
 
 use super::*;
 use crate::analysis::{Bindings, Prepared};
@@ -754,5 +755,121 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
             let as_floats: Vec<f32> = bools.iter().map(|&v| v as f32).collect();
             assert_eq!(as_floats, want);
         }
+    }
+}
+
+/// `x → conv → c`, `Split(c)` along the channels into 3 + 5 channels, read by a ReLU and a
+/// convolution that a Concat joins (or, with `reads_source`, `Concat(c, relu(second half))`).
+/// With one image the Split runs nothing: its outputs are slices of `c`'s buffer, the analysis
+/// costs it as a view, and the output is the copying plan's, bit for bit. Two images put a
+/// dim of 2 before the axis (each output two runs of the input): the Split copies. A Concat
+/// whose part's writer reads a Split output of that Concat's own part keeps copying: its
+/// writer would read the buffer it writes. With a third output that nothing reads (3 + 4 + 1
+/// channels) the two read ones are still placed at their offsets.
+#[test]
+fn outer_axis_splits_are_views_of_their_input() {
+    use crate::builtin::builder::attr_int;
+    for (batch, reads_source, unread_third) in [
+        (1usize, false, false),
+        (1, true, false),
+        (2, false, false),
+        (1, false, true),
+    ] {
+        let mut b = GraphBuilder::new(WeightFill::Random(6));
+        let dims = |d: &[usize]| {
+            d.iter()
+                .map(|&n| SigDim::Fixed(n as i64))
+                .collect::<Vec<_>>()
+        };
+        let x = b.input("x", 1, &dims(&[batch, 4, 6, 6]));
+        let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
+        let (first, second) = ("first".to_string(), "second".to_string());
+        let second_channels = if unread_third { 4 } else { 5 };
+        if unread_third {
+            let sizes = b.int64_const("sizes", &[3, 4, 1]);
+            let outputs = [first.as_str(), second.as_str(), "third"];
+            b.node_multi("Split", &[&c, &sizes], vec![attr_int("axis", 1)], &outputs);
+        } else {
+            let sizes = b.int64_const("sizes", &[3, 5]);
+            let outputs = [first.as_str(), second.as_str()];
+            b.node_multi("Split", &[&c, &sizes], vec![attr_int("axis", 1)], &outputs);
+        }
+        let (joined, channels) = if reads_source {
+            let r = b.relu(&second);
+            (
+                b.node("Concat", &[&c, &r], vec![attr_int("axis", 1)]),
+                8 + 5,
+            )
+        } else {
+            let r = b.relu(&first);
+            let f = b.conv(&second, second_channels, ConvSpec::new(2, 3, 1));
+            (b.node("Concat", &[&r, &f], vec![attr_int("axis", 1)]), 5)
+        };
+        b.output(&joined, 1, &dims(&[batch, channels, 6, 6]));
+        let (prepared, plan) = default_plan(b, "split_views");
+        let step = |op: &str| {
+            plan.steps
+                .iter()
+                .find(|s| s.info.op_type == op)
+                .expect("step")
+        };
+        let viewed = batch == 1;
+        assert_eq!(
+            matches!(step("Split").kernel, Kernel::SplitView),
+            viewed,
+            "batch {batch}"
+        );
+        if reads_source {
+            assert!(!matches!(step("Concat").kernel, Kernel::InPlace));
+        }
+        let analysis = analysis_of(&prepared, "split_views");
+        let split = analysis
+            .nodes
+            .iter()
+            .find(|n| n.op_type == "Split")
+            .expect("split node");
+        assert_eq!(
+            split.status == crate::analysis::NodeStatus::View,
+            viewed,
+            "batch {batch}: {:?}",
+            split.status
+        );
+        let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
+            Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
+            other => panic!("{other:?}"),
+        };
+        if viewed {
+            let (buffer, offset) = slot(&c);
+            assert_eq!(slot(&first), (buffer, offset));
+            assert_eq!(slot(&second), (buffer, offset + 3 * 36));
+        }
+        let copying = plan_with(
+            &prepared,
+            PlanOptions {
+                split_views: false,
+                ..PlanOptions::default()
+            },
+        );
+        assert!(!copying
+            .steps
+            .iter()
+            .any(|s| matches!(s.kernel, Kernel::SplitView)));
+        let len = batch * 4 * 36;
+        let input: Vec<f32> = (0..len)
+            .map(|i| ((i * 7 % 19) as f32 - 9.0) / 9.0)
+            .collect();
+        let inputs = one_input("x", &[batch, 4, 6, 6], input);
+        let run = |plan: &Plan| {
+            let mut ws = plan.workspace();
+            plan.run(&mut ws, &inputs, None).unwrap();
+            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+        };
+        let got = run(&plan);
+        assert_eq!(got.len(), batch * channels * 36);
+        assert_eq!(
+            got,
+            run(&copying),
+            "batch {batch}, reads source {reads_source}"
+        );
     }
 }
