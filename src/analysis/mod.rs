@@ -33,7 +33,9 @@ pub use graph::Graph;
 pub use infer::{Bindings, Diagnostic, Severity};
 pub use model::{Analysis, NodeAnalysis, NodeStatus, Summary};
 
-pub use in_place::{drop_self_reading_concats, in_place_concats, split_views};
+pub use in_place::{
+    drop_self_reading_concats, in_place_concats, slice_offset, slice_starts, slice_views,
+};
 pub use roofline::{estimate, Bound, Estimate, Roof};
 pub use views::{compare_casts, matmul_operand_views, OperandView};
 
@@ -288,7 +290,7 @@ pub fn analyze_prepared(
     });
     let mut llm_totals = llm::LlmTotals::default();
     let concats_in_place = in_place_concats(graph, order, states);
-    let splits_in_place = split_views(graph, order, states);
+    let slices_in_place = slice_views(graph, order, states);
     // A comparison that only a Cast to float reads runs in the Cast's step: a view here, its
     // work and reads charged to the Cast.
     let cast_compares = compare_casts(graph, order, states);
@@ -326,7 +328,7 @@ pub fn analyze_prepared(
                     .first()
                     .is_some_and(|out| read_in_place.contains_key(out))
                     || concats_in_place.contains(&id)
-                    || splits_in_place.contains(&id)
+                    || slices_in_place.contains(&id)
                     || compares_in_casts.contains(&id) =>
             {
                 Ok(ops::OpCost::view())

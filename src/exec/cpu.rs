@@ -195,7 +195,7 @@ pub(crate) fn run(step: &Step, io: &mut Io) -> Result<(), String> {
         Kernel::Reduce(k) => reduce::run(k, io),
         Kernel::Cast { to_float } => shape::run_cast(*to_float, io),
         Kernel::View => shape::run_view(io),
-        Kernel::InPlace | Kernel::SplitView => Ok(()),
+        Kernel::InPlace | Kernel::SliceView => Ok(()),
         Kernel::Quant(q) => q.run(io),
         Kernel::Generic => Err("internal: generic kernels run through the evaluator".into()),
     }

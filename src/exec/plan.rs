@@ -33,9 +33,9 @@ pub struct PlanOptions {
     /// Let producers write Concat inputs in place (`concat_placements`); off only to compare
     /// against the copying plan.
     pub concat_in_place: bool,
-    /// Let Split outputs along an outer axis be slices of the input (`split_placements`); off
-    /// only to compare against the copying plan.
-    pub split_views: bool,
+    /// Let Split and Slice outputs that are contiguous runs of the input be read where they lie
+    /// (`slice_placements`); off only to compare against the copying plan.
+    pub slice_views: bool,
     /// How each 3×3 convolution's algorithm is chosen (direct or Winograd).
     pub conv_algorithms: ConvAlgorithms,
     /// Hold the activation between a pointwise convolution and the depthwise one that alone
@@ -81,7 +81,7 @@ impl Default for PlanOptions {
             tuning: None,
             tune: false,
             concat_in_place: true,
-            split_views: true,
+            slice_views: true,
             conv_algorithms: ConvAlgorithms::Auto(None),
             nhwc_pairs: true,
             keep_inputs: false,
@@ -464,13 +464,13 @@ pub fn build_plan(
             weights_bytes += step.cpu.packed_bytes() as u64;
         }
     }
-    // Splits first: a Concat's part written by a Split that copies nothing has no writer to
-    // place, and a part whose writer reads a Split's output reads the Split's input buffer.
-    let mut placements = if options.split_views {
-        let eligible = crate::analysis::split_views(graph, order, states);
-        let (placements, views) = split_placements(&steps, &slots, &eligible);
+    // Splits and Slices first: a Concat's part written by one that copies nothing has no
+    // writer to place, and a part whose writer reads its output reads its input's buffer.
+    let mut placements = if options.slice_views {
+        let eligible = crate::analysis::slice_views(graph, order, states);
+        let (placements, views) = slice_placements(&steps, &slots, &eligible);
         for &step in &views {
-            steps[step].kernel = Kernel::SplitView;
+            steps[step].kernel = Kernel::SliceView;
         }
         placements
     } else {
@@ -721,7 +721,7 @@ fn concat_placements(
             let single_writer = producer.get(&v).is_some_and(|&p| {
                 !matches!(
                     steps[p].kernel,
-                    Kernel::View | Kernel::Generic | Kernel::InPlace | Kernel::SplitView
+                    Kernel::View | Kernel::Generic | Kernel::InPlace | Kernel::SliceView
                 ) && steps[p].outputs.iter().filter(|&&o| is_buffer(o)).count() == 1
             });
             let read_once = step.inputs.iter().filter(|&&i| i == Some(v)).count() == 1;
@@ -743,7 +743,7 @@ fn concat_placements(
         }
     }
     // The same conflict rule as the analysis, over this backend's (fewer) candidates; a
-    // Split that copies nothing views its input through each output.
+    // Split or Slice that copies nothing views its input through each output.
     let mut views: HashMap<ValueId, ValueId> = steps
         .iter()
         .filter(|step| matches!(step.kernel, Kernel::View))
@@ -751,7 +751,7 @@ fn concat_placements(
         .collect();
     for step in steps
         .iter()
-        .filter(|step| matches!(step.kernel, Kernel::SplitView))
+        .filter(|step| matches!(step.kernel, Kernel::SliceView))
     {
         if let Some(Some(source)) = step.inputs.first() {
             views.extend(step.outputs.iter().map(|&out| (out, *source)));
@@ -794,13 +794,14 @@ fn concat_placements(
     (placements, in_place)
 }
 
-/// Splits that copy nothing (issue 16's zero-copy Split): of the Splits
-/// `analysis::split_views` names (the ones the cost model counts as views), those this plan
-/// lowered to its Split kernel whose input and outputs are all planned f32 values. Each
-/// output is placed at its offset in the input (the input's dims before the axis are all 1,
-/// so output k starts after the elements of outputs 0..k). Returns the placements and the
-/// Split steps left with nothing to run.
-fn split_placements(
+/// Splits and Slices that copy nothing (issue 16's zero-copy Split and Slice): of those
+/// `analysis::slice_views` names (the ones the cost model counts as views), those this plan
+/// lowered to its Split or Slice kernel whose input and read outputs are planned f32 values.
+/// Each output is placed at its offset in the input: a Split's output k after the elements of
+/// outputs 0..k (the input's dims before the axis are all 1), a Slice's where
+/// `analysis::slice_offset` puts it. Returns the placements and the steps left with nothing
+/// to run.
+fn slice_placements(
     steps: &[Step],
     slots: &[Slot],
     eligible: &std::collections::HashSet<NodeId>,
@@ -809,14 +810,38 @@ fn split_placements(
     let mut placements = Vec::new();
     let mut views = Vec::new();
     for (index, step) in steps.iter().enumerate() {
-        let Kernel::Movement(lower::movement::MovementKernel::Split { axis, shape, sizes }) =
-            &step.kernel
-        else {
-            continue;
-        };
-        if !eligible.contains(&step.node) || sizes.len() != step.outputs.len() {
+        if !eligible.contains(&step.node) {
             continue;
         }
+        let Kernel::Movement(kernel) = &step.kernel else {
+            continue;
+        };
+        // Each output's offset in the input, in elements.
+        let offsets: Vec<usize> = match kernel {
+            lower::movement::MovementKernel::Split { axis, shape, sizes }
+                if sizes.len() == step.outputs.len() =>
+            {
+                let run_len: usize = shape[axis + 1..].iter().product();
+                sizes
+                    .iter()
+                    .scan(0, |offset, &size| {
+                        let at = *offset;
+                        *offset += size * run_len;
+                        Some(at)
+                    })
+                    .collect()
+            }
+            lower::movement::MovementKernel::Slice {
+                shape,
+                starts,
+                steps,
+                out_shape,
+            } => match crate::analysis::slice_offset(shape, starts, steps, out_shape) {
+                Some(offset) => vec![offset],
+                None => continue,
+            },
+            _ => continue,
+        };
         let Some(Some(whole)) = step.inputs.first().copied() else {
             continue;
         };
@@ -825,9 +850,7 @@ fn split_placements(
         if !is_buffer(whole) || !step.outputs.iter().all(|&out| placeable(out)) {
             continue;
         }
-        let run_len: usize = shape[axis + 1..].iter().product();
-        let mut offset = 0;
-        for (&part, &size) in step.outputs.iter().zip(sizes) {
+        for (&part, &offset) in step.outputs.iter().zip(&offsets) {
             if is_buffer(part) {
                 placements.push(memory::Placement {
                     part,
@@ -835,7 +858,6 @@ fn split_placements(
                     offset,
                 });
             }
-            offset += size * run_len;
         }
         views.push(index);
     }

@@ -815,7 +815,7 @@ fn outer_axis_splits_are_views_of_their_input() {
         };
         let viewed = batch == 1;
         assert_eq!(
-            matches!(step("Split").kernel, Kernel::SplitView),
+            matches!(step("Split").kernel, Kernel::SliceView),
             viewed,
             "batch {batch}"
         );
@@ -846,14 +846,14 @@ fn outer_axis_splits_are_views_of_their_input() {
         let copying = plan_with(
             &prepared,
             PlanOptions {
-                split_views: false,
+                slice_views: false,
                 ..PlanOptions::default()
             },
         );
         assert!(!copying
             .steps
             .iter()
-            .any(|s| matches!(s.kernel, Kernel::SplitView)));
+            .any(|s| matches!(s.kernel, Kernel::SliceView)));
         let len = batch * 4 * 36;
         let input: Vec<f32> = (0..len)
             .map(|i| ((i * 7 % 19) as f32 - 9.0) / 9.0)
@@ -871,5 +871,84 @@ fn outer_axis_splits_are_views_of_their_input() {
             run(&copying),
             "batch {batch}, reads source {reads_source}"
         );
+    }
+}
+
+/// `x → conv → c` (8 channels of 6 × 6), `Slice(c)` then a ReLU. Channels 2..6 of one image
+/// are one run of `c`: the Slice runs nothing, its output sits 2 planes into `c`'s buffer, the
+/// analysis costs it as a view. Rows 1..5 of every plane, or every other channel, are many
+/// runs: the Slice copies. Each output is the copying plan's, bit for bit.
+#[test]
+fn a_slice_that_is_one_run_of_its_input_is_a_view() {
+    for (starts, ends, axis, step, out_dims, viewed) in [
+        (2i64, 6i64, 1i64, 1i64, [1usize, 4, 6, 6], true),
+        (1, 5, 2, 1, [1, 8, 4, 6], false),
+        (0, 8, 1, 2, [1, 4, 6, 6], false),
+    ] {
+        let mut b = GraphBuilder::new(WeightFill::Random(8));
+        let dims = |d: &[usize]| {
+            d.iter()
+                .map(|&n| SigDim::Fixed(n as i64))
+                .collect::<Vec<_>>()
+        };
+        let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
+        let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
+        let bounds = [
+            b.int64_const("starts", &[starts]),
+            b.int64_const("ends", &[ends]),
+            b.int64_const("axes", &[axis]),
+            b.int64_const("steps", &[step]),
+        ];
+        let refs: Vec<&str> = std::iter::once(c.as_str())
+            .chain(bounds.iter().map(String::as_str))
+            .collect();
+        let sliced = b.node("Slice", &refs, vec![]);
+        let y = b.relu(&sliced);
+        b.output(&y, 1, &dims(&out_dims));
+        let (prepared, plan) = default_plan(b, "slice_views");
+        let slice = plan
+            .steps
+            .iter()
+            .find(|s| s.info.op_type == "Slice")
+            .expect("slice step");
+        assert_eq!(
+            matches!(slice.kernel, Kernel::SliceView),
+            viewed,
+            "axis {axis}, step {step}"
+        );
+        let analysis = analysis_of(&prepared, "slice_views");
+        let node = analysis
+            .nodes
+            .iter()
+            .find(|n| n.op_type == "Slice")
+            .expect("slice node");
+        assert_eq!(node.status == crate::analysis::NodeStatus::View, viewed);
+        if viewed {
+            let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
+                Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
+                other => panic!("{other:?}"),
+            };
+            let (buffer, offset) = slot(&c);
+            assert_eq!(slot(&sliced), (buffer, offset + 2 * 36));
+        }
+        let copying = plan_with(
+            &prepared,
+            PlanOptions {
+                slice_views: false,
+                ..PlanOptions::default()
+            },
+        );
+        let input: Vec<f32> = (0..4 * 36)
+            .map(|i| ((i * 5 % 23) as f32 - 11.0) / 11.0)
+            .collect();
+        let inputs = one_input("x", &[1, 4, 6, 6], input);
+        let run = |plan: &Plan| {
+            let mut ws = plan.workspace();
+            plan.run(&mut ws, &inputs, None).unwrap();
+            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+        };
+        let got = run(&plan);
+        assert_eq!(got.len(), out_dims.iter().product::<usize>());
+        assert_eq!(got, run(&copying), "axis {axis}, step {step}");
     }
 }

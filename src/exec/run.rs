@@ -345,9 +345,9 @@ impl Plan {
             op_type: step.info.op_type.clone(),
             reason,
         };
-        if matches!(step.kernel, Kernel::InPlace | Kernel::SplitView) {
+        if matches!(step.kernel, Kernel::InPlace | Kernel::SliceView) {
             // The inputs' producers wrote them where the output keeps them, or the outputs
-            // are slices of the input.
+            // are runs of the input.
             return Ok(());
         }
         if matches!(step.kernel, Kernel::View) {

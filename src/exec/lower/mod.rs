@@ -51,9 +51,9 @@ pub(crate) enum Kernel {
     /// Nothing to run: a Concat whose inputs the buffer planner placed in their slices of its
     /// output, where their producers wrote them (`plan::concat_placements`).
     InPlace,
-    /// Nothing to run: a Split whose outputs the buffer planner placed in their slices of its
-    /// input (`plan::split_placements`).
-    SplitView,
+    /// Nothing to run: a Split or Slice whose outputs the buffer planner placed in their runs
+    /// of its input (`plan::slice_placements`).
+    SliceView,
 }
 
 /// A lowering's answer for one node.

@@ -132,32 +132,14 @@ fn lower_slice(cx: &Cx) -> Result<Lowered, ExecError> {
         }
     };
     let starts = ints(1, "starts").ok_or_else(|| cx.error("starts must be constant"))?;
-    let axes: Vec<usize> = ints(3, "axes")
-        .map(|a| {
-            a.iter()
-                .map(|&v| ops::normalize_axis(v, rank).unwrap_or(0))
-                .collect()
-        })
-        .unwrap_or((0..starts.len()).collect());
-    let steps_in = ints(4, "steps").unwrap_or(vec![1; starts.len()]);
-    let mut st = vec![0isize; rank];
-    let mut sp = vec![1isize; rank];
-    for (j, &axis) in axes.iter().enumerate() {
-        let d = x[axis] as i64;
-        let step = steps_in[j];
-        let s = if starts[j] < 0 {
-            starts[j] + d
-        } else {
-            starts[j]
-        };
-        let s = if step > 0 {
-            s.clamp(0, d)
-        } else {
-            s.clamp(-1, d - 1)
-        };
-        st[axis] = s as isize;
-        sp[axis] = step as isize;
+    let axes = ints(3, "axes");
+    if axes
+        .as_deref()
+        .is_some_and(|axes| axes.iter().any(|&a| ops::normalize_axis(a, rank).is_err()))
+    {
+        return Err(cx.error("an axis is out of range"));
     }
+    let (st, sp) = crate::analysis::slice_starts(&x, &starts, axes.as_deref(), ints(4, "steps"));
     movement(MovementKernel::Slice {
         shape: x,
         starts: st,
