@@ -14,7 +14,8 @@ use super::{tensor, VIEW_OPS};
 /// Concats whose inputs their producers write straight into their slices of the output (the
 /// executor's zero-copy Concat, as TensorRT's concat elimination): float, along an axis with
 /// only size-1 dims before it (each input is then one contiguous slice), and every input a
-/// value produced by a single-output node of the graph that is not a view op, not a graph
+/// value produced by a single-output node of the graph that is not a view op (nor a Split
+/// or Slice that copies nothing, `slice_views`: it writes nothing to place), not a graph
 /// output, read once by this Concat and by no other such Concat; a Concat whose input's
 /// producer reads a value that would share the buffer (through these Concats or views) is
 /// left out, as a producer cannot read the buffer it writes. The analysis costs them as views;
@@ -35,6 +36,9 @@ pub fn in_place_concats(
             producer.insert(v, id);
         }
     }
+    // A Split or Slice that copies nothing leaves its outputs in its input's buffer: it writes
+    // no part, and a part's writer reading one of its outputs reads that buffer too.
+    let slices = slice_views(graph, order, states);
     let mut candidates: Vec<(graph::NodeId, Vec<graph::ValueId>)> = Vec::new();
     let mut placed: HashSet<graph::ValueId> = HashSet::new();
     for &id in order.iter().filter(|id| live(id)) {
@@ -61,11 +65,12 @@ pub fn in_place_concats(
         let mut parts = Vec::new();
         let ok = node.inputs.iter().all(|input| {
             let Some(v) = *input else { return false };
-            let Some(&writer) = producer.get(&v) else {
+            let Some(&writer_id) = producer.get(&v) else {
                 return false;
             };
-            let writer = &graph.dag[writer];
+            let writer = &graph.dag[writer_id];
             let fits = writer.outputs.len() == 1
+                && !slices.contains(&writer_id)
                 && !VIEW_OPS.contains(&writer.op_type.as_str())
                 && graph.values[v].fact.konst.is_none()
                 && !graph.outputs.contains(&v)
@@ -81,9 +86,6 @@ pub fn in_place_concats(
             candidates.push((id, parts));
         }
     }
-    // A Split or Slice that copies nothing leaves its outputs in its input's buffer: a part's
-    // writer reading one of them reads that buffer too.
-    let slices = slice_views(graph, order, states);
     let mut views: HashMap<graph::ValueId, graph::ValueId> = order
         .iter()
         .filter(|id| live(id))
@@ -165,7 +167,9 @@ pub fn drop_self_reading_concats<K: Copy>(
 /// C2f blocks and attention's packed QKV need; `exec::plan` places them). A float Split of a
 /// computed value (not a constant) along an axis with only size-1 dims before it, into at least
 /// two outputs; a float Slice of a computed value with constant bounds that `slice_offset`
-/// finds contiguous. Outputs of known shapes, none a graph output. No reader writes into a
+/// finds contiguous. Every input after the data is a constant (split sizes, starts, ends,
+/// axes, steps): the executor runs a Split or Slice with a computed one on its generic
+/// evaluator, which copies. Outputs of known shapes, none a graph output. No reader writes into a
 /// buffer it reads (the executor has no in-place kernels), so the outputs stay as the input
 /// left them for as long as any of them is read. Empty in graphs with subgraphs (they read
 /// values by name, past this scan).
@@ -199,7 +203,15 @@ pub fn slice_views(
                     && out_fact.concrete_shape().is_some()
                     && !graph.outputs.contains(out)
             });
-            if fact.dtype != tensor::DType::F32 || fact.konst.is_some() || !outputs_fit {
+            let parameters_constant = node.inputs[1..]
+                .iter()
+                .flatten()
+                .all(|&v| graph.values[v].fact.konst.is_some());
+            if fact.dtype != tensor::DType::F32
+                || fact.konst.is_some()
+                || !outputs_fit
+                || !parameters_constant
+            {
                 return false;
             }
             let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();

@@ -15,8 +15,8 @@ pub(crate) struct StepUse<'a> {
 }
 
 /// A value that lives in a slice of another value's buffer (`offset` elements in): a Concat's
-/// input written where the Concat's output keeps it, or a Split's output read where the
-/// Split's input holds it, so neither copies.
+/// input written where the Concat's output keeps it, or a Split's or Slice's output read where
+/// its input holds it, so none of them copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub part: ValueId,

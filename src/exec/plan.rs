@@ -669,8 +669,8 @@ fn plan_buffers(
 /// Concats that copy nothing (issue 16's zero-copy concat, as DenseNet's blocks, Inception's
 /// branches and detector necks need): of the Concats `analysis::in_place_concats` names (the
 /// ones the cost model counts as views), those whose every input is also, for this backend, a
-/// planned f32 value written by one step of this plan (not the generic evaluator's) that
-/// writes no other planned buffer; and no producer may read a value of the same buffer (the
+/// planned f32 value written by one step of this plan (not the generic evaluator's, nor a
+/// Split or Slice that copies nothing) that writes no other planned buffer; and no producer may read a value of the same buffer (the
 /// runtime hands a step's output buffer out mutably). Returns the placements and the Concat
 /// steps left with nothing to run.
 fn concat_placements(
@@ -796,7 +796,7 @@ fn concat_placements(
 
 /// Splits and Slices that copy nothing (issue 16's zero-copy Split and Slice): of those
 /// `analysis::slice_views` names (the ones the cost model counts as views), those this plan
-/// lowered to its Split or Slice kernel whose input and read outputs are planned f32 values.
+/// lowered to its Split or Slice kernel whose input and outputs are planned f32 values.
 /// Each output is placed at its offset in the input: a Split's output k after the elements of
 /// outputs 0..k (the input's dims before the axis are all 1), a Slice's where
 /// `analysis::slice_offset` puts it. Returns the placements and the steps left with nothing
@@ -845,19 +845,16 @@ fn slice_placements(
         let Some(Some(whole)) = step.inputs.first().copied() else {
             continue;
         };
-        // An output nobody reads has no slot; the others still start where it would end.
-        let placeable = |v: ValueId| is_buffer(v) || matches!(slots[v], Slot::Unused);
-        if !is_buffer(whole) || !step.outputs.iter().all(|&out| placeable(out)) {
+        // Every float output of a step has a planned buffer, read or not.
+        if !is_buffer(whole) || !step.outputs.iter().all(|&out| is_buffer(out)) {
             continue;
         }
         for (&part, &offset) in step.outputs.iter().zip(&offsets) {
-            if is_buffer(part) {
-                placements.push(memory::Placement {
-                    part,
-                    whole,
-                    offset,
-                });
-            }
+            placements.push(memory::Placement {
+                part,
+                whole,
+                offset,
+            });
         }
         views.push(index);
     }

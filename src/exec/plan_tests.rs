@@ -1,4 +1,4 @@
-//! Unit tests for `exec::plan`: zero-copy Concats and Splits, operand views folded into
+//! Unit tests for `exec::plan`: zero-copy Concats, Splits and Slices, operand views folded into
 //! MatMuls, whole-plane pools, and pointwise → depthwise NHWC pairs, each against the plan
 //! without the rewrite.
 
@@ -951,4 +951,66 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
         assert_eq!(got.len(), out_dims.iter().product::<usize>());
         assert_eq!(got, run(&copying), "axis {axis}, step {step}");
     }
+}
+
+/// `Concat(Slice(conv(x)), conv(x))` along the channels: the Slice (channels 2..6 of one
+/// image) is a view, so it writes nothing into the Concat's buffer and the Concat copies; the
+/// analysis costs the Concat as the copy that runs, not as a view.
+#[test]
+fn a_concat_of_a_slice_view_copies() {
+    let mut b = GraphBuilder::new(WeightFill::Random(9));
+    let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
+    let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
+    let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
+    let bounds = [
+        b.int64_const("starts", &[2]),
+        b.int64_const("ends", &[6]),
+        b.int64_const("axes", &[1]),
+    ];
+    let sliced = b.node("Slice", &[&c, &bounds[0], &bounds[1], &bounds[2]], vec![]);
+    let other = b.conv(&x, 4, ConvSpec::new(3, 3, 1));
+    let joined = b.node(
+        "Concat",
+        &[&sliced, &other],
+        vec![crate::builtin::builder::attr_int("axis", 1)],
+    );
+    b.output(&joined, 1, &dims(&[1, 7, 6, 6]));
+    let (prepared, plan) = default_plan(b, "slice_concat");
+    let kernel = |op: &str| {
+        &plan
+            .steps
+            .iter()
+            .find(|s| s.info.op_type == op)
+            .expect("step")
+            .kernel
+    };
+    assert!(matches!(kernel("Slice"), Kernel::SliceView));
+    assert!(!matches!(kernel("Concat"), Kernel::InPlace));
+    let analysis = analysis_of(&prepared, "slice_concat");
+    let status = |op: &str| {
+        analysis
+            .nodes
+            .iter()
+            .find(|n| n.op_type == op)
+            .expect("node")
+            .status
+    };
+    assert_eq!(status("Slice"), crate::analysis::NodeStatus::View);
+    assert_eq!(status("Concat"), crate::analysis::NodeStatus::Costed);
+    let copying = plan_with(
+        &prepared,
+        PlanOptions {
+            slice_views: false,
+            ..PlanOptions::default()
+        },
+    );
+    let input: Vec<f32> = (0..4 * 36)
+        .map(|i| ((i * 3 % 13) as f32 - 6.0) / 6.0)
+        .collect();
+    let inputs = one_input("x", &[1, 4, 6, 6], input);
+    let run = |plan: &Plan| {
+        let mut ws = plan.workspace();
+        plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
+    };
+    assert_eq!(run(&plan), run(&copying));
 }
