@@ -119,9 +119,9 @@ pub fn in_place_concats(
 /// parts is written by a step that reads a value of the same buffer: a producer cannot read
 /// the buffer it writes. A part written by another candidate Concat is exempt (that Concat
 /// runs nothing, so reads nothing). `views` maps a view's output to its input, `writer_reads`
-/// gives the values a part's writer reads, `whole` a candidate's output. Shared by the cost model's rule
-/// (`in_place_concats`) and the executor's placement (`exec::plan`), which starts from fewer
-/// candidates.
+/// gives the values a part's writer reads, `whole` a candidate's output. Shared by the cost
+/// model's rule (`in_place_concats`) and the executor's placement (`exec::plan`), which starts
+/// from fewer candidates.
 pub fn drop_self_reading_concats<K: Copy>(
     candidates: &mut Vec<(K, Vec<graph::ValueId>)>,
     views: &HashMap<graph::ValueId, graph::ValueId>,
@@ -169,10 +169,10 @@ pub fn drop_self_reading_concats<K: Copy>(
 /// two outputs; a float Slice of a computed value with constant bounds that `slice_offset`
 /// finds contiguous. Every input after the data is a constant (split sizes, starts, ends,
 /// axes, steps): the executor runs a Split or Slice with a computed one on its generic
-/// evaluator, which copies. Outputs of known shapes, none a graph output. No reader writes into a
-/// buffer it reads (the executor has no in-place kernels), so the outputs stay as the input
-/// left them for as long as any of them is read. Empty in graphs with subgraphs (they read
-/// values by name, past this scan).
+/// evaluator, which copies. Outputs of known shapes, none a graph output. No reader writes
+/// into a buffer it reads (the executor has no in-place kernels), so the outputs stay as the
+/// input left them for as long as any of them is read. Empty in graphs with subgraphs (they
+/// read values by name, past this scan).
 pub fn slice_views(
     graph: &Graph,
     order: &[graph::NodeId],

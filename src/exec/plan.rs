@@ -670,9 +670,9 @@ fn plan_buffers(
 /// branches and detector necks need): of the Concats `analysis::in_place_concats` names (the
 /// ones the cost model counts as views), those whose every input is also, for this backend, a
 /// planned f32 value written by one step of this plan (not the generic evaluator's, nor a
-/// Split or Slice that copies nothing) that writes no other planned buffer; and no producer may read a value of the same buffer (the
-/// runtime hands a step's output buffer out mutably). Returns the placements and the Concat
-/// steps left with nothing to run.
+/// Split or Slice that copies nothing) that writes no other planned buffer; and no producer
+/// may read a value of the same buffer (the runtime hands a step's output buffer out
+/// mutably). Returns the placements and the Concat steps left with nothing to run.
 fn concat_placements(
     steps: &[Step],
     slots: &[Slot],
@@ -895,3 +895,7 @@ fn weights_outgrow_cache(
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plan_slice_tests.rs"]
+mod slice_tests;

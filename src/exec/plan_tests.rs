@@ -1,6 +1,6 @@
-//! Unit tests for `exec::plan`: zero-copy Concats, Splits and Slices, operand views folded into
-//! MatMuls, whole-plane pools, and pointwise → depthwise NHWC pairs, each against the plan
-//! without the rewrite.
+//! Unit tests for `exec::plan`: zero-copy Concats, operand views folded into MatMuls,
+//! whole-plane pools, and pointwise → depthwise NHWC pairs, each against the plan without the
+//! rewrite (zero-copy Splits and Slices: `plan_slice_tests.rs`).
 
 use super::*;
 use crate::analysis::{Bindings, Prepared};
@@ -27,7 +27,7 @@ fn a_producer_reading_its_own_buffer_keeps_the_concat_copying() {
 }
 
 /// The inputs of a one-input graph.
-fn one_input(name: &str, shape: &[usize], data: Vec<f32>) -> HashMap<String, RtTensor> {
+pub(super) fn one_input(name: &str, shape: &[usize], data: Vec<f32>) -> HashMap<String, RtTensor> {
     let tensor = RtTensor {
         shape: shape.to_vec(),
         data: super::super::RtData::F32(data),
@@ -35,8 +35,16 @@ fn one_input(name: &str, shape: &[usize], data: Vec<f32>) -> HashMap<String, RtT
     [(name.to_string(), tensor)].into_iter().collect()
 }
 
+/// The first output of `plan` on `inputs`, from the second of two runs on one workspace (a
+/// stale slice of the first must not survive into the second).
+pub(super) fn second_run(plan: &Plan, inputs: &HashMap<String, RtTensor>) -> Vec<f32> {
+    let mut ws = plan.workspace();
+    plan.run(&mut ws, inputs, None).unwrap();
+    plan.run(&mut ws, inputs, None).unwrap()[0].1.to_f32()
+}
+
 /// The built graph, imported and prepared, and its plan with the default options.
-fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
+pub(super) fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
     let proto = builder.finish(name);
     let graph = crate::analysis::import::import_model(
         &proto,
@@ -50,7 +58,7 @@ fn default_plan(builder: GraphBuilder, name: &str) -> (Prepared, Plan) {
 }
 
 /// The analysis of a prepared graph on a catalogue device, default options.
-fn analysis_of(prepared: &Prepared, name: &str) -> crate::analysis::Analysis {
+pub(super) fn analysis_of(prepared: &Prepared, name: &str) -> crate::analysis::Analysis {
     let device = crate::device::find_device("rtx2080ti")
         .expect("catalogue entry")
         .to_profile();
@@ -64,7 +72,7 @@ fn analysis_of(prepared: &Prepared, name: &str) -> crate::analysis::Analysis {
 }
 
 /// The plan of a prepared graph under `options`.
-fn plan_with(prepared: &Prepared, options: PlanOptions) -> Plan {
+pub(super) fn plan_with(prepared: &Prepared, options: PlanOptions) -> Plan {
     build_plan(&prepared.graph, &prepared.order, &prepared.states, &options).unwrap()
 }
 
@@ -756,261 +764,4 @@ fn a_comparison_cast_to_float_runs_as_one_step() {
             assert_eq!(as_floats, want);
         }
     }
-}
-
-/// `x → conv → c`, `Split(c)` along the channels into 3 + 5 channels, read by a ReLU and a
-/// convolution that a Concat joins (or, with `reads_source`, `Concat(c, relu(second half))`).
-/// With one image the Split runs nothing: its outputs are slices of `c`'s buffer, the analysis
-/// costs it as a view, and the output is the copying plan's, bit for bit. Two images put a
-/// dim of 2 before the axis (each output two runs of the input): the Split copies. A Concat
-/// whose part's writer reads a Split output of that Concat's own part keeps copying: its
-/// writer would read the buffer it writes. With a third output that nothing reads (3 + 4 + 1
-/// channels) the two read ones are still placed at their offsets.
-#[test]
-fn outer_axis_splits_are_views_of_their_input() {
-    use crate::builtin::builder::attr_int;
-    for (batch, reads_source, unread_third) in [
-        (1usize, false, false),
-        (1, true, false),
-        (2, false, false),
-        (1, false, true),
-    ] {
-        let mut b = GraphBuilder::new(WeightFill::Random(6));
-        let dims = |d: &[usize]| {
-            d.iter()
-                .map(|&n| SigDim::Fixed(n as i64))
-                .collect::<Vec<_>>()
-        };
-        let x = b.input("x", 1, &dims(&[batch, 4, 6, 6]));
-        let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
-        let (first, second) = ("first".to_string(), "second".to_string());
-        let second_channels = if unread_third { 4 } else { 5 };
-        if unread_third {
-            let sizes = b.int64_const("sizes", &[3, 4, 1]);
-            let outputs = [first.as_str(), second.as_str(), "third"];
-            b.node_multi("Split", &[&c, &sizes], vec![attr_int("axis", 1)], &outputs);
-        } else {
-            let sizes = b.int64_const("sizes", &[3, 5]);
-            let outputs = [first.as_str(), second.as_str()];
-            b.node_multi("Split", &[&c, &sizes], vec![attr_int("axis", 1)], &outputs);
-        }
-        let (joined, channels) = if reads_source {
-            let r = b.relu(&second);
-            (
-                b.node("Concat", &[&c, &r], vec![attr_int("axis", 1)]),
-                8 + 5,
-            )
-        } else {
-            let r = b.relu(&first);
-            let f = b.conv(&second, second_channels, ConvSpec::new(2, 3, 1));
-            (b.node("Concat", &[&r, &f], vec![attr_int("axis", 1)]), 5)
-        };
-        b.output(&joined, 1, &dims(&[batch, channels, 6, 6]));
-        let (prepared, plan) = default_plan(b, "split_views");
-        let step = |op: &str| {
-            plan.steps
-                .iter()
-                .find(|s| s.info.op_type == op)
-                .expect("step")
-        };
-        let viewed = batch == 1;
-        assert_eq!(
-            matches!(step("Split").kernel, Kernel::SliceView),
-            viewed,
-            "batch {batch}"
-        );
-        if reads_source {
-            assert!(!matches!(step("Concat").kernel, Kernel::InPlace));
-        }
-        let analysis = analysis_of(&prepared, "split_views");
-        let split = analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == "Split")
-            .expect("split node");
-        assert_eq!(
-            split.status == crate::analysis::NodeStatus::View,
-            viewed,
-            "batch {batch}: {:?}",
-            split.status
-        );
-        let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
-            Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
-            other => panic!("{other:?}"),
-        };
-        if viewed {
-            let (buffer, offset) = slot(&c);
-            assert_eq!(slot(&first), (buffer, offset));
-            assert_eq!(slot(&second), (buffer, offset + 3 * 36));
-        }
-        let copying = plan_with(
-            &prepared,
-            PlanOptions {
-                slice_views: false,
-                ..PlanOptions::default()
-            },
-        );
-        assert!(!copying
-            .steps
-            .iter()
-            .any(|s| matches!(s.kernel, Kernel::SliceView)));
-        let len = batch * 4 * 36;
-        let input: Vec<f32> = (0..len)
-            .map(|i| ((i * 7 % 19) as f32 - 9.0) / 9.0)
-            .collect();
-        let inputs = one_input("x", &[batch, 4, 6, 6], input);
-        let run = |plan: &Plan| {
-            let mut ws = plan.workspace();
-            plan.run(&mut ws, &inputs, None).unwrap();
-            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
-        };
-        let got = run(&plan);
-        assert_eq!(got.len(), batch * channels * 36);
-        assert_eq!(
-            got,
-            run(&copying),
-            "batch {batch}, reads source {reads_source}"
-        );
-    }
-}
-
-/// `x → conv → c` (8 channels of 6 × 6), `Slice(c)` then a ReLU. Channels 2..6 of one image
-/// are one run of `c`: the Slice runs nothing, its output sits 2 planes into `c`'s buffer, the
-/// analysis costs it as a view. Rows 1..5 of every plane, or every other channel, are many
-/// runs: the Slice copies. Each output is the copying plan's, bit for bit.
-#[test]
-fn a_slice_that_is_one_run_of_its_input_is_a_view() {
-    for (starts, ends, axis, step, out_dims, viewed) in [
-        (2i64, 6i64, 1i64, 1i64, [1usize, 4, 6, 6], true),
-        (1, 5, 2, 1, [1, 8, 4, 6], false),
-        (0, 8, 1, 2, [1, 4, 6, 6], false),
-    ] {
-        let mut b = GraphBuilder::new(WeightFill::Random(8));
-        let dims = |d: &[usize]| {
-            d.iter()
-                .map(|&n| SigDim::Fixed(n as i64))
-                .collect::<Vec<_>>()
-        };
-        let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
-        let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
-        let bounds = [
-            b.int64_const("starts", &[starts]),
-            b.int64_const("ends", &[ends]),
-            b.int64_const("axes", &[axis]),
-            b.int64_const("steps", &[step]),
-        ];
-        let refs: Vec<&str> = std::iter::once(c.as_str())
-            .chain(bounds.iter().map(String::as_str))
-            .collect();
-        let sliced = b.node("Slice", &refs, vec![]);
-        let y = b.relu(&sliced);
-        b.output(&y, 1, &dims(&out_dims));
-        let (prepared, plan) = default_plan(b, "slice_views");
-        let slice = plan
-            .steps
-            .iter()
-            .find(|s| s.info.op_type == "Slice")
-            .expect("slice step");
-        assert_eq!(
-            matches!(slice.kernel, Kernel::SliceView),
-            viewed,
-            "axis {axis}, step {step}"
-        );
-        let analysis = analysis_of(&prepared, "slice_views");
-        let node = analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == "Slice")
-            .expect("slice node");
-        assert_eq!(node.status == crate::analysis::NodeStatus::View, viewed);
-        if viewed {
-            let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
-                Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
-                other => panic!("{other:?}"),
-            };
-            let (buffer, offset) = slot(&c);
-            assert_eq!(slot(&sliced), (buffer, offset + 2 * 36));
-        }
-        let copying = plan_with(
-            &prepared,
-            PlanOptions {
-                slice_views: false,
-                ..PlanOptions::default()
-            },
-        );
-        let input: Vec<f32> = (0..4 * 36)
-            .map(|i| ((i * 5 % 23) as f32 - 11.0) / 11.0)
-            .collect();
-        let inputs = one_input("x", &[1, 4, 6, 6], input);
-        let run = |plan: &Plan| {
-            let mut ws = plan.workspace();
-            plan.run(&mut ws, &inputs, None).unwrap();
-            plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
-        };
-        let got = run(&plan);
-        assert_eq!(got.len(), out_dims.iter().product::<usize>());
-        assert_eq!(got, run(&copying), "axis {axis}, step {step}");
-    }
-}
-
-/// `Concat(Slice(conv(x)), conv(x))` along the channels: the Slice (channels 2..6 of one
-/// image) is a view, so it writes nothing into the Concat's buffer and the Concat copies; the
-/// analysis costs the Concat as the copy that runs, not as a view.
-#[test]
-fn a_concat_of_a_slice_view_copies() {
-    let mut b = GraphBuilder::new(WeightFill::Random(9));
-    let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
-    let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
-    let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
-    let bounds = [
-        b.int64_const("starts", &[2]),
-        b.int64_const("ends", &[6]),
-        b.int64_const("axes", &[1]),
-    ];
-    let sliced = b.node("Slice", &[&c, &bounds[0], &bounds[1], &bounds[2]], vec![]);
-    let other = b.conv(&x, 4, ConvSpec::new(3, 3, 1));
-    let joined = b.node(
-        "Concat",
-        &[&sliced, &other],
-        vec![crate::builtin::builder::attr_int("axis", 1)],
-    );
-    b.output(&joined, 1, &dims(&[1, 7, 6, 6]));
-    let (prepared, plan) = default_plan(b, "slice_concat");
-    let kernel = |op: &str| {
-        &plan
-            .steps
-            .iter()
-            .find(|s| s.info.op_type == op)
-            .expect("step")
-            .kernel
-    };
-    assert!(matches!(kernel("Slice"), Kernel::SliceView));
-    assert!(!matches!(kernel("Concat"), Kernel::InPlace));
-    let analysis = analysis_of(&prepared, "slice_concat");
-    let status = |op: &str| {
-        analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == op)
-            .expect("node")
-            .status
-    };
-    assert_eq!(status("Slice"), crate::analysis::NodeStatus::View);
-    assert_eq!(status("Concat"), crate::analysis::NodeStatus::Costed);
-    let copying = plan_with(
-        &prepared,
-        PlanOptions {
-            slice_views: false,
-            ..PlanOptions::default()
-        },
-    );
-    let input: Vec<f32> = (0..4 * 36)
-        .map(|i| ((i * 3 % 13) as f32 - 6.0) / 6.0)
-        .collect();
-    let inputs = one_input("x", &[1, 4, 6, 6], input);
-    let run = |plan: &Plan| {
-        let mut ws = plan.workspace();
-        plan.run(&mut ws, &inputs, None).unwrap()[0].1.to_f32()
-    };
-    assert_eq!(run(&plan), run(&copying));
 }
