@@ -26,7 +26,7 @@ pub fn in_place_concats(
     order: &[graph::NodeId],
     states: &HashMap<graph::NodeId, NodeState>,
 ) -> HashSet<graph::NodeId> {
-    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
+    if has_subgraphs(graph, order) {
         return HashSet::new();
     }
     let live = |id: &graph::NodeId| !matches!(states.get(id), Some(NodeState::Folded));
@@ -115,6 +115,12 @@ pub fn in_place_concats(
     candidates.into_iter().map(|(id, _)| id).collect()
 }
 
+/// Whether a node of `order` holds a subgraph: its body reads values by name, past these
+/// rules' scans of the graph, so neither places anything there.
+fn has_subgraphs(graph: &Graph, order: &[graph::NodeId]) -> bool {
+    order.iter().any(|&id| graph.dag[id].attrs.has_subgraph())
+}
+
 /// Drops, until none is left, the candidate in-place Concats (`(key, parts)`) one of whose
 /// parts is written by a step that reads a value of the same buffer: a producer cannot read
 /// the buffer it writes. A part written by another candidate Concat is exempt (that Concat
@@ -178,7 +184,7 @@ pub fn slice_views(
     order: &[graph::NodeId],
     states: &HashMap<graph::NodeId, NodeState>,
 ) -> HashSet<graph::NodeId> {
-    if order.iter().any(|&id| graph.dag[id].attrs.has_subgraph()) {
+    if has_subgraphs(graph, order) {
         return HashSet::new();
     }
     order

@@ -6,6 +6,17 @@ use super::*;
 use crate::builtin::builder::{ConvSpec, GraphBuilder, SigDim};
 use crate::builtin::WeightFill;
 
+/// The plan of the same graph with every Split and Slice copying.
+fn copying_plan(prepared: &crate::analysis::Prepared) -> Plan {
+    plan_with(
+        prepared,
+        PlanOptions {
+            slice_views: false,
+            ..PlanOptions::default()
+        },
+    )
+}
+
 /// `x → conv → c`, `Split(c)` along the channels into 3 + 5 channels, read by a ReLU and a
 /// convolution that a Concat joins (or, with `reads_source`, `Concat(c, relu(second half))`).
 /// With one image the Split runs nothing: its outputs are slices of `c`'s buffer, the analysis
@@ -91,13 +102,7 @@ fn outer_axis_splits_are_views_of_their_input() {
             assert_eq!(slot(&first), (buffer, offset));
             assert_eq!(slot(&second), (buffer, offset + 3 * 36));
         }
-        let copying = plan_with(
-            &prepared,
-            PlanOptions {
-                slice_views: false,
-                ..PlanOptions::default()
-            },
-        );
+        let copying = copying_plan(&prepared);
         assert!(!copying
             .steps
             .iter()
@@ -174,13 +179,7 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
             let (buffer, offset) = slot(&c);
             assert_eq!(slot(&sliced), (buffer, offset + 2 * 36));
         }
-        let copying = plan_with(
-            &prepared,
-            PlanOptions {
-                slice_views: false,
-                ..PlanOptions::default()
-            },
-        );
+        let copying = copying_plan(&prepared);
         let input: Vec<f32> = (0..4 * 36)
             .map(|i| ((i * 5 % 23) as f32 - 11.0) / 11.0)
             .collect();
@@ -239,13 +238,7 @@ fn a_concat_of_a_slice_view_copies() {
     };
     assert_eq!(status("Slice"), crate::analysis::NodeStatus::View);
     assert_eq!(status("Concat"), crate::analysis::NodeStatus::Costed);
-    let copying = plan_with(
-        &prepared,
-        PlanOptions {
-            slice_views: false,
-            ..PlanOptions::default()
-        },
-    );
+    let copying = copying_plan(&prepared);
     let input: Vec<f32> = (0..4 * 36)
         .map(|i| ((i * 3 % 13) as f32 - 6.0) / 6.0)
         .collect();
