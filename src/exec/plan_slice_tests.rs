@@ -6,6 +6,34 @@ use super::*;
 use crate::builtin::builder::{ConvSpec, GraphBuilder, SigDim};
 use crate::builtin::WeightFill;
 
+/// The kernel of the plan's first step running an `op_type` node.
+fn kernel_of<'a>(plan: &'a Plan, op_type: &str) -> &'a Kernel {
+    &plan
+        .steps
+        .iter()
+        .find(|s| s.info.op_type == op_type)
+        .expect("a step of that op type")
+        .kernel
+}
+
+/// How the analysis (catalogue device, default options) costs the first `op_type` node.
+fn status_of(prepared: &crate::analysis::Prepared, op_type: &str) -> crate::analysis::NodeStatus {
+    analysis_of(prepared, "slices")
+        .nodes
+        .iter()
+        .find(|n| n.op_type == op_type)
+        .expect("a node of that op type")
+        .status
+}
+
+/// (buffer, offset) of the value named `name` in the plan.
+fn slot_of(plan: &Plan, prepared: &crate::analysis::Prepared, name: &str) -> (usize, usize) {
+    match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
+        Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The plan of the same graph with every Split and Slice copying.
 fn copying_plan(prepared: &crate::analysis::Prepared) -> Plan {
     plan_with(
@@ -66,37 +94,22 @@ fn outer_axis_splits_are_views_of_their_input() {
         };
         b.output(&joined, 1, &dims(&[batch, channels, 6, 6]));
         let (prepared, plan) = default_plan(b, "split_views");
-        let step = |op: &str| {
-            plan.steps
-                .iter()
-                .find(|s| s.info.op_type == op)
-                .expect("step")
-        };
         let viewed = batch == 1;
         assert_eq!(
-            matches!(step("Split").kernel, Kernel::SliceView),
+            matches!(kernel_of(&plan, "Split"), Kernel::SliceView),
             viewed,
             "batch {batch}"
         );
         if reads_source {
-            assert!(!matches!(step("Concat").kernel, Kernel::InPlace));
+            assert!(!matches!(kernel_of(&plan, "Concat"), Kernel::InPlace));
         }
-        let analysis = analysis_of(&prepared, "split_views");
-        let split = analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == "Split")
-            .expect("split node");
+        let status = status_of(&prepared, "Split");
         assert_eq!(
-            split.status == crate::analysis::NodeStatus::View,
+            status == crate::analysis::NodeStatus::View,
             viewed,
-            "batch {batch}: {:?}",
-            split.status
+            "batch {batch}: {status:?}"
         );
-        let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
-            Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
-            other => panic!("{other:?}"),
-        };
+        let slot = |name: &str| slot_of(&plan, &prepared, name);
         if viewed {
             let (buffer, offset) = slot(&c);
             assert_eq!(slot(&first), (buffer, offset));
@@ -154,28 +167,17 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
         let y = b.relu(&sliced);
         b.output(&y, 1, &dims(&out_dims));
         let (prepared, plan) = default_plan(b, "slice_views");
-        let slice = plan
-            .steps
-            .iter()
-            .find(|s| s.info.op_type == "Slice")
-            .expect("slice step");
         assert_eq!(
-            matches!(slice.kernel, Kernel::SliceView),
+            matches!(kernel_of(&plan, "Slice"), Kernel::SliceView),
             viewed,
             "axis {axis}, step {step}"
         );
-        let analysis = analysis_of(&prepared, "slice_views");
-        let node = analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == "Slice")
-            .expect("slice node");
-        assert_eq!(node.status == crate::analysis::NodeStatus::View, viewed);
+        assert_eq!(
+            status_of(&prepared, "Slice") == crate::analysis::NodeStatus::View,
+            viewed
+        );
         if viewed {
-            let slot = |name: &str| match &plan.slots[prepared.graph.value_by_name(name).unwrap()] {
-                Slot::Buffer { buffer, offset, .. } => (*buffer, *offset),
-                other => panic!("{other:?}"),
-            };
+            let slot = |name: &str| slot_of(&plan, &prepared, name);
             let (buffer, offset) = slot(&c);
             assert_eq!(slot(&sliced), (buffer, offset + 2 * 36));
         }
@@ -217,27 +219,16 @@ fn a_concat_of_a_slice_view_copies() {
     );
     b.output(&joined, 1, &dims(&[1, 7, 6, 6]));
     let (prepared, plan) = default_plan(b, "slice_concat");
-    let kernel = |op: &str| {
-        &plan
-            .steps
-            .iter()
-            .find(|s| s.info.op_type == op)
-            .expect("step")
-            .kernel
-    };
-    assert!(matches!(kernel("Slice"), Kernel::SliceView));
-    assert!(!matches!(kernel("Concat"), Kernel::InPlace));
-    let analysis = analysis_of(&prepared, "slice_concat");
-    let status = |op: &str| {
-        analysis
-            .nodes
-            .iter()
-            .find(|n| n.op_type == op)
-            .expect("node")
-            .status
-    };
-    assert_eq!(status("Slice"), crate::analysis::NodeStatus::View);
-    assert_eq!(status("Concat"), crate::analysis::NodeStatus::Costed);
+    assert!(matches!(kernel_of(&plan, "Slice"), Kernel::SliceView));
+    assert!(!matches!(kernel_of(&plan, "Concat"), Kernel::InPlace));
+    assert_eq!(
+        status_of(&prepared, "Slice"),
+        crate::analysis::NodeStatus::View
+    );
+    assert_eq!(
+        status_of(&prepared, "Concat"),
+        crate::analysis::NodeStatus::Costed
+    );
     let copying = copying_plan(&prepared);
     let input: Vec<f32> = (0..4 * 36)
         .map(|i| ((i * 3 % 13) as f32 - 6.0) / 6.0)
