@@ -3,7 +3,7 @@
 //! the cache levels with their capacities (`cache_roofs`).
 
 use super::CacheRoof;
-use crate::device::probe_record::BandwidthKernel;
+use crate::device::probe_record::{BandwidthKernel, FigureMethod};
 use crate::device::{DeviceProfile, MemoryCeiling, MemoryLevel};
 
 /// A bandwidth curve measured by the probe: bytes/s by working set, interpolated log-linearly
@@ -91,7 +91,28 @@ pub(super) fn sweep_curves(device: &DeviceProfile) -> Option<(RateCurve, RateCur
                 .map(|p| (p.working_set_bytes, p.bytes_per_s)),
         )
     };
-    let read = curve(BandwidthKernel::Read)?;
+    // Past the start of the DRAM figure's own range the read curve is that figure: a DRAM
+    // sweep point scatters by ±15% on a shared host (this Zen 4 guest, 1 thread: 25.9-32.2
+    // GB/s from 80 to 362 MiB), and the envelope carried one fast point to every smaller working
+    // set, so a 205 MB working set was charged 32.2 GB/s and a 528 MB one the figure's 27.9.
+    let dram_read = device.memory_ceiling(MemoryLevel::Dram)?.bytes_per_s;
+    let dram_from = probe
+        .memory_levels
+        .iter()
+        .find(|l| {
+            l.level == MemoryLevel::Dram
+                && l.kernel == BandwidthKernel::Read
+                && l.threads == threads
+                && l.method == FigureMethod::Sweep
+        })
+        .map(|l| l.working_set_lo_bytes);
+    let read = RateCurve::new(sweep(BandwidthKernel::Read)?.points.iter().map(|p| {
+        let bytes = p.working_set_bytes;
+        match dram_from {
+            Some(from) if bytes >= from => (bytes, dram_read),
+            _ => (bytes, p.bytes_per_s),
+        }
+    }))?;
     let mixed: Vec<(f64, RateCurve)> = MIXED_KERNELS
         .iter()
         .filter_map(|&(kernel, loads)| Some((loads, curve(kernel)?)))
@@ -223,6 +244,93 @@ mod tests {
         assert_eq!(streaming_write_rate(100.0, 50.0, &[]), 50.0);
         // Stores that look free beside the loads: the read rate, not infinity.
         assert_eq!(streaming_write_rate(100.0, 50.0, &[(2.0, 160.0)]), 100.0);
+    }
+
+    /// The Zen 4 guest's 1-thread read sweep past its 32 MiB L3 (GB/s by MiB), with its DRAM
+    /// figure 27.9 taken from 128 MiB up: past there the curve is the figure (the 32.2 point at
+    /// 256 MiB no longer lifts 128-256 MiB), below it the sweep, L3's partial hits included.
+    #[test]
+    fn the_read_curve_is_the_dram_figure_from_where_that_figure_was_read() {
+        use crate::device::probe_record::{
+            BandwidthSweep, LevelBandwidth, ProbeRecord, SweepPoint,
+        };
+        use crate::device::{DeviceKind, MemoryCeiling, ProfileSource};
+        let mib = 1u64 << 20;
+        let sweep = |kernel, points: &[(u64, f64)]| BandwidthSweep {
+            kernel,
+            threads: 1,
+            points: points
+                .iter()
+                .map(|&(size, gbs)| SweepPoint {
+                    working_set_bytes: size * mib,
+                    bytes_per_s: gbs * 1e9,
+                    ..SweepPoint::default()
+                })
+                .collect(),
+            ..BandwidthSweep::default()
+        };
+        let read = [
+            (16, 77.4),
+            (64, 34.7),
+            (128, 30.9),
+            (203, 27.2),
+            (256, 32.2),
+            (362, 27.9),
+        ];
+        let record = ProbeRecord {
+            sweeps: vec![
+                sweep(BandwidthKernel::Read, &read),
+                sweep(BandwidthKernel::Write, &[(16, 70.0), (362, 26.9)]),
+            ],
+            memory_levels: vec![LevelBandwidth {
+                level: MemoryLevel::Dram,
+                kernel: BandwidthKernel::Read,
+                threads: 1,
+                bytes_per_s: 27.9e9,
+                working_set_lo_bytes: 128 * mib,
+                working_set_hi_bytes: 362 * mib,
+                spread: 0.07,
+                flags: vec![],
+                method: FigureMethod::Sweep,
+            }],
+            ..ProbeRecord::default()
+        };
+        let dram = MemoryCeiling {
+            level: MemoryLevel::Dram,
+            bytes_per_s: 27.9e9,
+            write_bytes_per_s: Some(26.9e9),
+            capacity_bytes: Some(16 << 30),
+            threads: Some(1),
+            source: String::new(),
+        };
+        let mut device = DeviceProfile {
+            schema_version: 1,
+            id: "t".into(),
+            name: "t".into(),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![],
+            memory: vec![dram],
+            launch_overhead_s: 0.0,
+            l2_bytes: None,
+            launch_overhead_source: String::new(),
+            sources: vec![],
+            notes: String::new(),
+            probe: Some(record),
+            calibration: None,
+            single_thread: None,
+        };
+        let (curve, _) = sweep_curves(&device).expect("curves");
+        for size in [128, 160, 203, 256, 362, 1024] {
+            close(curve.at(size * mib), 27.9e9);
+        }
+        close(curve.at(64 * mib), 34.7e9);
+        close(curve.at(16 * mib), 77.4e9);
+        // A DRAM figure read off a flushed buffer names no working-set range: the sweep stays.
+        let record = device.probe.as_mut().unwrap();
+        record.memory_levels[0].method = FigureMethod::Flushed;
+        let (curve, _) = sweep_curves(&device).expect("curves");
+        close(curve.at(160 * mib), 32.2e9);
     }
 
     #[test]

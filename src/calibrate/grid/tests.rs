@@ -162,3 +162,23 @@ fn quick_leaves_out_the_heaviest_gemm_points_and_builds_models_on_demand() {
     assert!(initializers.unwrap_or(0) > 0);
     assert!(std::ptr::eq(warm.model(), cold.model()));
 }
+
+/// The fp32 GEMVs whose weights outgrow the largest cache are timed and charged with their
+/// weights at DRAM; smaller ones, GEMMs of several rows (which have cold twins), the
+/// low-precision forms and a device without caches keep their warm timing.
+#[test]
+fn gemvs_past_the_largest_cache_stream_from_dram() {
+    let full = grid(false);
+    let point = |shape: &str| {
+        full.iter()
+            .find(|m| m.shape == shape)
+            .unwrap_or_else(|| panic!("{shape} in the grid"))
+    };
+    let l3 = Some(32u64 << 20);
+    assert!(point("matmul 1x4096 · 4096x4096 (weights)").streams_weights_past(l3));
+    assert!(point("gemm 1x12544 · (4096x12544)ᵀ + bias").streams_weights_past(l3));
+    assert!(!point("matmul 1x1280 · 1280x1000 (weights)").streams_weights_past(l3));
+    assert!(!point("matmul 128x768 · 768x3072 (weights)").streams_weights_past(Some(1 << 20)));
+    assert!(!point("matmul 1x4096 · 4096x4096 (weights) int8").streams_weights_past(l3));
+    assert!(!point("matmul 1x4096 · 4096x4096 (weights)").streams_weights_past(None));
+}
