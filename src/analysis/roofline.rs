@@ -59,7 +59,9 @@
 //! only to 8-13 MB of the nominal 32 MiB (other tenants share the L3) and falls to 50 GB/s at
 //! 32 MiB: PP-OCR det's 640×640 element-wise ops (10-20 MB each) ran 3-5× their L3-rate bound.
 //! The curve is each size's best rate at that working set or a larger one (non-increasing), so
-//! a noisy dip in the sweep never lowers the roof: the figure stays a bound. The per-core levels
+//! a noisy dip in the sweep never lowers the roof: the figure stays a bound. From the working
+//! set where the DRAM figure was read on, the read curve is that figure (a fast DRAM point would
+//! otherwise lift every smaller size: see `probed::sweep_curves`). The per-core levels
 //! still hold their capacity's share of such activations (what the op before left there), which
 //! is charged at their rates: the sweep reads a buffer that no producer just wrote, and at 2
 //! threads element-wise ops whose halves stayed in each core's L2 ran up to 25% under a bound
