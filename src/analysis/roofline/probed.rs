@@ -95,6 +95,11 @@ pub(super) fn sweep_curves(device: &DeviceProfile) -> Option<(RateCurve, RateCur
     // sweep point scatters by ±15% on a shared host (this Zen 4 guest, 1 thread: 25.9-32.2
     // GB/s from 80 to 362 MiB), and the envelope carried one fast point to every smaller working
     // set, so a 205 MB working set was charged 32.2 GB/s and a 528 MB one the figure's 27.9.
+    // The ceiling's figure, not the sweep's: past the curve's end the roof is the ceiling (which
+    // the profile may have raised to the 1-thread figure where more threads read less). The
+    // write curve keeps its sweep's envelope: stores past the caches are charged at the
+    // ceiling's write rate wherever the curves do not reach (`ceiling_write_rate`), and no
+    // model of the validation set writes activations of DRAM size.
     let dram_read = device.memory_ceiling(MemoryLevel::Dram)?.bytes_per_s;
     let dram_from = probe
         .memory_levels
@@ -326,7 +331,7 @@ mod tests {
         }
         close(curve.at(64 * mib), 34.7e9);
         close(curve.at(16 * mib), 77.4e9);
-        // A DRAM figure read off a flushed buffer names no working-set range: the sweep stays.
+        // A DRAM figure read off a flushed buffer is not the sweep's: the sweep stays.
         let record = device.probe.as_mut().unwrap();
         record.memory_levels[0].method = FigureMethod::Flushed;
         let (curve, _) = sweep_curves(&device).expect("curves");

@@ -67,10 +67,10 @@ impl GridModel {
 
     /// Whether the point is a fp32 GEMV (no cold twin: it streams its weights once per run)
     /// whose weights outgrow `cache_bytes`, the largest cache. Such a point is timed and
-    /// charged as a cold twin is, weights at DRAM: charged at the probe's read curve at its own
-    /// working set (64 MiB, twice this Zen 4's L3), its bound read 34.7 GB/s where the kernel
-    /// streamed at 26.6, the DRAM rate, and a model past the caches (VGG, 528 MB of weights,
-    /// charged at DRAM) was then expected 31% over on its classifier GEMVs.
+    /// charged as a cold twin is, weights at DRAM. Charged warm instead, at the probe's read
+    /// curve at its own working set (64 MiB, twice this Zen 4's L3), its bound had read 34.7
+    /// GB/s where the kernel streamed at 26.6, the DRAM rate, and a model past the caches (VGG,
+    /// 528 MB of weights, charged at DRAM) was expected 31% over on its classifier GEMVs.
     pub fn streams_weights_past(&self, cache_bytes: Option<u64>) -> bool {
         let Some(cache_bytes) = cache_bytes else {
             return false;
