@@ -740,7 +740,7 @@ mod cache_tests {
 
     #[test]
     fn per_core_levels_hold_a_copy_per_thread_and_l3_one() {
-        use crate::device::{DeviceKind, MemoryCeiling, ProfileSource};
+        use crate::device::MemoryCeiling;
         let ceiling = |level, capacity| MemoryCeiling {
             level,
             bytes_per_s: 50e9,
@@ -749,26 +749,13 @@ mod cache_tests {
             threads: Some(4),
             source: String::new(),
         };
-        let profile = DeviceProfile {
-            schema_version: 1,
-            id: "t".into(),
-            name: "t".into(),
-            kind: DeviceKind::Cpu,
-            source: ProfileSource::Probed,
-            compute: vec![],
-            memory: vec![
+        let profile = DeviceProfile::probed_for_tests(
+            vec![
                 ceiling(MemoryLevel::L2, 1 << 20),
                 ceiling(MemoryLevel::L3, 32 << 20),
             ],
-            launch_overhead_s: 0.0,
-            l2_bytes: None,
-            launch_overhead_source: String::new(),
-            sources: vec![],
-            notes: String::new(),
-            probe: None,
-            calibration: None,
-            single_thread: None,
-        };
+            None,
+        );
         let caches = cache_roofs(&profile);
         assert!(caches[0].is_none());
         assert_eq!(caches[1].unwrap().capacity_bytes, 4 << 20);

@@ -180,6 +180,31 @@ pub enum ProfileError {
 }
 
 impl DeviceProfile {
+    /// A probed CPU profile with these ceilings and probe record and nothing else, for tests.
+    #[cfg(test)]
+    pub(crate) fn probed_for_tests(
+        memory: Vec<MemoryCeiling>,
+        probe: Option<super::probe_record::ProbeRecord>,
+    ) -> DeviceProfile {
+        DeviceProfile {
+            schema_version: 1,
+            id: "t".into(),
+            name: "t".into(),
+            kind: DeviceKind::Cpu,
+            source: ProfileSource::Probed,
+            compute: vec![],
+            memory,
+            launch_overhead_s: 0.0,
+            l2_bytes: None,
+            launch_overhead_source: String::new(),
+            sources: vec![],
+            notes: String::new(),
+            probe,
+            calibration: None,
+            single_thread: None,
+        }
+    }
+
     /// Peak compute at `precision`. Where several thread counts were measured, the largest one
     /// is the device's roof.
     pub fn peak_flops(&self, precision: Precision) -> Option<f64> {

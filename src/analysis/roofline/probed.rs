@@ -259,7 +259,7 @@ mod tests {
         use crate::device::probe_record::{
             BandwidthSweep, LevelBandwidth, ProbeRecord, SweepPoint,
         };
-        use crate::device::{DeviceKind, MemoryCeiling, ProfileSource};
+        use crate::device::MemoryCeiling;
         let mib = 1u64 << 20;
         let sweep = |kernel, points: &[(u64, f64)]| BandwidthSweep {
             kernel,
@@ -308,23 +308,7 @@ mod tests {
             threads: Some(1),
             source: String::new(),
         };
-        let mut device = DeviceProfile {
-            schema_version: 1,
-            id: "t".into(),
-            name: "t".into(),
-            kind: DeviceKind::Cpu,
-            source: ProfileSource::Probed,
-            compute: vec![],
-            memory: vec![dram],
-            launch_overhead_s: 0.0,
-            l2_bytes: None,
-            launch_overhead_source: String::new(),
-            sources: vec![],
-            notes: String::new(),
-            probe: Some(record),
-            calibration: None,
-            single_thread: None,
-        };
+        let mut device = DeviceProfile::probed_for_tests(vec![dram], Some(record));
         let (curve, _) = sweep_curves(&device).expect("curves");
         for size in [128, 160, 203, 256, 362, 1024] {
             close(curve.at(size * mib), 27.9e9);
