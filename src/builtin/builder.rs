@@ -32,6 +32,13 @@ pub enum SigDim {
     Named(&'static str),
 }
 
+impl SigDim {
+    /// A signature of fixed dims.
+    pub fn fixed_all(dims: &[i64]) -> Vec<SigDim> {
+        dims.iter().map(|&d| SigDim::Fixed(d)).collect()
+    }
+}
+
 pub struct GraphBuilder {
     nodes: Vec<NodeProto>,
     initializers: Vec<TensorProto>,

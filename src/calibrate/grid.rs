@@ -6,12 +6,12 @@ use crate::analysis::algorithm::{
     AlgorithmPolicy, ConvAlgorithm, ConvShape, MIN_INPUT_CHANNELS, MIN_TILES,
 };
 use crate::builtin::builder::{
-    attr_int, attr_ints, attr_string, ConvSpec, GraphBuilder, WeightFill,
+    attr_int, attr_ints, attr_string, ConvSpec, GraphBuilder, SigDim, WeightFill,
 };
 use crate::device::calibration::KernelClass;
 use crate::device::Precision;
+use point::one_op;
 pub use point::GridModel;
-use point::{fixed, one_op};
 
 const FLOAT: i32 = 1;
 const INT64: i32 = 7;
@@ -335,12 +335,12 @@ fn to_channels_last(channels: i64, size: i64) -> GridModel {
 /// that added this point; 455 + 345 on session 46's noisier Emerald Rapids guest).
 fn one_hot(rows: i64, depth: i64) -> GridModel {
     let mut b = GraphBuilder::new(WeightFill::Random(7));
-    let ids = b.input("ids", INT64, &fixed(&[1, rows, 1]));
+    let ids = b.input("ids", INT64, &SigDim::fixed_all(&[1, rows, 1]));
     let classes: Vec<i64> = (0..depth).collect();
     let classes = b.int64_const("classes", &classes);
     let hot = b.node("Equal", &[&ids, &classes], vec![]);
     let y = b.node("Cast", &[&hot], vec![attr_int("to", i64::from(FLOAT))]);
-    b.output(&y, FLOAT, &fixed(&[1, rows, depth]));
+    b.output(&y, FLOAT, &SigDim::fixed_all(&[1, rows, depth]));
     GridModel::new(
         KernelClass::Elementwise,
         format!("one-hot {rows}x{depth} (Equal, Cast)"),

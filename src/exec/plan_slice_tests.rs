@@ -63,12 +63,7 @@ fn outer_axis_splits_are_views_of_their_input() {
         (1, false, true),
     ] {
         let mut b = GraphBuilder::new(WeightFill::Random(6));
-        let dims = |d: &[usize]| {
-            d.iter()
-                .map(|&n| SigDim::Fixed(n as i64))
-                .collect::<Vec<_>>()
-        };
-        let x = b.input("x", 1, &dims(&[batch, 4, 6, 6]));
+        let x = b.input("x", 1, &SigDim::fixed_all(&[batch as i64, 4, 6, 6]));
         let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
         let (first, second) = ("first".to_string(), "second".to_string());
         let second_channels = if unread_third { 4 } else { 5 };
@@ -92,7 +87,11 @@ fn outer_axis_splits_are_views_of_their_input() {
             let f = b.conv(&second, second_channels, ConvSpec::new(2, 3, 1));
             (b.node("Concat", &[&r, &f], vec![attr_int("axis", 1)]), 5)
         };
-        b.output(&joined, 1, &dims(&[batch, channels, 6, 6]));
+        b.output(
+            &joined,
+            1,
+            &SigDim::fixed_all(&[batch as i64, channels as i64, 6, 6]),
+        );
         let (prepared, plan) = default_plan(b, "split_views");
         let viewed = batch == 1;
         assert_eq!(
@@ -147,12 +146,7 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
         (0, 8, 1, 2, [1, 4, 6, 6], false),
     ] {
         let mut b = GraphBuilder::new(WeightFill::Random(8));
-        let dims = |d: &[usize]| {
-            d.iter()
-                .map(|&n| SigDim::Fixed(n as i64))
-                .collect::<Vec<_>>()
-        };
-        let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
+        let x = b.input("x", 1, &SigDim::fixed_all(&[1, 4, 6, 6]));
         let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
         let bounds = [
             b.int64_const("starts", &[starts]),
@@ -165,7 +159,7 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
             .collect();
         let sliced = b.node("Slice", &refs, vec![]);
         let y = b.relu(&sliced);
-        b.output(&y, 1, &dims(&out_dims));
+        b.output(&y, 1, &SigDim::fixed_all(&out_dims.map(|n| n as i64)));
         let (prepared, plan) = default_plan(b, "slice_views");
         assert_eq!(
             matches!(kernel_of(&plan, "Slice"), Kernel::SliceView),
@@ -202,8 +196,7 @@ fn a_slice_that_is_one_run_of_its_input_is_a_view() {
 #[test]
 fn a_concat_of_a_slice_view_copies() {
     let mut b = GraphBuilder::new(WeightFill::Random(9));
-    let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
-    let x = b.input("x", 1, &dims(&[1, 4, 6, 6]));
+    let x = b.input("x", 1, &SigDim::fixed_all(&[1, 4, 6, 6]));
     let c = b.conv(&x, 4, ConvSpec::new(8, 1, 1));
     let bounds = [
         b.int64_const("starts", &[2]),
@@ -217,7 +210,7 @@ fn a_concat_of_a_slice_view_copies() {
         &[&sliced, &other],
         vec![crate::builtin::builder::attr_int("axis", 1)],
     );
-    b.output(&joined, 1, &dims(&[1, 7, 6, 6]));
+    b.output(&joined, 1, &SigDim::fixed_all(&[1, 7, 6, 6]));
     let (prepared, plan) = default_plan(b, "slice_concat");
     assert!(matches!(kernel_of(&plan, "Slice"), Kernel::SliceView));
     assert!(!matches!(kernel_of(&plan, "Concat"), Kernel::InPlace));

@@ -192,8 +192,7 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
         (1, false, 40),
     ] {
         let mut b = GraphBuilder::new(WeightFill::Random(11));
-        let dims = |d: &[i64]| d.iter().map(|&n| SigDim::Fixed(n)).collect::<Vec<_>>();
-        let x = b.input("x", 1, &dims(&[1, 8, 14, 14]));
+        let x = b.input("x", 1, &SigDim::fixed_all(&[1, 8, 14, 14]));
         let pw = b.conv(
             &x,
             8,
@@ -212,9 +211,9 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
             },
         );
         let side = 14 / stride;
-        b.output(&dw, 1, &dims(&[1, channels, side, side]));
+        b.output(&dw, 1, &SigDim::fixed_all(&[1, channels, side, side]));
         if pointwise_is_output {
-            b.output(&pw, 1, &dims(&[1, channels, 14, 14]));
+            b.output(&pw, 1, &SigDim::fixed_all(&[1, channels, 14, 14]));
         }
         let (prepared, plan) = default_plan(b, "pair");
         let layouts: Vec<PairLayout> = plan
@@ -268,23 +267,18 @@ fn pointwise_depthwise_pairs_hold_their_activation_nhwc() {
 fn scaled_transposed_operands_fold_into_the_matmul() {
     for other_reader in [false, true] {
         let mut b = GraphBuilder::new(WeightFill::Random(5));
-        let dims = |d: &[u64]| {
-            d.iter()
-                .map(|&n| SigDim::Fixed(n as i64))
-                .collect::<Vec<_>>()
-        };
-        let q = b.input("q", 1, &dims(&[1, 2, 3, 4]));
-        let k = b.input("k", 1, &dims(&[1, 2, 5, 4]));
+        let q = b.input("q", 1, &SigDim::fixed_all(&[1, 2, 3, 4]));
+        let k = b.input("k", 1, &SigDim::fixed_all(&[1, 2, 5, 4]));
         let q_scale = b.scalar_const("q_scale", 0.25);
         let k_scale = b.scalar_const("k_scale", 0.5);
         let qs = b.node("Mul", &[&q_scale, &q], vec![]);
         let kt = b.transpose(&k, &[0, 1, 3, 2]);
         let kts = b.node("Mul", &[&kt, &k_scale], vec![]);
         let scores = b.node("MatMul", &[&qs, &kts], vec![]);
-        b.output(&scores, 1, &dims(&[1, 2, 3, 5]));
+        b.output(&scores, 1, &SigDim::fixed_all(&[1, 2, 3, 5]));
         if other_reader {
             let relu = b.relu(&kts);
-            b.output(&relu, 1, &dims(&[1, 2, 4, 5]));
+            b.output(&relu, 1, &SigDim::fixed_all(&[1, 2, 4, 5]));
         }
         let (_, plan) = default_plan(b, "attention");
         let ops: Vec<&str> = plan.steps.iter().map(|s| s.info.op_type.as_str()).collect();

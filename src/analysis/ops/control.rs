@@ -554,10 +554,6 @@ mod tests {
     const BOOL: i32 = 9;
     const I64: i32 = 7;
 
-    fn fixed(dims: &[i64]) -> Vec<SigDim> {
-        dims.iter().map(|&d| SigDim::Fixed(d)).collect()
-    }
-
     fn graph(build: impl FnOnce(&mut GraphBuilder)) -> Attr {
         let mut b = GraphBuilder::new(WeightFill::Zeros);
         build(&mut b);
@@ -568,12 +564,12 @@ mod tests {
     /// output.
     fn running_sum() -> Attr {
         graph(|b| {
-            let s = b.input("s", F32, &fixed(&[2]));
-            let x = b.input("x", F32, &fixed(&[2]));
+            let s = b.input("s", F32, &SigDim::fixed_all(&[2]));
+            let x = b.input("x", F32, &SigDim::fixed_all(&[2]));
             let sum = b.add(&s, &x);
             let copy = b.node("Identity", &[&sum], vec![]);
-            b.output(&sum, F32, &fixed(&[2]));
-            b.output(&copy, F32, &fixed(&[2]));
+            b.output(&sum, F32, &SigDim::fixed_all(&[2]));
+            b.output(&copy, F32, &SigDim::fixed_all(&[2]));
         })
     }
 
@@ -617,14 +613,14 @@ mod tests {
         graph(|b| {
             b.input("i", I64, &[]);
             let cond = b.input("cond", BOOL, &[]);
-            let v = b.input("v", F32, &fixed(&[3]));
+            let v = b.input("v", F32, &SigDim::fixed_all(&[3]));
             let one = b.scalar_const("one", 1.0);
             let next = b.add(&v, &one);
             let keep = b.node("Identity", &[&cond], vec![]);
             let seen = b.node("Identity", &[&v], vec![]);
             b.output(&keep, BOOL, &[]);
-            b.output(&next, F32, &fixed(&[3]));
-            b.output(&seen, F32, &fixed(&[3]));
+            b.output(&next, F32, &SigDim::fixed_all(&[3]));
+            b.output(&seen, F32, &SigDim::fixed_all(&[3]));
         })
     }
 
@@ -656,7 +652,7 @@ mod tests {
         graph(move |b| {
             let c = b.int64_const("c", values);
             let out = b.node("Identity", &[&c], vec![]);
-            b.output(&out, I64, &fixed(&[values.len() as i64]));
+            b.output(&out, I64, &SigDim::fixed_all(&[values.len() as i64]));
         })
     }
 

@@ -2,9 +2,10 @@
 //! products, and layers as onnxruntime's dynamic quantizer writes them.
 
 use super::{
-    attr_int, attr_ints, conv, conv_out, fixed, gemm, gemm_trans_b, GraphBuilder, GridModel,
-    KernelClass, Precision, WeightFill, FLOAT,
+    attr_int, attr_ints, conv, conv_out, gemm, gemm_trans_b, GraphBuilder, GridModel, KernelClass,
+    Precision, WeightFill, FLOAT,
 };
+use crate::builtin::builder::SigDim;
 
 /// Convolutions and products again at a lower precision: the advisor's int8 form (`QConv`,
 /// `QMatMul`: activations quantized while packed, `vpdpbusd` where the CPU has VNNI) and its
@@ -88,7 +89,7 @@ fn dynamic_int8(
     conv: Option<(i64, i64)>,
 ) -> GridModel {
     let mut b = GraphBuilder::new(WeightFill::Random(7));
-    let x = b.input("x", FLOAT, &fixed(input));
+    let x = b.input("x", FLOAT, &SigDim::fixed_all(input));
     let (q, scale, zero) = ("x_q".to_string(), "x_scale", "x_zero_point");
     b.node_multi("DynamicQuantizeLinear", &[&x], vec![], &[&q, scale, zero]);
     let w = b.byte_weight("w", weights);
@@ -106,7 +107,7 @@ fn dynamic_int8(
     };
     let sums = b.node(op, &[&q, &w, zero, &w_zero], attrs);
     let y = b.node("Cast", &[&sums], vec![attr_int("to", i64::from(FLOAT))]);
-    b.output(&y, FLOAT, &fixed(output));
+    b.output(&y, FLOAT, &SigDim::fixed_all(output));
     let shape = format!(
         "dynamic int8 {} {} · {}",
         op,

@@ -84,10 +84,6 @@ impl GridModel {
     }
 }
 
-pub(super) fn fixed(dims: &[i64]) -> Vec<SigDim> {
-    dims.iter().map(|&d| SigDim::Fixed(d)).collect()
-}
-
 pub(super) fn one_op(
     class: KernelClass,
     shape: String,
@@ -102,10 +98,10 @@ pub(super) fn one_op(
         let names: Vec<String> = inputs
             .iter()
             .enumerate()
-            .map(|(i, dims)| b.input(&format!("x{i}"), FLOAT, &fixed(dims)))
+            .map(|(i, dims)| b.input(&format!("x{i}"), FLOAT, &SigDim::fixed_all(dims)))
             .collect();
         let y = build(&mut b, &names);
-        b.output(&y, FLOAT, &fixed(&output));
+        b.output(&y, FLOAT, &SigDim::fixed_all(&output));
         b.finish("calibration")
     })
 }
