@@ -18,6 +18,12 @@ pub use crate::report::model::bench::{
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     pub runs: usize,
+    /// Seconds the end-to-end series lasts at least: past `runs`, runs go on (up to
+    /// `MAX_RUNS`) until this much has been timed, and the per-op series takes as many. On a
+    /// shared host a slow spell lasts tenths of a second, so ten runs of a 0.5 ms model
+    /// measure one spell (a classifier read 0.54 or 0.73 ms from one process to the next; 0.54-0.59
+    /// over 0.5 s). 0 times `runs` runs.
+    pub min_time_s: f64,
     pub warmup: usize,
     pub threads: usize,
     pub seed: u64,
@@ -51,6 +57,7 @@ impl Default for BenchOptions {
     fn default() -> Self {
         BenchOptions {
             runs: 10,
+            min_time_s: 0.0,
             warmup: 2,
             threads: 1,
             seed: 0,
@@ -75,6 +82,9 @@ pub enum BenchError {
     #[error("--decode: {0}")]
     Decode(String),
 }
+
+/// Most timed runs of one series, whatever `min_time_s` asks: every run keeps one time per op.
+pub const MAX_RUNS: usize = 100_000;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -191,7 +201,7 @@ pub fn bench_graph(
     let exchange_before = (options.check_exchange && options.threads > 1)
         .then(|| crate::probe::exchange_now(options.threads));
     // End-to-end latency with per-op timing off, then a second series with it on.
-    let runs = options.runs.max(1);
+    let mut runs = options.runs.max(1);
     let mut latencies = Vec::with_capacity(runs);
     // One buffer for every bench of the process (calibration runs hundreds): mapping it anew
     // each time cost more system time than the runs.
@@ -209,7 +219,14 @@ pub fn bench_graph(
     let mut clock_samples: Vec<f64> = Vec::with_capacity(runs);
     let mut fma_samples: Vec<f64> = Vec::with_capacity(1);
     // Inputs are staged before the clock starts (see `Plan::run_staged`).
-    for _ in 0..end_to_end_runs {
+    let series_started = std::time::Instant::now();
+    let mut end_to_end_done = 0;
+    while end_to_end_done < end_to_end_runs
+        || (end_to_end_runs > 0
+            && end_to_end_done < MAX_RUNS
+            && series_started.elapsed().as_secs_f64() < options.min_time_s)
+    {
+        end_to_end_done += 1;
         if cold_weights {
             exec::conv_timing::evict_caches(evict, options.threads);
             workspace.warm();
@@ -221,6 +238,8 @@ pub fn bench_graph(
         clock_samples.extend(crate::probe::chain_clock_now());
         feed(&mut workspace, &mut inputs)?;
     }
+    // The per-op series as long as the end-to-end one went.
+    runs = runs.max(end_to_end_done);
     let steps = plan.steps();
     let mut per_step: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); steps.len()];
     let mut timings = exec::RunTimings::default();
@@ -492,6 +511,38 @@ mod tests {
             clock_hz: None,
             fma_gflops: None,
         }
+    }
+
+    /// `min_time_s` lengthens both series past `runs` until that long has been timed, and 0
+    /// leaves them at `runs`.
+    #[test]
+    fn a_minimum_time_runs_past_the_run_count() {
+        let model = crate::builtin::find("builtin:tinycnn").expect("built-in model");
+        let analyze = AnalyzeOptions {
+            bindings: (model.default_bindings)(),
+            ..AnalyzeOptions::default()
+        };
+        let device = crate::device::catalog()[0].to_profile();
+        let bench = |min_time_s: f64| {
+            let graph = model
+                .graph(crate::builtin::WeightFill::Random(0))
+                .expect("built-in imports");
+            let options = BenchOptions {
+                runs: 2,
+                min_time_s,
+                check_exchange: false,
+                ..BenchOptions::default()
+            };
+            bench_graph(graph, "tinycnn", &device, &analyze, &options).expect("bench runs")
+        };
+        let counted = bench(0.0);
+        assert_eq!(counted.runs, 2);
+        let started = std::time::Instant::now();
+        let timed = bench(0.05);
+        // A run of this model takes well under 25 ms on any CPU that runs the tests.
+        assert!(timed.runs > 2, "{} runs", timed.runs);
+        assert!(started.elapsed().as_secs_f64() >= 0.05);
+        assert!(timed.ops.iter().all(|op| op.measured_s > 0.0));
     }
 
     /// The medians of the samples, next to the calibration's figures where it has them; no

@@ -653,6 +653,7 @@ fn point_graph(
 fn point_bench_options(threads: usize, runs: usize) -> BenchOptions {
     BenchOptions {
         runs,
+        min_time_s: 0.0,
         warmup: 1,
         threads,
         seed: 0,

@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// Timed runs after warm-up (1 to 100000).
     #[arg(short, long, default_value_t = 10, value_parser = super::runs_parser())]
     pub runs: usize,
+    /// Seconds the timed series lasts at least: runs go on past --runs until then (0 to 60; 0
+    /// times --runs runs). A shared host slows for tenths of a second at a time, so a short
+    /// series measures one spell.
+    #[arg(long, default_value_t = 0.5, value_parser = super::min_time_parser)]
+    pub min_time: f64,
     #[arg(short, long, value_enum, default_value = "table")]
     pub format: BenchFormat,
     #[arg(short, long)]
@@ -110,6 +115,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<ExitCode> {
     };
     let options = BenchOptions {
         runs: args.runs,
+        min_time_s: args.min_time,
         warmup: 2,
         threads: args.threads.threads.max(1),
         seed: 0,

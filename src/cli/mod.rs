@@ -29,7 +29,7 @@ pub const EXIT_WARNINGS: u8 = 1;
 pub const EXIT_BAD_INPUT: u8 = 2;
 
 /// Most timed runs of `bench` and `advise`: every run keeps one latency per op.
-pub const MAX_RUNS: u64 = 100_000;
+pub const MAX_RUNS: u64 = roofline::bench::MAX_RUNS as u64;
 /// Most worker threads (each one a thread of the OS, with its own scratch buffers).
 pub const MAX_THREADS: u64 = 1024;
 /// Largest `--batch`: far past any real batch, small enough that sizes stay in range.
@@ -38,6 +38,17 @@ pub const MAX_BATCH: u64 = 1 << 20;
 /// `--runs`: 1..=MAX_RUNS, checked by clap before anything is allocated.
 pub fn runs_parser() -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::new().range(1..=MAX_RUNS)
+}
+
+/// `--min-time`: seconds, 0 to 60, a plain decimal.
+pub fn min_time_parser(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(0.0..=60.0).contains(&seconds) {
+        return Err(format!("{text} s is outside 0 to 60 s"));
+    }
+    Ok(seconds)
 }
 
 /// `--threads`: 1..=MAX_THREADS.
