@@ -5,7 +5,8 @@ profile and compares the expected (calibrated) and bound latencies with the meas
 end to end and per op (ops taking at least 1% of the measured time).
 
 The calibration grid (src/calibrate/grid.rs) is fixed one-op shapes, so none of these models is
-in it. Usage:
+in it. Each `bench` times its --runs and at least its default --min-time (0.5 s), so a small
+model's median covers more than one spell of a shared host. Usage:
 
     roofline probe -o P.json && roofline calibrate --device P.json
     python3 scripts/validate_cost_model.py --profile P.json [--threads 1 2] [--runs 10] [--rounds 3]
