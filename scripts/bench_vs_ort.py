@@ -112,7 +112,9 @@ def ort_latency(path: Path, shapes: dict, threads: int, runs: int,
 def roofline_latency(spec: str, path: Path, shapes: dict, threads: int, runs: int, device: str,
                      values: dict | None = None) -> tuple[float, float]:
     cmd = [str(BIN), "bench", spec if spec.startswith("builtin:") else str(path), "--threads", str(threads),
-           "--runs", str(runs), "--format", "json", "--device", device, "--optimize"]
+           "--runs", str(runs), "--format", "json", "--device", device, "--optimize",
+           # As many runs as onnxruntime gets: the same sample size on both sides.
+           "--min-time", "0"]
     for name, shape in shapes.items():
         cmd += ["--input", f"{name}={'x'.join(map(str, shape))}"]
     for name, value in (values or {}).items():

@@ -207,7 +207,7 @@ def cases():
 def ours(path, threads, runs):
     out = subprocess.run(
         [os.path.join(ROOT, "target/release/roofline"), "bench", path, "--format", "json",
-         "--threads", str(threads), "--runs", str(runs)],
+         "--threads", str(threads), "--runs", str(runs), "--min-time", "0"],
         capture_output=True, text=True)
     if out.returncode:
         return None, out.stderr.strip().splitlines()[-1][:90]

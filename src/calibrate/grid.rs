@@ -392,11 +392,12 @@ fn max_pool_same(channels: i64, size: i64, kernel: i64) -> GridModel {
 }
 
 /// A downsampling max pool: 3×3 stride 2 padded by one (ResNet's stem, Inception's
-/// reductions) or 2×2 stride 2 unpadded (VGG, AlexNet-era and small CNNs), whose kernel reads
-/// four taps per output against nine and ran at 0.4× the 3×3 points' expectation when it had
-/// none of its own (VGG-16's pools at 2 threads, 868 µs against 363 expected).
+/// reductions) or 2×2 stride 2 unpadded (VGG, AlexNet-era and small CNNs). Read off the 3×3
+/// points, tinycnn's 2×2 pool (four taps per output against nine) was expected at 2.3× its
+/// time; VGG-16's, whose first reads 12.8 MB, at 0.4× (868 µs at 2 threads against 363).
 fn max_pool(channels: i64, size: i64, kernel: i64) -> GridModel {
-    let pad = kernel / 2 * (kernel % 2);
+    // Odd windows are padded to keep the plane's centre; the 2×2 pools of those models are not.
+    let pad = if kernel % 2 == 1 { kernel / 2 } else { 0 };
     let out = (size + 2 * pad - kernel) / 2 + 1;
     one_op(
         KernelClass::Pool,
@@ -812,8 +813,8 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(max_pool(channels, size, 3));
     }
-    // Sizes between the ones VGG and small CNNs pool, none of theirs; the largest reads 16 MiB,
-    // past what a shared L3 kept for a single stream here (VGG-16's first pool, 12.8 MB after
+    // Sizes between the ones VGG and small CNNs pool, none of theirs, and one past VGG's first:
+    // it reads 16 MiB, past what a shared L3 kept for a single stream here (VGG-16's first pool, 12.8 MB after
     // the convolution that wrote it, ran at DRAM speed: 1.21 ms at 1 thread, 0.60 alone, where
     // the 7 MB point ran at 1.3× its bound).
     for &(channels, size) in &[

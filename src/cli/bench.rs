@@ -32,12 +32,12 @@ pub struct BenchArgs {
     /// Device profile for the predictions: `local` (the probed CPU), a catalogue name or a file.
     #[arg(short, long, default_value = "local")]
     pub device: String,
-    /// Timed runs after warm-up (1 to 100000).
+    /// Fewest timed runs after warm-up (1 to 100000); --min-time may add more, up to 100000.
     #[arg(short, long, default_value_t = 10, value_parser = super::runs_parser())]
     pub runs: usize,
-    /// Seconds the timed series lasts at least: runs go on past --runs until then (0 to 60; 0
-    /// times --runs runs). A shared host slows for tenths of a second at a time, so a short
-    /// series measures one spell.
+    /// Seconds the end-to-end series lasts at least: runs go on past --runs until then, and the
+    /// per-op series takes as many (0 to 60; 0: exactly --runs runs). A shared host slows for
+    /// tenths of a second at a time, so a short series measures one spell.
     #[arg(long, default_value_t = 0.5, value_parser = super::min_time_parser)]
     pub min_time: f64,
     #[arg(short, long, value_enum, default_value = "table")]
@@ -59,7 +59,8 @@ pub struct BenchArgs {
     pub strict: bool,
     /// Run a decoder's generation loop: each timed run is one token whose logits (argmax) and
     /// `present` caches feed the next step's `input_ids` and `past` (the cache keeps its length:
-    /// the oldest entry drops). `--runs` steps are timed; bind the new tokens to 1.
+    /// the oldest entry drops). At least `--runs` steps are timed (more to fill `--min-time`); bind
+    /// the new tokens to 1.
     #[arg(long)]
     pub decode: bool,
     /// Keep every activation NCHW: no pointwise → depthwise pairs held NHWC between them, to

@@ -40,7 +40,7 @@ pub fn runs_parser() -> RangedU64ValueParser<usize> {
     RangedU64ValueParser::new().range(1..=MAX_RUNS)
 }
 
-/// `--min-time`: seconds, 0 to 60, a plain decimal.
+/// `--min-time`: seconds, a number from 0 to 60.
 pub fn min_time_parser(text: &str) -> Result<f64, String> {
     let seconds: f64 = text
         .parse()

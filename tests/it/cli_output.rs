@@ -249,8 +249,12 @@ fn run_never_writes_over_its_inputs() {
 #[test]
 fn counts_out_of_range_are_refused_before_any_work() {
     let started = std::time::Instant::now();
-    let cases: [&[&str]; 12] = [
+    let cases: [&[&str]; 16] = [
         &["bench", "builtin:tinycnn", "--runs", "4294967296"],
+        &["bench", "builtin:tinycnn", "--min-time=-1"],
+        &["bench", "builtin:tinycnn", "--min-time", "61"],
+        &["bench", "builtin:tinycnn", "--min-time", "nan"],
+        &["bench", "builtin:tinycnn", "--min-time", "abc"],
         &["bench", "builtin:tinycnn", "--runs", "0"],
         &["bench", "builtin:tinycnn", "--runs=-1"],
         &["bench", "builtin:tinycnn", "--batch", "0"],
@@ -311,7 +315,18 @@ fn hostile_names_reach_the_terminal_escaped() {
     assert!(!has_raw_controls(&json.stdout));
 
     for args in [
-        &["bench", m, "--batch", "1", "-d", "rtx2080ti", "--runs", "1"][..],
+        &[
+            "bench",
+            m,
+            "--batch",
+            "1",
+            "-d",
+            "rtx2080ti",
+            "--runs",
+            "1",
+            "--min-time",
+            "0",
+        ][..],
         &["advise", m, "--batch", "1", "-d", "rtx2080ti"][..],
     ] {
         let out = roofline(args);

@@ -80,7 +80,18 @@ fn a_qdq_file_is_the_same_int8_graph_for_analyze_bench_and_advise() {
         stderr(&analyzed)
     );
     let analyzed: serde_json::Value = serde_json::from_slice(&analyzed.stdout).unwrap();
-    let benched = json(&["bench", q, "-d", device, "--runs", "1", "--format", "json"]);
+    let benched = json(&[
+        "bench",
+        q,
+        "-d",
+        device,
+        "--runs",
+        "1",
+        "--min-time",
+        "0",
+        "--format",
+        "json",
+    ]);
     let advised = json(&[
         "advise", q, "-d", device, "--apply", "fold", "--format", "json",
     ]);

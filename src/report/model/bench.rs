@@ -74,6 +74,7 @@ pub struct BenchReport {
     pub schema: String,
     pub schema_version: u32,
     pub threads: usize,
+    /// Runs each series took: `--runs`, or more where `--min-time` asked for them.
     pub runs: usize,
     /// End-to-end latency in milliseconds over the timed runs (per-op timing off).
     pub latency_ms: Latency,
