@@ -813,10 +813,10 @@ pub fn grid(quick: bool) -> Vec<GridModel> {
     ] {
         models.push(max_pool(channels, size, 3));
     }
-    // Sizes between the ones VGG and small CNNs pool, none of theirs, and one past VGG's first:
-    // it reads 16 MiB, past what a shared L3 kept for a single stream here (VGG-16's first pool, 12.8 MB after
-    // the convolution that wrote it, ran at DRAM speed: 1.21 ms at 1 thread, 0.60 alone, where
-    // the 7 MB point ran at 1.3× its bound).
+    // Sizes between the ones VGG and small CNNs pool, none of theirs, and one past VGG's
+    // first: it reads 16 MiB, past what a shared L3 kept for a single stream here (VGG-16's
+    // first pool, 12.8 MB after the convolution that wrote it, ran at DRAM speed: 1.21 ms at 1
+    // thread, 0.60 alone, where the 7 MB point ran at 1.3× its bound).
     for &(channels, size) in &[
         (48, 192),
         (128, 96),
